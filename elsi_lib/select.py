@@ -1,0 +1,306 @@
+"""Layer-set selection: ELSI (paper Alg. 1), ELSI-C (Alg. 2), the exhaustive optimum, baselines,
+and layer-id conventions of the engines.
+
+All scoring goes through `SetScorer`, which has two interchangeable backends: "gram" (summed
+B x B Gram matrices and a batched eigensolver, the default) and "naive" (an SVD of each explicit
+concatenation, the definition). Both give the same sets and entropies to round-off.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .cka import _cka_from_products, center_gram, conditional_cka_matrix
+from .entropy import (NORMALIZATIONS, as_layer_stack, check_alpha, check_layers, concat_layers,
+                      gram_entropy, layer_grams, matrix_entropy)
+
+LayerSet = tuple[int, ...]
+_WORKERS = min(4, os.cpu_count() or 1)
+_MIN_PARALLEL = 64  # sets per worker below which threads cost more than they save
+_CHUNK = 4096  # sets per batched eigensolve (bounds memory: 4096 x B x B float64)
+
+
+@functools.cache
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(_WORKERS, thread_name_prefix="elsi-eig")
+
+
+@dataclass(frozen=True)
+class BeamEntry:
+    layers: LayerSet
+    entropy: float
+    parent: LayerSet | None = None  # the beam member it extended (None for seeds)
+
+
+@dataclass
+class Selection:
+    """A chosen layer set and how it was found.
+
+    beams[depth] lists the beam kept at that set size, best first, each with its parent: the
+    paper's Fig. 7 "beam frontier". For `exhaustive`, beams[m] holds the best sets of size m.
+    """
+
+    layers: LayerSet
+    entropy: float
+    method: str
+    beams: dict[int, list[BeamEntry]] = field(default_factory=dict)
+    params: dict = field(default_factory=dict)
+    n_evaluated: int = 0  # set entropies computed
+
+    def path(self) -> list[LayerSet]:
+        """The chain of beam members that led to the chosen set, smallest first."""
+        parents = {e.layers: e.parent for entries in self.beams.values() for e in entries}
+        chain, node = [], self.layers
+        while node is not None:
+            chain.append(node)
+            node = parents.get(node)
+        return chain[::-1]
+
+    def frontier(self):
+        """The beams as a DataFrame: depth, layers, entropy, parent, on_path (leads to the choice)."""
+        import pandas as pd
+
+        path = set(self.path())
+        rows = [{"depth": d, "layers": e.layers, "entropy": e.entropy, "parent": e.parent,
+                 "on_path": e.layers in path}
+                for d, entries in sorted(self.beams.items()) for e in entries]
+        return pd.DataFrame(rows, columns=["depth", "layers", "entropy", "parent", "on_path"])
+
+
+class SetScorer:
+    """Set entropies S_alpha(X_L) for many layer sets of one Z (N, B, d)."""
+
+    def __init__(self, Z, alpha: float = 1.0, normalize: str = "none", backend: str = "gram"):
+        if backend not in ("gram", "naive"):
+            raise ValueError(f"backend must be 'gram' or 'naive', got {backend!r}")
+        if normalize not in NORMALIZATIONS:
+            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
+        self.Z = as_layer_stack(Z)
+        self.n_layers = self.Z.shape[0]
+        self.alpha, self.normalize, self.backend = check_alpha(alpha), normalize, backend
+        self.grams = layer_grams(self.Z, normalize)  # (N, B, B)
+        self.n_evaluated = 0
+        self._memo: dict[LayerSet, float] = {}
+        self._products = None
+
+    def entropies(self, sets: list[LayerSet]) -> np.ndarray:
+        """S_alpha of each set in `sets` (sorted tuples of one size). Each distinct set is
+        computed once per scorer; repeats are looked up."""
+        missing = list(dict.fromkeys(s for s in sets if s not in self._memo))
+        if missing:
+            self.n_evaluated += len(missing)
+            self._memo.update(zip(missing, self._compute(missing)))
+        return np.array([self._memo[s] for s in sets], dtype=np.float64)
+
+    def _compute(self, sets: list[LayerSet]) -> np.ndarray:
+        if self.backend == "naive":
+            return np.array([matrix_entropy(concat_layers(self.Z, s, self.normalize), self.alpha) for s in sets])
+        chunks = [sets[i:i + _CHUNK] for i in range(0, len(sets), _CHUNK)]
+        if len(sets) >= 2 * _MIN_PARALLEL and _WORKERS > 1:  # LAPACK releases the GIL; split the batch
+            size = -(-len(sets) // _WORKERS)
+            chunks = [sets[i:i + size] for i in range(0, len(sets), size)]
+            return np.concatenate(list(_pool().map(self._gram_chunk, chunks)))
+        return np.concatenate([self._gram_chunk(c) for c in chunks])
+
+    def _gram_chunk(self, sets: list[LayerSet]) -> np.ndarray:
+        index = np.array(sets)  # (n, |L|)
+        return gram_entropy(self.grams[index].sum(axis=1), self.alpha)  # (n, B, B) -> (n,)
+
+    def conditional_cka(self, layers: LayerSet) -> np.ndarray:
+        """M_L (N, N) of Alg. 2 for the set `layers`."""
+        if self.backend == "naive":
+            members = [concat_layers(self.Z, sorted(set(layers) | {i}), self.normalize)
+                       for i in range(self.n_layers)]
+            centered = center_gram(np.stack([X @ X.T for X in members])).reshape(self.n_layers, -1)
+            return _cka_from_products(centered @ centered.T)
+        if self._products is None:
+            centered = center_gram(self.grams).reshape(self.n_layers, -1)  # (N, B*B)
+            self._products = centered @ centered.T
+        return conditional_cka_matrix(self._products, layers)
+
+
+def _check_size(m: int, n_layers: int) -> None:
+    if not isinstance(m, (int, np.integer)) or not 1 <= m <= n_layers:
+        raise ValueError(f"m must be an integer in 1..{n_layers} (the number of layers), got {m!r}")
+
+
+def _check_positive(**values) -> None:
+    for name, value in values.items():
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _ranked(sets: list[LayerSet], entropies: np.ndarray) -> list[int]:
+    """Indices of `sets` by decreasing entropy; ties broken by the sets' lexicographic order."""
+    return sorted(range(len(sets)), key=lambda i: (-entropies[i], sets[i]))
+
+
+def _seed_beam(scorer: SetScorer, k_beam: int) -> list[BeamEntry]:
+    singles = [(l,) for l in range(scorer.n_layers)]
+    scores = scorer.entropies(singles)
+    return [BeamEntry(singles[i], float(scores[i])) for i in _ranked(singles, scores)[:k_beam]]
+
+
+def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
+    lowest = 0 if min_single_layer is None else min_single_layer
+    if not 0 <= lowest < scorer.n_layers:
+        raise ValueError(f"min_single_layer must lie in 0..{scorer.n_layers - 1}, got {min_single_layer}")
+    singles = [(l,) for l in range(lowest, scorer.n_layers)]
+    scores = scorer.entropies(singles)
+    best = _ranked(singles, scores)[0]
+    return BeamEntry(singles[best], float(scores[best]))
+
+
+def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params):
+    """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it
+    may expand to; they are scored together, then `pick` keeps each member's share."""
+    _check_size(m, scorer.n_layers)
+    beams = {1: _seed_beam(scorer, k_beam)}
+    if m == 1:
+        best = _best_single(scorer, min_single_layer)
+        return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
+    for depth in range(2, m + 1):
+        per_member = pools(beams[depth - 1])  # [(member, [candidate sets], keep)]
+        scores = dict(zip(*_score_all(scorer, [s for _, sets, _ in per_member for s in sets])))
+        candidates: dict[LayerSet, BeamEntry] = {}
+        for member, sets, keep in per_member:
+            for s in sorted(sets, key=lambda s: (-scores[s], s))[:keep]:
+                candidates.setdefault(s, BeamEntry(s, float(scores[s]), member.layers))  # dedup
+        beams[depth] = sorted(candidates.values(), key=lambda e: (-e.entropy, e.layers))[:k_beam]
+    best = beams[m][0]
+    return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
+
+
+def _score_all(scorer: SetScorer, sets: list[LayerSet]):
+    distinct = list(dict.fromkeys(sets))
+    return distinct, scorer.entropies(distinct)
+
+
+def _extensions(member: LayerSet, pool) -> list[LayerSet]:
+    return [tuple(sorted(member + (int(j),))) for j in pool if j not in member]
+
+
+def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, normalize: str = "none",
+         min_single_layer: int | None = None, backend: str = "gram") -> Selection:
+    """ELSI (paper Alg. 1): beam search over layer sets scored by set entropy S_alpha.
+
+    The beam starts from the k_beam highest-entropy single layers; each member is extended by its
+    k_expand best single-layer additions; candidates are deduplicated and the beam pruned to k_beam
+    by entropy, until size m. min_single_layer (the paper's Llama rule) restricts the m=1 answer to
+    layers >= that index.
+    """
+    _check_positive(k_beam=k_beam, k_expand=k_expand)
+    scorer = SetScorer(Z, alpha, normalize, backend)
+
+    def pools(beam: list[BeamEntry]):
+        return [(member, _extensions(member.layers, range(scorer.n_layers)), k_expand) for member in beam]
+
+    params = dict(m=m, k_beam=k_beam, k_expand=k_expand, alpha=alpha, normalize=normalize,
+                  min_single_layer=min_single_layer)
+    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI", params)
+
+
+def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
+    """delta_L(r) = ||M_L(r, :) - M_L(r-1, :)|| for r >= 1 and delta_L(0) = 0 (Alg. 2): (N,)."""
+    return np.concatenate([[0.0], np.linalg.norm(np.diff(M_L, axis=0), axis=1)])
+
+
+def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, normalize: str = "none",
+           min_single_layer: int | None = None, backend: str = "gram") -> Selection:
+    """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
+    outside L with the highest conditional-CKA transition scores delta_L; candidates are
+    deduplicated and the beam pruned to k_beam by set entropy, as in ELSI."""
+    _check_positive(k_beam=k_beam, k_pool=k_pool)
+    scorer = SetScorer(Z, alpha, normalize, backend)
+
+    def pools(beam: list[BeamEntry]):
+        out = []
+        for member in beam:
+            delta = conditional_transition_scores(scorer.conditional_cka(member.layers))  # (N,)
+            outside = [r for r in np.argsort(-delta, kind="stable") if r not in member.layers]
+            out.append((member, _extensions(member.layers, outside[:k_pool]), k_pool))
+        return out
+
+    params = dict(m=m, k_beam=k_beam, k_pool=k_pool, alpha=alpha, normalize=normalize,
+                  min_single_layer=min_single_layer)
+    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params)
+
+
+def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
+               backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
+    """The exact optimum: S_alpha of all C(N, m) sets; beams[m] holds the `keep` best."""
+    scorer = SetScorer(Z, alpha, normalize, backend)
+    _check_size(m, scorer.n_layers)
+    total = math.comb(scorer.n_layers, m)
+    if total > max_sets:
+        raise ValueError(f"C({scorer.n_layers}, {m}) = {total} sets exceeds max_sets={max_sets}")
+    sets = list(itertools.combinations(range(scorer.n_layers), m))
+    scores = scorer.entropies(sets)
+    top = [BeamEntry(sets[i], float(scores[i])) for i in _ranked(sets, scores)[:keep]]
+    params = dict(m=m, alpha=alpha, normalize=normalize)
+    return Selection(top[0].layers, top[0].entropy, "exhaustive", {m: top}, params, scorer.n_evaluated)
+
+
+def single_layer_entropies(Z, alpha: float = 1.0, normalize: str = "none") -> np.ndarray:
+    """S_alpha of each layer alone, (N,): the paper's per-layer curve (Fig. 2)."""
+    return gram_entropy(layer_grams(Z, normalize), check_alpha(alpha))
+
+
+# ---------------------------------------------------------------- baselines and conventions
+
+def eagle2_layers(n_layers: int) -> LayerSet:
+    """EAGLE-2 conditions on the last layer only: (N-1,)."""
+    return (n_layers - 1,)
+
+
+def eagle3_layers(n_layers: int) -> LayerSet:
+    """EAGLE-3's fixed rule as the paper writes it, (2, N//2, N-3), in the paper's convention
+    (output of decoder layer l). EAGLE's reference code captures the *inputs* of those layers,
+    i.e. the outputs of (1, N//2-1, N-4): `convert_layer_ids(eagle3_layers(n), "input", "output", n)`."""
+    if n_layers < 6:
+        raise ValueError(f"the EAGLE-3 rule needs at least 6 layers, got {n_layers}")
+    return (2, n_layers // 2, n_layers - 3)
+
+
+def lowest_entropy_layers(Z, m: int, alpha: float = 1.0, normalize: str = "none") -> LayerSet:
+    """The paper's negative control: the m layers with the lowest single-layer entropy."""
+    entropies = single_layer_entropies(Z, alpha, normalize)
+    _check_size(m, len(entropies))
+    return tuple(sorted(int(l) for l in np.argsort(entropies, kind="stable")[:m]))
+
+
+# "output": id l is the output of decoder layer l (0..N-1): the paper, elsi, SGLang/SpecForge.
+# "input":  id l is the input of decoder layer l (1..N; input of l = output of l-1): EAGLE's code,
+#           vLLM and speculators. Input id 0 would be the embeddings, which no set here contains.
+CONVENTIONS = {"output": 0, "input": 1}
+ENGINE_CONVENTIONS = {"elsi": "output", "paper": "output", "sglang": "output", "specforge": "output",
+                      "eagle": "input", "vllm": "input", "speculators": "input"}
+
+
+def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerSet:
+    """Convert a layer set between id conventions (see CONVENTIONS; engine names are accepted).
+
+    e.g. convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27).
+    """
+    def offset(name):
+        key = ENGINE_CONVENTIONS.get(name, name)
+        if key not in CONVENTIONS:
+            raise ValueError(f"unknown convention {name!r}; use one of "
+                             f"{sorted(CONVENTIONS) + sorted(ENGINE_CONVENTIONS)}")
+        return CONVENTIONS[key]
+
+    shift = offset(source)
+    lowest = shift
+    ids = list(layers)
+    for layer in ids:
+        if not lowest <= layer < n_layers + lowest:
+            raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {source!r} "
+                             f"convention ({lowest}..{n_layers - 1 + lowest})")
+    as_output = check_layers([l - shift for l in ids], n_layers)
+    return tuple(l + offset(target) for l in as_output)

@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.extra.numpy import arrays
+from scipy.stats import ortho_group
+
+from elsi_lib import cka_matrix, conditional_cka_matrix, find_boundaries, linear_cka, transition_scores
+from elsi_lib.cka import centered_gram_products
+
+from conftest import random_layers
+
+
+def naive_cka(X, Y):
+    """Feature-space form of Eq. 7: ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)."""
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    return np.linalg.norm(Yc.T @ Xc) ** 2 / (np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc))
+
+
+pairs = st.integers(3, 8).flatmap(lambda n: st.tuples(
+    arrays(np.float64, (n, 5), elements=st.floats(-5, 5)), arrays(np.float64, (n, 4), elements=st.floats(-5, 5))))
+
+
+def varied(X):
+    return np.linalg.norm(X - X.mean(0)) > 1e-3
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs, st.floats(0.01, 100), st.integers(0, 1000))
+def test_cka_properties(pair, scale, seed):
+    X, Y = pair
+    if not (varied(X) and varied(Y)):
+        return
+    assert linear_cka(X, X) == pytest.approx(1.0)
+    c = linear_cka(X, Y)
+    assert -1e-12 <= c <= 1 + 1e-12
+    assert linear_cka(Y, X) == pytest.approx(c, abs=1e-12)
+    assert c == pytest.approx(naive_cka(X, Y), abs=1e-9)
+    Q = ortho_group.rvs(X.shape[1], random_state=seed)
+    assert linear_cka(scale * X @ Q, Y) == pytest.approx(c, abs=1e-9)
+    assert linear_cka(X, scale * Y) == pytest.approx(c, abs=1e-9)
+
+
+def test_known_values():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(500, 10))
+    assert linear_cka(X, X @ ortho_group.rvs(10, random_state=1)) == pytest.approx(1.0, abs=1e-12)
+    assert linear_cka(X, rng.normal(size=(500, 10))) < 0.05  # independent: close to 0
+
+
+def test_cka_matrix_matches_pairwise(Z):
+    M = cka_matrix(Z)
+    assert M.shape == (8, 8)
+    assert np.allclose(np.diag(M), 1.0)
+    assert np.allclose(M, M.T)
+    for i in range(8):
+        for j in range(8):
+            assert M[i, j] == pytest.approx(naive_cka(Z[i], Z[j]), abs=1e-10)
+
+
+@pytest.mark.parametrize("normalize", ["none", "frobenius"])
+def test_conditional_cka_matches_explicit_concatenations(normalize):
+    Z = random_layers(seed=9)
+    scale = lambda l: np.linalg.norm(Z[l]) if normalize == "frobenius" else 1.0
+    for L in [(2,), (0, 5), (1, 3, 6)]:
+        M_L = conditional_cka_matrix(centered_gram_products(Z, normalize), L)
+        concat = [np.concatenate([Z[l] / scale(l) for l in sorted(set(L) | {i})], axis=1) for i in range(8)]
+        for i in range(8):
+            for j in range(8):
+                assert M_L[i, j] == pytest.approx(naive_cka(concat[i], concat[j]), abs=1e-10)
+
+
+def test_transition_scores():
+    M = np.array([[1.0, 0.9, 0.1], [0.9, 1.0, 0.2], [0.1, 0.2, 1.0]])
+    scores = transition_scores(M)
+    assert scores.shape == (2,)
+    assert scores[0] == pytest.approx(np.linalg.norm(M[1] - M[0]))
+    assert scores[1] == pytest.approx(np.linalg.norm(M[2] - M[1]))
+    with pytest.raises(ValueError, match="square"):
+        transition_scores(np.ones((2, 3)))
+
+
+def test_find_boundaries_on_block_structure():
+    # three compartments: layers 0-3, 4-8, 9-11 -> boundaries after layers 3 and 8
+    labels = np.array([0] * 4 + [1] * 5 + [2] * 3)
+    M = np.where(labels[:, None] == labels[None, :], 0.95, 0.3)
+    np.fill_diagonal(M, 1.0)
+    scores = transition_scores(M)
+    assert list(find_boundaries(scores)) == [3, 8]
+    assert list(find_boundaries(scores, top_k=1)) in ([3], [8])
+    assert list(find_boundaries(scores, height=10.0)) == []
+
+
+def test_find_boundaries_edges_and_errors():
+    scores = np.array([5.0, 1.0, 1.2, 1.0, 1.1])
+    assert 0 in find_boundaries(scores)
+    assert 0 not in find_boundaries(scores, include_edges=False)
+    with pytest.raises(ValueError, match="1-D"):
+        find_boundaries(np.ones((2, 2)))
+
+
+def test_cka_bad_input():
+    with pytest.raises(ValueError, match="same number of rows"):
+        linear_cka(np.ones((3, 2)), np.ones((4, 2)))
+    with pytest.raises(ValueError, match="zero variance"):
+        linear_cka(np.ones((3, 2)), np.random.default_rng(0).normal(size=(3, 2)))
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        cka_matrix(np.full((2, 3, 4), np.nan))

@@ -1,0 +1,139 @@
+import json
+import subprocess
+
+import pytest
+
+from elsi_lib import (DataFormatError, OverlapError, PROMPT_SETS, calibration_prompts, check_disjoint,
+                      load_prompts, load_specbench, sample, specbench_conversations)
+from elsi_lib.data import data_dir, parse_ultrachat_eval
+from elsi_lib import fetch_data
+
+SHARED = data_dir()
+
+EXPECTED_COUNTS = {"arena-hard-v0.1": 500, "arena-hard-v2.0": 750, "oasst-lottery": 250, "oasst-trees": 100,
+                   "self-instruct-user": 252, "self-instruct-seed": 175, "ultrachat-eval": 305, "ifeval": 541,
+                   "gpteacher-code": 4535, "gpteacher-roleplay": 1923, "gsm8k-train": 7473}
+
+
+@pytest.mark.parametrize("name", sorted(PROMPT_SETS))
+def test_named_prompt_sets(name):
+    conversations = load_prompts(name)
+    assert len(conversations) == EXPECTED_COUNTS[name]
+    for conversation in conversations:
+        assert conversation[-1]["role"] == "user"
+        assert all(m["role"] in ("user", "assistant", "system") and isinstance(m["content"], str)
+                   for m in conversation)
+
+
+def test_oasst_trees_are_multi_turn():
+    trees = load_prompts("oasst-trees")
+    assert max(len(c) for c in trees) >= 3
+    assert all(c[0]["role"] == "user" for c in trees)
+
+
+def test_specbench_frame():
+    frame = load_specbench()
+    assert len(frame) == 480 and list(frame.columns) == ["question_id", "category", "turns"]
+    assert frame["category"].nunique() == 13
+    assert (frame.groupby("category").size() == 80).sum() == 5  # translation, summarization, qa, math, rag
+    assert frame[frame["category"] == "writing"]["turns"].map(len).eq(2).all()
+
+
+def test_calibration_sample_is_seeded_distinct_and_disjoint_from_specbench():
+    first = calibration_prompts(200, seed=0)
+    assert first == calibration_prompts(200, seed=0)
+    assert first != calibration_prompts(200, seed=1)
+    assert len({json.dumps(c) for c in first}) == 200
+    check_disjoint(first, specbench_conversations(load_specbench()))
+
+
+def test_overlap_is_detected():
+    with_vicuna = parse_ultrachat_eval(SHARED / "ultrachat" / "ultra_eval.json", drop_classes=())
+    assert len(with_vicuna) == 385
+    with pytest.raises(OverlapError, match="2 prompt"):
+        check_disjoint(with_vicuna, specbench_conversations(load_specbench()))
+
+
+def test_sample():
+    assert sample(list(range(10)), 3, seed=4) == sample(list(range(10)), 3, seed=4)
+    with pytest.raises(ValueError, match="cannot sample"):
+        sample([1, 2], 3)
+
+
+def test_sharegpt_files(tmp_path):
+    path = tmp_path / "chats.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"},
+                                                   {"from": "gpt", "value": "hello"}]},
+                                {"conversations": [{"from": "system", "value": "be brief"},
+                                                   {"from": "user", "value": "2+2?"}]}]))
+    conversations = load_prompts(path)
+    assert conversations[0] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    assert conversations[1][0]["role"] == "system"
+    jsonl = tmp_path / "chats.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in json.loads(path.read_text())))
+    assert load_prompts(jsonl) == conversations
+
+
+def test_malformed_line_names_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"conversations": []}\n\n{"conversations": [\n')
+    with pytest.raises(DataFormatError, match=r"bad.jsonl:3: malformed JSON"):
+        load_prompts(path)
+
+
+def test_missing_field_names_file_line_and_field(tmp_path):
+    path = tmp_path / "chats.jsonl"
+    path.write_text('{"conversations": [{"from": "human", "value": "a"}]}\n{"turns": []}\n')
+    with pytest.raises(DataFormatError, match=r"chats.jsonl:2: missing field 'conversations'"):
+        load_prompts(path)
+    path.write_text('{"conversations": [{"from": "alien", "value": "a"}]}\n')
+    with pytest.raises(DataFormatError, match="unknown speaker"):
+        load_prompts(path)
+    bench = tmp_path / "question.jsonl"
+    bench.write_text('{"question_id": 1, "category": "qa", "turns": "not a list"}\n')
+    with pytest.raises(DataFormatError, match=r"question.jsonl:1: field 'turns'"):
+        load_specbench(bench)
+
+
+def test_bad_sources(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="unknown prompt set"):
+        load_prompts("sharegpt-please")
+    monkeypatch.setenv("ELSI_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match="make data"):
+        load_prompts("gsm8k-train")
+    with pytest.raises(FileNotFoundError, match="is missing"):
+        load_prompts("gsm8k-train", tmp_path)
+
+
+def test_blob_ids_match_git(tmp_path):
+    path = tmp_path / "file.txt"
+    path.write_bytes(b"some bytes\n\x00\xff")
+    expected = subprocess.run(["git", "hash-object", str(path)], capture_output=True, text=True).stdout.strip()
+    assert fetch_data.git_blob_sha1(path.read_bytes()) == expected
+    assert fetch_data.check_file(path, expected) is None
+    assert "expected" in fetch_data.check_file(path, "0" * 40)
+    assert "missing" in fetch_data.check_file(tmp_path / "absent", expected)
+
+
+def test_shared_data_matches_pinned_blobs():
+    assert fetch_data.check_data_dir(SHARED) == []
+
+
+def _serve_from(folder):
+    by_url = {fetch_data.raw_url(s): (folder / s.local).read_bytes() for s in fetch_data.SOURCES}
+    return lambda url: by_url[url]
+
+
+def test_fetch_writes_verified_files(tmp_path):
+    written = fetch_data.fetch(tmp_path, download=_serve_from(SHARED))
+    assert len(written) == len(fetch_data.SOURCES) + 1  # + ifeval/LICENSE, copied
+    assert fetch_data.check_data_dir(tmp_path) == []
+    assert (tmp_path / "ifeval" / "LICENSE").read_bytes() == (SHARED / "ifeval" / "LICENSE").read_bytes()
+    assert fetch_data.fetch(tmp_path, download=lambda url: pytest.fail("refetched")) == []
+
+
+def test_fetch_refuses_a_tampered_download(tmp_path):
+    good = _serve_from(SHARED)
+    with pytest.raises(ValueError, match="does not match the pinned"):
+        fetch_data.fetch(tmp_path, download=lambda url: good(url) + b" ")
+    assert not any(p.is_file() for p in tmp_path.rglob("*"))

