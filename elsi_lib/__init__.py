@@ -5,11 +5,14 @@ model -> capture -> layer representatives Z (N, B, d) -> entropy / CKA / selecti
 The math modules (`entropy`, `cka`, `select`) are pure functions of arrays; torch and
 transformers are imported only by the model and data code that needs them.
 """
+from .capture import capture, select_positions, token_entropy
 from .cka import (centered_gram_products, conditional_cka_matrix, cka_matrix, find_boundaries, linear_cka,
                   transition_scores)
 from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, OverlapError,
                    calibration_prompts, check_disjoint, load_prompts, load_specbench, sample,
                    specbench_conversations)
+from .layerstats import CacheError, LayerStats
+from .responses import generate_responses
 from .entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
 from .models import DEFAULT_MODEL, REGISTRY, ModelNotFoundError, load_model, random_model
 from .select import (BeamEntry, Selection, conditional_transition_scores, convert_layer_ids, eagle2_layers,

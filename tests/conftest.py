@@ -2,6 +2,8 @@
 (loaded once per test session)."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -25,3 +27,61 @@ def bundled():
     from elsi_lib import load_model
 
     return load_model()
+
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a tiny test model.<|im_end|>\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+CORPUS = ("the quick brown fox jumps over the lazy dog while a model predicts the next token "
+          "entropy layers blocks attention sink prompt reply question answer system user assistant "
+          "what is two plus two tell me about speculative decoding drafts and hidden states").split()
+
+
+def make_tiny_tokenizer(chat_template: bool = True):
+    """A fast BPE tokenizer (~200 tokens) trained in-process, with a ChatML-style template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>", "<s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([" ".join(CORPUS)] * 20, trainer)
+    from tokenizers import decoders
+    tok.decoder = decoders.ByteLevel()
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                      eos_token="<|im_end|>", pad_token="<|im_end|>")
+    if chat_template:
+        wrapped.chat_template = CHAT_TEMPLATE
+    return wrapped
+
+
+def make_conversations(n: int, seed: int = 0, words=(20, 60)):
+    rng = np.random.default_rng(seed)
+    return [[{"role": "user", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*words)))}]
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_tokenizer):
+    from elsi_lib import random_model
+
+    return random_model(n_layers=4, hidden_size=32, vocab_size=len(tiny_tokenizer), seed=0)
+
+
+USER_CACHE_DIR = os.environ.get("ELSI_CACHE_DIR")  # where the bundled model's conversion lives
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Every test writes caches under its own temporary folder. (Session fixtures such as
+    `bundled` are set up before this runs, so the converted model stays in the user's cache.)"""
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))

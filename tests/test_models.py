@@ -58,7 +58,6 @@ class _FakeSaver:
 
 
 def test_conversion_cache_is_reused_then_rebuilt_when_corrupt(tmp_path, monkeypatch):
-    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF fake weights")
     calls = []
@@ -97,6 +96,11 @@ def test_bundled_model_loads_offline_and_runs(bundled, monkeypatch):
         logits = model(**ids).logits
     assert logits.shape[:2] == ids["input_ids"].shape and torch.isfinite(logits).all()
     # the second load comes from the converted cache: no GGUF parsing
+    from conftest import USER_CACHE_DIR
+    if USER_CACHE_DIR is None:
+        monkeypatch.delenv("ELSI_CACHE_DIR")
+    else:
+        monkeypatch.setenv("ELSI_CACHE_DIR", USER_CACHE_DIR)
     monkeypatch.setattr(models, "_load_gguf", lambda path: pytest.fail("GGUF re-converted"))
     again, _ = load_model()
     assert torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)

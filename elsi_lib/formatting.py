@@ -1,0 +1,58 @@
+"""Conversations to token ids, with a mask of the tokens the chat template added.
+
+The template mask comes from character offsets: the rendered template text is tokenized with
+offsets, and a token is "content" when it lies inside one of the messages' own text spans; every
+other token (system prompt, role markers, BOS, separators) belongs to the template.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+
+def render(tokenizer, conversation: list[dict], add_generation_prompt: bool = False) -> str:
+    """The conversation as the model sees it: its chat template, or plain text joined by blank
+    lines for models without one."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(conversation, tokenize=False,
+                                             add_generation_prompt=add_generation_prompt)
+    text = "\n\n".join(m["content"] for m in conversation)
+    return text + "\n\n" if add_generation_prompt else text
+
+
+def tokenize_conversation(tokenizer, conversation: list[dict], add_generation_prompt: bool = False):
+    """(ids, is_template): token ids of the rendered conversation and, per token, whether the
+    template added it. Plain-text rendering adds the tokenizer's special tokens (e.g. BOS)."""
+    text = render(tokenizer, conversation, add_generation_prompt)
+    templated = bool(getattr(tokenizer, "chat_template", None))
+    encoding = tokenizer(text, add_special_tokens=not templated, return_offsets_mapping=True)
+    spans, cursor = [], 0
+    for message in conversation:
+        content = message["content"]
+        start = text.find(content, cursor) if content else -1
+        if start >= 0:
+            spans.append((start, start + len(content)))
+            cursor = start + len(content)
+    is_template = []
+    for begin, end in encoding["offset_mapping"]:
+        inside = end > begin and any(s <= begin and end <= e for s, e in spans)
+        is_template.append(not inside)
+    return list(encoding["input_ids"]), is_template
+
+
+def model_fingerprint(model) -> dict:
+    """What identifies a model's outputs: its name, a hash of its config, and a hash of a strided
+    sample of every parameter (so two random initialisations of one config differ)."""
+    import torch
+
+    config = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            flat = param.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 256)].to("cpu", torch.float64).numpy()
+            digest.update(name.encode() + str(tuple(param.shape)).encode() + str(param.dtype).encode())
+            digest.update(sample.tobytes())
+    return {"model": str(getattr(model.config, "_name_or_path", "") or type(model).__name__),
+            "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+            "weights_sample_sha256": digest.hexdigest()}

@@ -1,0 +1,113 @@
+"""LayerStats: what `capture` produces and everything downstream consumes (paper Sec. 4.1-4.2).
+
+Z (N, B, d) float64 holds the layer representatives: the mean over all retained blocks of B
+tokens (Eq. 11). Saved as safetensors (arrays) plus JSON (counts, metadata) with a checksum, written
+atomically; `load` refuses a truncated, corrupt or foreign file.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .cachefiles import atomic_write_bytes, sha256_text
+from .entropy import gram_entropy, layer_grams
+
+ARRAYS = ("Z", "final_norm", "sample_entropy", "sample_index", "abs_max", "abs_sum")
+
+
+class CacheError(ValueError):
+    """A saved LayerStats that is truncated, corrupt or was produced from other inputs."""
+
+
+@dataclass
+class LayerStats:
+    """Layer representatives and the statistics that came with them.
+
+    Z: (N, B, d) mean retained block per layer, layer l = output of decoder layer l.
+    final_norm: (B, d) the same for the last layer after the final norm (EAGLE-2's input).
+    sample_entropy: (S, N) Shannon entropy of each sample's own block average per layer (Fig. 1, 4).
+    sample_index: (S,) which input conversation each row of sample_entropy belongs to.
+    abs_max, abs_sum: (N, d) max and sum of |h| over retained tokens (massive activations).
+    counts: tokens seen / eligible / retained / dropped remainder, blocks, skipped and truncated samples.
+    metadata: model id and config hash, prompt-set hash, rho, block, max_length, ..., library version.
+    """
+
+    Z: np.ndarray
+    final_norm: np.ndarray
+    sample_entropy: np.ndarray
+    sample_index: np.ndarray
+    abs_max: np.ndarray
+    abs_sum: np.ndarray
+    counts: dict = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def n_layers(self) -> int:
+        return self.Z.shape[0]
+
+    def layer_entropy(self, alpha: float = 1.0) -> np.ndarray:
+        """S_alpha of each layer's representative, (N,)."""
+        return gram_entropy(layer_grams(self.Z), alpha)
+
+    def top_row_energy_share(self) -> np.ndarray:
+        """Per layer, the share of ||Z_l||_F^2 carried by its largest row, (N,): near 1 when one
+        position (an attention sink) dominates the representative."""
+        row_energy = (self.Z**2).sum(axis=2)  # (N, B)
+        return row_energy.max(axis=1) / row_energy.sum(axis=1)
+
+    def massive_dimensions(self, factor: float = 100.0) -> list[list[int]]:
+        """Per layer, the feature dimensions whose largest |activation| over retained tokens is
+        more than `factor` times the median (over dimensions) mean |activation|."""
+        tokens = max(self.counts.get("retained", 1), 1)
+        typical = np.median(self.abs_sum / tokens, axis=1, keepdims=True)  # (N, 1)
+        return [np.flatnonzero(row).tolist() for row in self.abs_max > factor * typical]
+
+    # ------------------------------------------------------------ persistence
+
+    def save(self, path: str | Path) -> Path:
+        """Write `path` (.safetensors) atomically, with counts, metadata and an array checksum."""
+        from safetensors.numpy import save
+
+        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS}
+        header = {"counts": json.dumps(self.counts, sort_keys=True),
+                  "metadata": json.dumps(self.metadata, sort_keys=True),
+                  "checksum": _checksum(arrays)}
+        path = Path(path)
+        atomic_write_bytes(path, save(arrays, metadata=header))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, expect_metadata: dict | None = None) -> "LayerStats":
+        """Read a saved LayerStats; CacheError when it is unreadable, fails its checksum, or its
+        metadata differs from `expect_metadata` (a stale cache)."""
+        from safetensors import safe_open
+        from safetensors.numpy import load
+
+        path = Path(path)
+        try:
+            payload = path.read_bytes()
+            arrays = load(payload)
+            with safe_open(path, "np") as handle:
+                header = handle.metadata() or {}
+            counts, metadata = json.loads(header["counts"]), json.loads(header["metadata"])
+        except Exception as err:  # truncated or foreign file: safetensors raises several kinds
+            raise CacheError(f"{path}: unreadable LayerStats ({type(err).__name__}: {err})") from err
+        if set(arrays) != set(ARRAYS) or _checksum(arrays) != header.get("checksum"):
+            raise CacheError(f"{path}: checksum mismatch (corrupt file)")
+        if expect_metadata is not None and metadata != json.loads(json.dumps(expect_metadata, sort_keys=True)):
+            raise CacheError(f"{path}: stale (produced from other inputs or settings)")
+        return cls(**{name: arrays[name] for name in ARRAYS}, counts=counts, metadata=metadata)
+
+
+def _checksum(arrays: dict[str, np.ndarray]) -> str:
+    parts = [f"{name}:{arrays[name].dtype}:{arrays[name].shape}:{sha256_bytes(arrays[name])}" for name in sorted(arrays)]
+    return sha256_text("|".join(parts))
+
+
+def sha256_bytes(array: np.ndarray) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()

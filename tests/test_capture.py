@@ -1,0 +1,282 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from elsi_lib.cachefiles import cache_dir
+from elsi_lib import CacheError, LayerStats, capture, select_positions, token_entropy
+from elsi_lib.formatting import tokenize_conversation
+
+from conftest import make_conversations, make_tiny_tokenizer
+
+OPTS = dict(rho=0.5, block=4, responses="none", progress=False)
+
+
+def reference_capture(model, tokenizer, conversations, rho, block):
+    """Plain reference: one sample at a time, no padding, transformers' own hidden states and
+    full logits; the last layer's pre-norm output from a second pass with the norm removed."""
+    decoder = model.get_decoder()
+    sums, blocks = None, 0
+    for conversation in conversations:
+        ids = torch.tensor([tokenize_conversation(tokenizer, conversation)[0]])
+        with torch.no_grad():
+            out = model(ids, output_hidden_states=True)
+            norm, decoder.norm = decoder.norm, torch.nn.Identity()
+            try:
+                last = decoder(ids).last_hidden_state[0]
+            finally:
+                decoder.norm = norm
+        layers = [h[0] for h in out.hidden_states[1:-1]] + [last]  # outputs of layers 0..N-1
+        p = torch.softmax(out.logits[0].double(), -1)
+        entropy = -(p * torch.log(p)).sum(-1).numpy()
+        keep = math.ceil(rho * len(entropy) - 1e-9)
+        kept = np.sort(np.argsort(-entropy, kind="stable")[:keep])
+        n_blocks = len(kept) // block
+        if n_blocks == 0:
+            continue
+        stack = np.stack([h.double().numpy()[kept[: n_blocks * block]] for h in layers])  # (N, k, d)
+        part = stack.reshape(len(layers), n_blocks, block, -1).sum(1)
+        sums = part if sums is None else sums + part
+        blocks += n_blocks
+    return sums / blocks
+
+
+def test_matches_plain_reference(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(6)
+    expected = reference_capture(tiny_model, tiny_tokenizer, conversations, 0.5, 4)
+    for batch_size in (1, 4):
+        stats = capture(tiny_model, tiny_tokenizer, conversations, batch_size=batch_size, cache=False, **OPTS)
+        assert stats.Z.shape == (4, 4, 32) and stats.Z.dtype == np.float64
+        np.testing.assert_allclose(stats.Z, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_counts_and_per_sample_statistics(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(5, words=(5, 40))
+    stats = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **OPTS)
+    c = stats.counts
+    lengths = [len(tokenize_conversation(tiny_tokenizer, x)[0]) for x in conversations]
+    assert c["samples"] == 5 and c["tokens_seen"] == c["tokens_eligible"] == sum(lengths)
+    assert c["retained"] == sum(math.ceil(0.5 * n) for n in lengths)
+    assert c["retained"] == 4 * c["blocks"] + c["dropped_remainder"]
+    assert stats.sample_entropy.shape == (5 - c["samples_without_block"], 4)
+    assert list(stats.sample_index) == sorted(stats.sample_index)
+    assert np.all(np.isfinite(stats.sample_entropy)) and np.all(stats.sample_entropy >= 0)
+    assert stats.final_norm.shape == (4, 32)
+
+
+def test_rho_one_keeps_everything_and_random_control(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(4)
+    everything = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **{**OPTS, "rho": 1.0})
+    assert everything.counts["retained"] == everything.counts["tokens_seen"]
+    by_entropy = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **OPTS)
+    random_a = capture(tiny_model, tiny_tokenizer, conversations, select="random", cache=False, **OPTS)
+    random_b = capture(tiny_model, tiny_tokenizer, conversations, select="random", cache=False, **OPTS)
+    other_seed = capture(tiny_model, tiny_tokenizer, conversations, select="random", seed=1, cache=False, **OPTS)
+    assert random_a.counts == by_entropy.counts  # same budget
+    np.testing.assert_array_equal(random_a.Z, random_b.Z)  # seeded
+    assert not np.allclose(random_a.Z, by_entropy.Z) and not np.allclose(random_a.Z, other_seed.Z)
+
+
+def test_exclude_modes(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(4)
+    per_sample = [tokenize_conversation(tiny_tokenizer, c) for c in conversations]
+    first = capture(tiny_model, tiny_tokenizer, conversations, exclude="first", cache=False, **OPTS)
+    assert first.counts["tokens_eligible"] == first.counts["tokens_seen"] - 4
+    template = capture(tiny_model, tiny_tokenizer, conversations, exclude="template", cache=False, **OPTS)
+    content = sum(sum(not t for t in tpl) for _, tpl in per_sample)
+    assert template.counts["tokens_eligible"] == content
+    assert 0 < content < template.counts["tokens_seen"]
+    im_start = tiny_tokenizer.convert_tokens_to_ids("<|im_start|>")
+    predicate = capture(tiny_model, tiny_tokenizer, conversations, cache=False,
+                        exclude=lambda position, token, is_template: token == im_start, **OPTS)
+    assert predicate.counts["tokens_eligible"] == sum(len(ids) - ids.count(im_start) for ids, _ in per_sample)
+
+
+def test_template_mask_marks_only_template_tokens(tiny_tokenizer):
+    conversation = [{"role": "user", "content": "what is two plus two"}]
+    ids, is_template = tokenize_conversation(tiny_tokenizer, conversation)
+    content = tiny_tokenizer.decode([i for i, t in zip(ids, is_template) if not t])
+    template = tiny_tokenizer.decode([i for i, t in zip(ids, is_template) if t])
+    assert content == "what is two plus two"
+    assert "system" in template and "<|im_start|>" in template
+    plain = make_tiny_tokenizer(chat_template=False)
+    ids, is_template = tokenize_conversation(plain, conversation)
+    assert plain.decode([i for i, t in zip(ids, is_template) if not t]) == "what is two plus two"
+
+
+def test_cache_is_reused_and_corruption_is_detected(tiny_model, tiny_tokenizer, monkeypatch, capsys):
+    conversations = make_conversations(4)
+    first = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+    files = list(cache_dir().glob("stats/*.safetensors"))
+    assert len(files) == 1
+    calls = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        again = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+        assert calls == [] and np.array_equal(again.Z, first.Z)  # from the cache, no forward
+        data = bytearray(files[0].read_bytes())
+        data[-20] ^= 0xFF  # flip bits inside the arrays
+        files[0].write_bytes(bytes(data))
+        rebuilt = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+        assert calls and "checksum mismatch" in capsys.readouterr().out
+        assert np.array_equal(rebuilt.Z, first.Z)
+        files[0].write_bytes(files[0].read_bytes()[:100])  # truncated
+        calls.clear()
+        capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+        assert calls and "unreadable" in capsys.readouterr().out
+    finally:
+        handle.remove()
+    changed = capture(tiny_model, tiny_tokenizer, conversations, **{**OPTS, "rho": 0.6})
+    assert not np.array_equal(changed.Z, first.Z)  # other settings, other cache entry
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_interrupted_capture_resumes_with_identical_results(tiny_model, tiny_tokenizer, capsys):
+    conversations = make_conversations(10)
+    opts = dict(OPTS, batch_size=2, checkpoint_every=1)
+    uninterrupted = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **opts)
+    forwards, armed = [], [True]
+
+    def stop_on_third(module, args):
+        forwards.append(1)
+        if armed[0] and len(forwards) == 3:
+            raise Interrupt
+
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(stop_on_third)
+    try:
+        with pytest.raises(Interrupt):
+            capture(tiny_model, tiny_tokenizer, conversations, **opts)
+        forwards.clear()
+        armed[0] = False
+        resumed = capture(tiny_model, tiny_tokenizer, conversations, **opts)
+    finally:
+        handle.remove()
+    assert "resuming from a checkpoint: batch 2 of 5" in capsys.readouterr().out
+    assert len(forwards) == 3  # batches 3-5 only
+    np.testing.assert_array_equal(resumed.Z, uninterrupted.Z)
+    np.testing.assert_array_equal(resumed.sample_entropy, uninterrupted.sample_entropy)
+    assert resumed.counts == uninterrupted.counts
+    assert list(cache_dir().glob("stats/*.partial.*")) == []
+
+
+def test_hooks_are_removed_even_on_error(tiny_model, tiny_tokenizer):
+    layers = tiny_model.get_decoder().layers
+    before = [len(layer._forward_hooks) for layer in layers]
+    with pytest.raises(ValueError):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2, words=(1, 2)), cache=False,
+                **{**OPTS, "block": 512})
+    assert [len(layer._forward_hooks) for layer in layers] == before
+
+
+def test_non_finite_hidden_state_names_layer_and_sample(tiny_model, tiny_tokenizer):
+    def poison(module, args, output):
+        output = output.clone()
+        output[1] = float("nan")
+        return output
+
+    handle = tiny_model.get_decoder().layers[2].register_forward_hook(poison)
+    try:
+        with pytest.raises(FloatingPointError, match=r"layer 2 for sample \d"):
+            capture(tiny_model, tiny_tokenizer, make_conversations(3), batch_size=3, cache=False, **OPTS)
+    finally:
+        handle.remove()
+
+
+def test_generated_replies_are_cached_and_captured(tiny_model, tiny_tokenizer, monkeypatch):
+    conversations = make_conversations(3)
+    opts = dict(OPTS, responses="generate", max_new_tokens=6)
+    with_replies = capture(tiny_model, tiny_tokenizer, conversations, **opts)
+    without = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+    assert with_replies.counts["tokens_seen"] > without.counts["tokens_seen"]
+    monkeypatch.setattr(tiny_model, "generate", lambda *a, **k: pytest.fail("regenerated"))
+    (cache_dir() / "stats").rename(cache_dir() / "old-stats")
+    again = capture(tiny_model, tiny_tokenizer, conversations, **opts)  # replies from their cache
+    np.testing.assert_array_equal(again.Z, with_replies.Z)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(rho=0.0), ValueError, "rho"),
+    (dict(rho=1.5), ValueError, "rho"),
+    (dict(block=1), ValueError, "block"),
+    (dict(exclude="sinks"), ValueError, "exclude"),
+    (dict(select="top"), ValueError, "select"),
+    (dict(responses="sample"), ValueError, "responses"),
+    (dict(on_long="skip"), ValueError, "on_long"),
+])
+def test_bad_arguments(tiny_model, tiny_tokenizer, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2), **{**OPTS, **kwargs})
+
+
+def test_empty_and_malformed_prompts(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="no conversations"):
+        capture(tiny_model, tiny_tokenizer, [], **OPTS)
+    with pytest.raises(ValueError, match="conversation 1"):
+        capture(tiny_model, tiny_tokenizer, [make_conversations(1)[0], []], **OPTS)
+
+
+def test_long_prompts_truncate_or_refuse(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(3, words=(80, 90))
+    stats = capture(tiny_model, tiny_tokenizer, conversations, max_length=64, cache=False, **OPTS)
+    assert stats.counts["truncated_samples"] == 3 and stats.counts["tokens_seen"] == 3 * 64
+    with pytest.raises(ValueError, match="conversation 0 has .* tokens > max_length=64"):
+        capture(tiny_model, tiny_tokenizer, conversations, max_length=64, on_long="error", cache=False, **OPTS)
+
+
+def test_no_full_block_is_an_error(tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="no full block"):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2), cache=False, **{**OPTS, "block": 4096})
+
+
+def test_token_entropy_chunks_and_selection():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 50, bias=False)
+    hidden = torch.randn(37, 8)
+    p = torch.softmax(head(hidden).double(), -1)
+    expected = -(p * p.log()).sum(-1)
+    for chunk in (50, 500, 1 << 24):  # one position, ten, all at once
+        torch.testing.assert_close(token_entropy(hidden, head, chunk_elements=chunk).double(), expected,
+                                   rtol=1e-5, atol=1e-6)
+    entropy = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.2])
+    eligible = torch.tensor([True, True, True, False, True])
+    assert select_positions(entropy, eligible, 0.5).tolist() == [1, 2]
+    assert select_positions(entropy, eligible, 1.0).tolist() == [0, 1, 2, 4]
+    g = lambda: torch.Generator().manual_seed(3)
+    assert select_positions(entropy, eligible, 0.5, "random", g()).tolist() == \
+        select_positions(entropy, eligible, 0.5, "random", g()).tolist()
+
+
+def test_layerstats_round_trip_and_faults(tmp_path):
+    rng = np.random.default_rng(0)
+    Z = rng.normal(size=(3, 4, 5))
+    Z[1, 0] *= 100  # one dominant row in layer 1
+    stats = LayerStats(Z=Z, final_norm=rng.normal(size=(4, 5)), sample_entropy=rng.random((2, 3)),
+                       sample_index=np.array([0, 2]), abs_max=np.ones((3, 5)), abs_sum=np.ones((3, 5)) * 10,
+                       counts={"retained": 10}, metadata={"rho": 0.3})
+    stats.abs_max[2, 4] = 500.0
+    path = stats.save(tmp_path / "s.safetensors")
+    loaded = LayerStats.load(path, expect_metadata={"rho": 0.3})
+    np.testing.assert_array_equal(loaded.Z, Z)
+    assert loaded.counts == {"retained": 10}
+    share = loaded.top_row_energy_share()
+    assert share[1] > 0.99 and share[0] < 0.9
+    assert loaded.massive_dimensions(factor=100) == [[], [], [4]]
+    with pytest.raises(CacheError, match="stale"):
+        LayerStats.load(path, expect_metadata={"rho": 0.5})
+    path.write_bytes(path.read_bytes()[:-7])
+    with pytest.raises(CacheError):
+        LayerStats.load(path)
+
+
+@pytest.mark.slow
+def test_bundled_model_capture(bundled):
+    model, tokenizer = bundled
+    from elsi_lib import calibration_prompts
+    stats = capture(model, tokenizer, calibration_prompts(4, seed=0), rho=0.3, block=8, responses="none",
+                    cache=False, progress=False)
+    assert stats.Z.shape == (30, 8, 576) and np.all(np.isfinite(stats.Z))
+    assert stats.counts["blocks"] >= 4
