@@ -181,10 +181,10 @@ def random_model(arch: str = "llama", *, n_layers: int = 4, hidden_size: int = 6
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.for_model(
-        arch, num_hidden_layers=n_layers, hidden_size=hidden_size, vocab_size=vocab_size,
-        num_attention_heads=n_heads, num_key_value_heads=n_heads,
-        intermediate_size=intermediate_size or 4 * hidden_size, **config_overrides)
+    settings = dict(num_hidden_layers=n_layers, hidden_size=hidden_size, vocab_size=vocab_size,
+                    num_attention_heads=n_heads, num_key_value_heads=n_heads,
+                    intermediate_size=intermediate_size or 4 * hidden_size)
+    config = AutoConfig.for_model(arch, **{**settings, **config_overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=_torch_dtype(dtype))
     return model.eval()

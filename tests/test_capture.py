@@ -280,3 +280,17 @@ def test_bundled_model_capture(bundled):
                     cache=False, progress=False)
     assert stats.Z.shape == (30, 8, 576) and np.all(np.isfinite(stats.Z))
     assert stats.counts["blocks"] >= 4
+
+
+def test_bf16_qwen3_shaped_model_loaded_with_device_map(tiny_tokenizer, tmp_path):
+    from elsi_lib import load_model, random_model
+
+    small = random_model("qwen3", n_layers=6, hidden_size=64, n_heads=4, num_key_value_heads=2, head_dim=16,
+                         vocab_size=len(tiny_tokenizer))
+    small.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    model, tokenizer = load_model(tmp_path, dtype="bfloat16", device_map="cpu")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    stats = capture(model, tokenizer, make_conversations(4), cache=False, **OPTS)
+    assert stats.Z.shape == (6, 4, 64) and stats.Z.dtype == np.float64 and np.all(np.isfinite(stats.Z))
+    assert stats.metadata["dtype"] == "torch.bfloat16"

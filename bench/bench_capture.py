@@ -1,0 +1,111 @@
+"""Capture throughput and peak memory on the bundled SmolLM2, measured in one run.
+
+Prints tokens/s (non-padding tokens) of
+  1. a bare forward that computes the logits at every position and nothing else (the least work
+     that token entropies need),
+  2. a bare forward with logits_to_keep=1,
+  3. capture(..., responses="none") (hooks, chunked entropies, selection, block sums),
+all on the same 64 prompts in the same batches, with the ratios; then the peak resident memory of
+capture in fresh processes for 64 and 256 prompts. Targets: capture >= 0.9x the full-logits
+forward; peak memory for 256 prompts within 10% of that for 64.
+
+    .venv/bin/python bench/bench_capture.py [--prompts 64] [--big 256]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+import torch
+
+import elsi_lib
+from elsi_lib.capture import _prepare, pad_batch, plan_batches
+
+BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
+
+
+def bare_forward_rate(model, tokenizer, prompts, logits_to_keep: int) -> float:
+    samples, _ = _prepare(tokenizer, prompts, "none", BATCH["max_length"], "truncate")
+    batches = plan_batches([len(s.ids) for s in samples], BATCH["batch_size"], BATCH["max_batch_tokens"])
+    tokens, start = 0, time.perf_counter()
+    with torch.no_grad():
+        for batch in batches:
+            ids, mask = pad_batch([samples[i] for i in batch], tokenizer.pad_token_id)
+            model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=logits_to_keep)
+            tokens += int(mask.sum())
+    return tokens / (time.perf_counter() - start)
+
+
+def capture_rate(model, tokenizer, prompts) -> tuple[float, dict]:
+    start = time.perf_counter()
+    stats = elsi_lib.capture(model, tokenizer, prompts, responses="none", cache=False, progress=False, **BATCH)
+    return stats.counts["tokens_seen"] / (time.perf_counter() - start), stats.counts
+
+
+QWEN3_4B_SHAPE = dict(n_layers=36, hidden_size=2560, intermediate_size=9728, n_heads=32, num_key_value_heads=8,
+                      head_dim=128, vocab_size=49152)  # Qwen3-4B but for the vocabulary (SmolLM2's tokenizer)
+
+
+def child(n_prompts: int, qwen3: bool = False) -> None:
+    if qwen3:  # a randomly initialised Qwen3-4B-shaped model in bfloat16, short prompts
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(elsi_lib.models.resolve_model_path(None)[0])
+        model = elsi_lib.random_model("qwen3", dtype="bfloat16", **QWEN3_4B_SHAPE)
+        BATCH.update(max_length=128, max_batch_tokens=1024)
+    else:
+        model, tokenizer = elsi_lib.load_model()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rate, counts = capture_rate(model, tokenizer, elsi_lib.calibration_prompts(n_prompts, seed=0))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_mib": peak / 1024, "after_load_mib": before / 1024, "rate": rate,
+                      "tokens": counts["tokens_seen"]}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--prompts", type=int, default=64)
+    parser.add_argument("--big", type=int, default=256)
+    parser.add_argument("--qwen3", action="store_true",
+                        help="also measure peak memory on a random Qwen3-4B-shaped bf16 model (8 vs 32 prompts, ~5 min, 9 GB)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-qwen3", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        return child(args.child, args.child_qwen3)
+
+    model, tokenizer = elsi_lib.load_model()
+    prompts = elsi_lib.calibration_prompts(args.prompts, seed=0)
+    bare_forward_rate(model, tokenizer, prompts[:8], 0)  # warm-up
+    full = bare_forward_rate(model, tokenizer, prompts, 0)
+    last = bare_forward_rate(model, tokenizer, prompts, 1)
+    rate, counts = capture_rate(model, tokenizer, prompts)
+    print(f"SmolLM2-135M, {args.prompts} prompts, {counts['tokens_seen']} tokens, batches {BATCH}")
+    print(f"{'bare forward, logits at every position':<44}{full:>9.0f} tok/s")
+    print(f"{'bare forward, logits_to_keep=1':<44}{last:>9.0f} tok/s   ({last / full:.2f}x full)")
+    print(f"{'capture(responses=none)':<44}{rate:>9.0f} tok/s   ({rate / full:.2f}x full, target >= 0.90)")
+
+    peak_memory("SmolLM2-135M", args.prompts, args.big, [])
+    if args.qwen3:
+        peak_memory("random Qwen3-4B-shaped, bf16, max_length 128", 8, 32, ["--child-qwen3"])
+
+
+def peak_memory(label: str, small: int, big: int, flags: list[str]) -> None:
+    """Peak resident memory of capture, each size in a fresh process."""
+    peaks = {}
+    for n in (small, big):
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), *flags], capture_output=True, text=True,
+                             check=True)
+        peaks[n] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{label}: peak memory, capture of {n:>4} prompts ({peaks[n]['tokens']:>6} tokens): "
+              f"{peaks[n]['peak_mib']:7.0f} MiB (model loaded: {peaks[n]['after_load_mib']:.0f} MiB)")
+    ratio = peaks[big]["peak_mib"] / peaks[small]["peak_mib"]
+    print(f"{label}: peak ratio {big}/{small} prompts: {ratio:.3f}   (target <= 1.10)")
+
+
+if __name__ == "__main__":
+    main()
