@@ -5,7 +5,7 @@ direction. Prints each method's time on both backends, their ratio, and checks t
 choose the same set with entropies equal to 1e-9 (relative). Targets: elsi and elsi_c >= 200x,
 exhaustive m=3 (7,140 sets) < 1 s.
 
-    .venv/bin/python bench/bench_selection.py [--repeat 3]
+    .venv/bin/python bench/bench_selection.py [--repeat 10]
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def timed(fn, repeat: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--repeat", type=int, default=3, help="fast-path repetitions (best is kept)")
+    parser.add_argument("--repeat", type=int, default=10, help="fast-path repetitions (best is kept)")
     args = parser.parse_args()
     Z = qwen3_4b_shaped()
     print(f"Z shape {Z.shape}; naive = SVD of each (B x |L|d) concatenation, fast = summed B x B Grams")

@@ -12,6 +12,8 @@ import itertools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
+
+from threadpoolctl import ThreadpoolController
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,8 +29,18 @@ _CHUNK = 4096  # sets per batched eigensolve (bounds memory: 4096 x B x B float6
 
 
 @functools.cache
-def _pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(_WORKERS, thread_name_prefix="elsi-eig")
+def _pool() -> tuple[ThreadPoolExecutor, ThreadpoolController]:
+    return ThreadPoolExecutor(_WORKERS, thread_name_prefix="elsi"), ThreadpoolController()
+
+
+def _parallel_map(fn, parts: list) -> list:
+    """fn over parts on a few threads (numpy's BLAS and eigensolver release the GIL). Each call is
+    small, so BLAS's own threads are held at one meanwhile: they would only compete."""
+    if len(parts) < 2 or _WORKERS < 2:
+        return [fn(p) for p in parts]
+    pool, controller = _pool()
+    with controller.limit(limits=1, user_api="blas"):
+        return list(pool.map(fn, parts))
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,8 @@ class SetScorer:
         self.Z = as_layer_stack(Z)
         self.n_layers = self.Z.shape[0]
         self.alpha, self.normalize, self.backend = check_alpha(alpha), normalize, backend
-        self.grams = layer_grams(self.Z, normalize)  # (N, B, B)
+        parts = np.array_split(self.Z, min(_WORKERS, self.n_layers))
+        self.grams = np.concatenate(_parallel_map(lambda part: layer_grams(part, normalize), parts))  # (N, B, B)
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
         self._products = None
@@ -101,12 +114,9 @@ class SetScorer:
     def _compute(self, sets: list[LayerSet]) -> np.ndarray:
         if self.backend == "naive":
             return np.array([matrix_entropy(concat_layers(self.Z, s, self.normalize), self.alpha) for s in sets])
-        chunks = [sets[i:i + _CHUNK] for i in range(0, len(sets), _CHUNK)]
-        if len(sets) >= 2 * _MIN_PARALLEL and _WORKERS > 1:  # LAPACK releases the GIL; split the batch
-            size = -(-len(sets) // _WORKERS)
-            chunks = [sets[i:i + size] for i in range(0, len(sets), size)]
-            return np.concatenate(list(_pool().map(self._gram_chunk, chunks)))
-        return np.concatenate([self._gram_chunk(c) for c in chunks])
+        size = min(_CHUNK, max(_MIN_PARALLEL, -(-len(sets) // _WORKERS)))
+        chunks = [sets[i:i + size] for i in range(0, len(sets), size)]
+        return np.concatenate(_parallel_map(self._gram_chunk, chunks))
 
     def _gram_chunk(self, sets: list[LayerSet]) -> np.ndarray:
         index = np.array(sets)  # (n, |L|)
@@ -158,8 +168,9 @@ def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
 
 
 def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params):
-    """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it
-    may expand to; they are scored together, then `pick` keeps each member's share."""
+    """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it may
+    expand to and how many of the best of them to keep; all are scored in one batch, deduplicated
+    (the first parent found is kept) and the beam pruned to k_beam by entropy."""
     _check_size(m, scorer.n_layers)
     beams = {1: _seed_beam(scorer, k_beam)}
     if m == 1:
@@ -167,7 +178,8 @@ def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer
         return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
     for depth in range(2, m + 1):
         per_member = pools(beams[depth - 1])  # [(member, [candidate sets], keep)]
-        scores = dict(zip(*_score_all(scorer, [s for _, sets, _ in per_member for s in sets])))
+        every = [s for _, sets, _ in per_member for s in sets]
+        scores = dict(zip(every, scorer.entropies(every)))  # one batch for the whole beam
         candidates: dict[LayerSet, BeamEntry] = {}
         for member, sets, keep in per_member:
             for s in sorted(sets, key=lambda s: (-scores[s], s))[:keep]:
@@ -175,11 +187,6 @@ def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer
         beams[depth] = sorted(candidates.values(), key=lambda e: (-e.entropy, e.layers))[:k_beam]
     best = beams[m][0]
     return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
-
-
-def _score_all(scorer: SetScorer, sets: list[LayerSet]):
-    distinct = list(dict.fromkeys(sets))
-    return distinct, scorer.entropies(distinct)
 
 
 def _extensions(member: LayerSet, pool) -> list[LayerSet]:
