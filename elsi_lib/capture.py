@@ -264,7 +264,7 @@ def _validate(conversations, rho, block, exclude, select, on_long, responses, ma
 
 def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0.3, block: int = 32,
             max_length: int = 1024, batch_size: int = 8, max_batch_tokens: int = 4096,
-            responses: str = "generate", max_new_tokens: int = 256, exclude="none", select: str = "entropy",
+            responses: str = "generate", max_new_tokens: int = 128, exclude="none", select: str = "entropy",
             seed: int = 0, on_long: str = "truncate", cache: bool = True, checkpoint_every: int = 8,
             progress: bool = True) -> LayerStats:
     """Layer representatives Z (N, block, d) of `model` on `conversations`, and their statistics.

@@ -14,7 +14,7 @@ from .data import conversations_hash
 from .formatting import model_fingerprint, tokenize_conversation
 
 
-def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 256,
+def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
                        max_prompt_tokens: int = 1024, batch_size: int = 8, cache: bool = True,
                        progress: bool = True, fingerprint: dict | None = None) -> list[str]:
     """Greedy replies (no sampling) of `model` to each conversation's last user turn."""
