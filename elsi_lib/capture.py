@@ -40,7 +40,7 @@ class Sample:
 
 # ---------------------------------------------------------------- pure per-sample steps
 
-def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 24):
+def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 25):
     """H_t = -sum_v p_t(v) log p_t(v) of the next-token distribution (Eq. 9), (T, d) -> (T,).
 
     Logits are formed `chunk_elements // vocab` positions at a time, so a large vocabulary never
@@ -208,7 +208,7 @@ def pad_batch(samples: list[Sample], pad_id: int):
 def _check_finite(hidden, mask, layer: str, samples: list[Sample]) -> None:
     import torch
 
-    if torch.isfinite(hidden[mask.bool()]).all():
+    if torch.isfinite(hidden).all():  # padding rows included: finite too in the normal case
         return
     for row, s in enumerate(samples):
         if not torch.isfinite(hidden[row, : len(s.ids)]).all():
@@ -331,10 +331,13 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
             for layer, hidden in enumerate(captured):
                 _check_finite(hidden, mask, f"layer {layer}", batch)
             _check_finite(final, mask, "the final norm", batch)
+            lengths = [len(s.ids) for s in batch]
+            # one LM-head pass over the batch's real positions (row-major: row 0's tokens first)
+            entropies = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu().split(lengths)
             for row, sample in enumerate(batch):
-                length = len(sample.ids)
+                length = lengths[row]
                 eligible = torch.tensor(sample.eligible, dtype=torch.bool)
-                entropy = token_entropy(final[row, :length], lm_head, softcap).cpu()
+                entropy = entropies[row]
                 generator = torch.Generator().manual_seed(seed * 1_000_003 + sample.index)
                 kept = select_positions(entropy, eligible, rho, select, generator).to(device)
                 layers_kept = torch.stack([h[row].index_select(0, kept) for h in captured]).cpu()  # (N, k, d)
