@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from .cachefiles import cache_dir, sha256_text
+from .cachefiles import atomic_write_bytes, cache_dir, sha256_text
 from .data import conversations_hash
 from .entropy import gram_entropy
 from .formatting import model_fingerprint, tokenize_conversation
@@ -129,8 +129,6 @@ class Accumulator:
 
     def save(self, path: Path, key: str) -> None:
         from safetensors.torch import save
-
-        from .cachefiles import atomic_write_bytes
 
         header = {"key": key, "counts": json.dumps(self.counts), "next_batch": str(self.next_batch)}
         atomic_write_bytes(path, save({k: v.contiguous() for k, v in self.tensors().items()}, metadata=header))

@@ -6,6 +6,7 @@ atomically; `load` refuses a truncated, corrupt or foreign file.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,4 @@ def _checksum(arrays: dict[str, np.ndarray]) -> str:
 
 
 def sha256_bytes(array: np.ndarray) -> str:
-    import hashlib
-
     return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()
