@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -203,7 +201,7 @@ def pad_batch(samples: list[Sample], pad_id: int):
     return ids, mask
 
 
-def _check_finite(hidden, mask, layer: str, samples: list[Sample]) -> None:
+def _check_finite(hidden, layer: str, samples: list[Sample]) -> None:
     import torch
 
     if torch.isfinite(hidden).all():  # padding rows included: finite too in the normal case
@@ -327,8 +325,8 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
             ids, mask = pad_batch(batch, pad_id)
             final = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
             for layer, hidden in enumerate(captured):
-                _check_finite(hidden, mask, f"layer {layer}", batch)
-            _check_finite(final, mask, "the final norm", batch)
+                _check_finite(hidden, f"layer {layer}", batch)
+            _check_finite(final, "the final norm", batch)
             lengths = [len(s.ids) for s in batch]
             # one LM-head pass over the batch's real positions (row-major: row 0's tokens first)
             entropies = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu().split(lengths)

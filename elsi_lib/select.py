@@ -12,11 +12,10 @@ import itertools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-
-from threadpoolctl import ThreadpoolController
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from .cka import _cka_from_products, center_gram, conditional_cka_matrix
 from .entropy import (NORMALIZATIONS, as_layer_stack, check_alpha, check_layers, concat_layers,
