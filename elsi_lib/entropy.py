@@ -110,6 +110,22 @@ def gram_entropy(grams, alpha: float = 1.0) -> np.ndarray:
     return entropy_of_spectrum(eigenvalues, alpha, np.trace(grams, axis1=-2, axis2=-1))
 
 
+def shannon_upper_bound(purity, n: int) -> np.ndarray:
+    """The largest Shannon entropy (nats) of any distribution over n atoms with sum p_i^2 = purity.
+
+    The maximum is attained at p = (x, y, ..., y), one large atom and n-1 equal ones (Harremoes and
+    Topsoe, 2001; `tests/test_entropy.py` checks it against every two-valued distribution). For a
+    Gram matrix G with at most n non-zero eigenvalues, purity = tr(G^2) / tr(G)^2 bounds S_1 from
+    above without an eigensolve: the selection code uses it to skip sets that cannot win.
+    """
+    q = np.clip(np.asarray(purity, dtype=np.float64), 1.0 / n, 1.0)
+    if n == 1:
+        return np.zeros_like(q)
+    x = (1.0 + np.sqrt(np.clip(1.0 - n + n * (n - 1) * q, 0.0, None))) / n  # the large atom, >= 1/n
+    y = (1.0 - x) / (n - 1)
+    return -x * np.log(x) - (n - 1) * y * np.log(np.where(y > 0, y, 1.0))
+
+
 def check_layers(layers: Iterable[int], n_layers: int) -> tuple[int, ...]:
     """A sorted tuple of distinct layer indices in [0, n_layers); anything else is an error."""
     layers = list(layers)

@@ -4,6 +4,12 @@ and layer-id conventions of the engines.
 All scoring goes through `SetScorer`, which has two interchangeable backends: "gram" (summed
 B x B Gram matrices and a batched eigensolver, the default) and "naive" (an SVD of each explicit
 concatenation, the definition). Both give the same sets and entropies to round-off.
+
+Every choice is a "best k of these sets" question (`SetScorer.best`). For Shannon entropy the gram
+backend answers it without scoring every set: the purity tr(G^2)/tr(G)^2 of any set follows from
+the layers' Gram inner products, and bounds S_1 from above (`shannon_upper_bound`). Sets are
+scored in decreasing order of that bound until the k-th best score exceeds every remaining bound,
+so the answer is the same as scoring them all.
 """
 from __future__ import annotations
 
@@ -19,11 +25,11 @@ from threadpoolctl import ThreadpoolController
 
 from .cka import _cka_from_products, center_gram, conditional_cka_matrix
 from .entropy import (NORMALIZATIONS, as_layer_stack, check_alpha, check_layers, concat_layers,
-                      gram_entropy, layer_grams, matrix_entropy)
+                      gram_entropy, layer_grams, matrix_entropy, shannon_upper_bound)
 
 LayerSet = tuple[int, ...]
 _WORKERS = min(4, os.cpu_count() or 1)
-_MIN_PARALLEL = 64  # sets per worker below which threads cost more than they save
+_MIN_PARALLEL = 24  # sets per worker below which threads cost more than they save
 _CHUNK = 4096  # sets per batched eigensolve (bounds memory: 4096 x B x B float64)
 
 
@@ -100,6 +106,56 @@ class SetScorer:
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
         self._products = None
+        self._gram_inner = None
+
+    def upper_bounds(self, sets: list[LayerSet]) -> np.ndarray:
+        """An upper bound on the entropy of each set, from its purity alone (no eigensolve); +inf
+        where none is available (the naive backend, or alpha != 1). Padded by 1e-9 (relative) so
+        that round-off can never let it fall below the exact entropy."""
+        if self.backend == "naive" or self.alpha != 1.0:
+            return np.full(len(sets), np.inf)
+        if self._gram_inner is None:
+            flat = self.grams.reshape(self.n_layers, -1)  # (N, B*B)
+            self._gram_inner = flat @ flat.T, np.trace(self.grams, axis1=1, axis2=2)  # <G_a, G_b>, tr G_a
+        inner, traces = self._gram_inner
+        index = np.array(sets)  # (n, |L|)
+        purity = inner[index[:, :, None], index[:, None, :]].sum(axis=(1, 2)) / traces[index].sum(axis=1) ** 2
+        bound = shannon_upper_bound(purity, self.grams.shape[1])
+        return bound + 1e-9 * np.maximum(1.0, np.abs(bound))
+
+    def best(self, groups: list[tuple[list[LayerSet], int]]) -> list[list[tuple[LayerSet, float]]]:
+        """For each (sets, keep) in `groups`: the `keep` sets of highest entropy with their entropies,
+        best first, ties broken by the sets' lexicographic order. Exact: each group's sets are scored
+        in decreasing order of their upper bound, in batches shared by all groups, until its keep-th
+        best score exceeds the bound of every set not yet scored."""
+        every = [s for sets, _ in groups for s in sets]
+        by_size: dict[int, list[LayerSet]] = {}
+        for s in dict.fromkeys(every):
+            by_size.setdefault(len(s), []).append(s)
+        bound_of = {s: b for sets in by_size.values() for s, b in zip(sets, self.upper_bounds(sets))}
+        bounds = [np.array([bound_of[s] for s in sets]) for sets, _ in groups]  # one bound pass for all
+        orders = [np.argsort(-b, kind="stable") for b in bounds]
+        n_scored = [0] * len(groups)  # how many of each group's sets, in bound order, are scored
+        answers: list = [None] * len(groups)
+        while any(a is None for a in answers):
+            wanted = []
+            for g, (sets, keep) in enumerate(groups):
+                if answers[g] is not None:
+                    continue
+                n, order, keep = n_scored[g], orders[g], min(keep, len(sets))
+                scored = [sets[i] for i in order[:n]]
+                if n >= keep:
+                    exact = self.entropies(scored)
+                    if n == len(sets) or np.sort(exact)[-keep] > bounds[g][order[n]]:
+                        ranked = sorted(zip(scored, exact), key=lambda pair: (-pair[1], pair[0]))
+                        answers[g] = [(s, float(e)) for s, e in ranked[:keep]]
+                        continue
+                step = len(sets) if not np.isfinite(bounds[g]).all() else max(keep + 2, n)  # doubling
+                n_scored[g] = min(len(sets), n + step)
+                wanted += [sets[i] for i in order[n:n_scored[g]]]
+            if wanted:
+                self.entropies(wanted)  # one batch for every group still open
+        return answers
 
     def entropies(self, sets: list[LayerSet]) -> np.ndarray:
         """S_alpha of each set in `sets` (sorted tuples of one size). Each distinct set is
@@ -113,8 +169,9 @@ class SetScorer:
     def _compute(self, sets: list[LayerSet]) -> np.ndarray:
         if self.backend == "naive":
             return np.array([matrix_entropy(concat_layers(self.Z, s, self.normalize), self.alpha) for s in sets])
-        size = min(_CHUNK, max(_MIN_PARALLEL, -(-len(sets) // _WORKERS)))
-        chunks = [sets[i:i + size] for i in range(0, len(sets), size)]
+        n_chunks = max(-(-len(sets) // _CHUNK), min(_WORKERS, len(sets) // _MIN_PARALLEL), 1)
+        bounds = np.linspace(0, len(sets), n_chunks + 1).astype(int)  # equal chunks, one per worker
+        chunks = [sets[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         return np.concatenate(_parallel_map(self._gram_chunk, chunks))
 
     def _gram_chunk(self, sets: list[LayerSet]) -> np.ndarray:
@@ -145,15 +202,9 @@ def _check_positive(**values) -> None:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _ranked(sets: list[LayerSet], entropies: np.ndarray) -> list[int]:
-    """Indices of `sets` by decreasing entropy; ties broken by the sets' lexicographic order."""
-    return sorted(range(len(sets)), key=lambda i: (-entropies[i], sets[i]))
-
-
 def _seed_beam(scorer: SetScorer, k_beam: int) -> list[BeamEntry]:
     singles = [(l,) for l in range(scorer.n_layers)]
-    scores = scorer.entropies(singles)
-    return [BeamEntry(singles[i], float(scores[i])) for i in _ranked(singles, scores)[:k_beam]]
+    return [BeamEntry(s, e) for s, e in scorer.best([(singles, k_beam)])[0]]
 
 
 def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
@@ -161,15 +212,13 @@ def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
     if not 0 <= lowest < scorer.n_layers:
         raise ValueError(f"min_single_layer must lie in 0..{scorer.n_layers - 1}, got {min_single_layer}")
     singles = [(l,) for l in range(lowest, scorer.n_layers)]
-    scores = scorer.entropies(singles)
-    best = _ranked(singles, scores)[0]
-    return BeamEntry(singles[best], float(scores[best]))
+    return BeamEntry(*scorer.best([(singles, 1)])[0][0])
 
 
 def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params):
     """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it may
-    expand to and how many of the best of them to keep; all are scored in one batch, deduplicated
-    (the first parent found is kept) and the beam pruned to k_beam by entropy."""
+    expand to and how many of the best of them to keep; the kept sets are deduplicated (the first
+    parent found is kept) and the beam pruned to k_beam by entropy."""
     _check_size(m, scorer.n_layers)
     beams = {1: _seed_beam(scorer, k_beam)}
     if m == 1:
@@ -177,13 +226,14 @@ def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer
         return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
     for depth in range(2, m + 1):
         per_member = pools(beams[depth - 1])  # [(member, [candidate sets], keep)]
-        every = [s for _, sets, _ in per_member for s in sets]
-        scores = dict(zip(every, scorer.entropies(every)))  # one batch for the whole beam
-        candidates: dict[LayerSet, BeamEntry] = {}
+        choosy = [(sets, keep) for _, sets, keep in per_member if keep < len(sets)]
+        kept = iter(scorer.best(choosy))  # one shared batch per round for the whole beam
+        parents: dict[LayerSet, LayerSet] = {}
         for member, sets, keep in per_member:
-            for s in sorted(sets, key=lambda s: (-scores[s], s))[:keep]:
-                candidates.setdefault(s, BeamEntry(s, float(scores[s]), member.layers))  # dedup
-        beams[depth] = sorted(candidates.values(), key=lambda e: (-e.entropy, e.layers))[:k_beam]
+            for s in ([s for s, _ in next(kept)] if keep < len(sets) else sets):
+                parents.setdefault(s, member.layers)  # dedup: the first parent found
+        top = scorer.best([(list(parents), k_beam)])[0]
+        beams[depth] = [BeamEntry(s, e, parents[s]) for s, e in top]
     best = beams[m][0]
     return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
 
@@ -240,15 +290,15 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
 
 def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
                backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
-    """The exact optimum: S_alpha of all C(N, m) sets; beams[m] holds the `keep` best."""
+    """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon
+    entropy the gram backend skips the sets whose upper bound rules them out; see SetScorer.best.)"""
     scorer = SetScorer(Z, alpha, normalize, backend)
     _check_size(m, scorer.n_layers)
     total = math.comb(scorer.n_layers, m)
     if total > max_sets:
         raise ValueError(f"C({scorer.n_layers}, {m}) = {total} sets exceeds max_sets={max_sets}")
     sets = list(itertools.combinations(range(scorer.n_layers), m))
-    scores = scorer.entropies(sets)
-    top = [BeamEntry(sets[i], float(scores[i])) for i in _ranked(sets, scores)[:keep]]
+    top = [BeamEntry(s, e) for s, e in scorer.best([(sets, keep)])[0]]
     params = dict(m=m, alpha=alpha, normalize=normalize)
     return Selection(top[0].layers, top[0].entropy, "exhaustive", {m: top}, params, scorer.n_evaluated)
 

@@ -5,7 +5,7 @@ from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
 from elsi_lib import matrix_entropy, set_entropy
-from elsi_lib.entropy import concat_layers, layer_grams
+from elsi_lib.entropy import concat_layers, entropy_of_spectrum, layer_grams, shannon_upper_bound
 
 from conftest import random_layers
 
@@ -131,3 +131,37 @@ def test_set_entropy_bad_input(Z):
         layer_grams(np.zeros((2, 3, 4)))
     with pytest.raises(TypeError, match="integers"):
         concat_layers(Z, (0.5,))
+
+
+def _two_valued_maximum(q: float, n: int) -> float:
+    """Brute force: the largest entropy among distributions with at most two distinct non-zero
+    values (k atoms of x, s-k of y, s <= n) and purity q. By the KKT conditions these include the
+    maximiser."""
+    best = 0.0
+    for s in range(1, n + 1):
+        for k in range(1, s):
+            disc = k * k - k * s + k * s * q * (s - k)
+            for sign in (1, -1):
+                if disc < 0:
+                    continue
+                x = (k + sign * np.sqrt(disc)) / (k * s)
+                y = (1 - k * x) / (s - k)
+                if x > 0 and y > 0:
+                    best = max(best, -k * x * np.log(x) - (s - k) * y * np.log(y))
+        if abs(q - 1 / s) < 1e-12:
+            best = max(best, np.log(s))
+    return best
+
+
+@pytest.mark.parametrize("n", [2, 5, 12])
+def test_shannon_upper_bound_is_the_two_valued_maximum(n):
+    for q in np.linspace(1 / n, 1, 17)[1:]:
+        assert shannon_upper_bound(q, n) == pytest.approx(_two_valued_maximum(q, n), abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 40), st.sampled_from([0.05, 0.3, 1.0, 5.0]), st.integers(0, 2**32 - 1))
+def test_shannon_upper_bound_bounds_every_spectrum(n, concentration, seed):
+    p = np.random.default_rng(seed).dirichlet(np.full(n, concentration))
+    assert entropy_of_spectrum(p) <= shannon_upper_bound((p * p).sum(), n) + 1e-12
+    assert shannon_upper_bound(1.0 / n, n) == pytest.approx(np.log(n))

@@ -138,3 +138,17 @@ def test_convert_layer_ids():
 def test_bad_input(Z, call, message):
     with pytest.raises(ValueError, match=message):
         call(Z)
+
+
+def test_bound_pruning_is_exact_and_skips_sets():
+    """The gram backend skips sets whose purity bound rules them out (Shannon only); the beams, the
+    chosen sets and their entropies are the naive backend's, which scores every set."""
+    Z = random_layers(n_layers=16, rows=8, dim=64, seed=5, shared=4.0)
+    for run in (lambda b: elsi(Z, 3, backend=b), lambda b: exhaustive(Z, 3, backend=b)):
+        fast, naive = run("gram"), run("naive")
+        assert fast.n_evaluated < naive.n_evaluated
+        for depth in naive.beams:
+            assert [(e.layers, e.parent) for e in fast.beams[depth]] == [(e.layers, e.parent) for e in naive.beams[depth]]
+            assert [e.entropy for e in fast.beams[depth]] == pytest.approx([e.entropy for e in naive.beams[depth]], rel=1e-9)
+    renyi = elsi(Z, 3, alpha=2.0)  # no bound for alpha != 1: every candidate is scored
+    assert renyi.n_evaluated == elsi(Z, 3, alpha=2.0, backend="naive").n_evaluated
