@@ -5,7 +5,7 @@ model -> capture -> layer representatives Z (N, B, d) -> entropy / CKA / selecti
 The math modules (`entropy`, `cka`, `select`) are pure functions of arrays; torch and
 transformers are imported only by the model and data code that needs them.
 """
-from .capture import capture, select_positions, token_entropy
+from .capture import capture, capture_variants, select_positions, token_entropy
 from .cka import (centered_gram_products, conditional_cka_matrix, cka_matrix, find_boundaries, linear_cka,
                   transition_scores)
 from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, OverlapError,

