@@ -29,7 +29,7 @@ BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
 
 
 def bare_forward_rate(model, tokenizer, prompts, logits_to_keep: int) -> float:
-    samples, _ = _prepare(tokenizer, prompts, "none", BATCH["max_length"], "truncate")
+    samples, _ = _prepare(tokenizer, prompts, BATCH["max_length"], "truncate")
     batches = plan_batches([len(s.ids) for s in samples], BATCH["batch_size"], BATCH["max_batch_tokens"])
     tokens, start = 0, time.perf_counter()
     with torch.no_grad():
