@@ -16,6 +16,13 @@ def _plt():
     return plt
 
 
+def slug(model_name) -> str:
+    """A file-name-safe form of a model name, hub id or path (e.g. Qwen/Qwen3-4B -> Qwen--Qwen3-4B)."""
+    text = str(model_name).strip().rstrip("/\\")
+    text = text.replace("/", "--").replace("\\", "--")
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
 def save_figure(fig, name: str, out_dir) -> list[Path]:
     """Write `fig` as <out_dir>/<name>.png (150 dpi) and .pdf; metadata fixed so reruns are identical."""
     out_dir = Path(out_dir)

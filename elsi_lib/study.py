@@ -55,8 +55,6 @@ def capture_selections(model_name, conversations, *, rho: float = 0.3, block: in
     model, tokenizer = load_model(model_name)
     stats = capture_variants(model, tokenizer, conversations, variants, block=block, max_length=max_length,
                              responses="none", progress=progress)
-    for s in stats.values():
-        s.metadata["model_name"] = str(model_name)
     del model
     gc.collect()
     return stats

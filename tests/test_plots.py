@@ -56,3 +56,9 @@ def test_tables_as_csv_and_markdown(tmp_path):
     assert pd.read_csv(csv).shape == (2, 3)
     assert md.read_text().splitlines() == ["| method | layers | entropy |", "|---|---|---|",
                                            "| ELSI | (1, 2) | 0.1235 |", "| EAGLE3 | (2, 4) | 1.0000 |"]
+
+
+def test_slug_makes_model_names_file_safe():
+    assert plots.slug("smollm2-135m") == "smollm2-135m"
+    assert plots.slug("Qwen/Qwen3-4B-Instruct-2507") == "Qwen--Qwen3-4B-Instruct-2507"
+    assert plots.slug("/data/my model/") == "--data--my_model"
