@@ -51,7 +51,7 @@ def capture_selections(model_name, conversations, *, rho: float = 0.3, block: in
                        progress: bool = True) -> dict[str, LayerStats]:
     """{selection name: LayerStats} for one model, every selection from one forward pass (cached)."""
     selections = SELECTIONS if selections is None else selections
-    variants = {name: {**({"rho": rho} if "rho" not in spec else {}), **spec} for name, spec in selections.items()}
+    variants = {name: {"rho": rho, **spec} for name, spec in selections.items()}  # a selection's own rho wins
     model, tokenizer = load_model(model_name)
     stats = capture_variants(model, tokenizer, conversations, variants, block=block, max_length=max_length,
                              responses="none", progress=progress)
