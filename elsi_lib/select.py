@@ -124,15 +124,13 @@ class SetScorer:
         return bound + 1e-9 * np.maximum(1.0, np.abs(bound))
 
     def best(self, groups: list[tuple[list[LayerSet], int]]) -> list[list[tuple[LayerSet, float]]]:
-        """For each (sets, keep) in `groups`: the `keep` sets of highest entropy with their entropies,
+        """For each (sets, keep) in `groups` (every set of one size): the `keep` sets of highest
+        entropy with their entropies,
         best first, ties broken by the sets' lexicographic order. Exact: each group's sets are scored
         in decreasing order of their upper bound, in batches shared by all groups, until its keep-th
         best score exceeds the bound of every set not yet scored."""
-        every = [s for sets, _ in groups for s in sets]
-        by_size: dict[int, list[LayerSet]] = {}
-        for s in dict.fromkeys(every):
-            by_size.setdefault(len(s), []).append(s)
-        bound_of = {s: b for sets in by_size.values() for s, b in zip(sets, self.upper_bounds(sets))}
+        distinct = list(dict.fromkeys(s for sets, _ in groups for s in sets))  # all of one size
+        bound_of = dict(zip(distinct, self.upper_bounds(distinct))) if distinct else {}
         bounds = [np.array([bound_of[s] for s in sets]) for sets, _ in groups]  # one bound pass for all
         orders = [np.argsort(-b, kind="stable") for b in bounds]
         n_scored = [0] * len(groups)  # how many of each group's sets, in bound order, are scored
