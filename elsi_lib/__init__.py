@@ -6,8 +6,8 @@ The math modules (`entropy`, `cka`, `select`) are pure functions of arrays; torc
 transformers are imported only by the model and data code that needs them.
 """
 from .capture import capture, capture_variants, select_positions, token_entropy
-from .cka import (centered_gram_products, conditional_cka_matrix, cka_matrix, find_boundaries, linear_cka,
-                  transition_scores)
+from .cka import (centered_gram_products, cka_matrix, conditional_cka_matrices, conditional_cka_matrix,
+                  find_boundaries, linear_cka, transition_scores)
 from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, OverlapError,
                    calibration_prompts, check_disjoint, load_prompts, load_specbench, sample,
                    specbench_conversations)

@@ -18,12 +18,14 @@ def center_gram(grams: np.ndarray) -> np.ndarray:
 
 
 def _cka_from_products(products: np.ndarray) -> np.ndarray:
-    """CKA matrix from inner products P_ij = <K_i, K_j>_F of centered Grams: P_ij / sqrt(P_ii P_jj)."""
-    diag = np.diag(products).copy()
+    """CKA matrices from inner products P_ij = <K_i, K_j>_F of centered Grams: P_ij / sqrt(P_ii P_jj).
+    products: (..., n, n) -> (..., n, n)."""
+    diag = np.diagonal(products, axis1=-2, axis2=-1)  # (..., n)
     if np.any(diag <= 0):
-        bad = np.flatnonzero(diag <= 0).tolist()
+        bad = np.unique(np.nonzero(diag <= 0)[-1]).tolist()
         raise ValueError(f"CKA undefined: representation(s) {bad} have zero variance across rows")
-    return products / np.sqrt(np.outer(diag, diag))
+    root = np.sqrt(diag)
+    return products / (root[..., :, None] * root[..., None, :])
 
 
 def linear_cka(X, Y) -> float:
@@ -54,11 +56,17 @@ def conditional_cka_matrix(products: np.ndarray, conditioned_on) -> np.ndarray:
     Z_{L+i} is the concatenation of the set L with layer i (just L when i is in L). Its centered
     Gram is the sum of its layers' centered Grams, so every inner product is a sum of entries of P.
     """
+    return conditional_cka_matrices(products, [conditioned_on])[0]
+
+
+def conditional_cka_matrices(products: np.ndarray, sets) -> np.ndarray:
+    """`conditional_cka_matrix` for each of k layer sets at once: (k, N, N)."""
     n = len(products)
-    membership = np.zeros(n)
-    membership[list(conditioned_on)] = 1.0
-    coefficients = np.tile(membership, (n, 1)) + np.diag(1.0 - membership)  # row i: layers of L+i
-    return _cka_from_products(coefficients @ products @ coefficients.T)
+    membership = np.zeros((len(sets), 1, n))
+    for row, layers in enumerate(sets):
+        membership[row, 0, list(layers)] = 1.0
+    coefficients = membership + np.eye(n) * (1.0 - membership)  # (k, N, N); row i: the layers of L+i
+    return _cka_from_products(coefficients @ products @ coefficients.transpose(0, 2, 1))
 
 
 def transition_scores(M) -> np.ndarray:

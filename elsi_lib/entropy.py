@@ -14,19 +14,20 @@ import numpy as np
 NORMALIZATIONS = ("none", "frobenius")
 
 
-def as_float64(X, name: str = "X") -> np.ndarray:
-    """A float64 numpy copy of a numpy array or torch tensor; non-finite values are an error."""
+def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
+    """A float64 numpy array (no copy if it already is one) of a numpy array or torch tensor;
+    non-finite values are an error unless check_finite=False (for callers that check later)."""
     if hasattr(X, "detach"):  # torch.Tensor, without importing torch
         X = X.detach().to("cpu").double().numpy()
     array = np.asarray(X, dtype=np.float64)
-    if not np.isfinite(array.sum()) and not np.all(np.isfinite(array)):  # one pass when finite
+    if check_finite and not np.isfinite(array.sum()) and not np.all(np.isfinite(array)):  # one pass when finite
         raise ValueError(f"{name} contains NaN or Inf")
     return array
 
 
-def as_layer_stack(Z) -> np.ndarray:
+def as_layer_stack(Z, check_finite: bool = True) -> np.ndarray:
     """Validate layer representatives Z of shape (N, B, d) and return them as float64."""
-    Z = as_float64(Z, "Z")
+    Z = as_float64(Z, "Z", check_finite)
     if Z.ndim != 3 or min(Z.shape) < 1:
         raise ValueError(f"Z must have shape (N layers, B rows, d features), got {Z.shape}")
     return Z
@@ -93,9 +94,13 @@ def layer_grams(Z, normalize: str = "none") -> np.ndarray:
     """
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
-    Z = as_layer_stack(Z)
-    grams = Z @ Z.transpose(0, 2, 1)  # (N, B, d) @ (N, d, B) -> (N, B, B)
-    traces = np.trace(grams, axis1=1, axis2=2)  # (N,)
+    Z = as_layer_stack(Z, check_finite=False)  # checked below, from the traces: saves a pass over Z
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/Inf/overflow: raised just below
+        grams = Z @ Z.transpose(0, 2, 1)  # (N, B, d) @ (N, d, B) -> (N, B, B)
+    traces = np.trace(grams, axis1=1, axis2=2)  # (N,) sums of squares: finite iff Z is (and fits float64)
+    if not np.all(np.isfinite(traces)):
+        as_layer_stack(Z)  # names NaN/Inf
+        raise ValueError("Z is too large: its squared norms overflow float64")
     if np.any(traces == 0):
         raise ValueError(f"layer(s) {np.flatnonzero(traces == 0).tolist()} of Z are all zero")
     if normalize == "frobenius":
@@ -124,6 +129,52 @@ def shannon_upper_bound(purity, n: int) -> np.ndarray:
     x = (1.0 + np.sqrt(np.clip(1.0 - n + n * (n - 1) * q, 0.0, None))) / n  # the large atom, >= 1/n
     y = (1.0 - x) / (n - 1)
     return -x * np.log(x) - (n - 1) * y * np.log(np.where(y > 0, y, 1.0))
+
+
+def top_eigenvalue_bracket(Gv, GGv, trace, frob2):
+    """Bounds low <= lambda_max(G) <= high for PSD matrices G (each (B, B)) from one power step,
+    without an eigensolve: Gv = G v and GGv = G G v for any vector v (n, B); trace = tr G and
+    frob2 = tr G^2 = sum lambda_i^2 (n,).
+
+    low is the Rayleigh quotient of w = G v. high is Kato-Temple's lambda_max <= r + rho^2 / (r - eta),
+    with rho the residual of w and eta >= lambda_2 taken from min(tr G - r, sqrt(tr G^2 - r^2));
+    it holds when r > eta, else high = +inf (no dominant eigenvalue to separate).
+    """
+    Gv, GGv = np.asarray(Gv, dtype=np.float64), np.asarray(GGv, dtype=np.float64)
+    norm2 = (Gv * Gv).sum(axis=-1)  # ||w||^2
+    safe = np.where(norm2 > 0, norm2, 1.0)
+    low = np.where(norm2 > 0, (Gv * GGv).sum(axis=-1) / safe, 0.0)  # w^T G w / w^T w
+    residual = (GGv - low[..., None] * Gv) / np.sqrt(safe)[..., None]  # (G - r) w / ||w||
+    rho2 = (residual * residual).sum(axis=-1)
+    eta = np.minimum(trace - low, np.sqrt(np.clip(frob2 - low * low, 0.0, None)))  # >= lambda_2
+    separated = (low > eta) & (norm2 > 0)
+    high = np.where(separated, low + rho2 / np.where(separated, low - eta, 1.0), np.inf)
+    return low, high
+
+
+def shannon_upper_bound_dominant(purity, low, high, n: int) -> np.ndarray:
+    """An upper bound on the Shannon entropy of any distribution over n atoms with sum p_i^2 =
+    purity whose largest atom lies in [low, high], low > 1/2 (+inf where low <= 1/2).
+
+    H(p) = h(p_1) + (1 - p_1) H(rest), with h the binary entropy and rest = the other atoms
+    renormalised, whose purity is Q(p_1) = (purity - p_1^2) / (1 - p_1)^2. On [low, high]:
+    h(p_1) <= h(low) (h falls past 1/2), 1 - p_1 <= 1 - low, and H(rest) <= the purity bound at
+    the smallest Q (Q rises up to p_1 = purity and falls after, so it is smallest at an end).
+    Tighter than `shannon_upper_bound` when the spectrum is one large atom and an uneven rest.
+    """
+    q = np.asarray(purity, dtype=np.float64)
+    low, high = np.asarray(low, dtype=np.float64), np.minimum(np.asarray(high, dtype=np.float64), 1.0)
+    usable = (low > 0.5) & (low < 1.0) & (n > 1)
+    a = np.where(usable, low, 0.75)
+    b = np.maximum(np.minimum(high, np.sqrt(np.clip(q, 0.0, 1.0))), a)  # p_1^2 <= purity
+
+    def rest_purity(x):  # 0 (the weakest: any rest) where nothing is left
+        return np.where(x < 1.0, (q - x * x) / np.where(x < 1.0, (1.0 - x) ** 2, 1.0), 0.0)
+
+    rest_q = np.minimum(rest_purity(a), rest_purity(b))
+    h = -a * np.log(a) - (1.0 - a) * np.log1p(-a)
+    bound = h + (1.0 - a) * shannon_upper_bound(rest_q, max(n - 1, 1))
+    return np.where(usable, bound, np.inf)
 
 
 def check_layers(layers: Iterable[int], n_layers: int) -> tuple[int, ...]:

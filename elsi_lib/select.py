@@ -6,10 +6,12 @@ B x B Gram matrices and a batched eigensolver, the default) and "naive" (an SVD 
 concatenation, the definition). Both give the same sets and entropies to round-off.
 
 Every choice is a "best k of these sets" question (`SetScorer.best`). For Shannon entropy the gram
-backend answers it without scoring every set: the purity tr(G^2)/tr(G)^2 of any set follows from
-the layers' Gram inner products, and bounds S_1 from above (`shannon_upper_bound`). Sets are
-scored in decreasing order of that bound until the k-th best score exceeds every remaining bound,
-so the answer is the same as scoring them all.
+backend answers it without scoring every set. An upper bound on S_1 of any set follows from
+per-layer quantities, with no eigensolve: its purity tr(G^2)/tr(G)^2 (`shannon_upper_bound`) and
+a bracket on its largest eigenvalue from one power step (`top_eigenvalue_bracket`,
+`shannon_upper_bound_dominant`). The k sets of highest bound are scored; their worst score is a
+floor, and only sets whose bound reaches it are scored next. The answer is the same as scoring
+them all.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from .cka import _cka_from_products, center_gram, conditional_cka_matrix
+from .cka import _cka_from_products, center_gram, conditional_cka_matrices
 from .entropy import (NORMALIZATIONS, as_layer_stack, check_alpha, check_layers, concat_layers,
-                      gram_entropy, layer_grams, matrix_entropy, shannon_upper_bound)
+                      gram_entropy, layer_grams, matrix_entropy, shannon_upper_bound,
+                      shannon_upper_bound_dominant, top_eigenvalue_bracket)
 
 LayerSet = tuple[int, ...]
 _WORKERS = min(4, os.cpu_count() or 1)
@@ -38,6 +41,16 @@ def _pool() -> tuple[ThreadPoolExecutor, ThreadpoolController]:
     return ThreadPoolExecutor(_WORKERS, thread_name_prefix="elsi"), ThreadpoolController()
 
 
+def _one_blas_thread(fn):
+    """Run a selection with BLAS held at one thread: its products are small, and OpenBLAS's own
+    threads keep spinning after each call, stealing the cores `_parallel_map` splits work over."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with _pool()[1].limit(limits=1, user_api="blas"):
+            return fn(*args, **kwargs)
+    return wrapper
+
+
 def _parallel_map(fn, parts: list) -> list:
     """fn over parts on a few threads (numpy's BLAS and eigensolver release the GIL). Each call is
     small, so BLAS's own threads are held at one meanwhile: they would only compete."""
@@ -46,6 +59,17 @@ def _parallel_map(fn, parts: list) -> list:
     pool, controller = _pool()
     with controller.limit(limits=1, user_api="blas"):
         return list(pool.map(fn, parts))
+
+
+def _power_vector(G: np.ndarray, steps: int = 12) -> np.ndarray:
+    """A unit vector near G's top eigenvector, by power iteration from a fixed start (a few
+    matrix-vector products; an eigensolver costs more). Any vector gives valid bounds in
+    `top_eigenvalue_bracket`; a better one gives tighter bounds."""
+    v = np.random.default_rng(0).normal(size=G.shape[0])
+    for _ in range(steps):
+        v = G @ v
+        v /= np.sqrt(v @ v) or 1.0
+    return v
 
 
 @dataclass(frozen=True)
@@ -98,7 +122,7 @@ class SetScorer:
             raise ValueError(f"backend must be 'gram' or 'naive', got {backend!r}")
         if normalize not in NORMALIZATIONS:
             raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
-        self.Z = as_layer_stack(Z)
+        self.Z = as_layer_stack(Z, check_finite=False)  # layer_grams checks finiteness from the traces
         self.n_layers = self.Z.shape[0]
         self.alpha, self.normalize, self.backend = check_alpha(alpha), normalize, backend
         parts = np.array_split(self.Z, min(_WORKERS, self.n_layers))
@@ -106,53 +130,66 @@ class SetScorer:
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
         self._products = None
-        self._gram_inner = None
+        self._bound_terms = None
 
     def upper_bounds(self, sets: list[LayerSet]) -> np.ndarray:
-        """An upper bound on the entropy of each set, from its purity alone (no eigensolve); +inf
-        where none is available (the naive backend, or alpha != 1). Padded by 1e-9 (relative) so
-        that round-off can never let it fall below the exact entropy."""
+        """An upper bound on the entropy of each set, without an eigensolve; +inf where none is
+        available (the naive backend, or alpha != 1). Padded by 1e-9 (relative) so that round-off
+        can never let it fall below the exact entropy.
+
+        Two bounds, the smaller kept. The purity tr(G^2)/tr(G)^2 of a set's Gram G follows from
+        the layers' Gram inner products (`shannon_upper_bound`). The largest eigenvalue is
+        bracketed by one power step from a vector v shared by all sets, the top eigenvector of the
+        sum of all layers' Grams: G v and G G v are sums of per-layer G_a v and G_a G_b v
+        (`top_eigenvalue_bracket`), and a dominant eigenvalue tightens the bound
+        (`shannon_upper_bound_dominant`)."""
         if self.backend == "naive" or self.alpha != 1.0:
             return np.full(len(sets), np.inf)
-        if self._gram_inner is None:
+        if self._bound_terms is None:
             flat = self.grams.reshape(self.n_layers, -1)  # (N, B*B)
-            self._gram_inner = flat @ flat.T, np.trace(self.grams, axis1=1, axis2=2)  # <G_a, G_b>, tr G_a
-        inner, traces = self._gram_inner
+            stacked = self.grams.reshape(-1, self.grams.shape[1])  # (N*B, B): one product, not N
+            v = _power_vector(self.grams.sum(axis=0))  # (B,)
+            Gv = (stacked @ v).reshape(self.n_layers, -1)  # (N, B): G_a v
+            GGv = (stacked @ Gv.T).reshape(self.n_layers, -1, self.n_layers)  # (N, B, N): [a, :, b] = G_a G_b v
+            self._bound_terms = (flat @ flat.T, np.trace(self.grams, axis1=1, axis2=2), Gv, GGv)  # <G_a, G_b>, tr G_a
+        inner, traces, Gv, GGv = self._bound_terms
         index = np.array(sets)  # (n, |L|)
-        purity = inner[index[:, :, None], index[:, None, :]].sum(axis=(1, 2)) / traces[index].sum(axis=1) ** 2
-        bound = shannon_upper_bound(purity, self.grams.shape[1])
+        rows, cols = index[:, :, None], index[:, None, :]
+        trace, frob2 = traces[index].sum(axis=1), inner[rows, cols].sum(axis=(1, 2))  # tr G, tr G^2
+        low, high = top_eigenvalue_bracket(Gv[index].sum(axis=1), GGv[rows, :, cols].sum(axis=(1, 2)),
+                                           trace, frob2)
+        purity, n = frob2 / trace**2, self.grams.shape[1]
+        bound = np.minimum(shannon_upper_bound(purity, n),
+                           shannon_upper_bound_dominant(purity, low / trace, high / trace, n))
         return bound + 1e-9 * np.maximum(1.0, np.abs(bound))
 
     def best(self, groups: list[tuple[list[LayerSet], int]]) -> list[list[tuple[LayerSet, float]]]:
         """For each (sets, keep) in `groups` (every set of one size): the `keep` sets of highest
-        entropy with their entropies,
-        best first, ties broken by the sets' lexicographic order. Exact: each group's sets are scored
-        in decreasing order of their upper bound, in batches shared by all groups, until its keep-th
-        best score exceeds the bound of every set not yet scored."""
+        entropy with their entropies, best first, ties broken by the sets' lexicographic order.
+
+        Exact, in two batches shared by all groups. First each group's `keep` sets of highest upper
+        bound are scored; their worst score t is a floor for the group's final keep-th best. Then
+        every set whose bound reaches t is scored; any other set's entropy is below t, so it cannot
+        be among the best. With no bound (+inf) the second batch is every set."""
         distinct = list(dict.fromkeys(s for sets, _ in groups for s in sets))  # all of one size
         bound_of = dict(zip(distinct, self.upper_bounds(distinct))) if distinct else {}
-        bounds = [np.array([bound_of[s] for s in sets]) for sets, _ in groups]  # one bound pass for all
-        orders = [np.argsort(-b, kind="stable") for b in bounds]
-        n_scored = [0] * len(groups)  # how many of each group's sets, in bound order, are scored
-        answers: list = [None] * len(groups)
-        while any(a is None for a in answers):
-            wanted = []
-            for g, (sets, keep) in enumerate(groups):
-                if answers[g] is not None:
-                    continue
-                n, order, keep = n_scored[g], orders[g], min(keep, len(sets))
-                scored = [sets[i] for i in order[:n]]
-                if n >= keep:
-                    exact = self.entropies(scored)
-                    if n == len(sets) or np.sort(exact)[-keep] > bounds[g][order[n]]:
-                        ranked = sorted(zip(scored, exact), key=lambda pair: (-pair[1], pair[0]))
-                        answers[g] = [(s, float(e)) for s, e in ranked[:keep]]
-                        continue
-                step = len(sets) if not np.isfinite(bounds[g]).all() else max(keep + 2, n)  # doubling
-                n_scored[g] = min(len(sets), n + step)
-                wanted += [sets[i] for i in order[n:n_scored[g]]]
-            if wanted:
-                self.entropies(wanted)  # one batch for every group still open
+        plans = []  # per group: its sets in decreasing bound order, their bounds, keep
+        for sets, keep in groups:
+            bounds = np.array([bound_of[s] for s in sets])
+            order = np.argsort(-bounds, kind="stable")
+            plans.append(([sets[i] for i in order], bounds[order], min(keep, len(sets))))
+        self.entropies([s for ranked, _, keep in plans for s in ranked[:keep]])
+        wanted = []
+        for ranked, bounds, keep in plans:
+            if keep:
+                floor = self.entropies(ranked[:keep]).min()
+                wanted += ranked[keep:keep + int(np.count_nonzero(bounds[keep:] >= floor))]  # bounds descend
+        self.entropies(wanted)
+        answers = []
+        for ranked, bounds, keep in plans:
+            scored = [s for s in ranked if s in self._memo]
+            top = sorted(scored, key=lambda s: (-self._memo[s], s))[:keep]
+            answers.append([(s, self._memo[s]) for s in top])
         return answers
 
     def entropies(self, sets: list[LayerSet]) -> np.ndarray:
@@ -176,17 +213,20 @@ class SetScorer:
         index = np.array(sets)  # (n, |L|)
         return gram_entropy(self.grams[index].sum(axis=1), self.alpha)  # (n, B, B) -> (n,)
 
-    def conditional_cka(self, layers: LayerSet) -> np.ndarray:
-        """M_L (N, N) of Alg. 2 for the set `layers`."""
+    def conditional_cka(self, sets: list[LayerSet]) -> np.ndarray:
+        """M_L (N, N) of Alg. 2 for each set L in `sets`: (len(sets), N, N)."""
         if self.backend == "naive":
-            members = [concat_layers(self.Z, sorted(set(layers) | {i}), self.normalize)
-                       for i in range(self.n_layers)]
-            centered = center_gram(np.stack([X @ X.T for X in members])).reshape(self.n_layers, -1)
-            return _cka_from_products(centered @ centered.T)
+            out = []
+            for layers in sets:
+                members = [concat_layers(self.Z, sorted(set(layers) | {i}), self.normalize)
+                           for i in range(self.n_layers)]
+                centered = center_gram(np.stack([X @ X.T for X in members])).reshape(self.n_layers, -1)
+                out.append(_cka_from_products(centered @ centered.T))
+            return np.stack(out)
         if self._products is None:
             centered = center_gram(self.grams).reshape(self.n_layers, -1)  # (N, B*B)
             self._products = centered @ centered.T
-        return conditional_cka_matrix(self._products, layers)
+        return conditional_cka_matrices(self._products, sets)
 
 
 def _check_size(m: int, n_layers: int) -> None:
@@ -240,6 +280,7 @@ def _extensions(member: LayerSet, pool) -> list[LayerSet]:
     return [tuple(sorted(member + (int(j),))) for j in pool if j not in member]
 
 
+@_one_blas_thread
 def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, normalize: str = "none",
          min_single_layer: int | None = None, backend: str = "gram") -> Selection:
     """ELSI (paper Alg. 1): beam search over layer sets scored by set entropy S_alpha.
@@ -261,10 +302,13 @@ def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, 
 
 
 def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
-    """delta_L(r) = ||M_L(r, :) - M_L(r-1, :)|| for r >= 1 and delta_L(0) = 0 (Alg. 2): (N,)."""
-    return np.concatenate([[0.0], np.linalg.norm(np.diff(M_L, axis=0), axis=1)])
+    """delta_L(r) = ||M_L(r, :) - M_L(r-1, :)|| for r >= 1 and delta_L(0) = 0 (Alg. 2):
+    (..., N, N) -> (..., N)."""
+    steps = np.linalg.norm(np.diff(M_L, axis=-2), axis=-1)  # (..., N-1)
+    return np.concatenate([np.zeros(steps.shape[:-1] + (1,)), steps], axis=-1)
 
 
+@_one_blas_thread
 def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, normalize: str = "none",
            min_single_layer: int | None = None, backend: str = "gram") -> Selection:
     """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
@@ -275,10 +319,12 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
 
     def pools(beam: list[BeamEntry]):
         out = []
-        for member in beam:
-            delta = conditional_transition_scores(scorer.conditional_cka(member.layers))  # (N,)
-            outside = [r for r in np.argsort(-delta, kind="stable") if r not in member.layers]
-            out.append((member, _extensions(member.layers, outside[:k_pool]), k_pool))
+        deltas = conditional_transition_scores(scorer.conditional_cka([m.layers for m in beam]))  # (k, N)
+        for member, delta in zip(beam, deltas):
+            delta = delta.copy()
+            delta[list(member.layers)] = -np.inf  # members last; the stable sort keeps the rest's order
+            outside = np.argsort(-delta, kind="stable")[:min(k_pool, scorer.n_layers - len(member.layers))]
+            out.append((member, _extensions(member.layers, outside), k_pool))
         return out
 
     params = dict(m=m, k_beam=k_beam, k_pool=k_pool, alpha=alpha, normalize=normalize,
@@ -286,6 +332,7 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
     return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params)
 
 
+@_one_blas_thread
 def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
                backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
     """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon

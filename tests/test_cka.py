@@ -4,7 +4,8 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
-from elsi_lib import cka_matrix, conditional_cka_matrix, find_boundaries, linear_cka, transition_scores
+from elsi_lib import (cka_matrix, conditional_cka_matrices, conditional_cka_matrix, find_boundaries, linear_cka,
+                      transition_scores)
 from elsi_lib.cka import centered_gram_products
 
 from conftest import random_layers
@@ -61,8 +62,11 @@ def test_cka_matrix_matches_pairwise(Z):
 def test_conditional_cka_matches_explicit_concatenations(normalize):
     Z = random_layers(seed=9)
     scale = lambda l: np.linalg.norm(Z[l]) if normalize == "frobenius" else 1.0
-    for L in [(2,), (0, 5), (1, 3, 6)]:
-        M_L = conditional_cka_matrix(centered_gram_products(Z, normalize), L)
+    sets = [(2,), (0, 5), (1, 3, 6)]
+    products = centered_gram_products(Z, normalize)
+    batched = conditional_cka_matrices(products, sets)  # (3, N, N), one product for all sets
+    for L, M_L in zip(sets, batched):
+        np.testing.assert_allclose(M_L, conditional_cka_matrix(products, L), rtol=0, atol=1e-14)
         concat = [np.concatenate([Z[l] / scale(l) for l in sorted(set(L) | {i})], axis=1) for i in range(8)]
         for i in range(8):
             for j in range(8):

@@ -5,7 +5,8 @@ from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
 from elsi_lib import matrix_entropy, set_entropy
-from elsi_lib.entropy import concat_layers, entropy_of_spectrum, layer_grams, shannon_upper_bound
+from elsi_lib.entropy import (concat_layers, entropy_of_spectrum, layer_grams, shannon_upper_bound,
+                               shannon_upper_bound_dominant, top_eigenvalue_bracket)
 
 from conftest import random_layers
 
@@ -165,3 +166,51 @@ def test_shannon_upper_bound_bounds_every_spectrum(n, concentration, seed):
     p = np.random.default_rng(seed).dirichlet(np.full(n, concentration))
     assert entropy_of_spectrum(p) <= shannon_upper_bound((p * p).sum(), n) + 1e-12
     assert shannon_upper_bound(1.0 / n, n) == pytest.approx(np.log(n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 40), st.floats(0.5, 0.999), st.sampled_from([0.05, 0.3, 1.0, 5.0]),
+       st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_dominant_bound_holds_for_any_bracket_of_the_largest_atom(n, top, concentration, below, above, seed):
+    """Whatever the rest of the spectrum, and however loosely [low, high] brackets the largest atom
+    (low > 1/2), the bound stays above the entropy."""
+    rest = np.random.default_rng(seed).dirichlet(np.full(n - 1, concentration)) * (1 - top)
+    p = np.concatenate([[top], rest])
+    low = 0.5 + 1e-9 + below * (top - 0.5 - 1e-9)  # in (1/2, top]
+    high = top + above * (1 - top)  # in [top, 1]
+    bound = shannon_upper_bound_dominant((p * p).sum(), low, high, n)
+    assert entropy_of_spectrum(p) <= bound + 1e-12
+
+
+def test_dominant_bound_is_tighter_when_the_rest_is_uneven_and_void_without_a_dominant_atom():
+    p = np.array([0.9] + [0.05, 0.03, 0.01, 0.005, 0.005])
+    q = (p * p).sum()
+    exact, purity_bound = entropy_of_spectrum(p), shannon_upper_bound(q, 6)
+    dominant = shannon_upper_bound_dominant(q, 0.9, 0.9, 6)
+    assert exact <= dominant < purity_bound
+    assert np.isinf(shannon_upper_bound_dominant(q, 0.5, 0.9, 6))  # low must exceed 1/2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 24), st.floats(0.0, 10.0), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+def test_top_eigenvalue_bracket_contains_the_largest_eigenvalue(n, spike, noise, seed):
+    """low <= lambda_max <= high for any PSD matrix and any vector; the bracket is tight when v is
+    near the top eigenvector of a matrix with a dominant eigenvalue, and open (+inf) when nothing
+    separates lambda_max from the rest."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2 * n)) + spike * rng.normal(size=(n, 1)) * rng.normal(size=(1, 2 * n))
+    G = X @ X.T
+    lam = np.linalg.eigvalsh(G)
+    top_vector = np.linalg.eigh(G)[1][:, -1]
+    v = top_vector + noise * rng.normal(size=n) / np.sqrt(n)
+    low, high = top_eigenvalue_bracket(G @ v, G @ (G @ v), np.trace(G), (G * G).sum())
+    assert low <= lam[-1] * (1 + 1e-12) and lam[-1] <= high * (1 + 1e-12)
+    if np.isfinite(high) and noise == 0.0:
+        assert high - low <= 1e-9 * lam[-1]
+
+
+def test_top_eigenvalue_bracket_is_open_without_a_gap():
+    G = np.eye(4)  # lambda_1 = lambda_2: no separation
+    v = np.array([1.0, 0.5, 0.0, 0.0])
+    low, high = top_eigenvalue_bracket(G @ v, G @ (G @ v), np.trace(G), (G * G).sum())
+    assert low == pytest.approx(1.0) and np.isinf(high)

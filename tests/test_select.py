@@ -6,7 +6,8 @@ from hypothesis import given, settings, strategies as st
 
 from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
                       lowest_entropy_layers, set_entropy, single_layer_entropies)
-from elsi_lib.select import conditional_transition_scores
+from elsi_lib.entropy import shannon_upper_bound
+from elsi_lib.select import SetScorer, conditional_transition_scores
 
 from conftest import random_layers
 
@@ -140,15 +141,36 @@ def test_bad_input(Z, call, message):
         call(Z)
 
 
-def test_bound_pruning_is_exact_and_skips_sets():
-    """The gram backend skips sets whose purity bound rules them out (Shannon only); the beams, the
-    chosen sets and their entropies are the naive backend's, which scores every set."""
-    Z = random_layers(n_layers=16, rows=8, dim=64, seed=5, shared=4.0)
-    for run in (lambda b: elsi(Z, 3, backend=b), lambda b: exhaustive(Z, 3, backend=b)):
+@pytest.mark.parametrize("shared", [0.0, 1.0, 4.0])
+@pytest.mark.parametrize("normalize", ["none", "frobenius"])
+def test_bound_pruning_is_exact_and_skips_sets(shared, normalize):
+    """The gram backend skips sets whose upper bound rules them out (Shannon only); the beams, the
+    chosen sets and their entropies are the naive backend's, which scores every set. With and
+    without a dominant shared direction (which the eigenvalue bracket exploits)."""
+    Z = random_layers(n_layers=16, rows=8, dim=64, seed=5, shared=shared)
+    runs = (lambda b: elsi(Z, 3, normalize=normalize, backend=b),
+            lambda b: elsi_c(Z, 3, normalize=normalize, backend=b),
+            lambda b: exhaustive(Z, 3, normalize=normalize, backend=b))
+    for run in runs:
         fast, naive = run("gram"), run("naive")
-        assert fast.n_evaluated < naive.n_evaluated
+        assert fast.n_evaluated <= naive.n_evaluated
         for depth in naive.beams:
             assert [(e.layers, e.parent) for e in fast.beams[depth]] == [(e.layers, e.parent) for e in naive.beams[depth]]
             assert [e.entropy for e in fast.beams[depth]] == pytest.approx([e.entropy for e in naive.beams[depth]], rel=1e-9)
+    assert exhaustive(Z, 3, normalize=normalize).n_evaluated < 100  # of C(16, 3) = 560
     renyi = elsi(Z, 3, alpha=2.0)  # no bound for alpha != 1: every candidate is scored
     assert renyi.n_evaluated == elsi(Z, 3, alpha=2.0, backend="naive").n_evaluated
+
+
+def test_upper_bounds_lie_between_the_entropy_and_the_purity_bound():
+    """Every set's bound is at least its entropy and at most the purity bound; with a dominant
+    shared direction the eigenvalue bracket makes it strictly tighter."""
+    Z = random_layers(n_layers=12, rows=8, dim=64, seed=2, shared=4.0)
+    scorer = SetScorer(Z)
+    sets = list(itertools.combinations(range(12), 2))
+    bounds, exact = scorer.upper_bounds(sets), scorer.entropies(sets)
+    grams = np.array([scorer.grams[list(s)].sum(axis=0) for s in sets])
+    purity = (grams * grams).sum(axis=(1, 2)) / np.trace(grams, axis1=1, axis2=2) ** 2
+    assert np.all(exact <= bounds)
+    assert np.all(bounds <= shannon_upper_bound(purity, 8) * (1 + 2e-9))
+    assert np.mean(bounds < shannon_upper_bound(purity, 8)) > 0.9
