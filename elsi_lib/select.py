@@ -139,8 +139,9 @@ class SetScorer:
 
         Two bounds, the smaller kept. The purity tr(G^2)/tr(G)^2 of a set's Gram G follows from
         the layers' Gram inner products (`shannon_upper_bound`). The largest eigenvalue is
-        bracketed by one power step from a vector v shared by all sets, the top eigenvector of the
-        sum of all layers' Grams: G v and G G v are sums of per-layer G_a v and G_a G_b v
+        bracketed by one power step from a vector v shared by all sets, close to the top
+        eigenvector of the sum of all layers' Grams: G v and G G v are sums of per-layer G_a v and
+        G_a G_b v
         (`top_eigenvalue_bracket`), and a dominant eigenvalue tightens the bound
         (`shannon_upper_bound_dominant`)."""
         if self.backend == "naive" or self.alpha != 1.0:
@@ -319,7 +320,7 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
 
     def pools(beam: list[BeamEntry]):
         out = []
-        deltas = conditional_transition_scores(scorer.conditional_cka([m.layers for m in beam]))  # (k, N)
+        deltas = conditional_transition_scores(scorer.conditional_cka([member.layers for member in beam]))  # (k, N)
         for member, delta in zip(beam, deltas):
             delta = delta.copy()
             delta[list(member.layers)] = -np.inf  # members last; the stable sort keeps the rest's order
