@@ -33,7 +33,7 @@ from .entropy import (NORMALIZATIONS, as_layer_stack, check_alpha, check_layers,
 LayerSet = tuple[int, ...]
 _WORKERS = min(4, os.cpu_count() or 1)
 _MIN_PARALLEL = 24  # sets per worker below which threads cost more than they save
-_CHUNK = 4096  # sets per batched eigensolve (bounds memory: 4096 x B x B float64)
+_CHUNK = 4096  # sets per batched eigensolve or bound pass (bounds memory: 4096 x B x B float64)
 
 
 @functools.cache
@@ -146,6 +146,8 @@ class SetScorer:
         (`shannon_upper_bound_dominant`)."""
         if self.backend == "naive" or self.alpha != 1.0:
             return np.full(len(sets), np.inf)
+        if len(sets) > _CHUNK:  # bounds memory: the gather below is (sets, |L|, |L|, B)
+            return np.concatenate([self.upper_bounds(sets[i:i + _CHUNK]) for i in range(0, len(sets), _CHUNK)])
         if self._bound_terms is None:
             flat = self.grams.reshape(self.n_layers, -1)  # (N, B*B)
             stacked = self.grams.reshape(-1, self.grams.shape[1])  # (N*B, B): one product, not N

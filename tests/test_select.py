@@ -174,3 +174,13 @@ def test_upper_bounds_lie_between_the_entropy_and_the_purity_bound():
     assert np.all(exact <= bounds)
     assert np.all(bounds <= shannon_upper_bound(purity, 8) * (1 + 2e-9))
     assert np.mean(bounds < shannon_upper_bound(purity, 8)) > 0.9
+
+
+def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
+    from elsi_lib import select
+    Z = random_layers(n_layers=10, rows=8, dim=32, seed=4, shared=3.0)
+    sets = list(itertools.combinations(range(10), 3))
+    whole = SetScorer(Z).upper_bounds(sets)
+    monkeypatch.setattr(select, "_CHUNK", 7)
+    np.testing.assert_array_equal(SetScorer(Z).upper_bounds(sets), whole)
+    assert exhaustive(Z, 3).layers == exhaustive(Z, 3, backend="naive").layers
