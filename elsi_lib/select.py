@@ -323,8 +323,7 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
     def pools(beam: list[BeamEntry]):
         out = []
         deltas = conditional_transition_scores(scorer.conditional_cka([member.layers for member in beam]))  # (k, N)
-        for member, delta in zip(beam, deltas):
-            delta = delta.copy()
+        for member, delta in zip(beam, deltas):  # deltas is fresh: its rows may be written
             delta[list(member.layers)] = -np.inf  # members last; the stable sort keeps the rest's order
             outside = np.argsort(-delta, kind="stable")[:min(k_pool, scorer.n_layers - len(member.layers))]
             out.append((member, _extensions(member.layers, outside), k_pool))
