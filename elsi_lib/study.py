@@ -1,64 +1,19 @@
-"""The paper's experiments as functions the numbered notebooks call: calibration conversations,
-one capture of every position selection per model, and the tables built from LayerStats.
-
-Calibration follows the paper's setup: fixed conversations (prompt + reply) shared by every target
-model, as the paper shares ShareGPT. Here the replies are written once by `reply_model` (the small
-default model, greedy), because generating them with each target would dominate the run time.
+"""The paper's experiments as functions the numbered notebooks call: the tables and derived
+statistics built from LayerStats. The data they start from comes from `calibration.paper_stats`
+(re-exported here): calibration conversations and one capture of every position selection per model.
 """
 from __future__ import annotations
 
-import gc
 import math
 
 import numpy as np
 
-from .capture import capture_variants
+from .calibration import (SELECTIONS, calibration_conversations, capture_selections, describe, model_names,
+                          paper_stats)
 from .cka import cka_matrix, find_boundaries, transition_scores
-from .data import calibration_prompts
 from .layerstats import LayerStats
-from .models import DEFAULT_MODEL, load_model
-from .responses import generate_responses, with_replies
 from .select import (SetScorer, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
                      lowest_entropy_layers, single_layer_entropies)
-
-# Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
-# random control of the same size, and the entropy filter with chat-template positions (where the
-# attention sinks sit) excluded.
-SELECTIONS = {
-    "all": {"rho": 1.0},
-    "entropy": {"keep_samples": True},
-    "random": {"select": "random"},
-    "entropy_no_template": {"exclude": "template"},
-}
-
-
-def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
-                              max_new_tokens: int = 128, max_length: int = 1024,
-                              progress: bool = True) -> list[list[dict]]:
-    """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached).
-    Replies are generated 16 at a time: on 2 CPU cores that halves the time of batches of 8."""
-    prompts = calibration_prompts(n_prompts, seed=seed)
-    model, tokenizer = load_model(reply_model)
-    replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                                 max_prompt_tokens=max_length, batch_size=16, progress=progress)
-    del model
-    gc.collect()
-    return with_replies(prompts, replies)
-
-
-def capture_selections(model_name, conversations, *, rho: float = 0.3, block: int = 32,
-                       max_length: int = 1024, selections: dict | None = None,
-                       progress: bool = True) -> dict[str, LayerStats]:
-    """{selection name: LayerStats} for one model, every selection from one forward pass (cached)."""
-    selections = SELECTIONS if selections is None else selections
-    variants = {name: {"rho": rho, **spec} for name, spec in selections.items()}  # a selection's own rho wins
-    model, tokenizer = load_model(model_name)
-    stats = capture_variants(model, tokenizer, conversations, variants, block=block, max_length=max_length,
-                             responses="none", progress=progress)
-    del model
-    gc.collect()
-    return stats
-
 
 # ---------------------------------------------------------------- tables and derived statistics
 

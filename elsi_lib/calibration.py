@@ -1,0 +1,102 @@
+"""The calibration step of every paper notebook: prompts -> replies -> one capture per model.
+
+Calibration follows the paper's setup: fixed conversations (prompt + reply) shared by every target
+model, as the paper shares ShareGPT. Here the replies are written once by `reply_model` (the small
+default model, greedy), because generating them with each target would dominate the run time.
+"""
+from __future__ import annotations
+
+import gc
+
+from .capture import capture_variants
+from .data import calibration_prompts
+from .layerstats import LayerStats
+from .models import DEFAULT_MODEL, load_model
+from .responses import generate_responses, with_replies
+from .settings import CaptureSettings
+
+# Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
+# random control of the same size, and the entropy filter with chat-template positions (where the
+# attention sinks sit) excluded.
+SELECTIONS = {
+    "all": {"rho": 1.0},
+    "entropy": {"keep_samples": True},
+    "random": {"select": "random"},
+    "entropy_no_template": {"exclude": "template"},
+}
+REPLY_BATCH = 16  # replies per generate call: on 2 CPU cores that halves the time of batches of 8
+
+
+def model_names(models, model=None) -> list[str]:
+    """The models a notebook runs: `models` (a list, or a comma-separated string as papermill's
+    -p passes it), with `model` first if it is not among them. Anything else is refused."""
+    hint = "pass a list, e.g. papermill -y 'MODELS: [smollm2-135m, qwen2.5-coder-0.5b]' or -p MODELS smollm2-135m,qwen2.5-coder-0.5b"
+    if isinstance(models, str):
+        if any(c in models for c in "[]{}\"'"):
+            raise ValueError(f"MODELS={models!r} is a string, not a list of model names: {hint}")
+        models = [m.strip() for m in models.split(",")]
+    if not isinstance(models, (list, tuple)) or not all(isinstance(m, str) and m.strip() for m in models):
+        raise ValueError(f"MODELS must be a list of model names, got {models!r}: {hint}")
+    names = [m.strip() for m in models]
+    if not names:
+        raise ValueError(f"MODELS is empty: {hint}")
+    if model is not None and model not in names:
+        names = [model, *names]
+    return list(dict.fromkeys(names))
+
+
+def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
+                              max_new_tokens: int = 128, max_length: int = CaptureSettings.max_length,
+                              progress: bool = True) -> list[list[dict]]:
+    """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached)."""
+    prompts = calibration_prompts(n_prompts, seed=seed)
+    model, tokenizer = load_model(reply_model)
+    replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                 max_prompt_tokens=max_length, batch_size=REPLY_BATCH, progress=progress)
+    del model
+    gc.collect()
+    return with_replies(prompts, replies)
+
+
+def capture_selections(model_name, conversations, settings: CaptureSettings | None = None, *,
+                       selections: dict | None = None, progress: bool = True) -> dict[str, LayerStats]:
+    """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
+    Each selection overrides `settings` (default: the paper's) in the fields it names."""
+    settings = settings or CaptureSettings()
+    selections = SELECTIONS if selections is None else selections
+    variants = {name: {"rho": settings.rho, **spec} for name, spec in selections.items()}
+    model, tokenizer = load_model(model_name)
+    stats = capture_variants(model, tokenizer, conversations, variants, block=settings.block,
+                             max_length=settings.max_length, responses="none", progress=progress)
+    del model
+    gc.collect()
+    return stats
+
+
+def paper_stats(models, n_prompts: int, *, capture: dict | None = None, seed: int = 0,
+                reply_model: str = DEFAULT_MODEL, max_new_tokens: int = 128,
+                progress: bool = True) -> dict[str, dict[str, LayerStats]]:
+    """Every paper notebook's data: {model: {selection: LayerStats}} for the `SELECTIONS`.
+
+    `n_prompts` calibration conversations (seeded by `seed`) with `reply_model`'s replies of up to
+    `max_new_tokens` tokens, captured by each model under the paper's settings, changed by
+    `capture` (e.g. {"rho": 0.5, "block": 16}). Everything is cached: later notebooks reuse it.
+    """
+    names = model_names(models)
+    settings = CaptureSettings().replace(**(capture or {}))
+    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model,
+                                              max_new_tokens=max_new_tokens, max_length=settings.max_length,
+                                              progress=progress)
+    return {name: capture_selections(name, conversations, settings, progress=progress) for name in names}
+
+
+def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
+    """One line per model: Z's shape, conversations, tokens and blocks of the paper's selection."""
+    lines = []
+    for name, by_selection in stats.items():
+        paper = by_selection["entropy"]
+        counts, block = paper.counts, paper.Z.shape[1]
+        lines.append(f"{name}: Z {paper.Z.shape}, {counts['samples']} conversations, {counts['tokens_seen']} "
+                     f"tokens, {counts['blocks']} blocks of {block} ({counts['samples_without_block']} "
+                     "conversations too short for a block)")
+    return "\n".join(lines)
