@@ -4,7 +4,7 @@ Prints tokens/s (non-padding tokens) of
   1. a bare forward that computes the logits at every position and nothing else (the least work
      that token entropies need),
   2. a bare forward with logits_to_keep=1,
-  3. capture(..., responses="none") (hooks, chunked entropies, selection, block sums),
+  3. capture(...) (hooks, chunked entropies, selection, block sums),
 all on the same 64 prompts in the same batches, with the ratios; then the peak resident memory of
 capture in fresh processes for 64 and 256 prompts. Targets: capture >= 0.9x the full-logits
 forward; peak memory for 256 prompts within 10% of that for 64.
@@ -23,18 +23,18 @@ import time
 import torch
 
 import elsi_lib
-from elsi_lib.capture import _prepare, pad_batch, plan_batches
+from elsi_lib.forward import pad_batch, pad_id, plan_batches, tokenize_samples
 
 BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
 
 
 def bare_forward_rate(model, tokenizer, prompts, logits_to_keep: int) -> float:
-    samples, _ = _prepare(tokenizer, prompts, BATCH["max_length"], "truncate")
+    samples, _ = tokenize_samples(tokenizer, prompts, BATCH["max_length"])
     batches = plan_batches([len(s.ids) for s in samples], BATCH["batch_size"], BATCH["max_batch_tokens"])
     tokens, start = 0, time.perf_counter()
     with torch.no_grad():
         for batch in batches:
-            ids, mask = pad_batch([samples[i] for i in batch], tokenizer.pad_token_id)
+            ids, mask = pad_batch([samples[i] for i in batch], pad_id(tokenizer))
             model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=logits_to_keep)
             tokens += int(mask.sum())
     return tokens / (time.perf_counter() - start)
@@ -42,7 +42,7 @@ def bare_forward_rate(model, tokenizer, prompts, logits_to_keep: int) -> float:
 
 def capture_rate(model, tokenizer, prompts) -> tuple[float, dict]:
     start = time.perf_counter()
-    stats = elsi_lib.capture(model, tokenizer, prompts, responses="none", cache=False, progress=False, **BATCH)
+    stats = elsi_lib.capture(model, tokenizer, prompts, cache=False, progress=False, **BATCH)
     return stats.counts["tokens_seen"] / (time.perf_counter() - start), stats.counts
 
 
@@ -101,7 +101,7 @@ def main() -> None:
     print(f"SmolLM2-135M, {args.prompts} prompts, {counts['tokens_seen']} tokens, batches {BATCH}")
     print(f"{'bare forward, logits at every position':<44}{full:>9.0f} tok/s")
     print(f"{'bare forward, logits_to_keep=1':<44}{last:>9.0f} tok/s   ({last / full:.2f}x full)")
-    print(f"{'capture(responses=none)':<44}{rate:>9.0f} tok/s   ({rate / full:.2f}x full, target >= 0.90)")
+    print(f"{'capture':<44}{rate:>9.0f} tok/s   ({rate / full:.2f}x full, target >= 0.90)")
 
     peak_memory("SmolLM2-135M", args.prompts, args.big, [])
     if args.qwen3:

@@ -12,7 +12,7 @@ from .capture import capture_variants
 from .data import calibration_prompts
 from .layerstats import LayerStats
 from .models import DEFAULT_MODEL, load_model
-from .responses import generate_responses, with_replies
+from .responses import reply_conversations
 from .settings import CaptureSettings
 
 # Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
@@ -51,23 +51,20 @@ def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str
     """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached)."""
     prompts = calibration_prompts(n_prompts, seed=seed)
     model, tokenizer = load_model(reply_model)
-    replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                                 max_prompt_tokens=max_length, batch_size=REPLY_BATCH, progress=progress)
+    conversations = reply_conversations(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                        max_length=max_length, batch_size=REPLY_BATCH, progress=progress)
     del model
     gc.collect()
-    return with_replies(prompts, replies)
+    return conversations
 
 
 def capture_selections(model_name, conversations, settings: CaptureSettings | None = None, *,
                        selections: dict | None = None, progress: bool = True) -> dict[str, LayerStats]:
     """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
     Each selection overrides `settings` (default: the paper's) in the fields it names."""
-    settings = settings or CaptureSettings()
-    selections = SELECTIONS if selections is None else selections
-    variants = {name: {"rho": settings.rho, **spec} for name, spec in selections.items()}
     model, tokenizer = load_model(model_name)
-    stats = capture_variants(model, tokenizer, conversations, variants, block=settings.block,
-                             max_length=settings.max_length, responses="none", progress=progress)
+    stats = capture_variants(model, tokenizer, conversations, SELECTIONS if selections is None else selections,
+                             settings, progress=progress)
     del model
     gc.collect()
     return stats

@@ -1,17 +1,17 @@
 """Hidden-state capture: model + conversations -> LayerStats (paper Sec. 4.1-4.2, Eq. 9-11).
 
-Per batch: one forward of the decoder with a hook on every decoder layer (removed in `finally`);
-token entropies from the final hidden state through the LM head in chunks (Eq. 9); per sample the
-top fraction rho of positions by entropy (Eq. 10); the retained positions cut into blocks of B and
-summed into running per-layer sums (Eq. 11). Memory is O(N B d) in the number of prompts. Long
-runs checkpoint and resume; under torch.distributed, prompts are sharded and the sums all-reduced.
+Four steps, one function each: look the result up in the cache (`_cached`); run the batched
+teacher-forced forward (`forward.hidden_batches`: per-layer hidden states and token entropies,
+Eq. 9); per sample keep the top fraction rho of positions by entropy (Eq. 10) and add their blocks
+of B to running per-layer float64 sums (`_accumulate`, `Accumulator`; Eq. 11); finish and cache
+(`_finish`). Memory is O(N B d) in the number of prompts. Long runs checkpoint and resume; under
+torch.distributed, prompts are sharded and the sums all-reduced. Conversations are captured as
+given: to cover the model's own replies, write them first (`responses.reply_conversations`).
 """
 from __future__ import annotations
 
 import json
 import math
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -19,54 +19,17 @@ import numpy as np
 from .cachefiles import atomic_write_bytes, cache_dir, sha256_text
 from .data import conversations_hash
 from .entropy import gram_entropy
-from .formatting import model_fingerprint, tokenize_conversation
+from .formatting import model_fingerprint
+from .forward import Sample, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
 from .layerstats import CacheError, LayerStats
-from .responses import generate_responses, with_replies
+from .progress import progress_bar
+from .settings import CaptureSettings
 
-EXCLUDE_MODES = ("none", "first", "template")
-SELECT_MODES = ("entropy", "random")
 COUNT_KEYS = ("samples", "tokens_seen", "tokens_eligible", "retained", "dropped_remainder", "blocks",
               "samples_without_block", "truncated_samples")
 
 
-@dataclass
-class Sample:
-    index: int  # position in the caller's conversation list
-    ids: list[int]
-    is_template: list[bool]  # the chat template added this token
-
-    def eligible(self, exclude) -> list[bool]:
-        """Positions that may enter the statistics under `exclude` (see `capture`)."""
-        if exclude == "none":
-            return [True] * len(self.ids)
-        if exclude == "first":
-            return [p > 0 for p in range(len(self.ids))]
-        if exclude == "template":
-            return [not t for t in self.is_template]
-        return [not exclude(p, t, tpl) for p, (t, tpl) in enumerate(zip(self.ids, self.is_template))]
-
-
 # ---------------------------------------------------------------- pure per-sample steps
-
-def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 25):
-    """H_t = -sum_v p_t(v) log p_t(v) of the next-token distribution (Eq. 9), (T, d) -> (T,).
-
-    Logits are formed `chunk_elements // vocab` positions at a time, so a large vocabulary never
-    materializes a (T x V) tensor.
-    """
-    import torch
-
-    vocab = lm_head.weight.shape[0]
-    step = max(1, chunk_elements // vocab)
-    out = []
-    for start in range(0, final_hidden.shape[0], step):
-        logits = lm_head(final_hidden[start:start + step]).float()  # (c, V)
-        if softcap:
-            logits = softcap * torch.tanh(logits / softcap)
-        logp = torch.log_softmax(logits, dim=-1)
-        out.append(-(logp.exp() * logp).sum(dim=-1))  # (c,)
-    return torch.cat(out) if out else final_hidden.new_zeros(0, dtype=torch.float32)
-
 
 def select_positions(entropy, eligible, rho: float, how: str = "entropy", generator=None):
     """Indices of the kept positions, in their original order (Eq. 10).
@@ -84,6 +47,7 @@ def select_positions(entropy, eligible, rho: float, how: str = "entropy", genera
         order = torch.sort(-entropy[candidates].double(), stable=True).indices
         chosen = candidates[order[:keep]]
     return torch.sort(chosen).values
+
 
 
 # ---------------------------------------------------------------- state kept across batches
@@ -178,259 +142,172 @@ class Accumulator:
         return True
 
 
-# ---------------------------------------------------------------- model plumbing
+# ---------------------------------------------------------------- the entry points
 
-@contextmanager
-def layer_outputs(model):
-    """Collect the output of every decoder layer during a forward; hooks removed in `finally`."""
-    decoder = model.get_decoder()
-    captured: list = [None] * len(decoder.layers)
-
-    def hook_for(i):
-        def hook(module, args, output):
-            captured[i] = (output[0] if isinstance(output, tuple) else output).detach()
-        return hook
-
-    handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(decoder.layers)]
-    try:
-        yield captured
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def plan_batches(lengths: list[int], batch_size: int, max_batch_tokens: int) -> list[list[int]]:
-    """Group sample positions by length into batches of at most `batch_size` samples and
-    `max_batch_tokens` padded tokens; deterministic for given lengths."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches, current = [], []
-    for i in order:
-        if current and (len(current) + 1 > batch_size or (len(current) + 1) * lengths[i] > max_batch_tokens):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
-def pad_batch(samples: list[Sample], pad_id: int):
-    """Right-padded (b, T) ids and attention mask."""
-    import torch
-
-    width = max(len(s.ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(samples), width), dtype=torch.long)
-    for row, s in enumerate(samples):
-        ids[row, : len(s.ids)] = torch.tensor(s.ids)
-        mask[row, : len(s.ids)] = 1
-    return ids, mask
-
-
-def _check_finite(hidden, layer: str, samples: list[Sample]) -> None:
-    import torch
-
-    if torch.isfinite(hidden).all():  # padding rows included: finite too in the normal case
-        return
-    for row, s in enumerate(samples):
-        if not torch.isfinite(hidden[row, : len(s.ids)]).all():
-            raise FloatingPointError(f"NaN or Inf in the hidden state of {layer} for sample {s.index} "
-                                     "(fp16 overflow? load the model in bfloat16 or float32)")
-
-
-# ---------------------------------------------------------------- the entry point
-
-def _prepare(tokenizer, conversations, max_length, on_long) -> tuple[list[Sample], int]:
-    samples, truncated = [], 0
-    for index, conversation in enumerate(conversations):
-        ids, is_template = tokenize_conversation(tokenizer, conversation)
-        if len(ids) > max_length:
-            if on_long == "error":
-                raise ValueError(f"conversation {index} has {len(ids)} tokens > max_length={max_length} "
-                                 "(pass on_long='truncate' to cut it)")
-            ids, is_template = ids[:max_length], is_template[:max_length]
-            truncated += 1
-        samples.append(Sample(index, ids, list(is_template)))
-    return samples, truncated
-
-
-VARIANT_KEYS = ("rho", "select", "exclude", "keep_samples")
-
-
-def _validate_variant(name: str, rho, exclude, select) -> None:
-    where = "" if name == "_" else f"variant {name!r}: "
-    if not 0 < rho <= 1:
-        raise ValueError(f"{where}rho must lie in (0, 1], got {rho}")
-    if not (callable(exclude) or exclude in EXCLUDE_MODES):
-        raise ValueError(f"{where}exclude must be one of {EXCLUDE_MODES} or a predicate, got {exclude!r}")
-    if select not in SELECT_MODES:
-        raise ValueError(f"{where}select must be one of {SELECT_MODES}, got {select!r}")
-
-
-def _validate(conversations, block, on_long, responses, max_length):
-    if not conversations:
-        raise ValueError("no conversations to capture")
-    if not isinstance(block, int) or block < 2:
-        raise ValueError(f"block must be an integer >= 2, got {block!r}")
-    if on_long not in ("truncate", "error"):
-        raise ValueError(f"on_long must be 'truncate' or 'error', got {on_long!r}")
-    if responses not in ("generate", "none"):
-        raise ValueError(f"responses must be 'generate' or 'none', got {responses!r}")
-    if max_length < 2:
-        raise ValueError("max_length must be >= 2")
-    for i, conversation in enumerate(conversations):
-        if not conversation or not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation):
-            raise ValueError(f"conversation {i} must be a non-empty list of {{role, content}} messages")
-
-
-def capture(model, tokenizer, conversations: list[list[dict]], *, rho: float = 0.3, block: int = 32,
-            max_length: int = 1024, batch_size: int = 8, max_batch_tokens: int = 4096,
-            responses: str = "generate", max_new_tokens: int = 128, exclude="none", select: str = "entropy",
-            seed: int = 0, on_long: str = "truncate", keep_samples: bool = False, cache: bool = True,
-            checkpoint_every: int = 8, progress: bool = True) -> LayerStats:
+def capture(model, tokenizer, conversations: list[list[dict]], settings: CaptureSettings | None = None, *,
+            batch_size: int = 8, max_batch_tokens: int = 4096, cache: bool = True, checkpoint_every: int = 8,
+            progress: bool = True, **overrides) -> LayerStats:
     """Layer representatives Z (N, block, d) of `model` on `conversations`, and their statistics.
 
-    rho: fraction of each sample's eligible positions kept (1 keeps all). block: B, rows of Z.
-    responses: "generate" appends the model's own greedy reply (cached) before capturing; "none"
-    uses the conversations as they are. exclude: "none" (the paper), "first" (position 0),
-    "template" (every token the chat template adds) or a predicate (position, token_id,
-    is_template) -> bool that is True for positions to leave out. select: "entropy" (the paper) or
-    "random" (the same number of positions, seeded: a control). on_long: "truncate" prompts longer
-    than max_length (counted) or raise ("error"). keep_samples: also keep each sample's block sum
-    (S, N, B, d float32, for bootstrapping over prompts; memory grows with S). Results are cached
-    under the cache directory, keyed by everything that produced them (a predicate `exclude`
-    disables the cache). `capture_variants` computes several selections from one forward pass.
+    `settings` (default: the paper's `CaptureSettings`) decides the result; keyword `overrides`
+    change single fields, e.g. `capture(model, tokenizer, conversations, rho=0.5, block=16)`.
+    Results are cached under the cache directory, keyed by the model's fingerprint, the
+    conversations and every setting (a predicate `exclude` disables the cache); batch_size and
+    max_batch_tokens only set how many samples share a forward. `capture_variants` computes several
+    position selections from one forward pass.
     """
-    variant = dict(rho=rho, exclude=exclude, select=select, keep_samples=keep_samples)
-    return capture_variants(model, tokenizer, conversations, {"_": variant}, block=block, max_length=max_length,
-                            batch_size=batch_size, max_batch_tokens=max_batch_tokens, responses=responses,
-                            max_new_tokens=max_new_tokens, seed=seed, on_long=on_long, cache=cache,
+    settings = _settings(settings, overrides)
+    return capture_variants(model, tokenizer, conversations, {"_": {}}, settings, batch_size=batch_size,
+                            max_batch_tokens=max_batch_tokens, cache=cache,
                             checkpoint_every=checkpoint_every, progress=progress)["_"]
 
 
-def capture_variants(model, tokenizer, conversations: list[list[dict]], variants: dict[str, dict], *,
-                     block: int = 32, max_length: int = 1024, batch_size: int = 8, max_batch_tokens: int = 4096,
-                     responses: str = "generate", max_new_tokens: int = 128, seed: int = 0,
-                     on_long: str = "truncate", cache: bool = True, checkpoint_every: int = 8,
-                     progress: bool = True) -> dict[str, LayerStats]:
+def capture_variants(model, tokenizer, conversations: list[list[dict]], variants: dict[str, dict],
+                     settings: CaptureSettings | None = None, *, batch_size: int = 8,
+                     max_batch_tokens: int = 4096, cache: bool = True, checkpoint_every: int = 8,
+                     progress: bool = True, **overrides) -> dict[str, LayerStats]:
     """Several position selections from one pass over the model: {name: LayerStats}.
 
-    Each variant is a dict of `capture`'s per-selection options (rho, select, exclude,
-    keep_samples; missing ones take capture's defaults), e.g.
+    Each variant is a dict that changes `settings` in the fields one pass can vary
+    (`CaptureSettings.PER_VARIANT`: rho, select, exclude, keep_samples), e.g.
     {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"}}. Each result equals, and
-    is cached exactly as, `capture` with those options: a variant already cached is not recomputed,
-    and the model runs only when some variant is missing.
+    is cached exactly as, `capture` with those settings: a variant already cached is not
+    recomputed, and the model runs only when some variant is missing.
     """
-    import torch
     import torch.distributed as dist
-    from tqdm.auto import tqdm
 
-    if not variants:
-        raise ValueError("no variants to capture")
-    specs = {}
-    for name, options in variants.items():
-        unknown = set(options) - set(VARIANT_KEYS)
-        if unknown:
-            raise ValueError(f"variant {name!r}: unknown option(s) {sorted(unknown)}; use {VARIANT_KEYS}")
-        spec = {"rho": 0.3, "select": "entropy", "exclude": "none", "keep_samples": False, **options}
-        _validate_variant(name, spec["rho"], spec["exclude"], spec["select"])
-        specs[name] = spec
-    _validate(conversations, block, on_long, responses, max_length)
+    specs = _variant_settings(variants, _settings(settings, overrides))
+    check_conversations(conversations)
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    fingerprint = model_fingerprint(model)
-    common = {"model": fingerprint, "prompts_sha256": conversations_hash(conversations),
-              "n_conversations": len(conversations), "block": block, "max_length": max_length,
-              "batch_size": batch_size, "max_batch_tokens": max_batch_tokens, "responses": responses,
-              "max_new_tokens": max_new_tokens if responses == "generate" else None, "seed": seed,
-              "on_long": on_long, "dtype": str(next(model.parameters()).dtype), "library": _versions()}
-    metadata, keys, paths, results = {}, {}, {}, {}
-    for name, spec in specs.items():
-        exclude = spec["exclude"]
-        metadata[name] = {**common, "rho": spec["rho"], "select": spec["select"],
-                          "exclude": exclude if isinstance(exclude, str) else
-                          f"predicate:{getattr(exclude, '__qualname__', '?')}"}
-        if spec["keep_samples"]:
-            metadata[name]["keep_samples"] = True
-        keys[name] = sha256_text(json.dumps(metadata[name], sort_keys=True))[:32]
-        paths[name] = cache_dir() / "stats" / f"{keys[name]}.safetensors"
-        cacheable = cache and isinstance(exclude, str)
-        if cacheable and paths[name].is_file():
-            try:
-                results[name] = LayerStats.load(paths[name], expect_metadata=metadata[name])
-            except CacheError as err:
-                print(f"recomputing {'' if name == '_' else name + ': '}{err}")
+    run = {"model": model_fingerprint(model), "prompts_sha256": conversations_hash(conversations),
+           "n_conversations": len(conversations), "batch_size": batch_size, "max_batch_tokens": max_batch_tokens,
+           "dtype": str(next(model.parameters()).dtype), "library": _versions()}
+    metadata = {name: {**run, **spec.key()} for name, spec in specs.items()}
+    results = _cached(metadata, specs, cache)
     todo = [name for name in specs if name not in results]
     if not todo:
         return {name: results[name] for name in specs}
-    cache = cache and all(isinstance(specs[name]["exclude"], str) for name in todo)
+    cache = cache and all(specs[name].cacheable for name in todo)
 
-    if responses == "generate":
-        replies = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
-                                     max_prompt_tokens=max_length, batch_size=batch_size, cache=cache,
-                                     progress=progress and rank == 0, fingerprint=fingerprint)
-        conversations = with_replies(conversations, replies)
-    samples, truncated = _prepare(tokenizer, conversations, max_length, on_long)
+    shared = specs[todo[0]]  # the fields a pass shares are equal in every variant
+    samples, truncated = tokenize_samples(tokenizer, conversations, shared.max_length, shared.on_long)
     shard = [s for s in samples if s.index % world == rank]
     batches = plan_batches([len(s.ids) for s in shard], batch_size, max_batch_tokens)
-
-    decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
-    n_layers, dim = len(decoder.layers), model.config.hidden_size
-    softcap = getattr(model.config, "final_logit_softcapping", None)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
-    accs = {name: Accumulator(n_layers, block, dim, specs[name]["keep_samples"]) for name in todo}
-    partials = {name: paths[name].with_name(f"{keys[name]}.rank{rank}of{world}.partial.safetensors")
+    shape = (len(model.get_decoder().layers), shared.block, model.config.hidden_size)  # (N, B, d)
+    partials = {name: _path(metadata[name]).with_name(f"{_key(metadata[name])}.rank{rank}of{world}.partial.safetensors")
                 for name in todo}
-    if cache:
-        restored = [accs[name].restore(partials[name], keys[name]) for name in todo]
-        if all(restored) and len({accs[name].next_batch for name in todo}) == 1:
-            print(f"resuming from a checkpoint: batch {accs[todo[0]].next_batch} of {len(batches)}")
-        else:  # a partial set of checkpoints is not trusted: start over
-            accs = {name: Accumulator(n_layers, block, dim, specs[name]["keep_samples"]) for name in todo}
-    start = accs[todo[0]].next_batch
-    device = next(model.parameters()).device
+    accs, start = _accumulators(specs, metadata, partials, shape, len(batches), resume=cache)
 
-    bar = tqdm(total=sum(len(s.ids) for s in shard), unit="tok", desc="capturing", disable=not progress or rank)
+    bar = progress_bar(total=sum(len(s.ids) for s in shard), unit="tok", unit_scale=True, desc="capturing",
+                       disable=not progress or rank > 0)
     bar.update(sum(len(shard[i].ids) for b in batches[:start] for i in b))
-    with torch.no_grad(), layer_outputs(model) as captured:
-        for number in range(start, len(batches)):
-            batch = [shard[i] for i in batches[number]]
-            ids, mask = pad_batch(batch, pad_id)
-            final = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
-            for layer, hidden in enumerate(captured):
-                _check_finite(hidden, f"layer {layer}", batch)
-            _check_finite(final, "the final norm", batch)
-            lengths = [len(s.ids) for s in batch]
-            # one LM-head pass over the batch's real positions (row-major: row 0's tokens first)
-            entropies = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu().split(lengths)
-            for row, sample in enumerate(batch):
-                for name in todo:
-                    spec, acc = specs[name], accs[name]
-                    eligible = torch.tensor(sample.eligible(spec["exclude"]), dtype=torch.bool)
-                    generator = torch.Generator().manual_seed(seed * 1_000_003 + sample.index)
-                    kept = select_positions(entropies[row], eligible, spec["rho"], spec["select"], generator).to(device)
-                    layers_kept = torch.stack([h[row].index_select(0, kept) for h in captured]).cpu()  # (N, k, d)
-                    acc.add_sample(sample.index, layers_kept, final[row].index_select(0, kept).cpu(), block)
-                    acc.counts["tokens_seen"] += lengths[row]
-                    acc.counts["tokens_eligible"] += int(eligible.sum())
-                    acc.counts["samples"] += 1
-            for acc in accs.values():
-                acc.next_batch = number + 1
-            bar.update(int(mask.sum()))
-            if cache and checkpoint_every and (number + 1) % checkpoint_every == 0 and number + 1 < len(batches):
-                for name in todo:
-                    accs[name].save(partials[name], keys[name])
+    for number, hidden in enumerate(hidden_batches(model, shard, batches[start:], pad_id(tokenizer)), start):
+        for row, sample in enumerate(hidden.samples):
+            for name in todo:
+                _accumulate(accs[name], specs[name], sample, hidden, row)
+        for acc in accs.values():
+            acc.next_batch = number + 1
+        bar.update(sum(len(s.ids) for s in hidden.samples))
+        if cache and checkpoint_every and (number + 1) % checkpoint_every == 0 and number + 1 < len(batches):
+            for name in todo:
+                accs[name].save(partials[name], _key(metadata[name]))
     bar.close()
 
     for name in todo:
-        results[name] = _finish(accs[name], distributed, truncated, block, metadata[name])
+        results[name] = _finish(accs[name], distributed, truncated, shared.block, metadata[name])
         if cache and rank == 0:
-            results[name].save(paths[name])
+            results[name].save(_path(metadata[name]))
         if cache:
             partials[name].unlink(missing_ok=True)
     if distributed:
         dist.barrier()
     return {name: results[name] for name in specs}
+
+
+# ---------------------------------------------------------------- the steps
+
+def _settings(settings: CaptureSettings | None, overrides: dict) -> CaptureSettings:
+    if "responses" in overrides or "max_new_tokens" in overrides:
+        raise TypeError("capture uses the conversations as given; to capture the model's own replies, "
+                        "write them first: conversations = elsi_lib.reply_conversations(model, tokenizer, prompts)")
+    if settings is not None and not isinstance(settings, CaptureSettings):
+        raise TypeError(f"settings must be a CaptureSettings, got {type(settings).__name__}")
+    return (settings or CaptureSettings()).replace(**overrides)
+
+
+def _variant_settings(variants: dict[str, dict], settings: CaptureSettings) -> dict[str, CaptureSettings]:
+    """Each variant's full settings: `settings` changed in the per-variant fields it names."""
+    if not variants:
+        raise ValueError("no variants to capture")
+    specs = {}
+    for name, options in variants.items():
+        where = "" if name == "_" else f"variant {name!r}: "
+        unknown = set(options) - set(CaptureSettings.PER_VARIANT)
+        if unknown:
+            raise ValueError(f"{where}unknown option(s) {sorted(unknown)}; use {CaptureSettings.PER_VARIANT}")
+        try:
+            specs[name] = settings.replace(**options)
+        except ValueError as err:
+            raise ValueError(f"{where}{err}") from None
+    return specs
+
+
+def _key(metadata: dict) -> str:
+    return sha256_text(json.dumps(metadata, sort_keys=True))[:32]
+
+
+def _path(metadata: dict) -> Path:
+    return cache_dir() / "stats" / f"{_key(metadata)}.safetensors"
+
+
+def _cached(metadata: dict[str, dict], specs: dict[str, CaptureSettings], cache: bool) -> dict[str, LayerStats]:
+    """Step 1: the variants whose statistics are cached for exactly their metadata. A corrupt or
+    stale entry is reported and left to be recomputed."""
+    found = {}
+    for name, spec in specs.items():
+        path = _path(metadata[name])
+        if cache and spec.cacheable and path.is_file():
+            try:
+                found[name] = LayerStats.load(path, expect_metadata=metadata[name])
+            except CacheError as err:
+                print(f"recomputing {'' if name == '_' else name + ': '}{err}")
+    return found
+
+
+def _accumulators(specs: dict, metadata: dict, partials: dict, shape: tuple, n_batches: int, resume: bool):
+    """Fresh accumulators for the variants in `partials` and the batch to start from; with
+    `resume`, where every variant's checkpoint left off. A missing, foreign or broken checkpoint
+    of any variant means starting over."""
+    def fresh():
+        return {name: Accumulator(*shape, specs[name].keep_samples) for name in partials}
+
+    accs = fresh()
+    if not resume:
+        return accs, 0
+    restored = [accs[name].restore(partials[name], _key(metadata[name])) for name in accs]
+    starts = {acc.next_batch for acc in accs.values()}
+    if all(restored) and len(starts) == 1:
+        start = starts.pop()
+        print(f"resuming from a checkpoint: batch {start} of {n_batches}")
+        return accs, start
+    return fresh(), 0
+
+
+def _accumulate(acc: "Accumulator", spec: CaptureSettings, sample: Sample, hidden, row: int) -> None:
+    """Step 3: one sample of a forward batch into one variant's sums: eligible positions, the
+    top rho of them by entropy (or at random, seeded by the sample), their blocks."""
+    import torch
+
+    eligible = torch.tensor(sample.eligible(spec.exclude), dtype=torch.bool)
+    generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + sample.index)
+    kept = select_positions(hidden.entropies[row], eligible, spec.rho, spec.select, generator)
+    kept = kept.to(hidden.final.device)
+    layers_kept = torch.stack([h[row].index_select(0, kept) for h in hidden.layers]).cpu()  # (N, k, d)
+    acc.add_sample(sample.index, layers_kept, hidden.final[row].index_select(0, kept).cpu(), spec.block)
+    acc.counts["tokens_seen"] += len(sample.ids)
+    acc.counts["tokens_eligible"] += int(eligible.sum())
+    acc.counts["samples"] += 1
 
 
 def _finish(acc: "Accumulator", distributed: bool, truncated: int, block: int, metadata: dict) -> LayerStats:

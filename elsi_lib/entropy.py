@@ -4,6 +4,7 @@ A layer set's representative is the feature-axis concatenation X_L = [Z_a | Z_b 
 Its Gram matrix X_L X_L^T is the sum of the layers' B x B Gram matrices, so the spectrum of any set
 comes from a tiny eigenproblem: that is the fast path `set_entropy` and the selection code use.
 `matrix_entropy` is the direct definition (an SVD), the reference the fast path is checked against.
+Upper bounds on S_1 that selection prunes with, without an eigensolve, are in `bounds`.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Iterable
 import numpy as np
 
 NORMALIZATIONS = ("none", "frobenius")
+LayerSet = tuple[int, ...]  # sorted distinct layer indices, as `check_layers` returns them
 
 
 def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
@@ -115,69 +117,7 @@ def gram_entropy(grams, alpha: float = 1.0) -> np.ndarray:
     return entropy_of_spectrum(eigenvalues, alpha, np.trace(grams, axis1=-2, axis2=-1))
 
 
-def shannon_upper_bound(purity, n: int) -> np.ndarray:
-    """The largest Shannon entropy (nats) of any distribution over n atoms with sum p_i^2 = purity.
-
-    The maximum is attained at p = (x, y, ..., y), one large atom and n-1 equal ones (Harremoes and
-    Topsoe, 2001; `tests/test_entropy.py` checks it against every two-valued distribution). For a
-    Gram matrix G with at most n non-zero eigenvalues, purity = tr(G^2) / tr(G)^2 bounds S_1 from
-    above without an eigensolve: the selection code uses it to skip sets that cannot win.
-    """
-    q = np.clip(np.asarray(purity, dtype=np.float64), 1.0 / n, 1.0)
-    if n == 1:
-        return np.zeros_like(q)
-    x = (1.0 + np.sqrt(np.clip(1.0 - n + n * (n - 1) * q, 0.0, None))) / n  # the large atom, >= 1/n
-    y = (1.0 - x) / (n - 1)
-    return -x * np.log(x) - (n - 1) * y * np.log(np.where(y > 0, y, 1.0))
-
-
-def top_eigenvalue_bracket(Gv, GGv, trace, frob2):
-    """Bounds low <= lambda_max(G) <= high for PSD matrices G (each (B, B)) from one power step,
-    without an eigensolve: Gv = G v and GGv = G G v for any vector v (n, B); trace = tr G and
-    frob2 = tr G^2 = sum lambda_i^2 (n,).
-
-    low is the Rayleigh quotient of w = G v. high is Kato-Temple's lambda_max <= r + rho^2 / (r - eta),
-    with rho the residual of w and eta >= lambda_2 taken from min(tr G - r, sqrt(tr G^2 - r^2));
-    it holds when r > eta, else high = +inf (no dominant eigenvalue to separate).
-    """
-    Gv, GGv = np.asarray(Gv, dtype=np.float64), np.asarray(GGv, dtype=np.float64)
-    norm2 = (Gv * Gv).sum(axis=-1)  # ||w||^2
-    safe = np.where(norm2 > 0, norm2, 1.0)
-    low = np.where(norm2 > 0, (Gv * GGv).sum(axis=-1) / safe, 0.0)  # w^T G w / w^T w
-    residual = (GGv - low[..., None] * Gv) / np.sqrt(safe)[..., None]  # (G - r) w / ||w||
-    rho2 = (residual * residual).sum(axis=-1)
-    eta = np.minimum(trace - low, np.sqrt(np.clip(frob2 - low * low, 0.0, None)))  # >= lambda_2
-    separated = (low > eta) & (norm2 > 0)
-    high = np.where(separated, low + rho2 / np.where(separated, low - eta, 1.0), np.inf)
-    return low, high
-
-
-def shannon_upper_bound_dominant(purity, low, high, n: int) -> np.ndarray:
-    """An upper bound on the Shannon entropy of any distribution over n atoms with sum p_i^2 =
-    purity whose largest atom lies in [low, high], low > 1/2 (+inf where low <= 1/2).
-
-    H(p) = h(p_1) + (1 - p_1) H(rest), with h the binary entropy and rest = the other atoms
-    renormalised, whose purity is Q(p_1) = (purity - p_1^2) / (1 - p_1)^2. On [low, high]:
-    h(p_1) <= h(low) (h falls past 1/2), 1 - p_1 <= 1 - low, and H(rest) <= the purity bound at
-    the smallest Q (Q rises up to p_1 = purity and falls after, so it is smallest at an end).
-    Tighter than `shannon_upper_bound` when the spectrum is one large atom and an uneven rest.
-    """
-    q = np.asarray(purity, dtype=np.float64)
-    low, high = np.asarray(low, dtype=np.float64), np.minimum(np.asarray(high, dtype=np.float64), 1.0)
-    usable = (low > 0.5) & (low < 1.0) & (n > 1)
-    a = np.where(usable, low, 0.75)
-    b = np.maximum(np.minimum(high, np.sqrt(np.clip(q, 0.0, 1.0))), a)  # p_1^2 <= purity
-
-    def rest_purity(x):  # 0 (the weakest: any rest) where nothing is left
-        return np.where(x < 1.0, (q - x * x) / np.where(x < 1.0, (1.0 - x) ** 2, 1.0), 0.0)
-
-    rest_q = np.minimum(rest_purity(a), rest_purity(b))
-    h = -a * np.log(a) - (1.0 - a) * np.log1p(-a)
-    bound = h + (1.0 - a) * shannon_upper_bound(rest_q, max(n - 1, 1))
-    return np.where(usable, bound, np.inf)
-
-
-def check_layers(layers: Iterable[int], n_layers: int) -> tuple[int, ...]:
+def check_layers(layers: Iterable[int], n_layers: int) -> LayerSet:
     """A sorted tuple of distinct layer indices in [0, n_layers); anything else is an error."""
     layers = list(layers)
     if not layers:

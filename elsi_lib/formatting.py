@@ -40,12 +40,26 @@ def tokenize_conversation(tokenizer, conversation: list[dict], add_generation_pr
     return list(encoding["input_ids"]), is_template
 
 
+def truncate(ids: list, max_length: int) -> list:
+    """The one truncation rule, for replies and capture alike: a sequence longer than `max_length`
+    keeps its first `max_length` tokens. The start holds the system prompt and the first-token
+    attention sink that the statistics depend on; a reply to a prompt that already fills
+    `max_length` lies past the cut and never enters them."""
+    return ids[:max_length]
+
+
+# config entries that say where a model was loaded from, not what it computes
+PATH_KEYS = ("_name_or_path", "_model_name_or_path", "name_or_path", "_commit_hash")
+
+
 def model_fingerprint(model) -> dict:
-    """What identifies a model's outputs: its name, a hash of its config, and a hash of a strided
-    sample of every parameter (so two random initialisations of one config differ)."""
+    """What identifies a model's outputs: its class, a hash of its config, and a hash of a strided
+    sample of every parameter (so two random initialisations of one config differ). Nothing in it
+    depends on where the model was loaded from, so caches survive moving the checkout."""
     import torch
 
-    config = json.dumps(model.config.to_dict(), sort_keys=True, default=str)
+    settings = {k: v for k, v in model.config.to_dict().items() if k not in PATH_KEYS}
+    config = json.dumps(settings, sort_keys=True, default=str)
     digest = hashlib.sha256()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -53,6 +67,5 @@ def model_fingerprint(model) -> dict:
             sample = flat[:: max(1, flat.numel() // 256)].to("cpu", torch.float64).numpy()
             digest.update(name.encode() + str(tuple(param.shape)).encode() + str(param.dtype).encode())
             digest.update(sample.tobytes())
-    return {"model": str(getattr(model.config, "_name_or_path", "") or type(model).__name__),
-            "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+    return {"architecture": type(model).__name__, "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
             "weights_sample_sha256": digest.hexdigest()}

@@ -1,7 +1,8 @@
-"""The target model's own greedy replies to calibration prompts, batched and cached.
+"""The reply step: a model's own greedy replies to prompts, batched and cached.
 
-Statistics then cover the tokens a draft will actually predict, and later issues reuse the
-replies as draft training data. The cache is one JSON file per (model, prompts, settings), written
+Capture then covers the tokens a draft will actually predict, and the draft experiments reuse the
+replies as training data. Prompts follow capture's truncation rule (`formatting.truncate`: the
+first `max_length` tokens). The cache is one JSON file per (model, prompts, settings), written
 atomically after every batch, so an interrupted run resumes where it stopped.
 """
 from __future__ import annotations
@@ -11,29 +12,34 @@ from pathlib import Path
 
 from .cachefiles import atomic_write_bytes, cache_dir, sha256_text
 from .data import conversations_hash
-from .formatting import model_fingerprint, tokenize_conversation
+from .formatting import model_fingerprint, tokenize_conversation, truncate
+from .progress import progress_bar
 
 
 def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                       max_prompt_tokens: int = 1024, batch_size: int = 8, cache: bool = True,
+                       max_length: int = 1024, batch_size: int = 8, cache: bool = True,
                        progress: bool = True, fingerprint: dict | None = None) -> list[str]:
-    """Greedy replies (no sampling) of `model` to each conversation's last user turn."""
+    """Greedy replies (no sampling) of `model` to each conversation, rendered with the generation
+    prompt and cut to its first `max_length` tokens."""
     import torch
-    from tqdm.auto import tqdm
 
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
+    if max_length < 1:
+        raise ValueError("max_length must be >= 1")
     key = {"fingerprint": fingerprint or model_fingerprint(model), "prompts": conversations_hash(conversations),
-           "max_new_tokens": max_new_tokens, "max_prompt_tokens": max_prompt_tokens, "batch_size": batch_size}
+           "max_new_tokens": max_new_tokens, "max_length": max_length, "truncate": "keep_first",
+           "batch_size": batch_size}
     path = cache_dir() / "responses" / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
     done = _load(path, key) if cache else []
-    prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0][-max_prompt_tokens:]
+    prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
                for c in conversations]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # similar lengths batch together
     replies: dict[int, str] = dict(done)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    bar = tqdm(total=len(prompts), initial=len(replies), desc="generating replies", disable=not progress)
     todo = [i for i in order if i not in replies]
+    bar = progress_bar(total=len(prompts), initial=len(replies), desc="generating replies", unit="reply",
+                       disable=not progress)
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         width = max(len(prompts[i]) for i in batch)
@@ -67,4 +73,12 @@ def _load(path: Path, key: dict) -> list[tuple[int, str]]:
 
 def with_replies(conversations: list[list[dict]], replies: list[str]) -> list[list[dict]]:
     """Each conversation followed by its reply as an assistant turn."""
+    if len(replies) != len(conversations):
+        raise ValueError(f"{len(replies)} replies for {len(conversations)} conversations")
     return [list(c) + [{"role": "assistant", "content": r}] for c, r in zip(conversations, replies)]
+
+
+def reply_conversations(model, tokenizer, conversations: list[list[dict]], **options) -> list[list[dict]]:
+    """The conversations, each followed by `model`'s greedy reply (`generate_responses` options):
+    the input `capture` takes when the statistics should cover the model's own replies."""
+    return with_replies(conversations, generate_responses(model, tokenizer, conversations, **options))

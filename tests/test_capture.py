@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -5,12 +6,14 @@ import pytest
 import torch
 
 from elsi_lib.cachefiles import cache_dir
-from elsi_lib import CacheError, LayerStats, capture, capture_variants, select_positions, token_entropy
+from elsi_lib import (CacheError, CaptureSettings, LayerStats, capture, capture_variants, reply_conversations,
+                      select_positions, token_entropy)
 from elsi_lib.formatting import tokenize_conversation
+from elsi_lib.forward import tokenize_samples
 
 from conftest import make_conversations, make_tiny_tokenizer
 
-OPTS = dict(rho=0.5, block=4, responses="none", progress=False)
+OPTS = dict(rho=0.5, block=4, progress=False)
 
 
 def reference_capture(model, tokenizer, conversations, rho, block):
@@ -186,16 +189,65 @@ def test_non_finite_hidden_state_names_layer_and_sample(tiny_model, tiny_tokeniz
         handle.remove()
 
 
-def test_generated_replies_are_cached_and_captured(tiny_model, tiny_tokenizer, monkeypatch):
-    conversations = make_conversations(3)
-    opts = dict(OPTS, responses="generate", max_new_tokens=6)
-    with_replies = capture(tiny_model, tiny_tokenizer, conversations, **opts)
-    without = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)
-    assert with_replies.counts["tokens_seen"] > without.counts["tokens_seen"]
-    monkeypatch.setattr(tiny_model, "generate", lambda *a, **k: pytest.fail("regenerated"))
-    (cache_dir() / "stats").rename(cache_dir() / "old-stats")
-    again = capture(tiny_model, tiny_tokenizer, conversations, **opts)  # replies from their cache
-    np.testing.assert_array_equal(again.Z, with_replies.Z)
+def test_replies_are_a_step_of_their_own_cached_and_truncated_as_capture_truncates(tiny_model, tiny_tokenizer,
+                                                                                    monkeypatch):
+    prompts = make_conversations(3) + make_conversations(1, seed=1, words=(80, 90))  # the last one is long
+    replied = reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64,
+                                  progress=False)
+    assert [c[:-1] for c in replied] == prompts and all(c[-1]["role"] == "assistant" for c in replied)
+    with_replies_stats = capture(tiny_model, tiny_tokenizer, replied[:3], **OPTS)
+    without = capture(tiny_model, tiny_tokenizer, prompts[:3], **OPTS)
+    assert with_replies_stats.counts["tokens_seen"] > without.counts["tokens_seen"]
+
+    seen = []  # what generation saw: each row's prompt without its left padding
+    def record(input_ids, attention_mask, max_new_tokens, **kwargs):
+        seen.extend(row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask))
+        return torch.cat([input_ids, torch.zeros(len(input_ids), max_new_tokens, dtype=torch.long)], dim=1)
+    monkeypatch.setattr(tiny_model, "generate", record)
+    assert reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64,
+                               progress=False) == replied  # from the cache: nothing generated
+    assert seen == []
+    reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64, cache=False,
+                        progress=False)
+    samples, truncated = tokenize_samples(tiny_tokenizer, replied, 64)
+    assert max(map(len, seen)) == 64 and truncated >= 1
+    assert samples[3].ids in seen  # one rule: both keep the first max_length tokens of the long prompt
+
+
+def test_capture_takes_conversations_as_given(tiny_model, tiny_tokenizer):
+    with pytest.raises(TypeError, match="reply_conversations"):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2), responses="generate")
+
+
+def test_capture_settings_are_checked_when_built():
+    assert CaptureSettings() == CaptureSettings(rho=0.3, block=32, max_length=1024, exclude="none",
+                                                select="entropy", keep_samples=False, on_long="truncate", seed=0)
+    with pytest.raises(ValueError, match="rho"):
+        CaptureSettings(rho=0)
+    with pytest.raises(ValueError, match="unknown capture setting"):
+        CaptureSettings().replace(rhoo=0.2)
+    assert CaptureSettings().replace(block=16).key()["block"] == 16
+    assert "keep_samples" not in CaptureSettings().key() and CaptureSettings(keep_samples=True).key()["keep_samples"]
+
+
+def test_cached_statistics_are_reused_from_another_checkout_folder(tiny_model, tiny_tokenizer, tmp_path):
+    from elsi_lib import load_model
+
+    conversations = make_conversations(4)
+    for folder in ("checkout-a/model", "elsewhere/b/model"):
+        tiny_model.save_pretrained(tmp_path / folder)
+        tiny_tokenizer.save_pretrained(tmp_path / folder)
+    model_a, tokenizer_a = load_model(tmp_path / "checkout-a/model")
+    first = capture(model_a, tokenizer_a, conversations, **OPTS)
+    model_b, tokenizer_b = load_model(tmp_path / "elsewhere/b/model")
+    calls = []
+    handle = model_b.get_decoder().layers[0].register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        again = capture(model_b, tokenizer_b, conversations, **OPTS)
+    finally:
+        handle.remove()
+    assert calls == [] and np.array_equal(again.Z, first.Z)  # the same cache entry: no forward
+    assert "checkout-a" not in json.dumps(first.metadata) and str(tmp_path) not in json.dumps(first.metadata)
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
@@ -204,7 +256,8 @@ def test_generated_replies_are_cached_and_captured(tiny_model, tiny_tokenizer, m
     (dict(block=1), ValueError, "block"),
     (dict(exclude="sinks"), ValueError, "exclude"),
     (dict(select="top"), ValueError, "select"),
-    (dict(responses="sample"), ValueError, "responses"),
+    (dict(max_length=1), ValueError, "max_length"),
+    (dict(rhoo=0.3), ValueError, "unknown capture setting"),
     (dict(on_long="skip"), ValueError, "on_long"),
 ])
 def test_bad_arguments(tiny_model, tiny_tokenizer, kwargs, error, message):
@@ -276,7 +329,7 @@ def test_layerstats_round_trip_and_faults(tmp_path):
 def test_bundled_model_capture(bundled):
     model, tokenizer = bundled
     from elsi_lib import calibration_prompts
-    stats = capture(model, tokenizer, calibration_prompts(4, seed=0), rho=0.3, block=8, responses="none",
+    stats = capture(model, tokenizer, calibration_prompts(4, seed=0), rho=0.3, block=8,
                     cache=False, progress=False)
     assert stats.Z.shape == (30, 8, 576) and np.all(np.isfinite(stats.Z))
     assert stats.counts["blocks"] >= 4
@@ -302,7 +355,7 @@ VARIANTS = {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"},
 
 def test_variants_equal_separate_captures_from_one_pass(tiny_model, tiny_tokenizer):
     conversations = make_conversations(5)
-    common = dict(block=4, responses="none", progress=False)
+    common = dict(block=4, progress=False)
     calls = []
     handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: calls.append(1))
     try:
@@ -348,8 +401,8 @@ def test_kept_sample_sums_rebuild_Z_and_survive_the_cache(tiny_model, tiny_token
 def test_bad_variants_are_refused(tiny_model, tiny_tokenizer):
     conversations = make_conversations(2)
     with pytest.raises(ValueError, match="no variants"):
-        capture_variants(tiny_model, tiny_tokenizer, conversations, {}, responses="none")
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {})
     with pytest.raises(ValueError, match="unknown option"):
-        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rhoo": 0.2}}, responses="none")
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rhoo": 0.2}})
     with pytest.raises(ValueError, match="variant 'x': rho"):
-        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rho": 2}}, responses="none")
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rho": 2}})

@@ -10,7 +10,7 @@ from elsi_lib import capture
 
 from conftest import make_conversations
 
-OPTS = dict(rho=0.5, block=4, responses="none", batch_size=1, cache=False, progress=False)
+OPTS = dict(rho=0.5, block=4, batch_size=1, cache=False, progress=False)
 
 
 def _worker(rank, world, folder, init_file):

@@ -5,8 +5,8 @@ from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
 from elsi_lib import matrix_entropy, set_entropy
-from elsi_lib.entropy import (concat_layers, entropy_of_spectrum, layer_grams, shannon_upper_bound,
-                               shannon_upper_bound_dominant, top_eigenvalue_bracket)
+from elsi_lib.bounds import shannon_upper_bound, shannon_upper_bound_dominant, top_eigenvalue_bracket
+from elsi_lib.entropy import concat_layers, entropy_of_spectrum, layer_grams
 
 from conftest import random_layers
 

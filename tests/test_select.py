@@ -6,8 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
                       lowest_entropy_layers, set_entropy, single_layer_entropies)
-from elsi_lib.entropy import shannon_upper_bound
-from elsi_lib.select import SetScorer, conditional_transition_scores
+from elsi_lib.bounds import shannon_upper_bound
+from elsi_lib.scorer import SetScorer
+from elsi_lib.select import conditional_transition_scores
 
 from conftest import random_layers
 
@@ -177,10 +178,10 @@ def test_upper_bounds_lie_between_the_entropy_and_the_purity_bound():
 
 
 def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
-    from elsi_lib import select
+    from elsi_lib import scorer
     Z = random_layers(n_layers=10, rows=8, dim=32, seed=4, shared=3.0)
     sets = list(itertools.combinations(range(10), 3))
     whole = SetScorer(Z).upper_bounds(sets)
-    monkeypatch.setattr(select, "_CHUNK", 7)
+    monkeypatch.setattr(scorer, "_CHUNK", 7)
     np.testing.assert_array_equal(SetScorer(Z).upper_bounds(sets), whole)
     assert exhaustive(Z, 3).layers == exhaustive(Z, 3, backend="naive").layers

@@ -1,0 +1,173 @@
+"""Teacher-forced forwards of a causal LM: conversations -> per-layer hidden states and token entropies.
+
+`tokenize_samples` renders and truncates the conversations (one rule: a conversation keeps its first
+`max_length` tokens); `plan_batches` groups them by length; `hidden_batches` runs one forward per
+batch with a hook on every decoder layer and yields each batch's hidden states (layer l = output of
+decoder layer l, plus the state after the final norm) and next-token entropies (Eq. 9). Capture
+reduces what it yields to layer statistics; draft training reads the same features.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from .formatting import tokenize_conversation, truncate
+
+
+@dataclass
+class Sample:
+    index: int  # position in the caller's conversation list
+    ids: list[int]
+    is_template: list[bool]  # the chat template added this token
+
+    def eligible(self, exclude) -> list[bool]:
+        """Positions that may enter the statistics under `exclude` (see `CaptureSettings`)."""
+        if exclude == "none":
+            return [True] * len(self.ids)
+        if exclude == "first":
+            return [p > 0 for p in range(len(self.ids))]
+        if exclude == "template":
+            return [not t for t in self.is_template]
+        return [not exclude(p, t, tpl) for p, (t, tpl) in enumerate(zip(self.ids, self.is_template))]
+
+
+@dataclass
+class HiddenBatch:
+    """One forward's output, on the model's device."""
+
+    samples: list[Sample]
+    layers: list  # N tensors (b, T, d): output of each decoder layer, right-padded rows
+    final: object  # (b, T, d): the last layer after the final norm
+    entropies: list  # per sample, (T_i,) float32 next-token entropies on the CPU
+
+
+def check_conversations(conversations) -> None:
+    if not conversations:
+        raise ValueError("no conversations to capture")
+    for i, conversation in enumerate(conversations):
+        if not conversation or not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation):
+            raise ValueError(f"conversation {i} must be a non-empty list of {{role, content}} messages")
+
+
+def tokenize_samples(tokenizer, conversations, max_length: int, on_long: str = "truncate") -> tuple[list[Sample], int]:
+    """Samples of the rendered conversations and how many were truncated to `max_length`
+    (`on_long="error"` raises instead)."""
+    samples, truncated = [], 0
+    for index, conversation in enumerate(conversations):
+        ids, is_template = tokenize_conversation(tokenizer, conversation)
+        if len(ids) > max_length:
+            if on_long == "error":
+                raise ValueError(f"conversation {index} has {len(ids)} tokens > max_length={max_length} "
+                                 "(pass on_long='truncate' to cut it)")
+            truncated += 1
+        samples.append(Sample(index, truncate(ids, max_length), truncate(list(is_template), max_length)))
+    return samples, truncated
+
+
+def plan_batches(lengths: list[int], batch_size: int, max_batch_tokens: int) -> list[list[int]]:
+    """Group sample positions by length into batches of at most `batch_size` samples and
+    `max_batch_tokens` padded tokens; deterministic for given lengths."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches, current = [], []
+    for i in order:
+        if current and (len(current) + 1 > batch_size or (len(current) + 1) * lengths[i] > max_batch_tokens):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def pad_batch(samples: list[Sample], pad_id: int):
+    """Right-padded (b, T) ids and attention mask."""
+    import torch
+
+    width = max(len(s.ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), width), dtype=torch.long)
+    for row, s in enumerate(samples):
+        ids[row, : len(s.ids)] = torch.tensor(s.ids)
+        mask[row, : len(s.ids)] = 1
+    return ids, mask
+
+
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
+
+
+@contextmanager
+def layer_outputs(model):
+    """Collect the output of every decoder layer during a forward; hooks removed in `finally`."""
+    decoder = model.get_decoder()
+    captured: list = [None] * len(decoder.layers)
+
+    def hook_for(i):
+        def hook(module, args, output):
+            captured[i] = (output[0] if isinstance(output, tuple) else output).detach()
+        return hook
+
+    handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(decoder.layers)]
+    try:
+        yield captured
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 25):
+    """H_t = -sum_v p_t(v) log p_t(v) of the next-token distribution (Eq. 9), (T, d) -> (T,).
+
+    Logits are formed `chunk_elements // vocab` positions at a time, so a large vocabulary never
+    materializes a (T x V) tensor.
+    """
+    import torch
+
+    vocab = lm_head.weight.shape[0]
+    step = max(1, chunk_elements // vocab)
+    out = []
+    for start in range(0, final_hidden.shape[0], step):
+        logits = lm_head(final_hidden[start:start + step]).float()  # (c, V)
+        if softcap:
+            logits = softcap * torch.tanh(logits / softcap)
+        logp = torch.log_softmax(logits, dim=-1)
+        out.append(-(logp.exp() * logp).sum(dim=-1))  # (c,)
+    return torch.cat(out) if out else final_hidden.new_zeros(0, dtype=torch.float32)
+
+
+def check_finite(hidden, layer: str, samples: list[Sample]) -> None:
+    """NaN or Inf in a sample's real positions is an error naming the layer and the sample."""
+    import torch
+
+    if torch.isfinite(hidden).all():  # padding rows included: finite too in the normal case
+        return
+    for row, s in enumerate(samples):
+        if not torch.isfinite(hidden[row, : len(s.ids)]).all():
+            raise FloatingPointError(f"NaN or Inf in the hidden state of {layer} for sample {s.index} "
+                                     "(fp16 overflow? load the model in bfloat16 or float32)")
+
+
+def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: int, *,
+                   entropies: bool = True) -> Iterator[HiddenBatch]:
+    """One teacher-forced forward per batch (lists of positions in `samples`), hooks on every
+    decoder layer; yields each batch's hidden states and, with `entropies`, one LM-head pass over
+    its real positions (Eq. 9). Non-finite states are an error naming the layer and the sample."""
+    import torch
+
+    decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
+    softcap = getattr(model.config, "final_logit_softcapping", None)
+    device = next(model.parameters()).device
+    with torch.no_grad(), layer_outputs(model) as captured:
+        for positions in batches:
+            batch = [samples[i] for i in positions]
+            ids, mask = pad_batch(batch, pad)
+            final = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
+            for layer, hidden in enumerate(captured):
+                check_finite(hidden, f"layer {layer}", batch)
+            check_finite(final, "the final norm", batch)
+            per_sample = []
+            if entropies:  # row-major over the real positions: row 0's tokens first
+                per_sample = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu()
+                per_sample = list(per_sample.split([len(s.ids) for s in batch]))
+            yield HiddenBatch(batch, list(captured), final, per_sample)
