@@ -14,7 +14,8 @@ MODELS_STAMP := $(VENV)/.elsi-models
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-export MPLBACKEND ?= Agg
+# No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
+# and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
 .PHONY: venv models test figures lab data bench clean
 
@@ -39,13 +40,14 @@ $(MODELS_STAMP): $(STAMP)
 test: venv
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider
 
-# Executes every numbered notebook headless at paper scale (both families); executed copies go to
-# build/, figures to figures/, tables to data/results/.
+# Executes every numbered notebook headless at paper scale (both families); executed copies (with
+# their figures inline) go to build/, figures to figures/, tables to data/results/. ELSI_PROGRESS
+# sends the library's progress bars (tokens/s, time left) to this terminal.
 figures: venv models
 	mkdir -p build figures data/results
 	@start=$$(date +%s); for nb in $(NOTEBOOKS); do \
 	  echo "== $$nb"; \
-	  $(BIN)/papermill --cwd notebooks -k elsi -f notebooks/paper_scale.yaml "$$nb" "build/$$(basename $$nb)" || exit 1; \
+	  ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/paper_scale.yaml "$$nb" "build/$$(basename $$nb)" || exit 1; \
 	  echo "   done at $$(( $$(date +%s) - start )) s"; \
 	done
 

@@ -1,9 +1,10 @@
 """elsi: which hidden layers of a target LLM should a speculative-decoding draft see?
 
 Implements "Surfing the Activation Wave" (arXiv 2610.12939). Data flows one way:
-model -> capture -> layer representatives Z (N, B, d) -> entropy / CKA / selection -> figures.
-The math modules (`entropy`, `cka`, `select`) are pure functions of arrays; torch and
-transformers are imported only by the model and data code that needs them.
+model -> replies (`responses`) -> forward -> capture -> layer representatives Z (N, B, d)
+-> entropy / CKA / selection -> figures, tables, engine layer ids (`conventions`).
+The math modules (`entropy`, `cka`, `bounds`, `scorer`, `select`) are pure functions of arrays;
+torch and transformers are imported only by the model and data code that needs them.
 """
 from .capture import capture, capture_variants, select_positions
 from .cka import (centered_gram_products, cka_matrix, conditional_cka_matrices, conditional_cka_matrix,
