@@ -21,7 +21,7 @@ from .bounds import layer_bound_terms, set_upper_bounds
 from .cka import _cka_from_products, center_gram, conditional_cka_matrices
 from .entropy import (NORMALIZATIONS, LayerSet, as_layer_stack, check_alpha, concat_layers, gram_entropy,
                       layer_grams, matrix_entropy)
-from .threads import _MIN_PARALLEL, _WORKERS, _parallel_map
+from .threads import MIN_PARALLEL, WORKERS, parallel_map
 
 _CHUNK = 4096  # sets per batched eigensolve or bound pass (bounds memory: 4096 x B x B float64)
 
@@ -37,8 +37,8 @@ class SetScorer:
         self.Z = as_layer_stack(Z, check_finite=False)  # layer_grams checks finiteness from the traces
         self.n_layers = self.Z.shape[0]
         self.alpha, self.normalize, self.backend = check_alpha(alpha), normalize, backend
-        parts = np.array_split(self.Z, min(_WORKERS, self.n_layers))
-        self.grams = np.concatenate(_parallel_map(lambda part: layer_grams(part, normalize), parts))  # (N, B, B)
+        parts = np.array_split(self.Z, min(WORKERS, self.n_layers))
+        self.grams = np.concatenate(parallel_map(lambda part: layer_grams(part, normalize), parts))  # (N, B, B)
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
         self._products = None
@@ -101,10 +101,10 @@ class SetScorer:
     def _compute(self, sets: list[LayerSet]) -> np.ndarray:
         if self.backend == "naive":
             return np.array([matrix_entropy(concat_layers(self.Z, s, self.normalize), self.alpha) for s in sets])
-        n_chunks = max(-(-len(sets) // _CHUNK), min(_WORKERS, len(sets) // _MIN_PARALLEL), 1)
+        n_chunks = max(-(-len(sets) // _CHUNK), min(WORKERS, len(sets) // MIN_PARALLEL), 1)
         bounds = np.linspace(0, len(sets), n_chunks + 1).astype(int)  # equal chunks, one per worker
         chunks = [sets[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-        return np.concatenate(_parallel_map(self._gram_chunk, chunks))
+        return np.concatenate(parallel_map(self._gram_chunk, chunks))
 
     def _gram_chunk(self, sets: list[LayerSet]) -> np.ndarray:
         index = np.array(sets)  # (n, |L|)

@@ -22,7 +22,7 @@ from .conventions import (CONVENTIONS, ENGINE_CONVENTIONS, convert_layer_ids, ea
                           eagle3_layers)
 from .entropy import LayerSet, check_alpha, gram_entropy, layer_grams
 from .scorer import SetScorer  # re-exported
-from .threads import _one_blas_thread
+from .threads import one_blas_thread
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def _extensions(member: LayerSet, pool) -> list[LayerSet]:
     return [tuple(sorted(member + (int(j),))) for j in pool if j not in member]
 
 
-@_one_blas_thread
+@one_blas_thread
 def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, normalize: str = "none",
          min_single_layer: int | None = None, backend: str = "gram") -> Selection:
     """ELSI (paper Alg. 1): beam search over layer sets scored by set entropy S_alpha.
@@ -146,7 +146,7 @@ def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros(steps.shape[:-1] + (1,)), steps], axis=-1)
 
 
-@_one_blas_thread
+@one_blas_thread
 def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, normalize: str = "none",
            min_single_layer: int | None = None, backend: str = "gram") -> Selection:
     """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
@@ -169,7 +169,7 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
     return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params)
 
 
-@_one_blas_thread
+@one_blas_thread
 def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
                backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
     """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon

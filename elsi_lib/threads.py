@@ -12,30 +12,30 @@ from concurrent.futures import ThreadPoolExecutor
 
 from threadpoolctl import ThreadpoolController
 
-_WORKERS = min(4, os.cpu_count() or 1)
-_MIN_PARALLEL = 24  # sets per worker below which threads cost more than they save
+WORKERS = min(4, os.cpu_count() or 1)
+MIN_PARALLEL = 24  # sets per worker below which threads cost more than they save
 
 
 @functools.cache
-def _pool() -> tuple[ThreadPoolExecutor, ThreadpoolController]:
-    return ThreadPoolExecutor(_WORKERS, thread_name_prefix="elsi"), ThreadpoolController()
+def pool() -> tuple[ThreadPoolExecutor, ThreadpoolController]:
+    return ThreadPoolExecutor(WORKERS, thread_name_prefix="elsi"), ThreadpoolController()
 
 
-def _one_blas_thread(fn):
+def one_blas_thread(fn):
     """Run a selection with BLAS held at one thread: its products are small, and OpenBLAS's own
-    threads keep spinning after each call, stealing the cores `_parallel_map` splits work over."""
+    threads keep spinning after each call, stealing the cores `parallel_map` splits work over."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with _pool()[1].limit(limits=1, user_api="blas"):
+        with pool()[1].limit(limits=1, user_api="blas"):
             return fn(*args, **kwargs)
     return wrapper
 
 
-def _parallel_map(fn, parts: list) -> list:
+def parallel_map(fn, parts: list) -> list:
     """fn over parts on a few threads (numpy's BLAS and eigensolver release the GIL). Each call is
     small, so BLAS's own threads are held at one meanwhile: they would only compete."""
-    if len(parts) < 2 or _WORKERS < 2:
+    if len(parts) < 2 or WORKERS < 2:
         return [fn(p) for p in parts]
-    pool, controller = _pool()
+    executor, controller = pool()
     with controller.limit(limits=1, user_api="blas"):
-        return list(pool.map(fn, parts))
+        return list(executor.map(fn, parts))
