@@ -33,17 +33,23 @@ def save_figure(fig, name: str, out_dir) -> list[Path]:
     return paths
 
 
+CSV_FLOAT_FORMAT = "%.6g"  # 6 significant digits: round-off below that never changes a written table
+
+
 def save_table(df, name: str, out_dir) -> list[Path]:
-    """Write `df` as <out_dir>/<name>.csv and a Markdown table <name>.md."""
+    """Write `df` as <out_dir>/<name>.csv, floats to 6 significant digits (CSV_FLOAT_FORMAT, so a
+    rerun that differs only in round-off writes the same file), and a Markdown table <name>.md,
+    floats to 4 decimals (`markdown_table`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    df.to_csv(csv, index=False)
+    df.to_csv(csv, index=False, float_format=CSV_FLOAT_FORMAT)
     md.write_text(markdown_table(df))
     return [csv, md]
 
 
 def markdown_table(df, digits: int = 4) -> str:
+    """`df` as a Markdown table (no index), floats to `digits` decimals."""
     def cell(v):
         if isinstance(v, (float, np.floating)):
             return f"{v:.{digits}f}"
@@ -60,14 +66,18 @@ def _layer_ticks(ax, n_layers: int, axis: str = "x", step: int | None = None):
     (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks)
 
 
-def entropy_curves(sample_entropy: np.ndarray, title: str, max_lines: int = 60):
-    """Fig. 1: per-layer S_1 of each prompt's own block average (thin lines) and their mean."""
+def entropy_curves(sample_entropy: np.ndarray, title: str, max_lines: int = 60, without_block: int = 0):
+    """Fig. 1: per-layer S_1 of each prompt's own block average (thin lines) and their mean.
+    sample_entropy: (S, N), one row per prompt that filled a block; `without_block` prompts had none
+    (too short) and are named in the legend."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
-    layers = np.arange(sample_entropy.shape[1])
+    n_prompts, layers = len(sample_entropy), np.arange(sample_entropy.shape[1])
     for row in sample_entropy[:max_lines]:
         ax.plot(layers, row, color="tab:blue", alpha=0.15, lw=0.8)
-    ax.plot(layers, sample_entropy.mean(axis=0), color="black", lw=2, label=f"mean over {len(sample_entropy)} prompts")
+    mean_label = f"mean over {n_prompts} prompts" if not without_block else \
+        f"mean over {n_prompts} of {n_prompts + without_block} prompts ({without_block} had no full block)"
+    ax.plot(layers, sample_entropy.mean(axis=0), color="black", lw=2, label=mean_label)
     ax.plot([], [], color="tab:blue", alpha=0.5, lw=0.8, label=f"single prompts (first {min(max_lines, len(sample_entropy))})")
     ax.set(xlabel="layer l (output of decoder layer l)", ylabel=ENTROPY_LABEL, title=title)
     _layer_ticks(ax, len(layers))
@@ -168,10 +178,35 @@ def cka_heatmaps(panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str | 
     return fig
 
 
-def beam_tree(selection, title: str):
-    """Fig. 7: the ELSI beam at each depth (x), members ranked by entropy (y); edges join each member
-    to the set it extended; the path to the chosen set is highlighted."""
+def transition_score_panels(panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]):
+    """Fig. 6 (right): for each model, the transition scores delta_l (Eq. 8) of each selection
+    ({model: {selection: (scores (N-1,), boundaries)}}), drawn between layers l and l+1 (at l + 0.5),
+    boundaries circled."""
     plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.2), squeeze=False)
+    for ax, (name, by_selection) in zip(axes[0], panels.items()):
+        for selection, (scores, boundaries) in by_selection.items():
+            ax.plot(np.arange(len(scores)) + 0.5, scores, marker="o", ms=3, label=selection)
+            b = np.asarray(boundaries, dtype=int)
+            ax.scatter(b + 0.5, scores[b], s=80, facecolors="none", edgecolors="red")
+        ax.set(xlabel="between layers l and l+1 (at l + 0.5)", ylabel="transition score delta_l", title=name)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+BEAM_PARAMS = ("k_beam", "k_expand", "k_pool")  # the beam-search settings a Fig. 7 title shows
+
+
+def beam_tree(selection, name: str):
+    """Fig. 7: the ELSI beam at each depth (x), members ranked by entropy (y); edges join each member
+    to the set it extended; the path to the chosen set is highlighted. It starts from the single
+    layer the chosen set grew from, which need not be the best single layer (rank 0). The title
+    names the model and the search's own settings (`selection.params`)."""
+    plt = _plt()
+    settings = ", ".join(f"{k} = {selection.params[k]}" for k in BEAM_PARAMS if k in selection.params)
+    title = f"{name}: {selection.method} beam frontier, m = {selection.params.get('m', len(selection.layers))} ({settings})"
     frontier = selection.frontier()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     position = {}

@@ -1,21 +1,99 @@
 """The paper's experiments as functions the numbered notebooks call: the tables and derived
 statistics built from LayerStats. The data they start from comes from `calibration.paper_stats`
 (re-exported here): calibration conversations and one capture of every position selection per model.
+
+A notebook cell calls one function per figure or table; the `*_findings` functions give the numbers
+its Findings cell quotes, so that the prose is rendered from the run rather than copied into it.
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
+import pandas as pd
 
 from .calibration import (SELECTIONS, calibration_conversations, capture_selections, describe, model_names,
                           paper_stats)
 from .cka import cka_matrix, find_boundaries, transition_scores
+from .entropy import set_entropy
 from .layerstats import LayerStats
+from .progress import progress_bar
 from .select import (SetScorer, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
                      lowest_entropy_layers, single_layer_entropies)
 
-# ---------------------------------------------------------------- tables and derived statistics
+Stats = dict[str, dict[str, LayerStats]]  # {model: {selection: LayerStats}}, as `paper_stats` returns
+REGIMES = ("early", "middle", "late")
+COMPARTMENT_PROMINENCE = 0.2  # a boundary's transition peak rises 0.2 x the score range above its surroundings
+# Table 1's settings: (position selection, normalization before concatenation)
+TABLE1_SETTINGS = {"paper": ("entropy", "none"), "no_template": ("entropy_no_template", "none"),
+                   "frobenius": ("entropy", "frobenius")}
+SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row under the paper's rule
+TABLE1_METHODS = ["EAGLE2", "EAGLE3", "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
+PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
+
+
+def capture_label(stats: LayerStats) -> str:
+    """'rho = 0.3, B = 32': the capture settings a figure title shows, read from the capture itself."""
+    return f"rho = {stats.metadata['rho']}, B = {stats.metadata['block']}"
+
+
+# ---------------------------------------------------------------- notebook 01: the wave (Fig. 1-2)
+
+def entropy_wave(stats: LayerStats) -> pd.DataFrame:
+    """Fig. 1's numbers, one row per layer (index `layer`): mean and std over prompts of each prompt's
+    own S_1 (Eq. 6 of its block average), and S_1 of Z (all prompts' blocks)."""
+    per_prompt = stats.sample_entropy  # (S, N)
+    return pd.DataFrame({"mean S_1 over prompts": per_prompt.mean(axis=0),
+                         "std over prompts": per_prompt.std(axis=0, ddof=1),
+                         "S_1 of Z (all prompts)": stats.layer_entropy()},
+                        index=pd.RangeIndex(stats.n_layers, name="layer"))
+
+
+def entropy_summary(stats: Stats, selection: str = "entropy") -> pd.DataFrame:
+    """Fig. 2's numbers, one row per model: where S_1 of Z peaks and bottoms out, its range, and the
+    median over layers of the energy share of Z's largest row."""
+    rows = []
+    for name, by_selection in stats.items():
+        curve = by_selection[selection].layer_entropy()  # (N,)
+        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)), "max S_1": curve.max(),
+                     "argmin layer": int(np.argmin(curve)), "min S_1": curve.min(), "range": np.ptp(curve),
+                     "top-row energy share, median":
+                         float(np.median(by_selection[selection].top_row_energy_share()))})
+    return pd.DataFrame(rows)
+
+
+def wave_findings(stats: Stats, trough_fraction: float = 0.1) -> pd.DataFrame:
+    """Notebook 01's findings per model: S_1 of Z at both ends and at its lowest layer, the trough
+    (layers below `trough_fraction` x the maximum), the median top-row share, the same curve with the
+    template positions excluded, and how closely each prompt's curve follows the mean (Fig. 1)."""
+    rows = []
+    for name, by_selection in stats.items():
+        curve, plain = by_selection["entropy"].layer_entropy(), by_selection["entropy_no_template"].layer_entropy()
+        per_prompt = by_selection["entropy"].sample_entropy  # (S, N)
+        mean = per_prompt.mean(axis=0)
+        trough = np.flatnonzero(curve < trough_fraction * curve.max())
+        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)),
+                     "S_1 first layer": curve[0], "S_1 last layer": curve[-1], "argmin layer": int(np.argmin(curve)),
+                     "min S_1": curve.min(), f"layers below {trough_fraction:g} x max": _runs(trough),
+                     "median top-row share": float(np.median(by_selection["entropy"].top_row_energy_share())),
+                     "range S_1, template excluded": np.ptp(plain), "min S_1, template excluded": plain.min(),
+                     "median corr. prompt vs mean": float(np.median([np.corrcoef(row, mean)[0, 1] for row in per_prompt]))})
+    return pd.DataFrame(rows)
+
+
+def _runs(layers) -> str:
+    """'2-18, 21' for the sorted layer indices [2, 3, ..., 18, 21]."""
+    layers, runs = [int(l) for l in layers], []
+    for l in layers:
+        if runs and l == runs[-1][1] + 1:
+            runs[-1][1] = l
+        else:
+            runs.append([l, l])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
+
+
+# ---------------------------------------------------------------- notebook 02: pair entropy (Fig. 3)
 
 def pair_entropy_table(Z, seeds: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """Fig. 3: S_1([H_i | H_j]) for the `seeds` layers of highest S_1 (rows, best first) against every
@@ -32,38 +110,166 @@ def pair_entropy_table(Z, seeds: int = 10) -> tuple[np.ndarray, np.ndarray]:
     return order, table
 
 
+def pair_gains(panels: dict[str, tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """Fig. 3's table: for each model's (seed layers, pair table) from `pair_entropy_table`, one row
+    per seed: S_1 alone, its best companion and the gain, the median gain over all companions, and
+    how many companions lower S_1."""
+    rows = []
+    for name, (seeds, table) in panels.items():
+        for pair_row, seed in zip(table, seeds):
+            rows.append({"model": name, "seed layer": int(seed), **_gains(pair_row, int(seed))})
+    return pd.DataFrame(rows)
+
+
+def _gains(pair_row: np.ndarray, seed: int) -> dict:
+    """One seed's row of `pair_gains` from its pair entropies (N,) (entry `seed`: the seed alone)."""
+    alone = pair_row[seed]
+    others = np.delete(np.arange(len(pair_row)), seed)  # (N-1,)
+    best = others[np.argmax(pair_row[others])]
+    return {"S_1 alone": alone, "best companion": int(best), "S_1 with it": pair_row[best],
+            "gain": pair_row[best] - alone, "median gain": float(np.median(pair_row[others] - alone)),
+            "companions that lower S_1": int(np.sum(pair_row[others] < alone))}
+
+
+def pair_findings(gains: pd.DataFrame, n_layers: dict[str, int]) -> pd.DataFrame:
+    """Notebook 02's findings per model from `pair_gains` (n_layers: {model: N}): how many companions
+    lower S_1 of the top seed and its median change, the share of all (seed, companion) pairs that
+    lose entropy, and the largest gain with its seed and companion."""
+    rows = []
+    for name, g in gains.groupby("model", sort=False):
+        top, best = g.iloc[0], g.loc[g.gain.idxmax()]
+        rows.append({"model": name, "top seed": int(top["seed layer"]), "companions": n_layers[name] - 1,
+                     "companions lowering it": int(top["companions that lower S_1"]),
+                     "median change, top seed": top["median gain"],
+                     "pairs that lose entropy": g["companions that lower S_1"].sum() / (len(g) * (n_layers[name] - 1)),
+                     "largest gain": best.gain, "its seed": int(best["seed layer"]),
+                     "its companion": int(best["best companion"])})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- notebook 04: compartments (Fig. 5-6)
+
+class Compartments(NamedTuple):
+    """CKA view of one Z (N, B, d): M (N, N) (Eq. 7), delta (N-1,) (Eq. 8), boundaries (k,) ascending,
+    a boundary l lying between layers l and l+1."""
+    cka: np.ndarray
+    scores: np.ndarray
+    boundaries: np.ndarray
+
+
+def compartments(Z, top_k: int | None = None) -> Compartments:
+    """Compartments of Fig. 5-6: peaks of the transition scores of the CKA matrix, one detector for
+    every notebook (`find_boundaries` at relative prominence COMPARTMENT_PROMINENCE, the first and
+    last scores included). top_k keeps the most prominent boundaries."""
+    M = cka_matrix(Z)
+    delta = transition_scores(M)
+    return Compartments(M, delta, find_boundaries(delta, relative_prominence=COMPARTMENT_PROMINENCE, top_k=top_k))
+
+
+def boundary_table(views: dict[tuple[str, str], Compartments]) -> pd.DataFrame:
+    """Fig. 5's table, one row per (model, selection): the boundaries, the mean off-diagonal CKA
+    (how alike the layers look) and the largest transition score with its contrast to the median."""
+    rows = []
+    for (name, selection), view in views.items():
+        off_diagonal = view.cka[~np.eye(len(view.cka), dtype=bool)]  # (N(N-1),)
+        rows.append({"model": name, "selection": selection, "boundaries (after layer)": view.boundaries.tolist(),
+                     "mean off-diagonal CKA": off_diagonal.mean(), "max delta": view.scores.max(),
+                     "delta contrast (max / median)": view.scores.max() / np.median(view.scores)})
+    return pd.DataFrame(rows)
+
+
+def compartment_findings(stats: Stats, boundaries: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 04's findings per model from `boundary_table`: the boundaries, mean off-diagonal CKA
+    and largest transition score with all tokens and with the entropy filter side by side, and where
+    S_1 of the filtered Z (notebook 01's curve) changes most between neighbouring layers."""
+    table = boundaries.set_index(["model", "selection"])
+    rows = []
+    for name, by_selection in stats.items():
+        step = np.abs(np.diff(by_selection["entropy"].layer_entropy()))  # (N-1,)
+        row = {"model": name}
+        for column, short in [("boundaries (after layer)", "boundaries"), ("mean off-diagonal CKA", "mean CKA"),
+                              ("max delta", "max delta")]:
+            row.update({f"{short}, {sel}": table.loc[(name, sel), column] for sel in ("all", "entropy")})
+        rows.append({**row, "largest S_1 step (after layer)": int(np.argmax(step))})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- notebook 03: token filtering (Fig. 4)
+
+def regimes(Z) -> tuple[np.ndarray, str]:
+    """Label each layer early / middle / late: the two most prominent boundaries of `compartments(Z)`
+    (the detector notebook 04 draws) split the depth; with fewer than two, thirds of the depth.
+    Returns (labels (N,), how the split was made)."""
+    n_layers = Z.shape[0]
+    bounds = compartments(Z, top_k=2).boundaries
+    if len(bounds) == 2:
+        cut1, cut2, how = bounds[0] + 1, bounds[1] + 1, f"CKA boundaries after layers {bounds[0]} and {bounds[1]}"
+    else:
+        cut1, cut2 = math.ceil(n_layers / 3), math.ceil(2 * n_layers / 3)
+        how = f"thirds of the depth (fewer than two CKA boundaries: {bounds.tolist()})"
+    labels = np.array(["early"] * cut1 + ["middle"] * (cut2 - cut1) + ["late"] * (n_layers - cut2))
+    return labels, how
+
+
 def cross_prompt_variance(stats: LayerStats) -> np.ndarray:
     """Per layer, the variance across prompts of each prompt's own block-average entropy, (N,)."""
     return stats.sample_entropy.var(axis=0, ddof=1)
 
 
-def regimes(Z, *, relative_prominence: float = 0.2) -> tuple[np.ndarray, str]:
-    """Label each layer early / middle / late. The two most prominent CKA transition peaks (Eq. 8)
-    split the depth; with fewer than two peaks, thirds of the depth. Returns (labels (N,), how)."""
-    n_layers = Z.shape[0]
-    bounds = np.sort(find_boundaries(transition_scores(cka_matrix(Z)), relative_prominence=relative_prominence,
-                                     top_k=2, include_edges=False))
-    if len(bounds) == 2:
-        cut1, cut2, how = bounds[0] + 1, bounds[1] + 1, f"CKA boundaries after layers {bounds[0]} and {bounds[1]}"
-    else:
-        cut1, cut2, how = math.ceil(n_layers / 3), math.ceil(2 * n_layers / 3), "thirds of the depth (CKA gave < 2 peaks)"
-    labels = np.array(["early"] * cut1 + ["middle"] * (cut2 - cut1) + ["late"] * (n_layers - cut2))
-    return labels, how
-
-
 def variance_reduction(baseline: np.ndarray, filtered: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Per regime, 1 - mean filtered variance / mean baseline variance (the paper's Fig. 4 numbers)."""
-    return {r: float(1 - filtered[labels == r].mean() / baseline[labels == r].mean())
-            for r in ("early", "middle", "late")}
+    return {r: float(1 - filtered[labels == r].mean() / baseline[labels == r].mean()) for r in REGIMES}
 
+
+def variance_reduction_table(stats: Stats, regimes_by_model: dict[str, tuple[np.ndarray, str]]) -> pd.DataFrame:
+    """Fig. 4's table: per model, each selection's variance reduction (%) against all tokens per
+    regime (`regimes`), then the baseline's own row; with blocks and the median top-row share."""
+    rows = []
+    for name, by_selection in stats.items():
+        labels, how = regimes_by_model[name]
+        baseline = cross_prompt_variance(by_selection["all"])  # (N,)
+        for selection in [s for s in by_selection if s != "all"] + ["all"]:
+            s = by_selection[selection]
+            reduction = {} if selection == "all" else \
+                variance_reduction(baseline, cross_prompt_variance(s), labels)
+            rows.append({"model": name, "selection": selection,
+                         **{f"{r} reduction %": 100 * v for r, v in reduction.items()}, "regimes": how,
+                         "blocks": s.counts["blocks"], "median top-row share": float(np.median(s.top_row_energy_share()))})
+    return pd.DataFrame(rows)
+
+
+def variance_reduction_vs_paper(reductions: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Fig. 4 numbers (Qwen3-4B) above each model's entropy-filter row of `reductions`."""
+    ours = reductions[reductions.selection == "entropy"].set_index("model")[list(PAPER_FIG4)]
+    return pd.concat([pd.DataFrame([PAPER_FIG4], index=["paper: Qwen3-4B"]), ours])
+
+
+def variance_findings(stats: Stats, regimes_by_model: dict[str, tuple[np.ndarray, str]]) -> pd.DataFrame:
+    """Notebook 03's findings, one row per (model, selection other than all): the variance across
+    prompts over the whole depth as a multiple of all tokens' (mean over layers, like one regime
+    spanning every layer), in how many regimes it is lower, and the median top-row share."""
+    rows = []
+    for name, by_selection in stats.items():
+        baseline, labels = cross_prompt_variance(by_selection["all"]), regimes_by_model[name][0]
+        for selection, s in by_selection.items():
+            if selection != "all":
+                variance = cross_prompt_variance(s)  # (N,)
+                lower = sum(v > 0 for v in variance_reduction(baseline, variance, labels).values())
+                rows.append({"model": name, "selection": selection,
+                             "variance / all tokens' (whole depth)": variance.mean() / baseline.mean(),
+                             "regimes where it is lower": f"{lower} of {len(REGIMES)}",
+                             "median top-row share": float(np.median(s.top_row_energy_share()))})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------- notebook 05: selection (Table 1, Fig. 7)
 
 def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_layer: int | None = None):
     """Table 1 rows: layer sets and set entropies of EAGLE2, EAGLE3, ELSI, ELSI-C, the exhaustive
-    optimum and the lowest-entropy control, for each m in `sizes` (fixed baselines at their own m)."""
-    import pandas as pd
-
-    from .entropy import set_entropy
-
+    optimum and the lowest-entropy control, for each m in `sizes` (fixed baselines at their own m).
+    For m = 1 a second ELSI row (SINGLE_LAYER_RULE) applies the paper's rule (Sec. 5.1): the
+    highest-entropy layer from the middle of the depth on, min_single_layer = N // 2.
+    `min_single_layer` restricts the m = 1 answer of the ELSI and ELSI-C rows themselves."""
     n_layers = Z.shape[0]
     rows = []
 
@@ -75,6 +281,8 @@ def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_l
     add("EAGLE3", 3, eagle3_layers(n_layers))
     for m in sizes:
         add("ELSI", m, *_pair(elsi(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
+        if m == 1:
+            add(SINGLE_LAYER_RULE, 1, *_pair(elsi(Z, 1, normalize=normalize, min_single_layer=n_layers // 2)))
         add("ELSI-C", m, *_pair(elsi_c(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
         add("exhaustive", m, *_pair(exhaustive(Z, m, normalize=normalize)))
         add("lowest-entropy control", m, lowest_entropy_layers(Z, m, normalize=normalize))
@@ -85,19 +293,86 @@ def _pair(selection):
     return selection.layers, selection.entropy
 
 
+def table1(stats: Stats, sizes=(1, 2, 3), settings: dict = TABLE1_SETTINGS) -> pd.DataFrame:
+    """Table 1 over models and `settings` ({name: (selection, normalization)}): `selection_table`
+    of each, with columns model, setting, method, m, layers, entropy."""
+    tables = [selection_table(by_selection[selection].Z, sizes=sizes, normalize=normalize).assign(model=name, setting=setting)
+              for name, by_selection in stats.items() for setting, (selection, normalize) in settings.items()]
+    return pd.concat(tables, ignore_index=True)[["model", "setting", "method", "m", "layers", "entropy"]]
+
+
+def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 with the settings as columns: one row per (model, m, method), each cell the layer set
+    and its entropy to 3 decimals ("[9, 10, 29] 0.692"), settings in their order in `table`."""
+    cells = table.assign(cell=[f"{list(l)} {e:.3f}" for l, e in zip(table.layers, table.entropy)])
+    wide = cells.pivot(index=["model", "method", "m"], columns="setting", values="cell")
+    wide = wide[list(dict.fromkeys(table.setting))].reset_index()
+    wide["method"] = pd.Categorical(wide["method"], TABLE1_METHODS, ordered=True)
+    wide = wide.sort_values(["model", "m", "method"]).reset_index(drop=True)
+    wide.columns.name = None
+    return wide
+
+
+def optimum_gaps(table: pd.DataFrame, methods=("ELSI", "ELSI-C")) -> pd.DataFrame:
+    """For each (model, setting, m) of Table 1 and each of `methods`: its set, the exhaustive
+    optimum's, the entropy gap (optimum - method, >= 0) and whether it is the optimum."""
+    best = table[table.method == "exhaustive"].set_index(["model", "setting", "m"])
+    rows = []
+    for row in table[table.method.isin(methods)].itertuples():
+        optimum = best.loc[(row.model, row.setting, row.m)]
+        rows.append({"model": row.model, "setting": row.setting, "m": row.m, "method": row.method,
+                     "layers": row.layers, "optimum": optimum.layers, "gap": optimum.entropy - row.entropy,
+                     "optimal": row.layers == optimum.layers})
+    return pd.DataFrame(rows)
+
+
+def table1_findings(table: pd.DataFrame) -> pd.DataFrame:
+    """Notebook 05's findings per (model, setting) of Table 1: ELSI against EAGLE3 at EAGLE3's
+    m = 3, and at m = 1 against EAGLE2, unrestricted and under the paper's rule (SINGLE_LAYER_RULE)."""
+    by = table.set_index(["model", "setting", "method", "m"])
+    rows = []
+    for model, setting in dict.fromkeys(zip(table.model, table.setting)):
+        eagle3, chosen = by.loc[(model, setting, "EAGLE3", 3)], by.loc[(model, setting, "ELSI", 3)]
+        single, rule = by.loc[(model, setting, "ELSI", 1)], by.loc[(model, setting, SINGLE_LAYER_RULE, 1)]
+        rows.append({"model": model, "setting": setting, "EAGLE3": eagle3.entropy, "ELSI, m=3": chosen.entropy,
+                     "ELSI / EAGLE3": chosen.entropy / eagle3.entropy, "ELSI set, m=3": chosen.layers,
+                     "EAGLE2": by.loc[(model, setting, "EAGLE2", 1)].entropy, "ELSI, m=1": single.entropy,
+                     "ELSI layer, m=1": single.layers[0], "from N//2": rule.entropy, "from N//2, layer": rule.layers[0]})
+    return pd.DataFrame(rows)
+
+
+def path_start(selection) -> tuple[int, int | None]:
+    """Where Fig. 7's highlighted path starts: (the single layer the chosen set grew from, its rank
+    in the first beam, 0 = the best single layer; None when it is not in that beam)."""
+    first, seeds = selection.path()[0], [entry.layers for entry in selection.beams[1]]
+    return first[0], seeds.index(first) if first in seeds else None
+
+
 def bootstrap_choices(stats: LayerStats, m: int = 3, *, n_boot: int = 100, seed: int = 0, method=elsi,
                       progress: bool = True):
     """Stability of the choice: resample the calibration prompts with replacement `n_boot` times
     and rerun `method`; returns a DataFrame of chosen sets with their counts and shares."""
-    import pandas as pd
-    from tqdm.auto import tqdm
-
     rng = np.random.default_rng(seed)
     n_samples = len(stats.sample_blocks)
     weights = rng.multinomial(n_samples, np.full(n_samples, 1.0 / n_samples), size=n_boot)  # (R, S)
     chosen = []
-    for start in tqdm(range(0, n_boot, 10), desc="bootstrap (10 replicates a step)", disable=not progress):
+    bar = progress_bar(total=n_boot, desc="bootstrap", unit="resample", disable=not progress)
+    for start in range(0, n_boot, 10):  # 10 replicates of Z at a time bound the memory
         chosen += [method(Z, m).layers for Z in stats.resampled_Z(weights[start:start + 10])]
+        bar.update(len(weights[start:start + 10]))
+    bar.close()
     counts = pd.Series(chosen).value_counts()
     return pd.DataFrame({"layers": counts.index, "count": counts.values, "share": counts.values / n_boot})
 
+
+def bootstrap_table(stats: Stats, m: int = 3, *, n_boot: int = 100, seed: int = 0,
+                    progress: bool = True) -> pd.DataFrame:
+    """Table 1's stability: per model, ELSI's m-layer choices over `n_boot` bootstrap resamples of
+    the prompts (`bootstrap_choices` on the paper's selection), each marked if it is the set chosen
+    on all prompts."""
+    tables = []
+    for name, by_selection in stats.items():
+        counts = bootstrap_choices(by_selection["entropy"], m, n_boot=n_boot, seed=seed, progress=progress)
+        full = elsi(by_selection["entropy"].Z, m).layers
+        tables.append(counts.assign(model=name, **{"chosen on all prompts": counts.layers == full}))
+    return pd.concat(tables, ignore_index=True)[["model", "layers", "count", "share", "chosen on all prompts"]]
