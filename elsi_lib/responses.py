@@ -39,7 +39,7 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     todo = [i for i in order if i not in replies]
     bar = progress_bar(total=len(prompts), initial=len(replies), desc="generating replies", unit="reply",
-                       disable=not progress)
+                       disable=not progress or not todo)
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
         width = max(len(prompts[i]) for i in batch)

@@ -20,7 +20,7 @@ def findings() -> str:
 def table_values() -> list[float]:
     values = []
     for csv in RESULTS.glob("*.csv"):
-        values += [float(v) for v in re.findall(r"-?\d+\.\d+(?:e-?\d+)?", csv.read_text())]
+        values += [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", csv.read_text())]
     return values
 
 
