@@ -5,7 +5,8 @@ Prints tokens/s (non-padding tokens) of
      that token entropies need),
   2. a bare forward with logits_to_keep=1,
   3. capture(...) (hooks, chunked entropies, selection, block sums),
-all on the same 64 prompts in the same batches, with the ratios; then the peak resident memory of
+all on the same 64 prompts in the same batches, with the ratios, and the time of hashing every weight
+for the cache key against the capture's; then the peak resident memory of
 capture in fresh processes for 64 and 256 prompts. Targets: capture >= 0.9x the full-logits
 forward; peak memory for 256 prompts within 10% of that for 64.
 
@@ -24,6 +25,7 @@ import torch
 
 import elsi_lib
 from elsi_lib.forward import pad_batch, pad_id, plan_batches, tokenize_samples
+from elsi_lib.identity import weights_sha256
 
 BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
 
@@ -98,10 +100,16 @@ def main() -> None:
     full = bare_forward_rate(model, tokenizer, prompts, 0)
     last = bare_forward_rate(model, tokenizer, prompts, 1)
     rate, counts = capture_rate(model, tokenizer, prompts)
+    start = time.perf_counter()
+    weights_sha256(model)  # what a cache key costs: every weight hashed (once per model and process)
+    hashing = time.perf_counter() - start
     print(f"SmolLM2-135M, {args.prompts} prompts, {counts['tokens_seen']} tokens, batches {BATCH}")
     print(f"{'bare forward, logits at every position':<44}{full:>9.0f} tok/s")
     print(f"{'bare forward, logits_to_keep=1':<44}{last:>9.0f} tok/s   ({last / full:.2f}x full)")
     print(f"{'capture':<44}{rate:>9.0f} tok/s   ({rate / full:.2f}x full, target >= 0.90)")
+    capture_seconds = counts["tokens_seen"] / rate
+    print(f"{'hashing every weight for the cache key':<44}{hashing:>9.2f} s       "
+          f"({hashing / capture_seconds:.3f}x this capture's {capture_seconds:.0f} s)")
 
     peak_memory("SmolLM2-135M", args.prompts, args.big, [])
     if args.qwen3:

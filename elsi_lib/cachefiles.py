@@ -22,6 +22,19 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ELSI_CACHE_DIR", REPO_ROOT / "data" / "cache"))
 
 
+def check_writable(folder: str | os.PathLike) -> None:
+    """Fail before any work when results could not be cached in `folder` (created if missing):
+    a read-only cache would otherwise lose a long computation at its end."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
+            pass
+    except OSError as err:
+        raise PermissionError(f"cannot write to the cache folder {folder} ({err.strerror or err}): set "
+                              "ELSI_CACHE_DIR to a writable folder, or pass cache=False") from err
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -32,6 +45,19 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
 
 def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def content_checksum(header: dict[str, str], arrays: dict) -> str:
+    """sha256 over a saved file's header fields (all but "checksum") and every array's name, dtype,
+    shape and bytes: everything a reader uses. arrays: numpy arrays (or anything np.asarray takes)."""
+    import numpy as np
+
+    fields = json.dumps({k: v for k, v in header.items() if k != "checksum"}, sort_keys=True)
+    parts = [fields]
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        parts.append(f"{name}:{array.dtype}:{array.shape}:{hashlib.sha256(array.tobytes()).hexdigest()}")
+    return sha256_text("|".join(parts))
 
 
 def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:

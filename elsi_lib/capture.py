@@ -16,11 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .cachefiles import atomic_write_bytes, cache_dir, sha256_text
+from .cachefiles import atomic_write_bytes, cache_dir, check_writable, content_checksum, sha256_text
 from .data import conversations_hash
 from .entropy import gram_entropy
-from .formatting import model_fingerprint
 from .forward import Sample, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
+from .identity import model_fingerprint, tokenizer_fingerprint, versions
 from .layerstats import CacheError, LayerStats
 from .progress import progress_bar
 from .settings import CaptureSettings
@@ -111,35 +111,42 @@ class Accumulator:
         return tensors
 
     def save(self, path: Path, key: str) -> None:
+        """Checkpoint the sums, counts and position (`next_batch`) atomically, with a checksum over
+        every byte that `restore` reads."""
         from safetensors.torch import save
 
+        tensors = {k: v.contiguous() for k, v in self.tensors().items()}
         header = {"key": key, "counts": json.dumps(self.counts), "next_batch": str(self.next_batch)}
-        atomic_write_bytes(path, save({k: v.contiguous() for k, v in self.tensors().items()}, metadata=header))
+        header["checksum"] = content_checksum(header, {k: v.numpy() for k, v in tensors.items()})
+        atomic_write_bytes(path, save(tensors, metadata=header))
 
-    def restore(self, path: Path, key: str) -> bool:
-        """Load a checkpoint written for `key`; False (and no change) when absent, foreign or broken."""
+    def restore(self, path: Path, key: str) -> str | None:
+        """Load a checkpoint written for `key`: None when restored, else why not ("absent", or the
+        reason it is discarded). A checkpoint that fails its checksum is never used."""
         from safetensors import safe_open
         from safetensors.torch import load
 
+        if not path.is_file():
+            return "absent"
         try:
             tensors = load(path.read_bytes())
             with safe_open(path, "pt") as handle:
                 header = handle.metadata() or {}
-            if header.get("key") != key:
-                return False
+            if content_checksum(header, {k: v.numpy() for k, v in tensors.items()}) != header.get("checksum"):
+                return "it fails its checksum"
+            if header.get("key") != key or self.keep_samples != ("sample_sums" in tensors):
+                return "it was written for other inputs"
             counts, next_batch = json.loads(header["counts"]), int(header["next_batch"])
-        except Exception:
-            return False
+        except Exception as err:  # truncated or foreign file: safetensors raises several kinds
+            return f"it is unreadable ({type(err).__name__})"
         self.block_sum, self.final_sum = tensors["block_sum"], tensors["final_sum"]
         self.abs_max, self.abs_sum = tensors["abs_max"], tensors["abs_sum"]
-        if self.keep_samples != ("sample_sums" in tensors):
-            return False
         self.sample_rows = list(zip(tensors["sample_index"].tolist(), tensors["sample_entropy"].numpy()))
         if self.keep_samples:
             self.sample_sums = list(tensors["sample_sums"].unbind(0))
             self.sample_blocks = tensors["sample_blocks"].tolist()
         self.counts, self.next_batch = counts, next_batch
-        return True
+        return None
 
 
 # ---------------------------------------------------------------- the entry points
@@ -180,15 +187,18 @@ def capture_variants(model, tokenizer, conversations: list[list[dict]], variants
     check_conversations(conversations)
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    run = {"model": model_fingerprint(model), "prompts_sha256": conversations_hash(conversations),
+    run = {"model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
+           "prompts_sha256": conversations_hash(conversations),
            "n_conversations": len(conversations), "batch_size": batch_size, "max_batch_tokens": max_batch_tokens,
-           "dtype": str(next(model.parameters()).dtype), "library": _versions()}
+           "dtype": str(next(model.parameters()).dtype), "library": versions()}
     metadata = {name: {**run, **spec.key()} for name, spec in specs.items()}
     results = _cached(metadata, specs, cache)
     todo = [name for name in specs if name not in results]
     if not todo:
         return {name: results[name] for name in specs}
     cache = cache and all(specs[name].cacheable for name in todo)
+    if cache:
+        check_writable(_path(metadata[todo[0]]).parent)  # before the work, not after it
 
     shared = specs[todo[0]]  # the fields a pass shares are equal in every variant
     samples, truncated = tokenize_samples(tokenizer, conversations, shared.max_length, shared.on_long)
@@ -277,20 +287,24 @@ def _cached(metadata: dict[str, dict], specs: dict[str, CaptureSettings], cache:
 
 def _accumulators(specs: dict, metadata: dict, partials: dict, shape: tuple, n_batches: int, resume: bool):
     """Fresh accumulators for the variants in `partials` and the batch to start from; with
-    `resume`, where every variant's checkpoint left off. A missing, foreign or broken checkpoint
-    of any variant means starting over."""
+    `resume`, where every variant's checkpoint left off. A missing, foreign or corrupt checkpoint
+    of any variant means starting over (and saying so); a corrupt one is deleted."""
     def fresh():
         return {name: Accumulator(*shape, specs[name].keep_samples) for name in partials}
 
     accs = fresh()
     if not resume:
         return accs, 0
-    restored = [accs[name].restore(partials[name], _key(metadata[name])) for name in accs]
+    why = {name: accs[name].restore(partials[name], _key(metadata[name])) for name in accs}
     starts = {acc.next_batch for acc in accs.values()}
-    if all(restored) and len(starts) == 1:
+    if all(reason is None for reason in why.values()) and len(starts) == 1:
         start = starts.pop()
         print(f"resuming from a checkpoint: batch {start} of {n_batches}")
         return accs, start
+    for name, reason in why.items():
+        if reason not in (None, "absent"):
+            print(f"discarding the checkpoint {partials[name].name}: {reason}; the capture starts again")
+            partials[name].unlink(missing_ok=True)
     return fresh(), 0
 
 
@@ -351,12 +365,3 @@ def _reduce(acc: Accumulator, distributed: bool) -> dict:
             tensors[k] = torch.cat([part[position] for part in gathered])
     tensors["counts"] = dict(zip(COUNT_KEYS, counts.tolist()))
     return tensors
-
-
-def _versions() -> dict:
-    import torch
-    import transformers
-
-    from . import __version__
-
-    return {"elsi": __version__, "torch": torch.__version__, "transformers": transformers.__version__}

@@ -1,4 +1,5 @@
-"""Conversations to token ids, with a mask of the tokens the chat template added.
+"""Conversations to token ids, with a mask of the tokens the chat template added, and the one
+truncation rule.
 
 The template mask comes from character offsets: the rendered template text is tokenized with
 offsets, and a token is "content" when it lies inside one of the messages' own text spans; every
@@ -6,8 +7,6 @@ other token (system prompt, role markers, BOS, separators) belongs to the templa
 """
 from __future__ import annotations
 
-import hashlib
-import json
 
 
 def render(tokenizer, conversation: list[dict], add_generation_prompt: bool = False) -> str:
@@ -46,26 +45,3 @@ def truncate(ids: list, max_length: int) -> list:
     attention sink that the statistics depend on; a reply to a prompt that already fills
     `max_length` lies past the cut and never enters them."""
     return ids[:max_length]
-
-
-# config entries that say where a model was loaded from, not what it computes
-PATH_KEYS = ("_name_or_path", "_model_name_or_path", "name_or_path", "_commit_hash")
-
-
-def model_fingerprint(model) -> dict:
-    """What identifies a model's outputs: its class, a hash of its config, and a hash of a strided
-    sample of every parameter (so two random initialisations of one config differ). Nothing in it
-    depends on where the model was loaded from, so caches survive moving the checkout."""
-    import torch
-
-    settings = {k: v for k, v in model.config.to_dict().items() if k not in PATH_KEYS}
-    config = json.dumps(settings, sort_keys=True, default=str)
-    digest = hashlib.sha256()
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            flat = param.detach().reshape(-1)
-            sample = flat[:: max(1, flat.numel() // 256)].to("cpu", torch.float64).numpy()
-            digest.update(name.encode() + str(tuple(param.shape)).encode() + str(param.dtype).encode())
-            digest.update(sample.tobytes())
-    return {"architecture": type(model).__name__, "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
-            "weights_sample_sha256": digest.hexdigest()}

@@ -43,11 +43,18 @@ class HiddenBatch:
 
 
 def check_conversations(conversations) -> None:
-    if not conversations:
-        raise ValueError("no conversations to capture")
+    """A non-empty list of conversations, each a non-empty list of {role, content} messages with
+    string values; anything else is an error naming the conversation."""
+    if isinstance(conversations, (str, dict)) or not conversations:
+        raise ValueError("no conversations: pass a non-empty list of conversations (lists of {role, content} messages)")
     for i, conversation in enumerate(conversations):
-        if not conversation or not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation):
+        if isinstance(conversation, (str, dict)) or not conversation or \
+                not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation):
             raise ValueError(f"conversation {i} must be a non-empty list of {{role, content}} messages")
+        for m in conversation:
+            if not isinstance(m["role"], str) or not isinstance(m["content"], str):
+                raise ValueError(f"conversation {i}: role and content must be strings, got "
+                                 f"{type(m['role']).__name__} and {type(m['content']).__name__}")
 
 
 def tokenize_samples(tokenizer, conversations, max_length: int, on_long: str = "truncate") -> tuple[list[Sample], int]:
@@ -170,4 +177,8 @@ def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: 
             if entropies:  # row-major over the real positions: row 0's tokens first
                 per_sample = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu()
                 per_sample = list(per_sample.split([len(s.ids) for s in batch]))
+                for sample, values in zip(batch, per_sample):
+                    if not torch.isfinite(values).all():
+                        raise FloatingPointError(f"NaN or Inf in the next-token entropies of sample {sample.index} "
+                                                 "(the LM head's logits are not finite)")
             yield HiddenBatch(batch, list(captured), final, per_sample)

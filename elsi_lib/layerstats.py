@@ -6,14 +6,13 @@ atomically; `load` refuses a truncated, corrupt or foreign file.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .cachefiles import atomic_write_bytes, sha256_text
+from .cachefiles import atomic_write_bytes, content_checksum
 from .entropy import gram_entropy, layer_grams
 
 ARRAYS = ("Z", "final_norm", "sample_entropy", "sample_index", "abs_max", "abs_sum")
@@ -96,14 +95,15 @@ class LayerStats:
     # ------------------------------------------------------------ persistence
 
     def save(self, path: str | Path) -> Path:
-        """Write `path` (.safetensors) atomically, with counts, metadata and an array checksum."""
+        """Write `path` (.safetensors) atomically, with counts, metadata and a checksum over both
+        and every array."""
         from safetensors.numpy import save
 
         arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS + OPTIONAL_ARRAYS
                   if getattr(self, name) is not None}
         header = {"counts": json.dumps(self.counts, sort_keys=True),
-                  "metadata": json.dumps(self.metadata, sort_keys=True),
-                  "checksum": _checksum(arrays)}
+                  "metadata": json.dumps(self.metadata, sort_keys=True)}
+        header["checksum"] = content_checksum(header, arrays)
         path = Path(path)
         atomic_write_bytes(path, save(arrays, metadata=header))
         return path
@@ -124,17 +124,8 @@ class LayerStats:
             counts, metadata = json.loads(header["counts"]), json.loads(header["metadata"])
         except Exception as err:  # truncated or foreign file: safetensors raises several kinds
             raise CacheError(f"{path}: unreadable LayerStats ({type(err).__name__}: {err})") from err
-        if set(arrays) - set(OPTIONAL_ARRAYS) != set(ARRAYS) or _checksum(arrays) != header.get("checksum"):
+        if set(arrays) - set(OPTIONAL_ARRAYS) != set(ARRAYS) or content_checksum(header, arrays) != header.get("checksum"):
             raise CacheError(f"{path}: checksum mismatch (corrupt file)")
         if expect_metadata is not None and metadata != json.loads(json.dumps(expect_metadata, sort_keys=True)):
             raise CacheError(f"{path}: stale (produced from other inputs or settings)")
         return cls(**arrays, counts=counts, metadata=metadata)
-
-
-def _checksum(arrays: dict[str, np.ndarray]) -> str:
-    parts = [f"{name}:{arrays[name].dtype}:{arrays[name].shape}:{sha256_bytes(arrays[name])}" for name in sorted(arrays)]
-    return sha256_text("|".join(parts))
-
-
-def sha256_bytes(array: np.ndarray) -> str:
-    return hashlib.sha256(np.ascontiguousarray(array).tobytes()).hexdigest()

@@ -10,27 +10,37 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .cachefiles import atomic_write_bytes, cache_dir, sha256_text
+from .cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
 from .data import conversations_hash
-from .formatting import model_fingerprint, tokenize_conversation, truncate
+from .formatting import tokenize_conversation, truncate
+from .forward import check_conversations
+from .identity import model_fingerprint, tokenizer_fingerprint, versions
 from .progress import progress_bar
 
 
 def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
                        max_length: int = 1024, batch_size: int = 8, cache: bool = True,
-                       progress: bool = True, fingerprint: dict | None = None) -> list[str]:
+                       progress: bool = True) -> list[str]:
     """Greedy replies (no sampling) of `model` to each conversation, rendered with the generation
-    prompt and cut to its first `max_length` tokens."""
+    prompt and cut to its first `max_length` tokens. Each conversation must end with a user turn.
+    Cached, keyed by the model's weights, the tokenizer and its chat template, the library
+    versions, the conversations and every setting."""
     import torch
 
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    if max_length < 1:
-        raise ValueError("max_length must be >= 1")
-    key = {"fingerprint": fingerprint or model_fingerprint(model), "prompts": conversations_hash(conversations),
-           "max_new_tokens": max_new_tokens, "max_length": max_length, "truncate": "keep_first",
-           "batch_size": batch_size}
+    for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("batch_size", batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_conversations(conversations)
+    answered = [i for i, c in enumerate(conversations) if c[-1]["role"] != "user"]
+    if answered:
+        raise ValueError(f"conversation(s) {answered[:10]} end with a {conversations[answered[0]][-1]['role']!r} "
+                         "turn, not a user turn: there is nothing to reply to (capture them as they are)")
+    key = {"model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer), "library": versions(),
+           "prompts": conversations_hash(conversations), "max_new_tokens": max_new_tokens, "max_length": max_length,
+           "truncate": "keep_first", "batch_size": batch_size}
     path = cache_dir() / "responses" / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
+    if cache:
+        check_writable(path.parent)
     done = _load(path, key) if cache else []
     prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
                for c in conversations]
@@ -54,21 +64,34 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
         for row, i in enumerate(batch):
             replies[i] = tokenizer.decode(out[row, width:], skip_special_tokens=True).strip()
         if cache:
-            atomic_write_bytes(path, json.dumps({"key": key, "replies": sorted(replies.items())}).encode())
+            atomic_write_bytes(path, _payload(key, sorted(replies.items())))
         bar.update(len(batch))
     bar.close()
     return [replies[i] for i in range(len(conversations))]
 
 
+def _payload(key: dict, replies: list) -> bytes:
+    body = json.dumps({"key": key, "replies": replies}, sort_keys=True)
+    return json.dumps({"sha256": sha256_text(body), "body": body}).encode()
+
+
 def _load(path: Path, key: dict) -> list[tuple[int, str]]:
-    """Replies cached for exactly `key`; a missing, unreadable or stale file gives none."""
+    """Replies cached for exactly `key`; a missing, unreadable, corrupt or stale file gives none
+    (and says why, unless it is simply missing). The checksum covers every byte that is used."""
+    if not path.is_file():
+        return []
     try:
-        payload = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        wrapper = json.loads(path.read_text())
+        if sha256_text(wrapper["body"]) != wrapper["sha256"]:
+            raise ValueError("checksum mismatch")
+        payload = json.loads(wrapper["body"])
+        replies = [(int(i), str(text)) for i, text in payload["replies"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        print(f"regenerating replies: {path.name} is unreadable or corrupt ({err})")
         return []
     if payload.get("key") != json.loads(json.dumps(key)):
         return []
-    return [(int(i), str(text)) for i, text in payload.get("replies", [])]
+    return replies
 
 
 def with_replies(conversations: list[list[dict]], replies: list[str]) -> list[list[dict]]:

@@ -8,6 +8,7 @@ its Findings cell quotes, so that the prose is rendered from the run rather than
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -30,6 +31,7 @@ TABLE1_SETTINGS = {"paper": ("entropy", "none"), "no_template": ("entropy_no_tem
                    "frobenius": ("entropy", "frobenius")}
 SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row under the paper's rule
 TABLE1_METHODS = ["EAGLE2", "EAGLE3", "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
+MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
 PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
 
 
@@ -352,8 +354,14 @@ def bootstrap_choices(stats: LayerStats, m: int = 3, *, n_boot: int = 100, seed:
                       progress: bool = True):
     """Stability of the choice: resample the calibration prompts with replacement `n_boot` times
     and rerun `method`; returns a DataFrame of chosen sets with their counts and shares."""
-    rng = np.random.default_rng(seed)
+    if stats.sample_blocks is None:
+        raise ValueError("per-sample sums were not kept: capture with keep_samples=True to bootstrap")
     n_samples = len(stats.sample_blocks)
+    if n_samples < MIN_BOOTSTRAP_PROMPTS:
+        warnings.warn(f"the bootstrap rests on {n_samples} prompt(s) with a full block (fewer than "
+                      f"{MIN_BOOTSTRAP_PROMPTS}): resamples of so few prompts barely differ, so the shares "
+                      "overstate how stable the choice is", UserWarning, stacklevel=2)
+    rng = np.random.default_rng(seed)
     weights = rng.multinomial(n_samples, np.full(n_samples, 1.0 / n_samples), size=n_boot)  # (R, S)
     chosen = []
     bar = progress_bar(total=n_boot, desc="bootstrap", unit="resample", disable=not progress)
