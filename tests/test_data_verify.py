@@ -1,0 +1,154 @@
+"""Pinned data files are checked against their git blob ids (fetch_data.SOURCES) before they are
+parsed, once per process per file; a user's own files are not pinned and not checked."""
+import json
+import os
+
+import pytest
+
+from elsi_lib import calibration_prompts, load_prompts, load_specbench
+from elsi_lib import data, fetch_data
+from elsi_lib.data import DataIntegrityError, data_dir
+
+SPECBENCH = "spec_bench/question.jsonl"
+ARENA = "arena-hard-auto/arena-hard-v0.1/question.jsonl"
+
+
+@pytest.fixture
+def hash_calls(monkeypatch):
+    """A fresh verdict cache, and the files hashed for a blob id since the test began."""
+    monkeypatch.setattr(data, "_PINNED_VERDICTS", {})
+    calls = []
+    real = fetch_data.git_blob_sha1
+
+    def counting(payload):
+        calls.append(len(payload))
+        return real(payload)
+
+    monkeypatch.setattr(fetch_data, "git_blob_sha1", counting)
+    return calls
+
+
+@pytest.fixture
+def copy_of_shared(tmp_path):
+    """copy(relative, cut=None): a copy of a pinned file in a temporary data folder (its first
+    `cut` bytes when given); the folder is returned."""
+    try:
+        shared = data_dir()
+    except FileNotFoundError as err:
+        pytest.skip(f"{err}")
+    folder = tmp_path / "data"
+
+    def copy(relative, cut=None):
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        payload = (shared / relative).read_bytes()
+        target.write_bytes(payload if cut is None else payload[:cut])
+        return folder
+
+    return copy
+
+
+def _first_lines(payload: bytes, n: int) -> int:
+    """The byte length of the first `n` lines: a truncation that still parses cleanly."""
+    return len(b"".join(payload.splitlines(keepends=True)[:n]))
+
+
+def test_truncated_specbench_is_refused(copy_of_shared, hash_calls, monkeypatch):
+    whole = (data_dir() / SPECBENCH).read_bytes()
+    folder = copy_of_shared(SPECBENCH, cut=_first_lines(whole, 100))  # 100 of 480 questions, valid JSONL
+    with pytest.raises(DataIntegrityError, match=r"spec_bench/question\.jsonl.*altered or truncated") as err:
+        load_specbench(data_dir_path=folder)
+    assert "make data" in str(err.value)
+    monkeypatch.setenv("ELSI_DATA_DIR", str(folder))  # the default folder, resolved from the environment
+    with pytest.raises(DataIntegrityError, match="make data"):
+        load_specbench()
+
+
+def test_truncated_prompt_set_is_refused_by_every_loader(copy_of_shared, hash_calls):
+    whole = (data_dir() / ARENA).read_bytes()
+    folder = copy_of_shared(ARENA, cut=_first_lines(whole, 50))
+    with pytest.raises(DataIntegrityError, match=r"arena-hard-v0\.1/question\.jsonl.*make data"):
+        load_prompts("arena-hard-v0.1", folder)
+    with pytest.raises(DataIntegrityError, match=r"arena-hard-v0\.1/question\.jsonl.*make data"):
+        calibration_prompts(10, sources=["arena-hard-v0.1"], data_dir_path=folder)
+
+
+def test_a_same_size_change_is_refused(copy_of_shared, hash_calls):
+    folder = copy_of_shared(ARENA)
+    path = folder / ARENA
+    payload = bytearray(path.read_bytes())
+    position = payload.index(b'"prompt":"') + len(b'"prompt":"')
+    payload[position] = ord("X") if payload[position] != ord("X") else ord("Y")
+    path.write_bytes(bytes(payload))
+    with pytest.raises(DataIntegrityError, match="arena-hard-v0.1"):
+        load_prompts("arena-hard-v0.1", folder)
+
+
+def test_intact_copies_load_and_are_hashed_once_per_file(copy_of_shared, hash_calls):
+    copy_of_shared(SPECBENCH)
+    folder = copy_of_shared(ARENA)
+    assert len(load_specbench(data_dir_path=folder)) == 480
+    assert len(load_prompts("arena-hard-v0.1", folder)) == 500
+    assert len(hash_calls) == 2
+    for _ in range(3):
+        load_specbench(data_dir_path=folder)
+        load_prompts("arena-hard-v0.1", folder)
+        calibration_prompts(5, sources=["arena-hard-v0.1"], data_dir_path=folder)
+    assert len(hash_calls) == 2  # the verdict is cached per process, keyed by path, size and mtime
+    path = folder / ARENA
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # touched: checked again
+    load_prompts("arena-hard-v0.1", folder)
+    assert len(hash_calls) == 3
+
+
+def test_a_file_changed_after_its_check_is_refused(copy_of_shared, hash_calls):
+    folder = copy_of_shared(ARENA)
+    load_prompts("arena-hard-v0.1", folder)
+    path = folder / ARENA
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:-1]))
+    with pytest.raises(DataIntegrityError, match="altered or truncated"):
+        load_prompts("arena-hard-v0.1", folder)
+
+
+def test_users_own_files_are_not_checked(tmp_path, hash_calls):
+    sharegpt = tmp_path / "mine.json"
+    sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}]}]))
+    assert len(load_prompts(sharegpt)) == 1
+    assert len(calibration_prompts(1, sources=[sharegpt])) == 1
+    # a file at a pinned relative path, passed by path, is the user's own (not a data-folder file)
+    own = tmp_path / "mine" / SPECBENCH
+    own.parent.mkdir(parents=True)
+    own.write_text('{"question_id": 1, "category": "qa", "turns": ["hello?"]}\n')
+    assert len(load_specbench(own)) == 1
+    assert hash_calls == []
+
+
+def test_every_pinned_file_of_the_shared_folder_verifies(hash_calls):
+    try:
+        folder = data_dir()
+    except FileNotFoundError as err:
+        pytest.skip(f"{err}")
+    for source in fetch_data.SOURCES:
+        data.verify_pinned(folder, source.local)
+    assert len(hash_calls) == len(fetch_data.SOURCES)
+
+
+def test_missing_pinned_file_says_make_data(tmp_path, hash_calls):
+    with pytest.raises(FileNotFoundError, match="make data"):
+        load_specbench(data_dir_path=tmp_path)
+
+
+def test_make_data_restores_the_folder_the_loaders_read(copy_of_shared, hash_calls, monkeypatch, capsys):
+    shared = data_dir()
+    folder = copy_of_shared(ARENA, cut=1000)
+    monkeypatch.setenv("ELSI_DATA_DIR", str(folder))
+    with pytest.raises(DataIntegrityError, match="make data"):
+        load_prompts("arena-hard-v0.1")
+    served = {fetch_data.raw_url(s): (shared / s.local).read_bytes() for s in fetch_data.SOURCES}
+    real_fetch = fetch_data.fetch
+    monkeypatch.setattr(fetch_data, "fetch", lambda dest: real_fetch(dest, download=served.__getitem__))
+    assert fetch_data.main([]) == 0  # `make data` with $ELSI_DATA_DIR set fetches into that folder
+    assert str(folder) in capsys.readouterr().out
+    assert len(load_prompts("arena-hard-v0.1")) == 500
