@@ -2,13 +2,16 @@
 
 Everything works on centered B x B Gram matrices K_c = H Z Z^T H (H the centering matrix), so the
 CKA of any two layer sets follows from the inner products of their layers' centered Grams.
+CKA is scale-invariant and computed at any scale: inputs whose scale is extreme are multiplied by a
+power of two first (exact; see `entropy.scaled_layer_grams`), ordinary inputs are used as they are.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy.signal import find_peaks
 
-from .entropy import as_float64, as_layer_stack, layer_grams
+from .entropy import (SAFE_PRODUCT_PEAK, TINY_TRACE, as_float64, as_layer_stack, scaled_layer_grams,
+                      unit_peak)
 
 
 def center_gram(grams: np.ndarray) -> np.ndarray:
@@ -17,12 +20,17 @@ def center_gram(grams: np.ndarray) -> np.ndarray:
     return grams - grams.mean(axis=-2, keepdims=True)
 
 
-def _cka_from_products(products: np.ndarray) -> np.ndarray:
+def _cka_from_products(products: np.ndarray, names=None) -> np.ndarray:
     """CKA matrices from inner products P_ij = <K_i, K_j>_F of centered Grams: P_ij / sqrt(P_ii P_jj).
-    products: (..., n, n) -> (..., n, n)."""
+    products: (..., n, n) -> (..., n, n), at any scale (a power of two brings an extreme one near 1).
+    names: what to call representation i in the zero-variance error (default: its index)."""
+    products = unit_peak(as_float64(products, "products"), SAFE_PRODUCT_PEAK)
     diag = np.diagonal(products, axis1=-2, axis2=-1)  # (..., n)
     if np.any(diag <= 0):
         bad = np.unique(np.nonzero(diag <= 0)[-1]).tolist()
+        if names is not None:
+            raise ValueError(f"CKA undefined: {' and '.join(names[i] for i in bad)} "
+                             f"{'has' if len(bad) == 1 else 'have'} zero variance across rows")
         raise ValueError(f"CKA undefined: representation(s) {bad} have zero variance across rows")
     root = np.sqrt(diag)
     return products / (root[..., :, None] * root[..., None, :])
@@ -30,24 +38,49 @@ def _cka_from_products(products: np.ndarray) -> np.ndarray:
 
 def linear_cka(X, Y) -> float:
     """Linear CKA (paper Eq. 7) of X (B, d1) and Y (B, d2) that share their B rows:
-    <K_c, L_c>_F / (||K_c||_F ||L_c||_F) with K_c, L_c the centered Gram matrices."""
+    <K_c, L_c>_F / (||K_c||_F ||L_c||_F) with K_c, L_c the centered Gram matrices. X and Y at any
+    scale (each is brought near 1 by a power of two where its scale is extreme)."""
     X, Y = as_float64(X, "X"), as_float64(Y, "Y")
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
         raise ValueError(f"X and Y must be 2-D with the same number of rows, got {X.shape} and {Y.shape}")
+    X, Y = unit_peak(X), unit_peak(Y)
     grams = center_gram(np.stack([X @ X.T, Y @ Y.T]))  # (2, B, B)
     flat = grams.reshape(2, -1)
-    return float(_cka_from_products(flat @ flat.T)[0, 1])
+    return float(_cka_from_products(flat @ flat.T, names=("X", "Y"))[0, 1])
 
 
-def centered_gram_products(Z, normalize: str = "none") -> np.ndarray:
-    """P (N, N) with P_ij = <H G_i H, H G_j H>_F for the layers of Z (N, B, d)."""
-    centered = center_gram(layer_grams(Z, normalize)).reshape(len(Z), -1)  # (N, B*B)
+def _products(grams: np.ndarray) -> np.ndarray:
+    """P (N, N), P_ij = <H G_i H, H G_j H>_F, from Grams (N, B, B)."""
+    centered = center_gram(grams).reshape(len(grams), -1)  # (N, B*B)
     return centered @ centered.T
 
 
+def centered_gram_products(Z, normalize: str = "none") -> np.ndarray:
+    """P (N, N) with P_ij = <H G_i H, H G_j H>_F for the layers of Z (N, B, d).
+
+    P has the scale of Z to the fourth power: where that does not fit float64 it is an error (never
+    inf or 0); cka_matrix and the selection compute from rescaled Grams and work at any scale."""
+    grams, shifts = scaled_layer_grams(Z, normalize, per_layer=True)
+    products = _products(grams)
+    if normalize == "frobenius" or not shifts.any():
+        return products
+    scaled_diagonal = np.diagonal(products).copy()
+    with np.errstate(over="ignore", under="ignore"):  # back to the scale of Z: (2^-s_i)^2 (2^-s_j)^2
+        products = np.ldexp(products, -2 * (shifts[:, None] + shifts[None, :]))
+    diagonal = np.diagonal(products)
+    if not np.all(np.isfinite(diagonal)):
+        raise ValueError("Z is too large: the products of its Gram matrices overflow float64 (cka_matrix and "
+                         "the selection rescale Z themselves)")
+    if np.any((scaled_diagonal > 0) & (diagonal < TINY_TRACE)):
+        raise ValueError("Z is too small: the products of its Gram matrices underflow float64 (cka_matrix and "
+                         "the selection rescale Z themselves)")
+    return products
+
+
 def cka_matrix(Z, normalize: str = "none") -> np.ndarray:
-    """Pairwise linear CKA between all layers, M (N, N), symmetric with unit diagonal."""
-    return _cka_from_products(centered_gram_products(as_layer_stack(Z), normalize))
+    """Pairwise linear CKA between all layers, M (N, N), symmetric with unit diagonal; Z at any scale
+    (each layer's own: CKA does not depend on either layer's scale)."""
+    return _cka_from_products(_products(scaled_layer_grams(as_layer_stack(Z), normalize, per_layer=True)[0]))
 
 
 def conditional_cka_matrix(products: np.ndarray, conditioned_on) -> np.ndarray:
@@ -60,7 +93,8 @@ def conditional_cka_matrix(products: np.ndarray, conditioned_on) -> np.ndarray:
 
 
 def conditional_cka_matrices(products: np.ndarray, sets) -> np.ndarray:
-    """`conditional_cka_matrix` for each of k layer sets at once: (k, N, N)."""
+    """`conditional_cka_matrix` for each of k layer sets at once: (k, N, N). P at any scale."""
+    products = unit_peak(as_float64(products, "products"), SAFE_PRODUCT_PEAK)  # sums of P below stay finite
     n = len(products)
     membership = np.zeros((len(sets), 1, n))
     for row, layers in enumerate(sets):

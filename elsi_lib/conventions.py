@@ -6,18 +6,30 @@ layer; `convert_layer_ids` translates between them.
 """
 from __future__ import annotations
 
-from .entropy import LayerSet, check_layers
+from collections.abc import Iterable
+
+from .entropy import LayerSet, check_layers, is_integer
+
+
+def check_n_layers(n_layers) -> int:
+    """n_layers as an int >= 1: a bool, float or string is a TypeError."""
+    if not is_integer(n_layers):
+        raise TypeError(f"n_layers must be an integer (the number of decoder layers), got {n_layers!r}")
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be at least 1, got {n_layers}")
+    return int(n_layers)
 
 
 def eagle2_layers(n_layers: int) -> LayerSet:
     """EAGLE-2 conditions on the last layer only: (N-1,)."""
-    return (n_layers - 1,)
+    return (check_n_layers(n_layers) - 1,)
 
 
 def eagle3_layers(n_layers: int) -> LayerSet:
     """EAGLE-3's fixed rule as the paper writes it, (2, N//2, N-3), in the paper's convention
     (output of decoder layer l). EAGLE's reference code captures the *inputs* of those layers,
     i.e. the outputs of (1, N//2-1, N-4): `convert_layer_ids(eagle3_layers(n), "input", "output", n)`."""
+    n_layers = check_n_layers(n_layers)
     if n_layers < 6:
         raise ValueError(f"the EAGLE-3 rule needs at least 6 layers, got {n_layers}")
     return (2, n_layers // 2, n_layers - 3)
@@ -37,18 +49,23 @@ def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerS
     e.g. convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27).
     """
     def offset(name):
-        key = ENGINE_CONVENTIONS.get(name, name)
+        key = ENGINE_CONVENTIONS.get(name, name) if isinstance(name, str) else None
         if key not in CONVENTIONS:
             raise ValueError(f"unknown convention {name!r}; use one of "
                              f"{sorted(CONVENTIONS) + sorted(ENGINE_CONVENTIONS)}")
         return CONVENTIONS[key]
 
-    shift = offset(source)
-    lowest = shift
+    n_layers = check_n_layers(n_layers)
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
+        raise TypeError(f"layers must be an iterable of integer layer ids, got {layers!r}")
     ids = list(layers)
     for layer in ids:
-        if not lowest <= layer < n_layers + lowest:
+        if not is_integer(layer):
+            raise TypeError(f"layer ids must be integers, got {layer!r}")
+    shift, target_shift = offset(source), offset(target)
+    for layer in ids:
+        if not shift <= layer < n_layers + shift:
             raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {source!r} "
-                             f"convention ({lowest}..{n_layers - 1 + lowest})")
+                             f"convention ({shift}..{n_layers - 1 + shift})")
     as_output = check_layers([l - shift for l in ids], n_layers)
-    return tuple(l + offset(target) for l in as_output)
+    return tuple(l + target_shift for l in as_output)

@@ -19,26 +19,32 @@ import numpy as np
 
 from .bounds import layer_bound_terms, set_upper_bounds
 from .cka import _cka_from_products, center_gram, conditional_cka_matrices
-from .entropy import (NORMALIZATIONS, LayerSet, as_layer_stack, check_alpha, concat_layers, gram_entropy,
-                      layer_grams, matrix_entropy)
+from .entropy import (LayerSet, as_layer_stack, check_alpha, check_normalize, concat_layers, grams_of,
+                      matrix_entropy, power_of_two_shifts, spectrum_entropy)
 from .threads import MIN_PARALLEL, WORKERS, parallel_map
 
 _CHUNK = 4096  # sets per batched eigensolve or bound pass (bounds memory: 4096 x B x B float64)
 
 
 class SetScorer:
-    """Set entropies S_alpha(X_L) for many layer sets of one Z (N, B, d)."""
+    """Set entropies S_alpha(X_L) for many layer sets of one Z (N, B, d).
+
+    Z at any scale: where its scale is extreme it is multiplied by a power of two first
+    (`entropy.power_of_two_shifts`; exact, and the same for all layers with normalize="none", so no
+    entropy or CKA changes). self.Z and self.grams are then those of the rescaled Z; on ordinary data
+    they are Z and its Grams, bit for bit."""
 
     def __init__(self, Z, alpha: float = 1.0, normalize: str = "none", backend: str = "gram"):
         if backend not in ("gram", "naive"):
             raise ValueError(f"backend must be 'gram' or 'naive', got {backend!r}")
-        if normalize not in NORMALIZATIONS:
-            raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
-        self.Z = as_layer_stack(Z, check_finite=False)  # layer_grams checks finiteness from the traces
+        self.alpha, self.normalize, self.backend = check_alpha(alpha), check_normalize(normalize), backend
+        self.Z = as_layer_stack(Z, check_finite=False)  # checked from the layers' peaks just below
         self.n_layers = self.Z.shape[0]
-        self.alpha, self.normalize, self.backend = check_alpha(alpha), normalize, backend
+        shifts = power_of_two_shifts(self.Z, normalize == "none")  # (N,); raises for NaN/Inf, all-zero layers
+        if shifts.any():
+            self.Z = np.ldexp(self.Z, shifts[:, None, None])
         parts = np.array_split(self.Z, min(WORKERS, self.n_layers))
-        self.grams = np.concatenate(parallel_map(lambda part: layer_grams(part, normalize), parts))  # (N, B, B)
+        self.grams = np.concatenate(parallel_map(lambda part: grams_of(part, normalize), parts))  # (N, B, B)
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
         self._products = None
@@ -108,7 +114,7 @@ class SetScorer:
 
     def _gram_chunk(self, sets: list[LayerSet]) -> np.ndarray:
         index = np.array(sets)  # (n, |L|)
-        return gram_entropy(self.grams[index].sum(axis=1), self.alpha)  # (n, B, B) -> (n,)
+        return spectrum_entropy(self.grams[index].sum(axis=1), self.alpha)  # (n, B, B) -> (n,)
 
     def conditional_cka(self, sets: list[LayerSet]) -> np.ndarray:
         """M_L (N, N) of Alg. 2 for each set L in `sets`: (len(sets), N, N)."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from .conventions import (CONVENTIONS, ENGINE_CONVENTIONS, convert_layer_ids, eagle2_layers,  # re-exported
                           eagle3_layers)
-from .entropy import LayerSet, check_alpha, gram_entropy, layer_grams
+from .entropy import LayerSet, as_layer_stack, check_alpha, is_integer, scaled_layer_grams, spectrum_entropy
 from .scorer import SetScorer  # re-exported
 from .threads import one_blas_thread
 
@@ -68,14 +68,30 @@ class Selection:
 
 
 def _check_size(m: int, n_layers: int) -> None:
-    if not isinstance(m, (int, np.integer)) or not 1 <= m <= n_layers:
+    if not is_integer(m) or not 1 <= m <= n_layers:
         raise ValueError(f"m must be an integer in 1..{n_layers} (the number of layers), got {m!r}")
 
 
 def _check_positive(**values) -> None:
     for name, value in values.items():
-        if not isinstance(value, (int, np.integer)) or value < 1:
+        if not is_integer(value) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_min_single_layer(min_single_layer, n_layers: int) -> None:
+    if min_single_layer is not None and (not is_integer(min_single_layer) or
+                                         not 0 <= min_single_layer < n_layers):
+        raise ValueError(f"min_single_layer must be None or an integer in 0..{n_layers - 1}, got {min_single_layer!r}")
+
+
+def _checked_layers(Z, m, alpha, min_single_layer=None, **positive) -> tuple[np.ndarray, float]:
+    """(Z as a float64 layer stack, alpha) once every argument is checked, before any work: m in
+    1..N, the `positive` counts, min_single_layer and alpha (Z's values are checked by SetScorer)."""
+    Z = as_layer_stack(Z, check_finite=False)
+    _check_size(m, Z.shape[0])
+    _check_positive(**positive)
+    _check_min_single_layer(min_single_layer, Z.shape[0])
+    return Z, check_alpha(alpha)
 
 
 def _seed_beam(scorer: SetScorer, k_beam: int) -> list[BeamEntry]:
@@ -84,9 +100,7 @@ def _seed_beam(scorer: SetScorer, k_beam: int) -> list[BeamEntry]:
 
 
 def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
-    lowest = 0 if min_single_layer is None else min_single_layer
-    if not 0 <= lowest < scorer.n_layers:
-        raise ValueError(f"min_single_layer must lie in 0..{scorer.n_layers - 1}, got {min_single_layer}")
+    lowest = 0 if min_single_layer is None else int(min_single_layer)  # checked by _checked_layers
     singles = [(l,) for l in range(lowest, scorer.n_layers)]
     return BeamEntry(*scorer.best([(singles, 1)])[0][0])
 
@@ -95,7 +109,6 @@ def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer
     """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it may
     expand to and how many of the best of them to keep; the kept sets are deduplicated (the first
     parent found is kept) and the beam pruned to k_beam by entropy."""
-    _check_size(m, scorer.n_layers)
     beams = {1: _seed_beam(scorer, k_beam)}
     if m == 1:
         best = _best_single(scorer, min_single_layer)
@@ -128,7 +141,7 @@ def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, 
     by entropy, until size m. min_single_layer (the paper's Llama rule) restricts the m=1 answer to
     layers >= that index.
     """
-    _check_positive(k_beam=k_beam, k_expand=k_expand)
+    Z, alpha = _checked_layers(Z, m, alpha, min_single_layer, k_beam=k_beam, k_expand=k_expand)
     scorer = SetScorer(Z, alpha, normalize, backend)
 
     def pools(beam: list[BeamEntry]):
@@ -152,7 +165,7 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
     """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
     outside L with the highest conditional-CKA transition scores delta_L; candidates are
     deduplicated and the beam pruned to k_beam by set entropy, as in ELSI."""
-    _check_positive(k_beam=k_beam, k_pool=k_pool)
+    Z, alpha = _checked_layers(Z, m, alpha, min_single_layer, k_beam=k_beam, k_pool=k_pool)
     scorer = SetScorer(Z, alpha, normalize, backend)
 
     def pools(beam: list[BeamEntry]):
@@ -174,8 +187,8 @@ def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: 
                backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
     """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon
     entropy the gram backend skips the sets whose upper bound rules them out; see SetScorer.best.)"""
+    Z, alpha = _checked_layers(Z, m, alpha, keep=keep, max_sets=max_sets)
     scorer = SetScorer(Z, alpha, normalize, backend)
-    _check_size(m, scorer.n_layers)
     total = math.comb(scorer.n_layers, m)
     if total > max_sets:
         raise ValueError(f"C({scorer.n_layers}, {m}) = {total} sets exceeds max_sets={max_sets}")
@@ -186,14 +199,15 @@ def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: 
 
 
 def single_layer_entropies(Z, alpha: float = 1.0, normalize: str = "none") -> np.ndarray:
-    """S_alpha of each layer alone, (N,): the paper's per-layer curve (Fig. 2)."""
-    return gram_entropy(layer_grams(Z, normalize), check_alpha(alpha))
+    """S_alpha of each layer alone, (N,): the paper's per-layer curve (Fig. 2). Z at any scale."""
+    alpha = check_alpha(alpha)
+    return spectrum_entropy(scaled_layer_grams(Z, normalize, per_layer=True)[0], alpha)
 
 
 # ---------------------------------------------------------------- baselines
 
 def lowest_entropy_layers(Z, m: int, alpha: float = 1.0, normalize: str = "none") -> LayerSet:
     """The paper's negative control: the m layers with the lowest single-layer entropy."""
+    Z, alpha = _checked_layers(Z, m, alpha)
     entropies = single_layer_entropies(Z, alpha, normalize)
-    _check_size(m, len(entropies))
     return tuple(sorted(int(l) for l in np.argsort(entropies, kind="stable")[:m]))

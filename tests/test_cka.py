@@ -108,3 +108,59 @@ def test_cka_bad_input():
         linear_cka(np.ones((3, 2)), np.random.default_rng(0).normal(size=(3, 2)))
     with pytest.raises(ValueError, match="NaN or Inf"):
         cka_matrix(np.full((2, 3, 4), np.nan))
+
+
+# ---------------------------------------------------------------- scale safety
+
+SCALES = st.builds(lambda exponent, mantissa: mantissa * 10.0**exponent, st.integers(-200, 200), st.floats(1.0, 9.9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(pairs, SCALES, SCALES)
+def test_linear_cka_is_scale_invariant_over_float64(pair, scale_x, scale_y):
+    X, Y = pair
+    assume(varied(X) and varied(Y))
+    for scale, A in ((scale_x, X), (scale_y, Y)):
+        assume(np.all(np.abs(scale * A[A != 0]) >= np.finfo(np.float64).tiny))  # c X itself lost no bits
+    c = linear_cka(X, Y)
+    assert linear_cka(scale_x * X, Y) == pytest.approx(c, rel=1e-12, abs=1e-12)
+    assert linear_cka(scale_x * X, scale_y * Y) == pytest.approx(c, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("normalize", ["none", "frobenius"])
+@pytest.mark.parametrize("exponent", [-300, -200, -100, -40, 40, 100, 200, 300])
+def test_cka_matrix_and_products_are_scale_safe(normalize, exponent):
+    """CKA does not depend on the scale of Z; the Gram products P (which do) are exact or a clear
+    error, never NaN or inf; conditional CKA from P at any scale is the same."""
+    from elsi_lib.scorer import SetScorer
+
+    Z = random_layers(seed=9)
+    scaled = 10.0**exponent * Z
+    np.testing.assert_allclose(cka_matrix(scaled, normalize), cka_matrix(Z, normalize), rtol=1e-12)
+    P = centered_gram_products(Z, normalize)
+    sets = [(2,), (0, 5)]
+    expected = conditional_cka_matrices(P, sets)
+    np.testing.assert_allclose(SetScorer(scaled, normalize=normalize).conditional_cka(sets), expected, rtol=1e-12)
+    np.testing.assert_allclose(SetScorer(scaled, normalize=normalize, backend="naive").conditional_cka(sets), expected,
+                               rtol=1e-10)
+    try:
+        scaled_P = centered_gram_products(scaled, normalize)
+    except ValueError as error:
+        assert normalize == "none" and ("too large" in str(error) or "too small" in str(error))
+    else:
+        np.testing.assert_allclose(scaled_P, P * (10.0 ** (4 * exponent) if normalize == "none" else 1.0), rtol=1e-12)
+    for factor in (1e-290, 1e300):  # conditional CKA takes P at any scale
+        np.testing.assert_allclose(conditional_cka_matrices(factor / P.max() * P, sets), expected, rtol=1e-12)
+
+
+def test_zero_variance_and_zero_layers_are_named():
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="Y has zero variance"):
+        linear_cka(rng.normal(size=(3, 2)), np.ones((3, 2)))
+    with pytest.raises(ValueError, match="X has zero variance"):
+        linear_cka(np.zeros((3, 2)), rng.normal(size=(3, 2)))
+    Z = random_layers()
+    Z[6] = 0.0
+    for call in (cka_matrix, centered_gram_products):
+        with pytest.raises(ValueError, match=r"layer\(s\) \[6\] of Z are all zero"):
+            call(Z)

@@ -1,6 +1,6 @@
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
@@ -132,6 +132,10 @@ def test_set_entropy_bad_input(Z):
         layer_grams(np.zeros((2, 3, 4)))
     with pytest.raises(TypeError, match="integers"):
         concat_layers(Z, (0.5,))
+    with pytest.raises(TypeError, match="integers"):
+        set_entropy(Z, (True, 2))
+    with pytest.raises(TypeError, match="a layer set must be an iterable"):
+        set_entropy(Z, 3)
 
 
 def _two_valued_maximum(q: float, n: int) -> float:
@@ -214,3 +218,204 @@ def test_top_eigenvalue_bracket_is_open_without_a_gap():
     v = np.array([1.0, 0.5, 0.0, 0.0])
     low, high = top_eigenvalue_bracket(G @ v, G @ (G @ v), np.trace(G), (G * G).sum())
     assert low == pytest.approx(1.0) and np.isinf(high)
+
+
+# ---------------------------------------------------------------- Renyi entropy at the edges of alpha
+
+def exact_renyi(p, alpha) -> float:
+    """Deliberately plain reference in 60-digit arithmetic (mpmath): S_alpha of p renormalized."""
+    import mpmath
+
+    with mpmath.workdps(60):
+        q = [mpmath.mpf(float(x)) for x in p if x > 0]
+        total = mpmath.fsum(q)
+        q = [x / total for x in q]
+        if alpha == 1:
+            return float(-mpmath.fsum(x * mpmath.log(x) for x in q))
+        if np.isinf(alpha):
+            return float(-mpmath.log(max(q)))
+        a = mpmath.mpf(float(alpha))
+        return float(mpmath.log(mpmath.fsum(x**a for x in q)) / (1 - a))
+
+
+EDGE_ALPHAS = [1e-300, 1e-9, 0.1, 0.5, 0.75, 0.7500001, 0.9, 0.999, 1 - 1e-9, 1 - 1e-12, 1 - 2.0**-53, 1.0,
+               1 + 2.0**-52, 1 + 1e-12, 1 + 1e-9, 1.001, 1.1, 1.2499999, 1.25, 2.0, 10.0, 1e3, 1e6, 1e12, 1e300,
+               np.inf]
+
+
+def random_spectrum(n, concentration, seed, zeros=0):
+    """p (n,) from a Dirichlet, with `zeros` atoms set to 0 (a rank-deficient spectrum)."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.full(n, concentration))
+    others = np.delete(np.arange(n), np.argmax(p))
+    p[rng.permutation(others)[:zeros]] = 0.0  # the largest atom stays
+    return p
+
+
+spectra = st.builds(random_spectrum, st.integers(1, 40), st.sampled_from([0.05, 0.3, 1.0, 5.0]),
+                    st.integers(0, 2**32 - 1), st.integers(0, 5))
+
+
+@settings(max_examples=60, deadline=None)
+@given(spectra, st.sampled_from(EDGE_ALPHAS))
+def test_renyi_matches_60_digit_reference_for_every_alpha(p, alpha):
+    """Accurate to round-off over all of (0, inf]: near 0, within 2^-53 of 1, and up to inf."""
+    assert entropy_of_spectrum(p, alpha) == pytest.approx(exact_renyi(p, alpha), rel=1e-12, abs=1e-13)
+
+
+@settings(max_examples=60, deadline=None)
+@given(spectra, st.floats(1e-3, 1e6))
+def test_renyi_edges_monotone_finite_and_within_log_rank(p, scale):
+    """For one spectrum (at any overall scale): S_alpha finite and non-increasing over EDGE_ALPHAS,
+    0 <= S_alpha <= log(rank), and S_inf = -log p_max."""
+    values = np.array([entropy_of_spectrum(scale * p, alpha) for alpha in EDGE_ALPHAS])
+    rank = np.count_nonzero(p)
+    assert np.all(np.isfinite(values))
+    assert np.all(np.diff(values) <= 1e-12 * (1 + values[:-1]))
+    assert np.all(values >= -1e-13) and np.all(values <= np.log(rank) + 1e-12)
+    assert values[-1] == pytest.approx(-np.log(p.max() / p.sum()), rel=1e-13, abs=1e-15)
+    gap = (abs(np.log(p.max() / p.sum())) + np.log(rank)) / (1e6 - 1)  # S_1e6 - S_inf <= this
+    assert values[EDGE_ALPHAS.index(1e6)] - values[-1] <= gap + 1e-13
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.builds(random_spectrum, st.integers(2, 40), st.sampled_from([0.3, 1.0, 5.0]), st.integers(0, 2**32 - 1)),
+       st.floats(-15, -3))
+def test_renyi_continuous_at_one(p, log_eps):
+    """|S_{1 +- eps} - S_1| <= eps * (2 Var_p log p) + round-off, for eps from 1e-15 to 1e-3 (the first
+    order term is eps Var/2)."""
+    eps = 10.0**log_eps
+    q = p[p > 0] / p.sum()
+    spread = np.sum(q * np.log(q) ** 2) - np.sum(q * np.log(q)) ** 2  # Var_p(log p)
+    shannon = entropy_of_spectrum(p, 1.0)
+    for alpha in (1 - eps, 1 + eps):
+        assert abs(entropy_of_spectrum(p, alpha) - shannon) <= 2 * eps * spread + 1e-13
+
+
+def test_selection_near_alpha_one_is_selection_at_one():
+    """alpha within 1e-13 of 1 scores (and so chooses) as Shannon does."""
+    from elsi_lib import exhaustive
+
+    Z = random_layers(n_layers=9, seed=6)
+    at_one = exhaustive(Z, 3, keep=20)
+    for alpha in (1 - 1e-13, 1 + 1e-13):
+        near = exhaustive(Z, 3, alpha=alpha, keep=20)
+        assert near.layers == at_one.layers
+        assert [e.entropy for e in near.beams[3]] == pytest.approx([e.entropy for e in at_one.beams[3]], abs=1e-11)
+    assert matrix_entropy(Z[0], 1 + 1e-14) == pytest.approx(matrix_entropy(Z[0]), abs=1e-12)
+
+
+@pytest.mark.parametrize("alpha, error", [(float("nan"), ValueError), (-np.inf, ValueError), (0, ValueError),
+                                          (True, TypeError), (np.True_, TypeError), ("2", TypeError),
+                                          (None, TypeError), ([2.0], TypeError)])
+def test_alpha_validation_is_clear(alpha, error):
+    with pytest.raises(error, match="alpha"):
+        matrix_entropy(np.eye(3), alpha)
+    with pytest.raises(error, match="alpha"):
+        entropy_of_spectrum(np.ones(3), alpha)
+
+
+def test_alpha_accepts_numpy_numbers_and_inf():
+    p = np.array([0.5, 0.25, 0.25])
+    assert entropy_of_spectrum(p, np.float32(2.0)) == pytest.approx(-np.log(0.375))
+    assert entropy_of_spectrum(p, np.int64(2)) == pytest.approx(-np.log(0.375))
+    assert entropy_of_spectrum(p, np.inf) == pytest.approx(np.log(2))
+
+
+# ---------------------------------------------------------------- scale safety
+
+SCALES = st.builds(lambda exponent, mantissa: mantissa * 10.0**exponent, st.integers(-200, 200), st.floats(1.0, 9.9))
+
+
+@settings(max_examples=60, deadline=None)
+@given(matrices, SCALES, st.sampled_from([1.0, 0.5, 2.0, np.inf]), st.sampled_from([{}, {"center": True},
+                                                                                    {"normalize_rows": True}]))
+def test_matrix_entropy_is_scale_invariant_over_float64(X, scale, alpha, options):
+    assume(np.all(np.abs(scale * X[X != 0]) >= np.finfo(np.float64).tiny))  # c X itself lost no bits
+    assume(np.linalg.norm(X - X.mean(axis=0)) > 1e-6 * np.linalg.norm(X))  # centering leaves more than round-off
+    try:
+        expected = matrix_entropy(X, alpha, **options)
+    except ValueError:  # centering or row-normalizing left nothing (a constant X, a zero row)
+        return
+    assert matrix_entropy(scale * X, alpha, **options) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("normalize", ["none", "frobenius"])
+@pytest.mark.parametrize("exponent", [-300, -200, -100, -40, 40, 100, 200, 300])
+def test_set_entropy_and_grams_are_scale_safe(normalize, exponent):
+    """Set entropies do not depend on the scale of Z; the Grams themselves (which do) are exact or a
+    clear error, never NaN, inf, zero or an 'all zero' message."""
+    from elsi_lib import gram_entropy, single_layer_entropies
+
+    Z = random_layers(seed=4)
+    scaled = 10.0**exponent * Z
+    for layers in [(0,), (1, 3), (7, 2, 5)]:
+        for alpha in (1.0, 2.0):
+            assert set_entropy(scaled, layers, alpha, normalize) == pytest.approx(
+                set_entropy(Z, layers, alpha, normalize), rel=1e-12)
+    np.testing.assert_allclose(single_layer_entropies(scaled, 1.0, normalize), single_layer_entropies(Z, 1.0, normalize),
+                               rtol=1e-12)
+    grams = layer_grams(Z, normalize)
+    try:
+        scaled_grams = layer_grams(scaled, normalize)
+    except ValueError as error:
+        assert normalize == "none" and ("too large" in str(error) or "too small" in str(error))
+    else:
+        np.testing.assert_allclose(scaled_grams, grams * (10.0 ** (2 * exponent) if normalize == "none" else 1.0),
+                                   rtol=1e-12)
+    for largest in (1e-300, 10.0**exponent, 1e308):  # Grams given at any scale, up to a trace past float max
+        np.testing.assert_allclose(gram_entropy(largest * (grams / grams.max())), gram_entropy(grams), rtol=1e-12)
+
+
+def test_layers_on_very_different_scales():
+    """normalize='none' sums the layers' Grams, so their scales must fit float64 together: a clear
+    error when they do not; 'frobenius' takes each layer on its own scale."""
+    from elsi_lib import cka_matrix, elsi, single_layer_entropies
+
+    original = random_layers(seed=2)
+    Z = original.copy()
+    Z[3] *= 1e-200
+    with pytest.raises(ValueError, match=r"layer\(s\) \[3\] .* use normalize='frobenius'"):
+        elsi(Z, 2)
+    with pytest.raises(ValueError, match="frobenius"):
+        set_entropy(Z, (2, 3))
+    assert set_entropy(Z, (3,)) == pytest.approx(set_entropy(original, (3,)), rel=1e-12)
+    np.testing.assert_allclose(single_layer_entropies(Z), single_layer_entropies(original), rtol=1e-12)
+    np.testing.assert_allclose(cka_matrix(Z), cka_matrix(original), rtol=1e-12)  # pairs: each layer on its own scale
+    with pytest.raises(ValueError, match="too small"):  # its Gram, 1e-400 x that of the original, is not a float64
+        layer_grams(Z)
+    Z[3] = 1e-100 * original[3]  # a Gram of 1e-200: exact, though no sum with the others would be
+    np.testing.assert_allclose(layer_grams(Z)[3], 1e-200 * layer_grams(original)[3], rtol=1e-12)
+    np.testing.assert_array_equal(layer_grams(Z)[:3], layer_grams(original)[:3])
+    assert elsi(Z, 3, normalize="frobenius").layers == elsi(original, 3, normalize="frobenius").layers
+
+
+def test_ordinary_inputs_are_not_rescaled():
+    """On ordinary data the Grams are exactly Z_l Z_l^T and the entropies come from them unchanged."""
+    from elsi_lib.scorer import SetScorer
+
+    Z = random_layers(seed=1)
+    grams = Z @ Z.transpose(0, 2, 1)
+    assert np.array_equal(layer_grams(Z), grams)
+    assert np.array_equal(SetScorer(Z).grams, grams)
+    assert np.array_equal(layer_grams(Z, "frobenius"), grams / np.trace(grams, axis1=1, axis2=2)[:, None, None])
+    lam = np.linalg.eigvalsh(grams[[1, 4]].sum(axis=0))
+    assert set_entropy(Z, (1, 4)) == float(entropy_of_spectrum(lam, 1.0, np.trace(grams[[1, 4]].sum(axis=0))))
+
+
+# ---------------------------------------------------------------- all-zero layers are named by their id in Z
+
+def test_zero_layer_error_names_the_layer_id():
+    from elsi_lib import cka_matrix, elsi, elsi_c, exhaustive
+
+    Z = random_layers()
+    Z[5] = 0.0
+    calls = [lambda: set_entropy(Z, [3, 5]), lambda: set_entropy(Z, [5, 6], normalize="frobenius"),
+             lambda: concat_layers(Z, [3, 5], "frobenius"), lambda: concat_layers(Z, [3, 5]),
+             lambda: elsi(Z, 2), lambda: elsi_c(Z, 2), lambda: exhaustive(Z, 2, backend="naive"),
+             lambda: cka_matrix(Z)]
+    for call in calls:
+        with pytest.raises(ValueError, match=r"layer\(s\) \[5\] of Z are all zero"):
+            call()
+    with pytest.raises(ValueError, match=r"layer\(s\) \[1\] of Z are all zero"):  # Z[4:] is a Z of its own
+        layer_grams(Z[4:])

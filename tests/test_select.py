@@ -185,3 +185,85 @@ def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
     monkeypatch.setattr(scorer, "_CHUNK", 7)
     np.testing.assert_array_equal(SetScorer(Z).upper_bounds(sets), whole)
     assert exhaustive(Z, 3).layers == exhaustive(Z, 3, backend="naive").layers
+
+
+# ---------------------------------------------------------------- argument types, checked before any work
+
+@pytest.mark.parametrize("call, message", [
+    (lambda Z: elsi(Z, True), "m must be"),
+    (lambda Z: elsi(Z, 2.0), "m must be"),
+    (lambda Z: exhaustive(Z, np.True_), "m must be"),
+    (lambda Z: lowest_entropy_layers(Z, True), "m must be"),
+    (lambda Z: elsi(Z, 2, k_beam=True), "k_beam"),
+    (lambda Z: elsi(Z, 2, k_expand=True), "k_expand"),
+    (lambda Z: elsi_c(Z, 2, k_pool=True), "k_pool"),
+    (lambda Z: elsi_c(Z, 2, k_beam=2.5), "k_beam"),
+    (lambda Z: exhaustive(Z, 2, keep=0), "keep"),
+    (lambda Z: exhaustive(Z, 2, keep=-1), "keep"),
+    (lambda Z: exhaustive(Z, 2, keep=2.5), "keep"),
+    (lambda Z: exhaustive(Z, 2, keep=True), "keep"),
+    (lambda Z: exhaustive(Z, 2, max_sets=0), "max_sets"),
+    (lambda Z: elsi(Z, 1, min_single_layer=True), "min_single_layer"),
+    (lambda Z: elsi(Z, 2, min_single_layer=2.5), "min_single_layer"),
+    (lambda Z: elsi_c(Z, 2, min_single_layer=-1), "min_single_layer"),
+    (lambda Z: elsi(Z, 2, min_single_layer=8), "min_single_layer"),
+    (lambda Z: elsi(Z, 2, alpha=True), "alpha"),
+])
+def test_bad_argument_types_fail_before_any_work(Z, call, message, monkeypatch):
+    from elsi_lib import select
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("work started before the arguments were checked")
+
+    monkeypatch.setattr(select, "SetScorer", no_work)
+    monkeypatch.setattr(select, "single_layer_entropies", no_work)
+    with pytest.raises((ValueError, TypeError), match=message):
+        call(Z)
+
+
+def test_integer_like_arguments_still_work(Z):
+    numpy_counts = elsi(Z, np.int64(2), k_beam=np.int32(3), k_expand=np.int64(2))
+    assert numpy_counts.layers == elsi(Z, 2, k_beam=3, k_expand=2).layers
+    assert exhaustive(Z, 2, keep=np.int64(3)).beams[2] == exhaustive(Z, 2, keep=3).beams[2]
+    assert len(exhaustive(Z, 2, keep=100).beams[2]) == 28  # keep beyond C(8, 2): every set
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: convert_layer_ids((True,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids(("1",), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids((1.0,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids("12", "output", "vllm", 30), TypeError, "layers must be"),
+    (lambda: convert_layer_ids(3, "output", "vllm", 30), TypeError, "layers must be"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", 30.0), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", "30"), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", True), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", 0), ValueError, "n_layers"),
+    (lambda: convert_layer_ids((), "output", "vllm", 30), ValueError, "empty"),
+    (lambda: convert_layer_ids((1,), 1, "vllm", 30), ValueError, "unknown convention"),
+    (lambda: eagle3_layers(30.0), TypeError, "n_layers"),
+    (lambda: eagle2_layers("30"), TypeError, "n_layers"),
+    (lambda: eagle2_layers(0), ValueError, "n_layers"),
+])
+def test_convert_layer_ids_rejects_bad_types(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_convert_layer_ids_accepts_numpy_integers():
+    assert convert_layer_ids(np.array([1, 14, 26]), "elsi", "vllm", np.int64(30)) == (2, 15, 27)
+    assert eagle3_layers(np.int64(30)) == (2, 15, 27)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(-200, 200), st.floats(1.0, 9.9), st.integers(0, 50), st.sampled_from(["none", "frobenius"]))
+def test_selection_is_scale_invariant(exponent, mantissa, seed, normalize):
+    """The same sets, and their entropies to round-off, for Z at any scale from 1e-200 to 1e200."""
+    Z = random_layers(n_layers=9, seed=seed)
+    scaled = mantissa * 10.0**exponent * Z
+    for run in (lambda Z: elsi(Z, 3, normalize=normalize), lambda Z: elsi_c(Z, 3, normalize=normalize),
+                lambda Z: exhaustive(Z, 2, normalize=normalize, keep=36)):
+        at_one, at_scale = run(Z), run(scaled)
+        for depth in at_one.beams:
+            assert [e.layers for e in at_scale.beams[depth]] == [e.layers for e in at_one.beams[depth]]
+            np.testing.assert_allclose([e.entropy for e in at_scale.beams[depth]],
+                                       [e.entropy for e in at_one.beams[depth]], rtol=1e-12)
