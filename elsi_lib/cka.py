@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 from scipy.signal import find_peaks
 
-from .entropy import (SAFE_PRODUCT_PEAK, TINY_TRACE, as_float64, as_layer_stack, scaled_layer_grams,
-                      unit_peak)
+from .checks import as_float64, as_layer_stack
+from .entropy import scaled_layer_grams
+from .scale import SAFE_PRODUCT_PEAK, TINY_TRACE, unit_peak
 
 
 def center_gram(grams: np.ndarray) -> np.ndarray:

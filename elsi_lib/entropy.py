@@ -6,83 +6,20 @@ comes from a tiny eigenproblem: that is the fast path `set_entropy` and the sele
 `matrix_entropy` is the direct definition (an SVD), the reference the fast path is checked against.
 Upper bounds on S_1 that selection prunes with, without an eigensolve, are in `bounds`.
 
-Scale: every entropy (and CKA) is scale-invariant, but Grams square the scale of Z and their inner
-products (CKA, `bounds`) raise it to the fourth power. Where a layer's largest |value| lies outside
-`SAFE_PEAK`, Z is multiplied by a power of two first (`scaled_layer_grams`): exact in floating point
-(no mantissa bit changes), so entropies at any scale are the ones at scale 1, and ordinary inputs,
-inside the window, are not touched at all.
+Every entropy is scale-invariant, so Z at any scale is first brought into float64's safe range by
+an exact power-of-two rescale (`scale`, `scaled_layer_grams`); ordinary inputs are not touched.
+Input checks are in `checks`.
 """
 from __future__ import annotations
 
-import numbers
 from collections.abc import Iterable
 
 import numpy as np
 
-NORMALIZATIONS = ("none", "frobenius")
-LayerSet = tuple[int, ...]  # sorted distinct layer indices, as `check_layers` returns them
+from .checks import as_float64, as_layer_stack, check_alpha, check_layers, check_normalize
+from .scale import SAFE_GRAM_PEAK, TINY_TRACE, layer_peaks, peak_shift, power_of_two_shifts, unit_peak
 
-# Peaks (max |Z_l|, max |X|) inside SAFE_PEAK are used as they are. A Gram's entries are at most
-# peak^2 d; the Grams' inner products (CKA) and the bounds' G_a G_b v at most peak^4 (d B)^2, below
-# 2^(4 x 128 + 96) < 2^1023 for d B up to 2^48; and peak^4 >= 2^-960 stays above 2^-969, where
-# float64 still has its full 53 bits (no subnormals). LAPACK's eigensolver rescales by itself
-# outside Gram peaks of 2^+-485, so inside SAFE_GRAM_PEAK it runs on the values as given too.
-SAFE_PEAK = (2.0**-240, 2.0**128)
-SAFE_GRAM_PEAK = (2.0**-480, 2.0**480)  # the same window for a Gram's largest entry
-SAFE_PRODUCT_PEAK = (2.0**-960, 2.0**960)  # and for inner products of Grams
-TINY_TRACE = 2.0**-969  # a Gram of smaller trace cannot hold float64 precision (subnormal entries)
 _NEAR_SHANNON = 0.25  # |alpha - 1| up to which `entropy_of_spectrum` uses the expm1 form
-
-
-def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
-    """A float64 numpy array (no copy if it already is one) of a numpy array or torch tensor;
-    non-finite values are an error unless check_finite=False (for callers that check later)."""
-    if hasattr(X, "detach"):  # torch.Tensor, without importing torch
-        X = X.detach().to("cpu").double().numpy()
-    array = np.asarray(X, dtype=np.float64)
-    with np.errstate(over="ignore", invalid="ignore"):  # a finite array whose sum overflows: checked in full
-        suspect = check_finite and not np.isfinite(array.sum())
-    if suspect and not np.all(np.isfinite(array)):  # one pass when finite
-        raise ValueError(f"{name} contains NaN or Inf")
-    return array
-
-
-def as_layer_stack(Z, check_finite: bool = True) -> np.ndarray:
-    """Validate layer representatives Z of shape (N, B, d) and return them as float64."""
-    Z = as_float64(Z, "Z", check_finite)
-    if Z.ndim != 3 or min(Z.shape) < 1:
-        raise ValueError(f"Z must have shape (N layers, B rows, d features), got {Z.shape}")
-    return Z
-
-
-def check_alpha(alpha) -> float:
-    """alpha as a float in (0, inf]; bools, strings and other non-numbers are a TypeError."""
-    if isinstance(alpha, (bool, np.bool_)) or not isinstance(alpha, numbers.Real):
-        raise TypeError(f"alpha must be a real number > 0 (1 is Shannon, inf the min-entropy), got {alpha!r}")
-    alpha = float(alpha)
-    if not alpha > 0:  # NaN fails this too
-        raise ValueError(f"alpha must be > 0 (1 is Shannon, inf the min-entropy), got {alpha}")
-    return alpha
-
-
-def peak_shift(peak, window=SAFE_PEAK) -> np.ndarray:
-    """The power of two s with peak * 2^s in [1/2, 1) where peak lies outside `window`; 0 inside it
-    (and for peak 0). `np.ldexp(x, s)` applies it exactly. peak (...) -> s (...) int."""
-    peak = np.asarray(peak, dtype=np.float64)
-    outside = (peak > 0) & ((peak < window[0]) | (peak > window[1]))
-    return np.where(outside, -np.frexp(peak)[1], 0)
-
-
-def _peak(X: np.ndarray) -> float:
-    """max |X| in two passes without a temporary; NaN if X has a NaN."""
-    return float(max(X.max(), -X.min()))
-
-
-def unit_peak(X: np.ndarray, window=SAFE_PEAK) -> np.ndarray:
-    """X times a power of two (exact) with its largest |value| in [1/2, 1) when it lies outside
-    `window`; X itself otherwise."""
-    shift = int(peak_shift(_peak(X), window))
-    return np.ldexp(X, shift) if shift else X
 
 
 def entropy_of_spectrum(eigenvalues, alpha: float = 1.0, total=None) -> np.ndarray:
@@ -168,49 +105,6 @@ def matrix_entropy(X, alpha: float = 1.0, *, center: bool = False, normalize_row
     return float(entropy_of_spectrum(sigma**2, alpha, total))
 
 
-def check_normalize(normalize: str) -> str:
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
-    return normalize
-
-
-def layer_peaks(Z: np.ndarray, layer_ids=None) -> np.ndarray:
-    """max |Z_l| per layer of Z (N, B, d) -> (N,). NaN/Inf and all-zero layers are errors, the latter
-    named by `layer_ids` (Z's own indices by default: pass them when Z is a subset of layers)."""
-    peaks = np.maximum(Z.max(axis=(1, 2)), -Z.min(axis=(1, 2)))  # (N,); NaN where Z_l has a NaN
-    if not np.all(np.isfinite(peaks)):
-        as_layer_stack(Z)  # names NaN/Inf
-    if np.any(peaks == 0):
-        ids = np.arange(len(Z)) if layer_ids is None else np.asarray(list(layer_ids))
-        raise ValueError(f"layer(s) {ids[peaks == 0].tolist()} of Z are all zero")
-    return peaks
-
-
-def power_of_two_shifts(Z: np.ndarray, common: bool = True, layer_ids=None) -> np.ndarray:
-    """The exact rescale Z_l * 2^s_l that `scaled_layer_grams` applies, s (N,) int.
-
-    s = 0 for every layer when every layer's peak (max |Z_l|) lies in SAFE_PEAK: ordinary data is
-    used as it is. Otherwise, with common=True (layers whose Grams are summed: normalize="none"),
-    one power of two for all layers, so that their ratios stay, bringing the largest peak into
-    [1/2, 1); a layer then left below SAFE_PEAK is too small next to the largest to be summed with
-    it in float64: an error. With common=False each layer outside SAFE_PEAK is brought into
-    [1/2, 1) on its own. Also
-    raises for NaN/Inf and all-zero layers (`layer_peaks`).
-    """
-    peaks = layer_peaks(Z, layer_ids)
-    shifts = peak_shift(peaks)  # (N,)
-    if not common or not shifts.any():
-        return shifts
-    shifts = np.full(len(peaks), -np.frexp(peaks.max())[1])
-    small = np.ldexp(peaks, shifts) < SAFE_PEAK[0]
-    if np.any(small):
-        ids = np.arange(len(Z)) if layer_ids is None else np.asarray(list(layer_ids))
-        raise ValueError(f"layer(s) {ids[small].tolist()} of Z are more than 2^240 times smaller than its largest "
-                         f"(max |value| {peaks.min():.3g} against {peaks.max():.3g}): with normalize='none' their "
-                         f"Gram matrices cannot be summed in float64; use normalize='frobenius'")
-    return shifts
-
-
 def grams_of(Z: np.ndarray, normalize: str = "none") -> np.ndarray:
     """G_l = Z_l Z_l^T (N, B, B), or G_l / tr G_l for "frobenius", as computed (no checks)."""
     grams = Z @ Z.transpose(0, 2, 1)  # (N, B, d) @ (N, d, B) -> (N, B, B)
@@ -276,28 +170,6 @@ def spectrum_entropy(grams: np.ndarray, alpha: float) -> np.ndarray:
     (..., B, B) -> (...)."""
     eigenvalues = np.linalg.eigvalsh(grams)  # (..., B)
     return entropy_of_spectrum(eigenvalues, alpha, np.trace(grams, axis1=-2, axis2=-1))
-
-
-def is_integer(value) -> bool:
-    """A Python or numpy integer, and not a bool (True is no layer count)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def check_layers(layers: Iterable[int], n_layers: int) -> LayerSet:
-    """A sorted tuple of distinct layer indices in [0, n_layers); anything else is an error."""
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, Iterable):
-        raise TypeError(f"a layer set must be an iterable of integer layer indices, got {layers!r}")
-    layers = list(layers)
-    if not layers:
-        raise ValueError("a layer set must not be empty")
-    for layer in layers:
-        if not is_integer(layer):
-            raise TypeError(f"layer indices must be integers, got {layer!r}")
-        if not 0 <= layer < n_layers:
-            raise ValueError(f"layer {layer} is out of range for {n_layers} layers (0..{n_layers - 1})")
-    if len(set(layers)) != len(layers):
-        raise ValueError(f"layer set {layers} repeats a layer")
-    return tuple(sorted(int(l) for l in layers))
 
 
 def set_entropy(Z, layers: Iterable[int], alpha: float = 1.0, normalize: str = "none") -> float:

@@ -41,18 +41,15 @@ def weights_sha256(model) -> str:
 
 def model_fingerprint(model) -> dict:
     """The model's class, a hash of its config (without the folder it was loaded from) and a hash
-    of all its weights (`weights_sha256`, remembered until a weight changes)."""
-    state = _state(model)
-    cached = getattr(model, "_elsi_fingerprint", None)
-    if cached is not None and cached[0] == state:
-        return dict(cached[1])
+    of all its weights (`weights_sha256`, remembered on the model until a weight changes)."""
     settings = {k: v for k, v in model.config.to_dict().items() if k not in PATH_KEYS}
     config = json.dumps(settings, sort_keys=True, default=str)
-    fingerprint = {"architecture": type(model).__name__,
-                   "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
-                   "weights_sha256": weights_sha256(model)}
-    model._elsi_fingerprint = (state, fingerprint)
-    return dict(fingerprint)
+    state = _state(model)
+    cached = getattr(model, "_elsi_weights_sha256", None)
+    if cached is None or cached[0] != state:
+        cached = model._elsi_weights_sha256 = (state, weights_sha256(model))
+    return {"architecture": type(model).__name__, "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+            "weights_sha256": cached[1]}
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -19,8 +19,9 @@ import numpy as np
 
 from .bounds import layer_bound_terms, set_upper_bounds
 from .cka import _cka_from_products, center_gram, conditional_cka_matrices
-from .entropy import (LayerSet, as_layer_stack, check_alpha, check_normalize, concat_layers, grams_of,
-                      matrix_entropy, power_of_two_shifts, spectrum_entropy)
+from .checks import LayerSet, as_layer_stack, check_alpha, check_normalize
+from .entropy import concat_layers, grams_of, matrix_entropy, spectrum_entropy
+from .scale import power_of_two_shifts
 from .threads import MIN_PARALLEL, WORKERS, parallel_map
 
 _CHUNK = 4096  # sets per batched eigensolve or bound pass (bounds memory: 4096 x B x B float64)
@@ -30,7 +31,7 @@ class SetScorer:
     """Set entropies S_alpha(X_L) for many layer sets of one Z (N, B, d).
 
     Z at any scale: where its scale is extreme it is multiplied by a power of two first
-    (`entropy.power_of_two_shifts`; exact, and the same for all layers with normalize="none", so no
+    (`scale.power_of_two_shifts`; exact, and the same for all layers with normalize="none", so no
     entropy or CKA changes). self.Z and self.grams are then those of the rescaled Z; on ordinary data
     they are Z and its Grams, bit for bit."""
 

@@ -20,7 +20,8 @@ import numpy as np
 
 from .conventions import (CONVENTIONS, ENGINE_CONVENTIONS, convert_layer_ids, eagle2_layers,  # re-exported
                           eagle3_layers)
-from .entropy import LayerSet, as_layer_stack, check_alpha, is_integer, scaled_layer_grams, spectrum_entropy
+from .checks import LayerSet, as_layer_stack, check_alpha, is_integer
+from .entropy import scaled_layer_grams, spectrum_entropy
 from .scorer import SetScorer  # re-exported
 from .threads import one_blas_thread
 

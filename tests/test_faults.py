@@ -65,6 +65,9 @@ def test_fingerprint_covers_every_weight_and_no_path(tiny_model, tmp_path):
     twin = copy.deepcopy(tiny_model)
     twin.config._name_or_path = str(tmp_path / "somewhere")
     assert model_fingerprint(twin) == before  # where it was loaded from does not matter
+    twin.config.rms_norm_eps *= 2  # a config change after the weights hash was remembered
+    assert model_fingerprint(twin)["config_sha256"] != before["config_sha256"]
+    twin.config.rms_norm_eps /= 2
     with torch.no_grad():
         twin.lm_head.weight[-1, -1] += 1.0
     assert model_fingerprint(twin)["weights_sha256"] != before["weights_sha256"]
