@@ -77,6 +77,34 @@ def tiny_model(tiny_tokenizer):
     return random_model(n_layers=4, hidden_size=32, vocab_size=len(tiny_tokenizer), seed=0)
 
 
+class Interrupt(Exception):
+    pass
+
+
+def interrupted_then_rerun(model, run, stop_at: int = 3, between=lambda: None):
+    """Call `run()`, stopped by an exception at the `stop_at`-th forward of the model's first
+    decoder layer; then `between()`; then `run()` to the end. Returns (its result, the number of
+    forwards the second run made)."""
+    forwards, armed = [], [True]
+
+    def stop(module, args):
+        forwards.append(1)
+        if armed[0] and len(forwards) == stop_at:
+            raise Interrupt
+
+    handle = model.get_decoder().layers[0].register_forward_pre_hook(stop)
+    try:
+        with pytest.raises(Interrupt):
+            run()
+        between()
+        forwards.clear()
+        armed[0] = False
+        result = run()
+    finally:
+        handle.remove()
+    return result, len(forwards)
+
+
 USER_CACHE_DIR = os.environ.get("ELSI_CACHE_DIR")  # where the bundled model's conversion lives
 
 

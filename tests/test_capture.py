@@ -11,7 +11,7 @@ from elsi_lib import (CacheError, CaptureSettings, LayerStats, capture, capture_
 from elsi_lib.formatting import tokenize_conversation
 from elsi_lib.forward import tokenize_samples
 
-from conftest import make_conversations, make_tiny_tokenizer
+from conftest import interrupted_then_rerun, make_conversations, make_tiny_tokenizer
 
 OPTS = dict(rho=0.5, block=4, progress=False)
 
@@ -134,32 +134,14 @@ def test_cache_is_reused_and_corruption_is_detected(tiny_model, tiny_tokenizer, 
     assert not np.array_equal(changed.Z, first.Z)  # other settings, other cache entry
 
 
-class Interrupt(Exception):
-    pass
-
-
 def test_interrupted_capture_resumes_with_identical_results(tiny_model, tiny_tokenizer, capsys):
     conversations = make_conversations(10)
     opts = dict(OPTS, batch_size=2, checkpoint_every=1)
     uninterrupted = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **opts)
-    forwards, armed = [], [True]
-
-    def stop_on_third(module, args):
-        forwards.append(1)
-        if armed[0] and len(forwards) == 3:
-            raise Interrupt
-
-    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(stop_on_third)
-    try:
-        with pytest.raises(Interrupt):
-            capture(tiny_model, tiny_tokenizer, conversations, **opts)
-        forwards.clear()
-        armed[0] = False
-        resumed = capture(tiny_model, tiny_tokenizer, conversations, **opts)
-    finally:
-        handle.remove()
+    resumed, forwards = interrupted_then_rerun(tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations,
+                                                                           **opts))
     assert "resuming from a checkpoint: batch 2 of 5" in capsys.readouterr().out
-    assert len(forwards) == 3  # batches 3-5 only
+    assert forwards == 3  # batches 3-5 only
     np.testing.assert_array_equal(resumed.Z, uninterrupted.Z)
     np.testing.assert_array_equal(resumed.sample_entropy, uninterrupted.sample_entropy)
     assert resumed.counts == uninterrupted.counts

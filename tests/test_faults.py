@@ -12,7 +12,7 @@ import torch
 from elsi_lib import CacheError, LayerStats, capture, reply_conversations, study
 from elsi_lib.cachefiles import cache_dir
 
-from conftest import make_conversations
+from conftest import interrupted_then_rerun, make_conversations
 
 OPTS = dict(rho=0.5, block=4, progress=False)
 
@@ -102,37 +102,22 @@ def test_a_bit_flipped_in_the_header_of_cached_statistics_is_detected(tmp_path):
         LayerStats.load(path)
 
 
-class Interrupt(Exception):
-    pass
-
-
 def test_a_corrupt_checkpoint_is_discarded_never_resumed(tiny_model, tiny_tokenizer, capsys):
     conversations = make_conversations(10)
     opts = dict(OPTS, batch_size=2, checkpoint_every=1)
     uninterrupted = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **opts)
-    forwards, armed = [], [True]
 
-    def stop_on_third(module, args):
-        forwards.append(1)
-        if armed[0] and len(forwards) == 3:
-            raise Interrupt
-
-    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(stop_on_third)
-    try:
-        with pytest.raises(Interrupt):
-            capture(tiny_model, tiny_tokenizer, conversations, **opts)
+    def corrupt_the_checkpoint():
         [partial] = cache_dir().glob("stats/*.partial.safetensors")
         data = bytearray(partial.read_bytes())
         data[-8] ^= 0x10  # one bit of the last array's bytes
         partial.write_bytes(bytes(data))
-        forwards.clear()
-        armed[0] = False
-        again = capture(tiny_model, tiny_tokenizer, conversations, **opts)
-    finally:
-        handle.remove()
+
+    again, forwards = interrupted_then_rerun(tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations,
+                                                                         **opts), between=corrupt_the_checkpoint)
     out = capsys.readouterr().out
     assert "discarding the checkpoint" in out and "checksum" in out and "resuming" not in out
-    assert len(forwards) == 5  # every batch again
+    assert forwards == 5  # every batch again
     np.testing.assert_array_equal(again.Z, uninterrupted.Z)
     assert again.counts == uninterrupted.counts
 
