@@ -1,0 +1,297 @@
+"""EAGLE-3 draft model (Li et al., "EAGLE-3: Scaling up Inference Acceleration of Large Language
+Models via Training-Time Test", arXiv 2503.01840), conditioned on any layer set of the target.
+
+Architecture, as SafeAILab/EAGLE `eagle/traineagle3/cnets.py` and vLLM
+`vllm/model_executor/models/llama_eagle3.py` build it (our own code, same parameter names so that a
+state dict is a vLLM EAGLE-3 checkpoint):
+
+    g   = fc(cat(h_l for l in layer_ids))            step 1: target features (b, T, m*d) -> (b, T, d)
+    x   = cat(input_layernorm(embed(token)), hidden_norm(g))               (b, T, 2d)
+    g'  = g + o_proj(attn(q/k/v_proj(x)))                                  residual is g, un-normed
+    g'' = g' + mlp(post_attention_layernorm(g'))                           the fed-back hidden state
+    logits = lm_head(norm(g''))                                            over the draft vocabulary
+
+At draft step k >= 2 the draft's own g'' replaces the fc output (fc is applied only once).
+Alignment (EAGLE-3 training and vLLM's proposer): position t pairs the target features of token t
+with the embedding of token t+1 and predicts token t+2; step k runs at rotary position t + k - 1.
+
+The target's embedding is shared and frozen: it is held by reference, never registered, so it is
+in neither `parameters()` nor `state_dict()` (vLLM then takes the target's embedding).
+The transformer blocks (RMSNorm, rotary embedding, gated MLP) are the transformers Llama classes,
+which Qwen2 also uses unchanged; q/k/v carry no bias in either family, as in vLLM's EAGLE-3 layer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import LlamaConfig
+from transformers.models.llama.modeling_llama import (LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding,
+                                                      apply_rotary_pos_emb, repeat_kv)
+
+from ..checks import LayerSet, check_layers
+
+FAMILIES = ("llama", "qwen2")
+NOT_IN_DRAFT = -1  # what `to_draft` returns for a target id outside the draft vocabulary
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """Shape of an EAGLE-3 draft for one target and one layer set (elsi convention: layer l is the
+    output of decoder layer l, 0..N-1; features are concatenated in ascending layer order)."""
+
+    family: str
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    hidden_act: str
+    rms_norm_eps: float
+    rope_parameters: tuple[tuple[str, object], ...]  # the target's rope settings as sorted items
+    max_position_embeddings: int
+    vocab_size: int
+    draft_vocab_size: int
+    layer_ids: LayerSet
+
+    def __post_init__(self):
+        if self.family not in FAMILIES:
+            raise ValueError(f"unsupported target family {self.family!r}; use one of {FAMILIES}")
+        if not 1 <= self.draft_vocab_size <= self.vocab_size:
+            raise ValueError(f"draft_vocab_size must be in 1..{self.vocab_size}, got {self.draft_vocab_size}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        object.__setattr__(self, "layer_ids", check_layers(self.layer_ids, max(self.layer_ids, default=0) + 1))
+
+    @property
+    def m(self) -> int:
+        """Number of target layers the draft reads."""
+        return len(self.layer_ids)
+
+    @property
+    def rope_theta(self) -> float:
+        return float(dict(self.rope_parameters)["rope_theta"])
+
+    @classmethod
+    def from_target(cls, target_config, layer_ids, draft_vocab_size: int) -> DraftConfig:
+        """Draft config from a transformers Llama / Qwen2 config (or a model holding one)."""
+        config = getattr(target_config, "config", target_config)
+        family = config.model_type
+        if family not in FAMILIES:
+            raise ValueError(f"unsupported target family {family!r}; use one of {FAMILIES}")
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        rope = getattr(config, "rope_parameters", None)
+        if rope is None:  # older transformers spelling
+            rope = {"rope_type": "default", "rope_theta": config.rope_theta, **(config.rope_scaling or {})}
+        return cls(family=family, hidden_size=config.hidden_size, num_attention_heads=heads,
+                   num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
+                   head_dim=head_dim, intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                   rms_norm_eps=config.rms_norm_eps, rope_parameters=tuple(sorted(dict(rope).items())),
+                   max_position_embeddings=config.max_position_embeddings, vocab_size=config.vocab_size,
+                   draft_vocab_size=draft_vocab_size,
+                   layer_ids=check_layers(layer_ids, config.num_hidden_layers))
+
+    def block_config(self) -> LlamaConfig:
+        """A one-layer LlamaConfig for the transformers building blocks (and a vLLM draft config)."""
+        return LlamaConfig(hidden_size=self.hidden_size, num_attention_heads=self.num_attention_heads,
+                           num_key_value_heads=self.num_key_value_heads, head_dim=self.head_dim,
+                           intermediate_size=self.intermediate_size, hidden_act=self.hidden_act,
+                           rms_norm_eps=self.rms_norm_eps, rope_parameters=dict(self.rope_parameters),
+                           max_position_embeddings=self.max_position_embeddings, vocab_size=self.vocab_size,
+                           num_hidden_layers=1, attention_bias=False, mlp_bias=False)
+
+
+class Eagle3Attention(nn.Module):
+    """Causal multi-head (grouped-query) attention whose q/k/v read the 2d-wide EAGLE-3 input."""
+
+    def __init__(self, config: DraftConfig):
+        super().__init__()
+        d, heads, kv_heads, head_dim = (config.hidden_size, config.num_attention_heads,
+                                        config.num_key_value_heads, config.head_dim)
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, head_dim
+        self.q_proj = nn.Linear(2 * d, heads * head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * d, kv_heads * head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * d, kv_heads * head_dim, bias=False)
+        self.o_proj = nn.Linear(heads * head_dim, d, bias=False)
+
+    def forward(self, x, cos, sin, allowed):
+        """x (b, T, 2d), cos/sin (b, T, hd), allowed (b, 1, T, T) bool -> (b, T, d)."""
+        b, T, _ = x.shape
+        q = self.q_proj(x).view(b, T, self.heads, self.head_dim).transpose(1, 2)  # (b, H, T, hd)
+        k = self.k_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (b, KV, T, hd)
+        v = self.v_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (b, KV, T, hd)
+        q, k = apply_rotary_pos_emb(q, k, cos, sin)
+        groups = self.heads // self.kv_heads
+        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (b, H, T, hd)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, H, T, hd)
+        return self.o_proj(out.transpose(1, 2).reshape(b, T, -1))  # (b, T, d)
+
+
+class Eagle3DecoderLayer(nn.Module):
+    """EAGLE-3's `midlayer`: one decoder layer over [input_layernorm(embedding); hidden_norm(g)].
+
+    hidden_norm is applied to the attention input only; the residual stream starts from the
+    un-normed g (EAGLE's cnets.py and vLLM's default `norm_before_residual=False`)."""
+
+    def __init__(self, config: DraftConfig):
+        super().__init__()
+        block = config.block_config()
+        self.hidden_norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.input_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = Eagle3Attention(config)
+        self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = LlamaMLP(block)
+
+    def forward(self, embeds, hidden, cos, sin, allowed):
+        """embeds, hidden (b, T, d) -> next hidden (b, T, d), before the final norm."""
+        x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)  # (b, T, 2d)
+        hidden = hidden + self.self_attn(x, cos, sin, allowed)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class Eagle3Draft(nn.Module):
+    """EAGLE-3 draft: `fc`, one `midlayer`, `norm`, `lm_head` over the draft vocabulary, and the
+    `d2t` / `t2d` vocabulary maps (target id = draft id + d2t[draft id]; t2d marks draft tokens).
+
+    `embed_tokens` is the target's input embedding (an nn.Embedding or its (V, d) weight); it is
+    used detached and never registered. `seed` makes the initial weights reproducible without
+    touching the global RNG."""
+
+    def __init__(self, config: DraftConfig, embed_tokens, *, seed: int | None = None):
+        super().__init__()
+        weight = embed_tokens.weight if isinstance(embed_tokens, nn.Embedding) else embed_tokens
+        if tuple(weight.shape) != (config.vocab_size, config.hidden_size):
+            raise ValueError(f"embedding weight {tuple(weight.shape)} does not match "
+                             f"(vocab_size, hidden_size) = {(config.vocab_size, config.hidden_size)}")
+        self.config = config
+        self._shared = (weight,)  # a tuple is not registered: not a parameter, not in the state dict
+        # seed=None draws from (and advances) the global RNG, like any nn.Module.
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
+                torch.manual_seed(seed)
+            d = config.hidden_size
+            self.fc = nn.Linear(config.m * d, d, bias=False)
+            self.midlayer = Eagle3DecoderLayer(config)
+            self.norm = LlamaRMSNorm(d, eps=config.rms_norm_eps)
+            self.lm_head = nn.Linear(d, config.draft_vocab_size, bias=False)
+        self.rotary_emb = LlamaRotaryEmbedding(config.block_config())  # non-persistent buffers only
+        # Until `set_vocabulary`: the first draft_vocab_size target ids.
+        self.register_buffer("d2t", torch.zeros(config.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.arange(config.vocab_size) < config.draft_vocab_size)
+
+    @classmethod
+    def from_target(cls, target, layer_ids, draft_vocab_size: int, *, seed: int | None = None) -> Eagle3Draft:
+        """A draft sharing `target`'s input embedding (a transformers causal LM)."""
+        config = DraftConfig.from_target(target.config, layer_ids, draft_vocab_size)
+        return cls(config, target.get_input_embeddings(), seed=seed)
+
+    @property
+    def embed_weight(self) -> torch.Tensor:
+        """The target's (V, d) embedding weight, shared."""
+        return self._shared[0]
+
+    def embed(self, input_ids):
+        """input_ids (b, T) -> (b, T, d); no gradient reaches the target's embedding."""
+        return F.embedding(input_ids, self.embed_weight.detach()).to(self.fc.weight.dtype)
+
+    def project(self, features):
+        """Step 1: target features (b, T, m*d), layers in ascending order -> g (b, T, d)."""
+        if features.shape[-1] != self.fc.in_features:
+            raise ValueError(f"features have width {features.shape[-1]}, expected m*d = {self.fc.in_features}")
+        return self.fc(features)
+
+    def forward(self, input_ids, hidden=None, *, features=None, positions=None, attention_mask=None):
+        """One draft step over a sequence.
+
+        input_ids (b, T): the token after each feature position; exactly one of `features`
+        (b, T, m*d) (step 1, projected by fc) or `hidden` (b, T, d) (the draft's own previous output,
+        later steps). positions (b, T) or (T,), default 0..T-1 (EAGLE-3 advances them by one per
+        step). attention_mask: (b, T) with 1 for real tokens, or a full (b, 1, T, T) bool mask
+        (True = may attend), e.g. for trees; causal masking is applied to the (b, T) form only.
+        Returns (logits (b, T, V_draft), hidden (b, T, d) before the final norm, to feed back).
+        """
+        if (hidden is None) == (features is None):
+            raise ValueError("pass exactly one of hidden (b, T, d) and features (b, T, m*d)")
+        hidden = self.project(features) if features is not None else hidden  # (b, T, d)
+        if hidden.shape[-1] != self.config.hidden_size:
+            raise ValueError(f"hidden has width {hidden.shape[-1]}, expected d = {self.config.hidden_size}")
+        b, T = input_ids.shape
+        if positions is None:
+            positions = torch.arange(T, device=input_ids.device)
+        positions = positions.expand(b, T)  # (b, T)
+        cos, sin = self.rotary_emb(hidden, positions)  # (b, T, hd) each
+        allowed = self._allowed(attention_mask, b, T, hidden.device)  # (b, 1, T, T)
+        hidden = self.midlayer(self.embed(input_ids), hidden, cos, sin, allowed)  # (b, T, d)
+        return self.lm_head(self.norm(hidden)), hidden  # (b, T, V_draft), (b, T, d)
+
+    @staticmethod
+    def _allowed(attention_mask, b, T, device):
+        """(b, 1, T, T) bool: causal, keys restricted to real tokens; every query sees itself, so a
+        padded row stays finite."""
+        if attention_mask is not None and attention_mask.dim() == 4:
+            return attention_mask.bool()
+        allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # (T, T)
+        if attention_mask is not None:
+            allowed = allowed & attention_mask.bool()[:, None, None, :]  # (b, 1, T, T)
+            allowed = allowed | torch.eye(T, dtype=torch.bool, device=device)
+        return allowed.expand(b, 1, T, T)
+
+    def set_vocabulary(self, d2t, t2d) -> None:
+        """Install maps from `draft_vocabulary` (checked for consistency)."""
+        d2t, t2d = torch.as_tensor(d2t, dtype=torch.long), torch.as_tensor(t2d, dtype=torch.bool)
+        if d2t.shape != self.d2t.shape or t2d.shape != self.t2d.shape:
+            raise ValueError(f"maps of shapes {tuple(d2t.shape)}, {tuple(t2d.shape)}; expected "
+                             f"{tuple(self.d2t.shape)}, {tuple(self.t2d.shape)}")
+        chosen = to_target(torch.arange(len(d2t)), d2t)
+        if not (t2d.sum() == len(d2t) and t2d[chosen].all() and (chosen.diff() > 0).all()):
+            raise ValueError("d2t and t2d do not describe the same ascending set of target ids")
+        self.d2t.copy_(d2t)
+        self.t2d.copy_(t2d)
+
+    def to_target(self, draft_ids):
+        return to_target(draft_ids, self.d2t)
+
+    def to_draft(self, target_ids):
+        return to_draft(target_ids, self.t2d)
+
+
+def draft_vocabulary(token_counts, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """EAGLE-3's reduced vocabulary: the `size` most frequent target tokens (ties: lower id first),
+    in ascending target-id order. Returns d2t (size,) int64 offsets, target = draft + d2t[draft]
+    (as vLLM's `compute_logits` reads them), and t2d (V,) bool marking the chosen target ids."""
+    counts = torch.as_tensor(token_counts)
+    if counts.dim() != 1 or not 1 <= size <= len(counts):
+        raise ValueError(f"need 1-D counts and 1 <= size <= {len(counts)}, "
+                         f"got shape {tuple(counts.shape)}, size {size}")
+    if (counts < 0).any():
+        raise ValueError("token counts must be non-negative")
+    order = torch.sort(-counts.double(), stable=True).indices  # most frequent first, lower id on ties
+    chosen = order[:size].sort().values  # (size,) ascending target ids
+    t2d = torch.zeros(len(counts), dtype=torch.bool)
+    t2d[chosen] = True
+    return chosen - torch.arange(size), t2d
+
+
+def to_target(draft_ids, d2t):
+    """Draft ids (any shape) -> target ids."""
+    return draft_ids + d2t[draft_ids]
+
+
+def to_draft(target_ids, t2d):
+    """Target ids (any shape) -> draft ids; NOT_IN_DRAFT (-1) where the token is not in the draft vocabulary."""
+    rank = t2d.long().cumsum(0) - 1  # (V,) draft id of each chosen target id
+    return torch.where(t2d[target_ids], rank[target_ids], torch.full_like(target_ids, NOT_IN_DRAFT))
+
+
+@torch.no_grad()
+def init_lm_head_from_target(draft: Eagle3Draft, target_lm_head_weight) -> None:
+    """Copy the target's lm_head rows of the draft vocabulary into the draft's lm_head (V, d) -> (V_draft, d)."""
+    weight = target_lm_head_weight.weight if isinstance(target_lm_head_weight, nn.Module) else target_lm_head_weight
+    expected = (draft.config.vocab_size, draft.config.hidden_size)
+    if tuple(weight.shape) != expected:
+        raise ValueError(f"target lm_head weight {tuple(weight.shape)}, expected {expected}")
+    rows = draft.to_target(torch.arange(draft.config.draft_vocab_size, device=draft.d2t.device))
+    draft.lm_head.weight.copy_(weight[rows.to(weight.device)].to(draft.lm_head.weight))
