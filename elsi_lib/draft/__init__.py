@@ -2,9 +2,12 @@
 
 `model`: the draft architecture (EAGLE-3, arXiv 2503.01840; vLLM's EAGLE-3 checkpoint layout), its
 reduced vocabulary maps and the lm_head initialisation from the target.
+`tree`: EAGLE-2 dynamic draft trees (arXiv 2406.16858) and accepted length / tau by replay at T = 0.
 """
 from .model import (FAMILIES, NOT_IN_DRAFT, DraftConfig, Eagle3Draft, draft_vocabulary, init_lm_head_from_target,
                     to_draft, to_target)
+from .tree import DraftTree, Frontier, accepted_length, build_tree, build_trees, max_nodes, tau
 
 __all__ = ["FAMILIES", "NOT_IN_DRAFT", "DraftConfig", "Eagle3Draft", "draft_vocabulary", "init_lm_head_from_target",
-           "to_draft", "to_target"]
+           "to_draft", "to_target", "DraftTree", "Frontier", "accepted_length", "build_tree", "build_trees",
+           "max_nodes", "tau"]
