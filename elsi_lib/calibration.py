@@ -6,8 +6,6 @@ default model, greedy), because generating them with each target would dominate 
 """
 from __future__ import annotations
 
-import gc
-
 from .capture import capture_variants
 from .data import calibration_prompts
 from .layerstats import LayerStats
@@ -47,27 +45,24 @@ def model_names(models, model=None) -> list[str]:
 
 def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
                               max_new_tokens: int = 128, max_length: int = CaptureSettings.max_length,
-                              progress: bool = True) -> list[list[dict]]:
-    """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached)."""
-    prompts = calibration_prompts(n_prompts, seed=seed)
-    model, tokenizer = load_model(reply_model)
-    conversations = reply_conversations(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
-                                        max_length=max_length, batch_size=REPLY_BATCH, progress=progress)
-    del model
-    gc.collect()
-    return conversations
+                              progress: bool = True, loaded: tuple | None = None) -> list[list[dict]]:
+    """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached).
+    `loaded`: the reply model's (model, tokenizer) when the caller already holds them."""
+    model, tokenizer = loaded or load_model(reply_model)
+    return reply_conversations(model, tokenizer, calibration_prompts(n_prompts, seed=seed),
+                               max_new_tokens=max_new_tokens, max_length=max_length, batch_size=REPLY_BATCH,
+                               progress=progress)
 
 
 def capture_selections(model_name, conversations, settings: CaptureSettings | None = None, *,
-                       selections: dict | None = None, progress: bool = True) -> dict[str, LayerStats]:
+                       selections: dict | None = None, progress: bool = True,
+                       loaded: tuple | None = None) -> dict[str, LayerStats]:
     """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
-    Each selection overrides `settings` (default: the paper's) in the fields it names."""
-    model, tokenizer = load_model(model_name)
-    stats = capture_variants(model, tokenizer, conversations, SELECTIONS if selections is None else selections,
-                             settings, progress=progress)
-    del model
-    gc.collect()
-    return stats
+    Each selection overrides `settings` (default: the paper's) in the fields it names.
+    `loaded`: the model's (model, tokenizer) when the caller already holds them."""
+    model, tokenizer = loaded or load_model(model_name)
+    return capture_variants(model, tokenizer, conversations, SELECTIONS if selections is None else selections,
+                            settings, progress=progress)
 
 
 def paper_stats(models, n_prompts: int, *, capture: dict | None = None, seed: int = 0,
@@ -78,13 +73,16 @@ def paper_stats(models, n_prompts: int, *, capture: dict | None = None, seed: in
     `n_prompts` calibration conversations (seeded by `seed`) with `reply_model`'s replies of up to
     `max_new_tokens` tokens, captured by each model under the paper's settings, changed by
     `capture` (e.g. {"rho": 0.5, "block": 16}). Everything is cached: later notebooks reuse it.
+    Each model is loaded once (the reply model, when it is also a target, serves both steps).
     """
     names = model_names(models)
     settings = CaptureSettings().replace(**(capture or {}))
+    replier = load_model(reply_model)
     conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model,
                                               max_new_tokens=max_new_tokens, max_length=settings.max_length,
-                                              progress=progress)
-    return {name: capture_selections(name, conversations, settings, progress=progress) for name in names}
+                                              progress=progress, loaded=replier)
+    return {name: capture_selections(name, conversations, settings, progress=progress,
+                                     loaded=replier if name == reply_model else None) for name in names}
 
 
 def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
