@@ -327,6 +327,36 @@ def calibration_prompts(n: int = 200, seed: int = 0, sources: Iterable[str] = CA
     return sample(pool, n, seed)
 
 
+def training_prompts(n: int, seed: int = 0, sources: Iterable[str] = TRAINING_MIX, *,
+                     exclude: Iterable[list[Conversation]] = (), max_chars: int = 2000,
+                     data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
+    """`n` distinct single-turn prompts for distilling drafts: each source shuffled (seeded), then
+    taken in turn (round robin), so that no source dominates (gsm8k-train alone holds 7473).
+    Prompts longer than `max_chars` are dropped (truncating them would cut off the generation
+    prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
+    (calibration prompts, SpecBench); `check_disjoint` then confirms it."""
+    _check_count(n)
+    _check_seed(seed)
+    sources = _checked_sources(sources)
+    excluded = [c for group in exclude for c in _checked_conversations(group, "exclude")]
+    banned = {normalized_text([m]) for c in excluded for m in c if m["role"] == "user"}
+    queues, seen = [], set()
+    for index, source in enumerate(sources):
+        queue = []
+        for conversation in load_prompts(source, data_dir_path):
+            text = normalized_text(conversation)
+            if text and text not in seen and text not in banned and len(text) <= max_chars:
+                seen.add(text)
+                queue.append(conversation)
+        queues.append(random.Random(int(seed) * 1000 + index).sample(queue, len(queue)))
+    pool = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+    if n > len(pool):
+        raise ValueError(f"cannot draw {n} training prompts: {len(pool)} remain in {[str(s) for s in sources]}")
+    chosen = pool[:n]
+    check_disjoint(chosen, excluded)
+    return chosen
+
+
 def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | os.PathLike | None = None):
     """SpecBench questions as a DataFrame with columns question_id, category, turns."""
     import pandas as pd

@@ -87,7 +87,7 @@ def test_attention_matches_transformers_llama_attention(target):
     additive = torch.full((7, 7), float("-inf")).triu(1).expand(2, 1, 7, 7)
     causal = torch.ones(7, 7, dtype=torch.bool).tril().expand(2, 1, 7, 7)
     with torch.no_grad():
-        torch.testing.assert_close(draft.midlayer.self_attn(x, cos, sin, causal), reference(x, (cos, sin), additive)[0])
+        torch.testing.assert_close(draft.midlayer.self_attn(x, cos, sin, causal)[0], reference(x, (cos, sin), additive)[0])
 
 
 def test_vocabulary_maps_round_trip():

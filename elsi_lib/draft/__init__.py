@@ -6,8 +6,8 @@ reduced vocabulary maps and the lm_head initialisation from the target.
 """
 from .model import (FAMILIES, NOT_IN_DRAFT, DraftConfig, Eagle3Draft, draft_vocabulary, init_lm_head_from_target,
                     to_draft, to_target)
-from .tree import DraftTree, Frontier, accepted_length, build_tree, build_trees, max_nodes, tau
+from .tree import DraftTree, Frontier, accepted_length, build_tree, build_tree_sizes, build_trees, max_nodes, tau
 
 __all__ = ["FAMILIES", "NOT_IN_DRAFT", "DraftConfig", "Eagle3Draft", "draft_vocabulary", "init_lm_head_from_target",
-           "to_draft", "to_target", "DraftTree", "Frontier", "accepted_length", "build_tree", "build_trees",
+           "to_draft", "to_target", "DraftTree", "Frontier", "accepted_length", "build_tree", "build_tree_sizes", "build_trees",
            "max_nodes", "tau"]

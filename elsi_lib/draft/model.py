@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import (LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding,
-                                                      apply_rotary_pos_emb, repeat_kv)
+                                                      apply_rotary_pos_emb)
 
 from ..checks import LayerSet, check_layers
 
@@ -117,17 +117,19 @@ class Eagle3Attention(nn.Module):
         self.v_proj = nn.Linear(2 * d, kv_heads * head_dim, bias=False)
         self.o_proj = nn.Linear(heads * head_dim, d, bias=False)
 
-    def forward(self, x, cos, sin, allowed):
-        """x (b, T, 2d), cos/sin (b, T, hd), allowed (b, 1, T, T) bool -> (b, T, d)."""
+    def forward(self, x, cos, sin, allowed, past=None):
+        """x (b, T, 2d), cos/sin (b, T, hd); past: None or (keys, values) (b, KV, S, hd) of earlier
+        forwards (already rotated); allowed (b, 1, T, S + T) bool over [past ; this forward's] keys.
+        Returns (b, T, d) and this forward's (keys, values) (b, KV, T, hd), rotated."""
         b, T, _ = x.shape
         q = self.q_proj(x).view(b, T, self.heads, self.head_dim).transpose(1, 2)  # (b, H, T, hd)
         k = self.k_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (b, KV, T, hd)
         v = self.v_proj(x).view(b, T, self.kv_heads, self.head_dim).transpose(1, 2)  # (b, KV, T, hd)
         q, k = apply_rotary_pos_emb(q, k, cos, sin)
-        groups = self.heads // self.kv_heads
-        k, v = repeat_kv(k, groups), repeat_kv(v, groups)  # (b, H, T, hd)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (b, H, T, hd)
-        return self.o_proj(out.transpose(1, 2).reshape(b, T, -1))  # (b, T, d)
+        keys, values = (k, v) if past is None else (torch.cat([past[0], k], 2), torch.cat([past[1], v], 2))
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed,
+                                             enable_gqa=self.heads != self.kv_heads)  # (b, H, T, hd)
+        return self.o_proj(out.transpose(1, 2).reshape(b, T, -1)), (k, v)  # (b, T, d)
 
 
 class Eagle3DecoderLayer(nn.Module):
@@ -145,11 +147,13 @@ class Eagle3DecoderLayer(nn.Module):
         self.post_attention_layernorm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.mlp = LlamaMLP(block)
 
-    def forward(self, embeds, hidden, cos, sin, allowed):
-        """embeds, hidden (b, T, d) -> next hidden (b, T, d), before the final norm."""
+    def forward(self, embeds, hidden, cos, sin, allowed, past=None):
+        """embeds, hidden (b, T, d) -> (next hidden (b, T, d) before the final norm, this forward's
+        rotated (keys, values)); `past` and `allowed` as in `Eagle3Attention.forward`."""
         x = torch.cat([self.input_layernorm(embeds), self.hidden_norm(hidden)], dim=-1)  # (b, T, 2d)
-        hidden = hidden + self.self_attn(x, cos, sin, allowed)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+        attended, kv = self.self_attn(x, cos, sin, allowed, past)
+        hidden = hidden + attended
+        return hidden + self.mlp(self.post_attention_layernorm(hidden)), kv
 
 
 class Eagle3Draft(nn.Module):
@@ -213,6 +217,17 @@ class Eagle3Draft(nn.Module):
         (True = may attend), e.g. for trees; causal masking is applied to the (b, T) form only.
         Returns (logits (b, T, V_draft), hidden (b, T, d) before the final norm, to feed back).
         """
+        b, T = input_ids.shape
+        allowed = self._allowed(attention_mask, b, T, input_ids.device)  # (b, 1, T, T)
+        logits, hidden, _ = self.step(input_ids, hidden, features=features, positions=positions, allowed=allowed)
+        return logits, hidden
+
+    def step(self, input_ids, hidden=None, *, features=None, positions=None, allowed, past=None, logits=True):
+        """One draft forward with explicit attention: `allowed` (b, 1, T, S + T) bool over the
+        keys of `past` ((keys, values) (b, KV, S, hd), earlier forwards, e.g. the prefix and the
+        tree nodes drafted so far, or the earlier steps of training-time test) followed by this
+        forward's own. Returns (logits (b, T, V_draft) or None when `logits` is False, hidden
+        (b, T, d) before the final norm, this forward's (keys, values) (b, KV, T, hd))."""
         if (hidden is None) == (features is None):
             raise ValueError("pass exactly one of hidden (b, T, d) and features (b, T, m*d)")
         hidden = self.project(features) if features is not None else hidden  # (b, T, d)
@@ -223,9 +238,8 @@ class Eagle3Draft(nn.Module):
             positions = torch.arange(T, device=input_ids.device)
         positions = positions.expand(b, T)  # (b, T)
         cos, sin = self.rotary_emb(hidden, positions)  # (b, T, hd) each
-        allowed = self._allowed(attention_mask, b, T, hidden.device)  # (b, 1, T, T)
-        hidden = self.midlayer(self.embed(input_ids), hidden, cos, sin, allowed)  # (b, T, d)
-        return self.lm_head(self.norm(hidden)), hidden  # (b, T, V_draft), (b, T, d)
+        hidden, kv = self.midlayer(self.embed(input_ids), hidden, cos, sin, allowed, past)  # (b, T, d)
+        return (self.lm_head(self.norm(hidden)) if logits else None), hidden, kv  # (b, T, V_draft)
 
     @staticmethod
     def _allowed(attention_mask, b, T, device):

@@ -19,18 +19,15 @@ The draft model is abstracted by `step_fn(state, frontier) -> (log_probs, next_s
   log_probs (b, top_k, V_draft), one row per frontier node in the Frontier's order.
 `state` is opaque to the tree code (tests pass token paths; the draft passes its hidden states and KV).
 
-Wiring the draft model (not built here; `Eagle3Draft.forward` as documented in `model.py`):
-- root call: `forward(prefix_ids, features=target_features)` over the accepted prefix (EAGLE-3
-  alignment: features of token t with the embedding of token t+1), log_softmax of the last row; the
-  state keeps the last hidden (b, 1, d) and the prefix's keys/values.
+Wiring the draft model (`replay.root_step_fn`, with `Eagle3Draft.step` as documented in `model.py`):
+- root call: the draft's step-1 row of the root over the accepted prefix (EAGLE-3 alignment:
+  features of token t with the embedding of token t+1); the prefix's keys/values are kept.
 - frontier call at depth t: input_ids = `frontier.draft_ids` mapped `to_target` (the target
   embedding is shared), hidden = the previous call's output hidden gathered at `frontier.rows`
   (the parent's own hidden, as EAGLE-3 feeds it back), one rotary position for the whole frontier
   (the root's query position + t, EAGLE's `len_posi + i`), and attention: the whole prefix plus
   `frontier.mask` (b, top_k, top_k*t) over all frontier nodes forwarded so far in forwarding order,
-  i.e. the node's forwarded ancestors and itself (EAGLE's `tree_mask`). `Eagle3Draft.forward` has no
-  KV cache yet, so an adapter either adds one or re-runs prefix + forwarded nodes with a full
-  (b, 1, T, T) mask: causal over the prefix, `frontier.mask` rows for the tree part.
+  i.e. the node's forwarded ancestors and itself (EAGLE's `tree_mask`).
 - target verification: `DraftTree.attention_mask()` for the tree block (prefix visible to all),
   `position_ids(prefix_len)`, tokens in target ids.
 """
@@ -149,9 +146,10 @@ def _top_children(log_probs, b, rows, top_k):
     ties; values clamped to <= 0 so that scores never grow along a path.
 
     One torch.topk pass over the vocabulary (a full sort is 15x slower at V = 32k); topk leaves the
-    order of ties unspecified, so its result is re-sorted by (value desc, id asc), and a tie across
-    the cut (k-th and (k+1)-th equal) falls back to a stable full sort. Only the top values are
-    validated: NaN ranks first in topk, so it is caught there."""
+    order of ties unspecified, so its result is re-sorted by (value desc, id asc), and a row with a tie
+    across the cut (k-th and (k+1)-th equal) falls back to a stable full sort. Only the top values are
+    validated: NaN ranks first in topk, so it is caught there. (Rows whose ties were fully sorted
+    keep their order through the re-sort: ties there are already in ascending id order.)"""
     if log_probs.dim() != 3 or tuple(log_probs.shape[:2]) != (b, rows):
         raise ValueError(f"step_fn returned log_probs of shape {tuple(log_probs.shape)}, expected ({b}, {rows}, V)")
     vocab = log_probs.shape[-1]
@@ -161,10 +159,13 @@ def _top_children(log_probs, b, rows, top_k):
     values, ids = torch.topk(log_probs, min(top_k + 1, vocab), dim=-1)  # (b, f, k or k+1)
     if torch.isnan(values).any() or (values[..., 0] > 1e-4).any():
         raise ValueError("step_fn must return log-probabilities (<= 0, no NaN)")
-    if vocab > top_k and (values[..., top_k] == values[..., top_k - 1]).any():  # ties across the cut
-        values, ids = torch.sort(log_probs, dim=-1, descending=True, stable=True)  # (b, f, V)
-        return values[..., :top_k].clamp(max=0.0), ids[..., :top_k]
-    ids = ids[..., :top_k].sort(dim=-1).values  # ascending id, then a stable sort by value
+    ids = ids[..., :top_k]
+    if vocab > top_k:  # ties across the cut: those rows alone get a stable full sort
+        tied = values[..., top_k] == values[..., top_k - 1]  # (b, f)
+        if tied.any():
+            ids = ids.clone()
+            ids[tied] = torch.sort(log_probs[tied], dim=-1, descending=True, stable=True).indices[:, :top_k]
+    ids = ids.sort(dim=-1).values  # ascending id, then a stable sort by value
     order = torch.sort(log_probs.gather(-1, ids), dim=-1, descending=True, stable=True).indices  # (b, f, k)
     ids = ids.gather(-1, order)
     return log_probs.gather(-1, ids).clamp(max=0.0), ids
@@ -230,10 +231,22 @@ def build_trees(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: i
     order among siblings), so the result is deterministic and ancestor-closed.
     `to_target` maps draft ids to target ids (e.g. `draft.to_target`); identity when None.
     Raises ValueError when `nodes` exceeds `max_nodes(depth, top_k)` (no silent cap)."""
-    _check_args(nodes, depth, top_k)
+    return build_tree_sizes(step_fn, root_state, sizes=[nodes], depth=depth, top_k=top_k, to_target=to_target)[nodes]
+
+
+@torch.no_grad()
+def build_tree_sizes(step_fn: StepFn, root_state, *, sizes, depth: int, top_k: int,
+                     to_target: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[int, list[DraftTree]]:
+    """`build_trees` for several `nodes` values from one expansion: EAGLE-2's expansion does not
+    depend on `nodes` (only reranking does), so {nodes: trees} equals separate `build_trees` calls."""
+    sizes = sorted(set(sizes))
+    if not sizes:
+        raise ValueError("sizes must name at least one tree size")
+    for nodes in sizes:
+        _check_args(nodes, depth, top_k)
     scores, draft_ids, parents, depths = _expand(step_fn, root_state, depth, top_k)  # each (b, C)
-    return [_rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target)
-            for q in range(scores.shape[0])]
+    return {nodes: [_rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target)
+                    for q in range(scores.shape[0])] for nodes in sizes}
 
 
 def build_tree(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: int,

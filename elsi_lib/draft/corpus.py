@@ -1,0 +1,61 @@
+"""The draft experiments' text: training conversations (prompts + the target's own greedy replies)
+and SpecBench evaluation questions with the target's greedy continuations (issue 12).
+
+Both go through the notebooks' reply step (`responses.generate_responses`: batched, cached after
+every batch, keyed by the model's weights and every setting), so they are generated once and shared
+by every draft. Training prompts are disjoint from every calibration prompt and from SpecBench.
+"""
+from __future__ import annotations
+
+from ..data import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts)
+from ..responses import generate_responses, with_replies
+
+# The paper's SpecBench columns; M/R merges MT-bench math and reasoning with GSM8K math_reasoning,
+# MT is the rest of MT-bench (writing, roleplay, coding, extraction, stem, humanities).
+COLUMNS = {"MT": ("writing", "roleplay", "coding", "extraction", "stem", "humanities"),
+           "Trans": ("translation",), "Sum": ("summarization",), "QA": ("qa",),
+           "M/R": ("math", "reasoning", "math_reasoning"), "RAG": ("rag",)}
+REPLY_BATCH = 16
+
+
+def column_of(category: str) -> str:
+    """The paper's column of a SpecBench category."""
+    for column, categories in COLUMNS.items():
+        if category in categories:
+            return column
+    raise ValueError(f"unknown SpecBench category {category!r}")
+
+
+def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, max_new_tokens: int = 256,
+                           max_length: int = 1024, progress: bool = True) -> list[list[dict]]:
+    """`n_prompts` training prompts (`data.training_prompts`, disjoint from the whole calibration mix
+    and from SpecBench), each followed by the target's greedy reply of up to `max_new_tokens`."""
+    calibration = [c for source in CALIBRATION_MIX for c in load_prompts(source)]
+    prompts = training_prompts(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+    replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
+                                 batch_size=REPLY_BATCH, progress=progress)
+    return with_replies(prompts, replies)
+
+
+def eval_questions(per_category: int, *, seed: int = 0):
+    """SpecBench questions for replay: up to `per_category` of each of the 13 categories (seeded;
+    the ten MT-bench categories hold 10 each), first turn only. A DataFrame with question_id,
+    category, column and the one-turn `conversation`, ordered by question_id."""
+    if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
+        raise ValueError(f"per_category must be a positive integer, got {per_category!r}")
+    frame = load_specbench()
+    rows = [i for _, group in frame.groupby("category")
+            for i in group.sample(min(per_category, len(group)), random_state=seed).index]
+    chosen = frame.loc[rows].sort_values("question_id").reset_index(drop=True)
+    chosen["column"] = chosen["category"].map(column_of)
+    chosen["conversation"] = [[{"role": "user", "content": turns[0]}] for turns in chosen["turns"]]
+    return chosen.drop(columns="turns")
+
+
+def eval_conversations(model, tokenizer, questions, *, max_new_tokens: int = 256, max_length: int = 1024,
+                       progress: bool = True) -> list[list[dict]]:
+    """Each question followed by the target's greedy continuation (the tokens replay must match)."""
+    conversations = list(questions["conversation"])
+    replies = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
+                                 max_length=max_length, batch_size=REPLY_BATCH, progress=progress)
+    return with_replies(conversations, replies)

@@ -1,0 +1,215 @@
+"""Notebook 06's experiment: drafts on every layer set, trained alike, and tau by replay (issue 12).
+
+    calibration stats -> `draft_methods` (the layer sets) -> `run`:
+      replies (training prompts, SpecBench questions) -> stored target features -> draft vocabulary
+      -> lock-step training per seed group -> held-out step accuracy -> replay at 30 / 60 nodes
+
+Every stage is cached by its full configuration (replies per batch, feature shards, draft
+checkpoints during training, replay per question), so `run` resumes where an interruption left it
+and a notebook opened later shows only results of its own configuration.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..conventions import convert_layer_ids, eagle3_layers
+from ..entropy import set_entropy
+from ..models import load_model
+from ..scorer import SetScorer
+from ..study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
+from . import corpus
+from .features import build_features
+from .model import Eagle3Draft, draft_vocabulary, init_lm_head_from_target
+from .replay import question_tau, replay
+from .train import TrainSettings, step_accuracy, train_drafts
+
+FINAL = "final"  # EAGLE2's source: the target's last hidden state after its final norm
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """Everything that defines notebook 06's numbers (the cache keys are built from it)."""
+
+    model: str = "smollm2-135m"
+    n_train: int = 1200  # training prompts (the target replies to each)
+    n_heldout: int = 64  # of those, held out for step accuracy
+    train_max_new_tokens: int = 256
+    eval_per_category: int = 20  # SpecBench questions per category (MT-bench categories hold 10)
+    eval_per_column: int = 20  # of those, replayed per paper column
+    eval_max_new_tokens: int = 256
+    replay_tokens: int = 128  # continuation tokens replayed per question
+    draft_vocab: int = 8192
+    sizes: tuple[int, ...] = (30, 60)
+    depth: int = 6
+    top_k: int = 10
+    seeds: tuple[int, ...] = (0, 1, 2)  # seed 0 trains every method; later seeds the `reseeded`
+    reseeded: tuple[str, ...] = ("EAGLE3", "ELSI m=3")
+    train: TrainSettings = field(default_factory=TrainSettings)
+    max_length: int = 1024
+
+    @classmethod
+    def from_dict(cls, params: dict) -> "Experiment":
+        params = dict(params)
+        train = TrainSettings(**params.pop("train", {}))
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+        return cls(train=train, **params)
+
+
+def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
+    """The layer sets of notebook 06 from one model's calibration statistics ({selection: LayerStats}):
+    EAGLE2 (the normed last hidden state), EAGLE3 (EAGLE's [2, N//2, N-3] as inputs of those layers,
+    converted to elsi's output convention), ELSI m=1 under the paper's rule and unrestricted, ELSI and
+    ELSI-C m=2, 3, the lowest-entropy control (m=3), and ELSI m=3 under notebook 05's variants when
+    they choose a different set. Columns: method, source (layer tuple or "final"), setting, m,
+    layers (for entropy), entropy (set entropy on the paper setting's Z)."""
+    Z = stats["entropy"].Z
+    N = n_layers or Z.shape[0]
+    tables = {name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
+              for name, (sel, norm) in TABLE1_SETTINGS.items()}
+    paper = tables["paper"]
+    rows = [("EAGLE2", FINAL, "paper", (N - 1,)),
+            ("EAGLE3", convert_layer_ids(eagle3_layers(N), "input", "output", N), "paper", None),
+            ("ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None),
+            ("ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None)]
+    for m in (2, 3):
+        rows += [(f"ELSI m={m}", paper.loc[("ELSI", m), "layers"], "paper", None),
+                 (f"ELSI-C m={m}", paper.loc[("ELSI-C", m), "layers"], "paper", None)]
+    rows.append(("lowest-entropy m=3", paper.loc[("lowest-entropy control", 3), "layers"], "paper", None))
+    for setting, label in (("no_template", "template excluded"), ("frobenius", "Frobenius")):
+        rows.append((f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting, None))
+    out, seen = [], set()
+    for method, source, setting, layers in rows:
+        source = source if source == FINAL else tuple(int(l) for l in source)
+        if setting != "paper" and source in seen:
+            continue  # a variant that chose the paper's set adds nothing
+        if method == "ELSI m=1, unrestricted" and source in seen:
+            continue
+        seen.add(source)
+        layers = layers or source
+        out.append({"method": method, "source": source, "setting": setting, "m": len(layers), "layers": layers,
+                    "entropy": set_entropy(Z, layers)})
+    return pd.DataFrame(out)
+
+
+def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
+    """For each method's set (paper setting's Z): its rank and percentile among all C(N, m) sets by
+    set entropy (exact: every set scored), how many of the `top` best m-sets share a layer with it,
+    and the CKA compartment (0 = first) of each of its layers."""
+    scorer = SetScorer(Z)
+    N = Z.shape[0]
+    bounds = list(compartments(Z).boundaries)
+    rows = []
+    for row in methods.itertuples():
+        layers = tuple(row.layers)
+        sets = list(itertools.combinations(range(N), len(layers)))
+        values = scorer.entropies(sets)
+        mine = values[sets.index(layers)]
+        rank = int((values > mine + 1e-12).sum()) + 1
+        best = [set(sets[i]) for i in np.argsort(-values, kind="stable")[:top]]
+        rows.append({"method": row.method, "layers": layers, "entropy": mine, "rank": rank, "of": len(sets),
+                     "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
+                     f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
+                     "compartments": tuple(int(np.searchsorted(bounds, l, side="right")) for l in layers)})
+    return pd.DataFrame(rows)
+
+
+def _key(exp: Experiment, model, tokenizer) -> dict:
+    from ..identity import model_fingerprint, tokenizer_fingerprint, versions
+    return {"experiment": asdict(exp), "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
+            "library": versions()}
+
+
+def _groups(exp: Experiment, methods: pd.DataFrame) -> dict[int, dict[str, object]]:
+    """{seed: {method: source}}: every method at the first seed, the `reseeded` ones at the others."""
+    sources = dict(zip(methods.method, methods.source))
+    missing = [m for m in exp.reseeded if m not in sources]
+    if missing:
+        raise ValueError(f"reseeded methods {missing} are not among {list(sources)}")
+    return {seed: sources if i == 0 else {m: sources[m] for m in exp.reseeded} for i, seed in enumerate(exp.seeds)}
+
+
+def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
+    """Estimated time of each stage from per-unit costs measured on this 2-core machine
+    (`bench/bench_draft.py`; pass `rates` to override): minutes per stage, before anything runs."""
+    r = {"reply_s": 2.2, "feature_tok_s": 400.0, "train_tok_s": 650.0, "replay_s_per_q": 1.2,
+         "tokens_per_conv": 420.0, **(rates or {})}
+    n_drafts = sum(len(g) for g in _groups(exp, methods).values())
+    n_eval = exp.eval_per_column * len(corpus.COLUMNS)
+    train_tokens = (exp.n_train - exp.n_heldout) * r["tokens_per_conv"] * exp.train.epochs
+    rows = [("replies (training prompts + SpecBench)", (exp.n_train + 13 * exp.eval_per_category) * r["reply_s"]),
+            ("target features", (exp.n_train + n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
+            (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
+            (f"replay {n_drafts} drafts x {n_eval} questions", n_drafts * n_eval * r["replay_s_per_q"])]
+    frame = pd.DataFrame(rows, columns=["stage", "minutes"])
+    frame["minutes"] = (frame["minutes"] / 60).round(1)
+    return pd.concat([frame, pd.DataFrame([{"stage": "total", "minutes": frame["minutes"].sum()}])], ignore_index=True)
+
+
+def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed):
+    draft = Eagle3Draft.from_target(model, (n_layers - 1,) if source == FINAL else source, vocab, seed=seed)
+    draft.set_vocabulary(d2t, t2d)
+    init_lm_head_from_target(draft, model.get_output_embeddings())
+    return draft
+
+
+def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None) -> dict:
+    """Run (or resume from the caches) the whole experiment. Returns {"results": per-question tau
+    (method, seed, nodes, question_id, category, column, tau, rounds), "accuracy": held-out step
+    accuracy per draft, "training": per-batch logs, "questions", "data": corpus sizes}."""
+    model, tokenizer = loaded or load_model(exp.model)
+    n_layers = len(model.get_decoder().layers)
+    key = _key(exp, model, tokenizer)
+    questions = corpus.eval_questions(exp.eval_per_category)
+    eval_convs = corpus.eval_conversations(model, tokenizer, questions, max_new_tokens=exp.eval_max_new_tokens,
+                                           max_length=exp.max_length, progress=progress)
+    picked = (questions.assign(i=range(len(questions))).groupby("column", sort=False, group_keys=False)
+              .head(exp.eval_per_column))  # the first per column in question order
+    picked = picked.sort_values("question_id")
+    eval_convs = [eval_convs[i] for i in picked["i"]]
+    convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
+                                          max_length=exp.max_length, progress=progress)
+    train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
+    layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
+    stores = {name: build_features(model, tokenizer, c, layers, max_length=exp.max_length, progress=progress,
+                                   desc=f"target features ({name})")
+              for name, c in (("train", train_convs), ("held-out", heldout_convs), ("SpecBench", eval_convs))}
+    train_store = stores["train"]
+    reply_tokens = train_store.reply_tokens()
+    counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
+    d2t, t2d = draft_vocabulary(torch.from_numpy(counts), exp.draft_vocab)
+    coverage = float(counts[t2d.numpy()].sum() / counts.sum())
+    target_rows = model.get_output_embeddings().weight[t2d].detach().float()
+
+    results, accuracy, logs = [], [], {}
+    for seed, group in _groups(exp, methods).items():
+        drafts = {m: _make_draft(model, src, n_layers, d2t, t2d, exp.draft_vocab, seed) for m, src in group.items()}
+        settings = replace(exp.train, seed=seed)
+        group_key = {**key, "seed": seed, "features": train_store.folder.name}
+        out = train_drafts(drafts, group, train_store, target_rows, settings, key=group_key, name=f"seed{seed}",
+                           progress=progress)
+        if out["done"] < out["total"]:
+            raise RuntimeError(f"training of seed {seed} stopped at batch {out['done']} of {out['total']}")
+        logs[seed] = out["log"]
+        for method, draft in drafts.items():
+            draft_key = {**group_key, "method": method, "checkpoint": out["path"].name}
+            acc = step_accuracy(draft, group[method], stores["held-out"], exp.train.ttt_steps)
+            accuracy.append({"method": method, "seed": seed, **{f"step {k + 1}": a for k, a in enumerate(acc)}})
+            per_question = replay(draft, group[method], stores["SpecBench"], key=draft_key, sizes=exp.sizes,
+                                  depth=exp.depth, top_k=exp.top_k, max_tokens=exp.replay_tokens,
+                                  autocast=exp.train.autocast_bf16, progress=progress,
+                                  desc=f"replay {method} (seed {seed})")
+            for q, lengths in zip(picked.itertuples(), per_question):
+                for nodes, rounds in lengths.items():
+                    results.append({"method": method, "seed": seed, "nodes": nodes, "question_id": q.question_id,
+                                    "category": q.category, "column": q.column, "tau": question_tau(rounds),
+                                    "rounds": len(rounds)})
+    data = {"training conversations": len(train_convs), "held-out conversations": len(heldout_convs),
+            "training reply tokens": len(reply_tokens), "SpecBench questions": len(picked),
+            "draft vocabulary": exp.draft_vocab, "draft vocabulary coverage of reply tokens": coverage}
+    return {"results": pd.DataFrame(results), "accuracy": pd.DataFrame(accuracy), "training": logs,
+            "questions": picked.drop(columns="i"), "data": data}

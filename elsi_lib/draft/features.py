@@ -1,0 +1,178 @@
+"""Target features for draft training and replay, stored once and shared by every draft (issue 12).
+
+One teacher-forced target forward (`forward.hidden_batches`, the capture forward) per batch of
+conversations (prompt + the target's own reply) writes, per token:
+
+    ids     (n,)        int32   the token
+    hidden  (n, L, d)   float16 outputs of the requested decoder layers (elsi convention), ascending
+    final   (n, d)      float16 the last layer after the target's final norm (EAGLE-2's feature, and
+                                the input of the target's lm_head: soft labels are formed from it)
+    argmax  (n,)        int32   the target's greedy next token at each position
+
+Sequences are concatenated; `offsets` (S + 1,) delimit them and `starts` (S,) give the index of each
+sequence's first reply token (the prompt rendered with its generation prompt is a prefix).
+Storage is sharded (SHARD sequences each) so an interrupted build resumes at the last finished
+shard; each shard is a folder of .npy files with a manifest (sizes, sha256) keyed by everything that
+produced it: the target's weights and tokenizer fingerprints, the conversations, the layers,
+max_length and the library versions. Arrays are read memory-mapped.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..cachefiles import cache_dir, check_writable, replace_folder, sha256_text, verify_manifest, write_manifest
+from ..data import conversations_hash
+from ..formatting import tokenize_conversation, truncate
+from ..forward import hidden_batches, pad_id, plan_batches, tokenize_samples
+from ..identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..progress import progress_bar
+
+FORMAT = 1
+SHARD = 64  # sequences per shard
+ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")
+
+
+def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
+    """Index of each conversation's first reply token: the length of its prompt rendered with the
+    generation prompt (which must be a prefix of the full rendering), cut to `max_length`."""
+    starts = []
+    for i, conversation in enumerate(conversations):
+        if conversation[-1]["role"] != "assistant":
+            raise ValueError(f"conversation {i} does not end with an assistant reply")
+        full = tokenize_conversation(tokenizer, conversation)[0]
+        prompt = tokenize_conversation(tokenizer, conversation[:-1], add_generation_prompt=True)[0]
+        if full[:len(prompt)] != prompt:
+            raise ValueError(f"conversation {i}: the prompt with its generation prompt is not a prefix of the "
+                             "rendered conversation; replies cannot be located")
+        starts.append(min(len(prompt), max_length))
+    return starts
+
+
+@torch.no_grad()
+def greedy_next(final, lm_head, chunk: int = 512):
+    """The target's argmax next token at each position: final (n, d) -> (n,) int64, in chunks."""
+    return torch.cat([lm_head(final[i:i + chunk]).argmax(-1) for i in range(0, len(final), chunk)]) \
+        if len(final) else torch.zeros(0, dtype=torch.long)
+
+
+@dataclass
+class FeatureStore:
+    """Read side: memory-mapped shards. `sequence(i)` gives one sequence's arrays as tensors."""
+
+    folder: Path
+    layers: tuple[int, ...]
+    shards: list[dict]  # per shard: name -> np.ndarray (memory-mapped)
+
+    def __post_init__(self):
+        counts = [len(s["starts"]) for s in self.shards]
+        self._where = [(k, j) for k, c in enumerate(counts) for j in range(c)]
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def length(self, i: int) -> int:
+        k, j = self._where[i]
+        offsets = self.shards[k]["offsets"]
+        return int(offsets[j + 1] - offsets[j])
+
+    def start(self, i: int) -> int:
+        """Index of sequence i's first reply token."""
+        k, j = self._where[i]
+        return int(self.shards[k]["starts"][j])
+
+    def ids(self, i: int) -> np.ndarray:
+        """Token ids (T,) of sequence i."""
+        k, j = self._where[i]
+        offsets = self.shards[k]["offsets"]
+        return np.asarray(self.shards[k]["ids"][int(offsets[j]):int(offsets[j + 1])], dtype=np.int64)
+
+    def reply_tokens(self) -> np.ndarray:
+        """Every sequence's reply tokens, concatenated."""
+        return np.concatenate([self.ids(i)[self.start(i):] for i in range(len(self))] or [np.zeros(0, np.int64)])
+
+    def sequence(self, i: int, layer_ids=None) -> dict:
+        """ids (T,), start, features (T, m*d) float32 of `layer_ids` (None: all stored layers;
+        "final": the normed last hidden), final (T, d) float32, argmax (T,)."""
+        k, j = self._where[i]
+        shard = self.shards[k]
+        a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
+        out = {"ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)), "start": int(shard["starts"][j]),
+               "final": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
+               "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
+        if isinstance(layer_ids, str) and layer_ids == "final":
+            out["features"] = out["final"]
+        else:
+            columns = [self.layers.index(l) for l in (layer_ids if layer_ids is not None else self.layers)]
+            block = shard["hidden"][a:b][:, columns]  # (T, m, d)
+            out["features"] = torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
+        return out
+
+
+def _key(model, tokenizer, conversations, layers, max_length) -> dict:
+    return {"format": FORMAT, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
+            "library": versions(), "conversations": conversations_hash(conversations), "layers": list(layers),
+            "max_length": max_length, "shard": SHARD}
+
+
+def build_features(model, tokenizer, conversations, layers, *, max_length: int = 1024, batch_tokens: int = 8192,
+                   progress: bool = True, desc: str = "target features") -> FeatureStore:
+    """Stored target features of `conversations` at `layers` (elsi convention), built shard by
+    shard and reused when every shard's manifest matches (a corrupt or stale shard is rebuilt)."""
+    layers = tuple(sorted(set(int(l) for l in layers)))
+    n_layers = len(model.get_decoder().layers)
+    if not layers or layers[0] < 0 or layers[-1] >= n_layers:
+        raise ValueError(f"layers must be a non-empty subset of 0..{n_layers - 1}, got {layers}")
+    key = _key(model, tokenizer, conversations, layers, max_length)
+    root = cache_dir() / "features" / sha256_text(json.dumps(key, sort_keys=True))[:24]
+    check_writable(root)
+    starts = reply_starts(tokenizer, conversations, max_length)
+    n_shards = -(-len(conversations) // SHARD)
+    todo = [k for k in range(n_shards) if verify_manifest(root / f"shard_{k:05d}", {**key, "index": k}) is not None]
+    bar = progress_bar(total=len(conversations), initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
+                       desc=desc, unit="conv", disable=not progress or not todo)
+    lm_head = model.get_output_embeddings()
+    for k in todo:
+        part = conversations[k * SHARD:(k + 1) * SHARD]
+        samples, _ = tokenize_samples(tokenizer, part, max_length)
+        batches = plan_batches([len(s.ids) for s in samples], 64, batch_tokens)
+        rows: dict[int, dict] = {}
+        for batch in hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False):
+            for row, sample in enumerate(batch.samples):
+                T = len(sample.ids)
+                final = batch.final[row, :T]  # (T, d)
+                rows[sample.index] = {
+                    "ids": np.asarray(sample.ids, dtype=np.int32),
+                    "hidden": torch.stack([batch.layers[l][row, :T] for l in layers], 1).to(torch.float16).numpy(),
+                    "final": final.to(torch.float16).numpy(),
+                    "argmax": greedy_next(final, lm_head).numpy().astype(np.int32)}
+            bar.update(len(batch.samples))
+        order = [rows[i] for i in range(len(part))]
+        lengths = [len(r["ids"]) for r in order]
+        arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
+        arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        arrays["starts"] = np.asarray(starts[k * SHARD:(k + 1) * SHARD], dtype=np.int64)
+        tmp = root / f".shard_{k:05d}.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        for name, array in arrays.items():
+            np.save(tmp / f"{name}.npy", array)
+        write_manifest(tmp, {**key, "index": k})
+        replace_folder(tmp, root / f"shard_{k:05d}")
+    bar.close()
+    return open_features(root, key, layers, n_shards)
+
+
+def open_features(root: Path, key: dict, layers, n_shards: int) -> FeatureStore:
+    """Memory-map finished shards, each verified against its manifest (sizes and sha256)."""
+    shards = []
+    for k in range(n_shards):
+        folder = root / f"shard_{k:05d}"
+        problem = verify_manifest(folder, {**key, "index": k})
+        if problem:
+            raise RuntimeError(f"feature shard {folder} is not usable ({problem}); rerun build_features")
+        shards.append({name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS})
+    return FeatureStore(root, tuple(layers), shards)

@@ -1,0 +1,147 @@
+"""Tau at temperature 0 by replay (issue 12).
+
+At T = 0 the target's continuation of a question is fixed: its greedy tokens. A round of
+speculative decoding starts at a root (the last accepted token, known to the target), the draft
+builds its EAGLE-2 tree from the target features of the accepted prefix, and the target accepts the
+deepest root path that spells its own continuation, plus one bonus token. So every round is
+determined by its root position, and the draft's tree at root r depends only on the prefix:
+
+- one causal step-1 draft pass over the whole teacher-forced sequence gives, at row r-1, the root's
+  next-token distribution, and its keys/values are the draft's KV cache for every possible prefix
+  (EAGLE-3 re-runs the draft on accepted tokens with the target's features, which is this pass);
+- the tree forwards of all roots of a question run as one batch, each root masking the prefix to
+  rows <= r-1 (`Frontier.mask` gives the tree part);
+- the replay then walks r -> r + accepted + 1 from the first generated token (the prefill's, not a
+  round) to the end of the continuation, for every tree size of one shared expansion.
+
+The continuation is the stored sequence after the prompt, cut at the first token that is not the
+target's own argmax (a reply's re-tokenisation can differ from the generated ids) and at
+`max_tokens`, so that replay scores exactly the target's greedy output.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..progress import progress_bar
+from .model import Eagle3Draft
+from .tree import accepted_length, build_tree_sizes
+
+
+def continuation_end(ids, argmax, start: int, max_tokens: int) -> int:
+    """End (exclusive) of the target-greedy continuation x[start:end]: x[j] == argmax[j-1] for
+    start <= j < end, at most `max_tokens` tokens. ids, argmax (T,)."""
+    end = start
+    while end < len(ids) and end - start < max_tokens and int(ids[end]) == int(argmax[end - 1]):
+        end += 1
+    return end
+
+
+def _prefix_pass(draft, ids, features, autocast):
+    """Step-1 pass over rows 0..n-2 (row t: features of token t, embedding of token t+1).
+    Returns hidden (n-1, d) and rotated keys/values (1, KV, n-1, hd)."""
+    n = len(ids)
+    allowed = torch.ones(n - 1, n - 1, dtype=torch.bool).tril()[None, None]  # (1, 1, n-1, n-1)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        _, hidden, kv = draft.step(ids[None, 1:], features=features[None, :n - 1], positions=torch.arange(n - 1),
+                                   allowed=allowed, logits=False)
+    return hidden[0], kv
+
+
+def _log_probs(draft, hidden):
+    """The draft's next-token log-probs in float32 (lm_head outside autocast: bf16 logits tie often,
+    and ties would decide the tree)."""
+    return torch.log_softmax(draft.lm_head(draft.norm(hidden.float())), dim=-1)
+
+
+def root_step_fn(draft: Eagle3Draft, hidden, kv, roots, autocast: bool):
+    """(step_fn, root_state) for `build_tree_sizes` over all `roots` (R,) of one sequence at once."""
+    R, P = len(roots), kv[0].shape[2]
+    prefix_allowed = torch.arange(P)[None, :] <= (roots - 1)[:, None]  # (R, P): rows <= r-1
+    prefix = tuple(x.expand(R, -1, -1, -1) for x in kv)  # (R, KV, P, hd)
+
+    def step_fn(state, frontier):
+        if frontier is None:
+            last = hidden[roots - 1]  # (R, d): the root row's output
+            return _log_probs(draft, last)[:, None], {"hidden": last[:, None], "kv": None}
+        k = frontier.draft_ids.shape[1]
+        parent_hidden = state["hidden"].gather(1, frontier.rows[..., None].expand(-1, -1, hidden.shape[-1]))
+        tokens = draft.to_target(frontier.draft_ids)  # (R, k)
+        positions = (roots - 1)[:, None] + frontier.depth  # (R, 1): depth-t nodes run at r-1+t
+        nodes_kv = state["kv"]
+        past = prefix if nodes_kv is None else tuple(torch.cat([p, n], 2) for p, n in zip(prefix, nodes_kv))
+        allowed = torch.cat([prefix_allowed[:, None, :].expand(R, k, P), frontier.mask], dim=2)[:, None]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            _, out, new_kv = draft.step(tokens, parent_hidden, positions=positions.expand(R, k),
+                                        allowed=allowed, past=past, logits=False)
+        nodes_kv = new_kv if nodes_kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(nodes_kv, new_kv))
+        return _log_probs(draft, out), {"hidden": out, "kv": nodes_kv}
+
+    return step_fn, None
+
+
+@torch.no_grad()
+def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth: int = 6, top_k: int = 10,
+                    max_tokens: int = 128, autocast: bool = True) -> dict[int, list[int]]:
+    """Accepted lengths of every round of one question, per tree size: {nodes: [a_1, a_2, ...]}
+    (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's features."""
+    ids, argmax, start = sequence["ids"], sequence["argmax"], sequence["start"]
+    end = continuation_end(ids, argmax, start, max_tokens)
+    if end - start < 2:  # the prefill's token alone: no round
+        return {n: [] for n in sizes}
+    hidden, kv = _prefix_pass(draft, ids[:end], sequence["features"][:end], autocast)
+    roots = torch.arange(start, end - 1)  # every root that leaves a token to verify
+    step_fn, state = root_step_fn(draft, hidden, kv, roots, autocast)
+    trees = build_tree_sizes(step_fn, state, sizes=sizes, depth=depth, top_k=top_k, to_target=draft.to_target)
+    lengths = {}
+    for nodes, per_root in trees.items():
+        r, out = start, []
+        while r < end - 1:
+            remaining = end - 1 - r  # tokens after the root
+            a = min(accepted_length(per_root[r - start], ids[r + 1:end]), remaining - 1)
+            out.append(a)
+            r += a + 1
+        lengths[nodes] = out
+    return lengths
+
+
+def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), depth: int = 6, top_k: int = 10,
+           max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay") -> list[dict]:
+    """`replay_sequence` for every question of `store`, cached per question and resumable. `key`
+    identifies the draft (its checkpoint key and training state); the settings are added."""
+    full = {**key, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
+            "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store)}
+    full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
+    path = cache_dir() / "replay" / f"{sha256_text(json.dumps(full, sort_keys=True))[:24]}.json"
+    check_writable(path.parent)
+    done = {}
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("key") == full and saved.get("checksum") == sha256_text(json.dumps(saved["results"])):
+                done = {int(i): v for i, v in saved["results"].items()}
+        except (OSError, ValueError, KeyError):
+            done = {}
+    bar = progress_bar(total=len(store), initial=len(done), desc=desc, unit="question",
+                       disable=not progress or len(done) == len(store))
+    draft.eval()
+    for i in range(len(store)):
+        if i in done:
+            continue
+        result = replay_sequence(draft, store.sequence(i, source), sizes=sizes, depth=depth, top_k=top_k,
+                                 max_tokens=max_tokens, autocast=autocast)
+        done[i] = {str(n): v for n, v in result.items()}
+        results = {str(k): v for k, v in sorted(done.items())}
+        atomic_write_bytes(path, json.dumps({"key": full, "results": results,
+                                             "checksum": sha256_text(json.dumps(results))}).encode())
+        bar.update(1)
+    bar.close()
+    return [{int(n): v for n, v in done[i].items()} for i in range(len(store))]
+
+
+def question_tau(lengths: list[int]) -> float:
+    """tau of one question: mean of (accepted + 1) over its rounds; NaN without rounds."""
+    return float(np.mean(np.asarray(lengths) + 1)) if lengths else float("nan")

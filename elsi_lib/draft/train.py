@@ -1,0 +1,280 @@
+"""Training EAGLE-3 drafts with training-time test, several drafts in lock-step (issue 12).
+
+EAGLE-3 (arXiv 2503.01840, Sec. 3.2 "training-time test"): step 1 reads the target's features; at
+steps k = 2..K the draft's own (pre-norm) hidden output replaces them, so training sees what a tree
+round sees. Row t pairs the features of token t with the embedding of token t+1; at step k row t
+reads token t+k, runs at rotary position t+k-1, predicts token t+k+1, and its query sees the step-1
+keys of rows <= t (causal) plus the keys of steps 2..k at row t itself (EAGLE-3's `cache_hidden`).
+The loss at step k is the cross-entropy against the target's next-token distribution at position
+t+k restricted to the draft vocabulary (soft labels, EAGLE-3's `target_p`), on reply tokens whose
+target argmax lies in the draft vocabulary, weighted 0.8**(k-1) (EAGLE-3's `ploss_weight`).
+
+Every draft sees the same batches in the same order with its own AdamW; one stored target feature
+read feeds them all, so only the layer set differs. Checkpoints (all drafts, optimisers and the
+batch counter) are written atomically every `checkpoint_every` batches and at the end; a rerun with
+the same configuration resumes from the last one.
+"""
+from __future__ import annotations
+
+import io
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..progress import progress_bar
+from .model import NOT_IN_DRAFT, Eagle3Draft
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How every draft of one lock-step group is trained."""
+
+    ttt_steps: int = 3  # K: unrolled draft steps (EAGLE-3 uses 7; >= 3 here)
+    epochs: float = 2.0
+    batch_tokens: int = 4096  # padded tokens per batch (sequences are never split)
+    lr: float = 5e-4
+    warmup: int = 50  # batches of linear warm-up, then cosine decay to 10% of lr
+    weight_decay: float = 0.0
+    grad_clip: float = 0.5
+    step_decay: float = 0.8  # loss weight of step k is step_decay**(k-1)
+    autocast_bf16: bool = True  # draft matmuls in bfloat16 (fp32 master weights)
+    seed: int = 0  # batch order and draft initialisation
+    checkpoint_every: int = 25  # batches
+
+    def __post_init__(self):
+        if self.ttt_steps < 1 or self.epochs <= 0 or self.batch_tokens < 1 or self.lr <= 0:
+            raise ValueError(f"invalid training settings {self}")
+
+
+def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) -> list[list[int]]:
+    """Batches of sequence indices: per epoch, sequences sorted by length are cut into batches of at
+    most `batch_tokens` padded tokens, and the batches are shuffled (seeded). A fractional last
+    epoch takes the first part of its shuffled batches."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    batches, current = [], []
+    for i in order:
+        if current and (len(current) + 1) * max(lengths[j] for j in current + [i]) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    plan, rng = [], random.Random(seed)
+    for epoch in range(math.ceil(epochs)):
+        shuffled = rng.sample(batches, len(batches))
+        share = min(1.0, epochs - epoch)
+        plan.extend(shuffled[:max(1, round(share * len(shuffled)))])
+    return plan
+
+
+def collate(store, indices, sources: dict) -> dict:
+    """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final (b, T, d),
+    argmax (b, T) and, per source (a layer tuple or "final"), features (b, T, m*d)."""
+    seqs = {src: [store.sequence(i, src if src == "final" else list(src)) for i in indices] for src in sources}
+    first = next(iter(seqs.values()))
+    T = max(len(s["ids"]) for s in first)
+    b = len(indices)
+    out = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
+           "argmax": torch.zeros(b, T, dtype=torch.long), "start": torch.tensor([s["start"] for s in first]),
+           "final": torch.zeros(b, T, first[0]["final"].shape[-1])}
+    for row, s in enumerate(first):
+        n = len(s["ids"])
+        out["ids"][row, :n], out["valid"][row, :n] = s["ids"], True
+        out["argmax"][row, :n], out["final"][row, :n] = s["argmax"], s["final"]
+    out["features"] = {}
+    for src, items in seqs.items():
+        feats = torch.zeros(b, T, items[0]["features"].shape[-1])
+        for row, s in enumerate(items):
+            feats[row, :len(s["ids"])] = s["features"]
+        out["features"][src] = feats
+    return out
+
+
+def soft_targets(final, target_rows):
+    """The target's next-token distribution restricted to the draft vocabulary and renormalised
+    (EAGLE-3's `target_p`): final (b, T, d) after the target's final norm, target_rows (V_draft, d)
+    the target lm_head's rows of the draft vocabulary -> (b, T, V_draft) float32."""
+    return torch.softmax(final @ target_rows.T, dim=-1)
+
+
+def query_rows(valid, start, K: int):
+    """Rows that steps 2..K must run: from the first row any step scores (start - K - 1) to the end
+    of each sequence, left-aligned. Returns rows (b, Tq) long (padded by repeating the last row)
+    and their validity (b, Tq). Prompt rows before them only serve as step-1 keys."""
+    n = valid.sum(1)  # (b,)
+    first = (start - K - 1).clamp(min=0).minimum(n - 1).clamp(min=0)  # (b,)
+    width = int((n - first).max())
+    rows = first[:, None] + torch.arange(width)[None, :]  # (b, Tq)
+    ok = rows < n[:, None]
+    return torch.minimum(rows, (n - 1).clamp(min=0)[:, None]), ok
+
+
+def ttt_masks(valid, K: int, rows=None):
+    """Attention masks of training-time test. Step 1: (b, 1, T, T), causal over real keys. Step k >= 2
+    for the query rows `rows` (b, Tq) (default every row): (b, 1, Tq, T + (k-1)*Tq) over the step-1
+    keys (causal: key j <= the row) followed by the keys of steps 2..k at the same row only."""
+    b, T = valid.shape
+    causal = torch.ones(T, T, dtype=torch.bool).tril() & valid[:, None, None, :]  # (b, 1, T, T)
+    causal = causal | torch.eye(T, dtype=torch.bool)  # a padded row sees itself: finite
+    rows = torch.arange(T).expand(b, T) if rows is None else rows
+    Tq = rows.shape[1]
+    seen = (torch.arange(T)[None, None, :] <= rows[:, :, None]) & valid[:, None, :]  # (b, Tq, T)
+    seen = seen[:, None]  # (b, 1, Tq, T)
+    eye = torch.eye(Tq, dtype=torch.bool).expand(b, 1, Tq, Tq)
+    return [causal] + [torch.cat([seen] + [eye] * (k - 1), dim=-1) for k in range(2, K + 1)]
+
+
+def ttt_unroll(draft: Eagle3Draft, batch: dict, source, K: int, *, autocast: bool):
+    """Training-time test of one draft on one batch: yields, for k = 1..K, (k, logits (n, V_draft)
+    float32 at the scored rows, chosen (batch rows, rows), s (T,) the target position each row
+    matches, label (n,) the target's greedy token as a draft id or NOT_IN_DRAFT). Scored rows are
+    those whose predicted token (index s+1) is a reply token inside the sequence. Step 1 runs every
+    row (its keys serve all later steps); steps 2..K only the rows `query_rows` keeps."""
+    ids, valid, start = batch["ids"], batch["valid"], batch["start"]
+    b, T = ids.shape
+    n = valid.sum(1, keepdim=True)  # (b, 1)
+    rows, row_ok = query_rows(valid, start, K)  # (b, Tq)
+    masks = ttt_masks(valid, K, rows)
+    in_draft = draft.to_draft(batch["argmax"])  # (b, T) draft id of the target's greedy token, or -1
+    past, hidden = None, None
+    for k in range(1, K + 1):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            if k == 1:  # every row, token t+1 at row t
+                shift = torch.cat([ids[:, 1:], ids.new_zeros(b, 1)], dim=1)  # (b, T)
+                _, full, past = draft.step(shift, features=batch["features"][source], positions=torch.arange(T),
+                                           allowed=masks[0], logits=False)
+                hidden = full.gather(1, rows[..., None].expand(-1, -1, full.shape[-1]))  # (b, Tq, d)
+            else:  # the query rows only, token t+k at row t, position t+k-1
+                tokens = ids.gather(1, (rows + k).clamp(max=T - 1))  # (b, Tq)
+                _, hidden, kv = draft.step(tokens, hidden, positions=rows + (k - 1), allowed=masks[k - 1], past=past,
+                                           logits=False)
+                past = (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
+        target = rows + k  # (b, Tq) target position whose distribution row t must match (predicts t+k+1)
+        scored = row_ok & (target + 1 < n) & (target + 1 >= start[:, None])  # (b, Tq)
+        where = scored.nonzero(as_tuple=True)
+        chosen = (where[0], rows[where])  # (batch rows, sequence rows)
+        label = in_draft[chosen[0], chosen[1] + k]  # (n,)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logits = draft.lm_head(draft.norm(hidden[where]))  # (n, V_draft): the scored rows only
+        yield k, logits.float(), chosen, torch.arange(T) + k, label
+
+
+def ttt_losses(draft: Eagle3Draft, batch: dict, source, targets, K: int, *, autocast: bool):
+    """Per-step soft cross-entropy (rows whose target argmax is in the draft vocabulary) and
+    accuracy of one draft on one batch. Returns (losses [K] tensors, correct [K], counts [K])."""
+    losses, correct, counts = [], [], []
+    for k, logits, chosen, s, label in ttt_unroll(draft, batch, source, K, autocast=autocast):
+        keep = label != NOT_IN_DRAFT
+        logp = torch.log_softmax(logits[keep], dim=-1)  # (n', V_draft)
+        p = targets[chosen[0][keep], s[chosen[1][keep]]]  # (n', V_draft)
+        losses.append(-(p * logp).sum(-1).mean() if len(p) else logits.sum() * 0)
+        correct.append(int((logp.argmax(-1) == label[keep]).sum()))
+        counts.append(len(p))
+    return losses, correct, counts
+
+
+def _lr(step: int, total: int, settings: TrainSettings) -> float:
+    if step < settings.warmup:
+        return settings.lr * (step + 1) / settings.warmup
+    progress = (step - settings.warmup) / max(1, total - settings.warmup)
+    return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def checkpoint_path(name: str, key: dict):
+    return cache_dir() / "drafts" / f"{name}-{sha256_text(json.dumps(key, sort_keys=True))[:24]}.pt"
+
+
+def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: TrainSettings = TrainSettings(), *,
+                 key: dict, name: str = "drafts", progress: bool = True, max_batches: int | None = None,
+                 time_budget_s: float | None = None) -> dict:
+    """Train `drafts` ({method: Eagle3Draft}) in lock-step on `store`; `sources` gives each
+    method's features (a layer tuple or "final"). `target_rows` (V_draft, d): the target lm_head's
+    rows of the (shared) draft vocabulary. `key` describes everything that produced the drafts'
+    starting point and data (the caller's part of the checkpoint key; the settings are added).
+    Stops early after `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a
+    rerun continues). Returns the log: per batch, per method loss and per-step accuracy."""
+    full_key = {**key, "settings": asdict(settings), "methods": {m: str(sources[m]) for m in drafts}}
+    path = checkpoint_path(name, full_key)
+    check_writable(path.parent)
+    plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
+                      settings.seed)
+    optimisers = {m: torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=settings.lr,
+                                       weight_decay=settings.weight_decay, betas=(0.9, 0.95)) for m, d in drafts.items()}
+    done, log = 0, []
+    if path.is_file():
+        try:
+            state = torch.load(path, weights_only=False)
+        except Exception as err:  # a truncated or foreign file is rebuilt, never used
+            state = None
+            print(f"ignoring unreadable checkpoint {path.name}: {err}")
+        if state is not None and state.get("key") == full_key:
+            for m in drafts:
+                drafts[m].load_state_dict(state["drafts"][m])
+                optimisers[m].load_state_dict(state["optimisers"][m])
+            done, log = state["done"], state["log"]
+    torch.manual_seed(settings.seed)
+    bar = progress_bar(total=len(plan), initial=done, desc=f"training {len(drafts)} drafts", unit="batch",
+                       disable=not progress or done >= len(plan))
+    started, stop_at = time.monotonic(), len(plan) if max_batches is None else min(len(plan), done + max_batches)
+    tokens, t0 = 0, time.monotonic()
+
+    def save():
+        buffer = io.BytesIO()
+        torch.save({"key": full_key, "done": done, "log": log,
+                    "drafts": {m: d.state_dict() for m, d in drafts.items()},
+                    "optimisers": {m: o.state_dict() for m, o in optimisers.items()}}, buffer)
+        atomic_write_bytes(path, buffer.getvalue())
+
+    for d in drafts.values():
+        d.train()
+    while done < stop_at:
+        batch = collate(store, plan[done], set(sources[m] for m in drafts))
+        targets = soft_targets(batch["final"], target_rows)  # (b, T, V_draft), shared
+        entry = {"batch": done}
+        for m, draft in drafts.items():
+            for group in optimisers[m].param_groups:
+                group["lr"] = _lr(done, len(plan), settings)
+            losses, correct, counts = ttt_losses(draft, batch, sources[m], targets, settings.ttt_steps,
+                                                 autocast=settings.autocast_bf16)
+            loss = sum(settings.step_decay ** k * l for k, l in enumerate(losses))
+            optimisers[m].zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.grad_clip)
+            optimisers[m].step()
+            entry[m] = {"loss": loss.item(), "acc": [c / max(1, n) for c, n in zip(correct, counts)]}
+        log.append(entry)
+        done += 1
+        tokens += int(batch["valid"].sum())
+        mean_loss = sum(entry[m]["loss"] for m in drafts) / len(drafts)
+        bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(1e-9, time.monotonic() - t0):.0f}")
+        bar.update(1)
+        if done % settings.checkpoint_every == 0 or done == stop_at:
+            save()
+        if time_budget_s is not None and time.monotonic() - started > time_budget_s:
+            save()
+            break
+    bar.close()
+    for d in drafts.values():
+        d.eval()
+    return {"done": done, "total": len(plan), "log": log, "path": path}
+
+
+@torch.no_grad()
+def step_accuracy(draft: Eagle3Draft, source, store, K: int, *, batch_tokens: int = 4096,
+                  autocast: bool = True) -> list[float]:
+    """Held-out step-1..K accuracy: the share of reply positions where the draft's argmax (its own
+    hidden fed back, ground-truth tokens, as in training) equals the target's greedy token; a target
+    token outside the draft vocabulary counts as a miss."""
+    hits, totals = [0] * K, [0] * K
+    for indices in batch_plan([store.length(i) for i in range(len(store))], batch_tokens, 1.0, 0):
+        batch = collate(store, indices, {source})
+        for k, logits, _, _, label in ttt_unroll(draft, batch, source, K, autocast=autocast):
+            hits[k - 1] += int((logits.argmax(-1) == label).sum())
+            totals[k - 1] += len(label)
+    return [h / max(1, t) for h, t in zip(hits, totals)]

@@ -1,0 +1,371 @@
+"""Draft training (elsi_lib.draft.train) and its target features (elsi_lib.draft.features) on a tiny
+random target: training-time test against the inference chain it imitates, the masks, batch plans,
+determinism and resumption of `train_drafts`, and the stored features against the model itself."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import CORPUS, make_conversations
+from elsi_lib.cachefiles import verify_manifest
+from elsi_lib.draft import Eagle3Draft, draft_vocabulary, init_lm_head_from_target
+from elsi_lib.draft import features as F
+from elsi_lib.draft import train as T
+from elsi_lib.formatting import tokenize_conversation
+
+LAYERS = (0, 1, 2, 3)
+DRAFT_VOCAB = 48
+
+
+def replied_conversations(n, seed=0, reply_words=(6, 12)):
+    """Short prompts with hand-written assistant replies (no generation: fast)."""
+    rng = np.random.default_rng(seed + 100)
+    return [c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*reply_words)))}]
+            for c in make_conversations(n, seed, words=(3, 8))]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny matrices: one intra-op thread is many times faster on a busy machine; restored after."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def store(tiny_model, tiny_tokenizer, tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:  # the autouse cache fixture is per test; this one is per module
+        mp.setenv("ELSI_CACHE_DIR", str(tmp_path_factory.mktemp("features")))
+        return F.build_features(tiny_model, tiny_tokenizer, replied_conversations(6), LAYERS, progress=False)
+
+
+@pytest.fixture(scope="module")
+def vocab(tiny_model, store):
+    counts = torch.zeros(tiny_model.config.vocab_size)
+    for i in range(len(store)):
+        counts += torch.bincount(store.sequence(i)["argmax"], minlength=len(counts))
+    return draft_vocabulary(counts, DRAFT_VOCAB)
+
+
+def make_draft(model, vocab, source, seed=0, perturb=True):
+    draft = Eagle3Draft.from_target(model, [LAYERS[-1]] if source == "final" else source, DRAFT_VOCAB, seed=seed)
+    draft.set_vocabulary(*vocab)
+    init_lm_head_from_target(draft, model.get_output_embeddings())
+    if perturb:  # norms away from 1 so that every weight matters
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
+                         draft.midlayer.post_attention_layernorm):
+                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
+    return draft
+
+
+def target_rows(model, vocab):
+    return model.get_output_embeddings().weight[vocab[1]].detach()
+
+
+# ---------------------------------------------------------------- 5. training-time test == inference chain
+
+def chain_logits(draft, ids, features, t, K):
+    """What a tree round at root t+1 computes along the ground-truth path: a prefix pass over rows
+    0..t (features of token j, embedding of token j+1, position j), then x[t+2], x[t+3], ... fed as a
+    chain (hidden = the previous node's output, positions t+1, t+2, ...), each node attending to the
+    prefix and the chain so far. Re-run from scratch for every step; returns [K] (V_draft,) logits."""
+    prefix_ids, prefix_g = ids[1:t + 2], draft.project(features[:t + 1])  # (t+1,), (t+1, d)
+    P = t + 1
+    out, chain_ids, chain_hidden = [], [], []
+    _, hidden, _ = draft.step(prefix_ids[None], prefix_g[None], positions=torch.arange(P),
+                              allowed=torch.ones(P, P, dtype=torch.bool).tril()[None, None])
+    out.append(draft.lm_head(draft.norm(hidden[0, t])))
+    last = hidden[0, t]
+    for k in range(2, K + 1):
+        chain_ids.append(int(ids[t + k]))
+        chain_hidden.append(last)
+        T_ = P + len(chain_ids)
+        tokens = torch.cat([prefix_ids, torch.tensor(chain_ids)])
+        hidden_in = torch.cat([prefix_g, torch.stack(chain_hidden)])
+        positions = torch.cat([torch.arange(P), torch.arange(t + 1, t + k)])
+        allowed = torch.ones(T_, T_, dtype=torch.bool).tril()  # prefix causal, chain sees prefix + earlier chain
+        logits, hidden, _ = draft.step(tokens[None], hidden_in[None], positions=positions, allowed=allowed[None, None])
+        out.append(logits[0, -1])
+        last = hidden[0, -1]
+    return out
+
+
+@pytest.mark.parametrize("source", [(1, 3), "final"])
+def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
+    draft = make_draft(tiny_model, vocab, source).eval()
+    K, indices = 3, [1, 4]  # two sequences of different lengths: padding in the batch
+    assert store.length(1) != store.length(4)
+    batch = T.collate(store, indices, {source})
+    batch["start"] = torch.zeros(2, dtype=torch.long)  # score every row, not only the reply
+    masks = T.ttt_masks(batch["valid"], K)
+    with torch.no_grad():
+        steps = list(T.ttt_unroll(draft, batch, source, K, autocast=False))
+        assert [k for k, *_ in steps] == [1, 2, 3]
+        for row, i in enumerate(indices):
+            s = store.sequence(i, source)
+            n = len(s["ids"])
+            for t in (0, 5, n // 2, n - K - 2):
+                reference = chain_logits(draft, s["ids"], s["features"], t, K)
+                for k, logits, chosen, position, label in steps:
+                    assert int(position[t]) == t + k
+                    hit = ((chosen[0] == row) & (chosen[1] == t)).nonzero().flatten()
+                    assert len(hit) == 1, (row, t, k)
+                    torch.testing.assert_close(logits[hit[0]], reference[k - 1], atol=1e-4, rtol=1e-4)
+                    assert int(label[hit[0]]) == int(draft.to_draft(s["argmax"][t + k]))
+            # The last scored row at step k predicts the sequence's last token; later rows are not scored.
+            for k, logits, chosen, position, label in steps:
+                assert int(chosen[1][chosen[0] == row].max()) == n - k - 2
+    # Rows before the reply are not scored with the real start; steps 2..K then run only the rows
+    # from start - K - 1 on, and every scored row's logits equal those of the all-rows run.
+    batch["start"] = torch.tensor([store.sequence(i)["start"] for i in indices])
+    with torch.no_grad():
+        for (k, logits, chosen, position, label), full in zip(T.ttt_unroll(draft, batch, source, K, autocast=False),
+                                                              steps):
+            assert (position[chosen[1]] + 1 >= batch["start"][chosen[0]]).all()
+            assert int((position[chosen[1]] + 1 == batch["start"][chosen[0]]).sum()) == 2
+            index = {(int(r), int(t)): i for i, (r, t) in enumerate(zip(*full[2]))}
+            same = torch.tensor([index[(int(r), int(t))] for r, t in zip(*chosen)])
+            torch.testing.assert_close(logits, full[1][same], atol=1e-4, rtol=1e-4)
+            assert torch.equal(label, full[4][same])
+
+
+# ---------------------------------------------------------------- 6. ttt_masks
+
+def test_ttt_masks_small_example():
+    valid = torch.tensor([[True, True, True], [True, True, False]])
+    masks = T.ttt_masks(valid, 3)
+    assert [tuple(m.shape) for m in masks] == [(2, 1, 3, 3), (2, 1, 3, 6), (2, 1, 3, 9)]
+    causal_full = [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
+    causal_padded = [[1, 0, 0], [1, 1, 0], [1, 1, 1]]  # row 2 is padding: sees rows 0, 1 and itself
+    eye = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
+    assert masks[0][0, 0].int().tolist() == causal_full
+    assert masks[0][1, 0].int().tolist() == causal_padded
+    # Later steps: a padded row sees the real keys up to it (its own later-step keys keep it finite).
+    seen_padded = [[1, 0, 0], [1, 1, 0], [1, 1, 0]]
+    for k in (2, 3):
+        for b, causal in enumerate((causal_full, seen_padded)):
+            blocks = masks[k - 1][b, 0].int().split(3, dim=-1)
+            assert [blk.tolist() for blk in blocks] == [causal] + [eye] * (k - 1)
+    # A padded key is hidden from the real rows after it.
+    valid = torch.tensor([[True, False, True]])
+    assert T.ttt_masks(valid, 1)[0][0, 0].int().tolist() == [[1, 0, 0], [1, 1, 0], [1, 0, 1]]
+    assert all(m.dtype == torch.bool for m in masks)
+
+
+# ---------------------------------------------------------------- 7. train_drafts determinism / resume
+
+SETTINGS = T.TrainSettings(ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=False,
+                           seed=3, checkpoint_every=100)
+SOURCES = {"a": (1, 3), "b": "final"}
+
+
+def fresh_drafts(model, vocab):
+    return {m: make_draft(model, vocab, src, seed=5, perturb=False) for m, src in SOURCES.items()}
+
+
+def states(drafts):
+    return {m: {k: v.clone() for k, v in d.state_dict().items()} for m, d in drafts.items()}
+
+
+def assert_same_states(a, b):
+    assert a.keys() == b.keys()
+    for m in a:
+        assert a[m].keys() == b[m].keys()
+        for name in a[m]:
+            assert torch.equal(a[m][name], b[m][name]), (m, name)
+
+
+def test_train_drafts_deterministic_and_resumable(tiny_model, vocab, store):
+    rows, key = target_rows(tiny_model, vocab), {"test": "determinism"}
+    initial = states(fresh_drafts(tiny_model, vocab))
+
+    drafts = fresh_drafts(tiny_model, vocab)
+    first = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    assert first["done"] == first["total"] >= 4
+    trained = states(drafts)
+    assert not torch.equal(trained["a"]["fc.weight"], initial["a"]["fc.weight"])  # training changed the weights
+
+    # A rerun with the finished checkpoint in place trains nothing and restores the weights.
+    drafts = fresh_drafts(tiny_model, vocab)
+    again = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    assert again["done"] == first["total"] and again["log"] == first["log"]
+    assert_same_states(states(drafts), trained)
+
+    # A fresh run (checkpoint deleted) gives identical weights.
+    first["path"].unlink()
+    drafts = fresh_drafts(tiny_model, vocab)
+    second = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    assert_same_states(states(drafts), trained)
+    assert second["log"] == first["log"]
+
+    # Interrupted after 2 batches, then rerun to the end: the same weights as without interruption.
+    second["path"].unlink()
+    drafts = fresh_drafts(tiny_model, vocab)
+    part = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=2)
+    assert part["done"] == 2 and part["path"].is_file()
+    drafts = fresh_drafts(tiny_model, vocab)
+    rest = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    assert rest["done"] == first["total"]
+    assert rest["log"] == first["log"]
+    assert_same_states(states(drafts), trained)
+
+    # A different seed is a different run (batch order and checkpoint key).
+    other = T.TrainSettings(**{**SETTINGS.__dict__, "seed": 4})
+    drafts = fresh_drafts(tiny_model, vocab)
+    T.train_drafts(drafts, SOURCES, store, rows, other, key=key, progress=False)
+    assert not torch.equal(states(drafts)["a"]["fc.weight"], trained["a"]["fc.weight"])
+
+
+def test_train_drafts_ignores_a_corrupt_checkpoint(tiny_model, vocab, store, capsys):
+    rows, key = target_rows(tiny_model, vocab), {"test": "corrupt"}
+    drafts = fresh_drafts(tiny_model, vocab)
+    out = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    trained = states(drafts)
+    out["path"].write_bytes(out["path"].read_bytes()[:100])  # truncated
+    drafts = fresh_drafts(tiny_model, vocab)
+    rerun = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    assert "ignoring unreadable checkpoint" in capsys.readouterr().out
+    assert rerun["done"] == 1  # started over, not resumed
+    assert_same_states(states(drafts), trained)
+
+
+# ---------------------------------------------------------------- 8. loss decreases
+
+def test_training_reduces_the_loss(tiny_model, vocab, store):
+    # The random target is nearly uniform (its soft labels' entropy is ~log 48, the loss's floor), so
+    # the labels come from its lm_head rows scaled by 20: a confident target (entropy ~1.5 nats).
+    epochs = 12
+    settings = T.TrainSettings(ttt_steps=3, epochs=epochs, batch_tokens=400, warmup=2, lr=1e-2, autocast_bf16=False,
+                               seed=0, checkpoint_every=1000)
+    drafts = {"a": make_draft(tiny_model, vocab, (1, 3), seed=0, perturb=False)}
+    out = T.train_drafts(drafts, {"a": (1, 3)}, store, 20 * target_rows(tiny_model, vocab), settings,
+                         key={"test": "loss"}, progress=False)
+    per_epoch = out["total"] // epochs
+    assert out["total"] == epochs * per_epoch and per_epoch >= 2
+    losses = [entry["a"]["loss"] for entry in out["log"]]
+    first, last = np.mean(losses[:per_epoch]), np.mean(losses[-per_epoch:])
+    assert last < 0.8 * first, (first, last)
+    accuracy = [np.mean([entry["a"]["acc"][0] for entry in out["log"][:per_epoch]]),
+                np.mean([entry["a"]["acc"][0] for entry in out["log"][-per_epoch:]])]
+    assert accuracy[1] > accuracy[0] + 0.1, accuracy
+
+
+# ---------------------------------------------------------------- 9. batch_plan
+
+def test_batch_plan():
+    rng = np.random.default_rng(0)
+    lengths = [int(x) for x in rng.integers(5, 120, size=40)] + [300]  # one sequence longer than a batch
+    batch_tokens, epochs = 256, 3
+    plan = T.batch_plan(lengths, batch_tokens, epochs, seed=1)
+    one = T.batch_plan(lengths, batch_tokens, 1, seed=1)
+    n_batches = len(one)
+    assert len(plan) == epochs * n_batches
+    for e in range(epochs):  # every sequence exactly once per epoch
+        epoch = [i for batch in plan[e * n_batches:(e + 1) * n_batches] for i in batch]
+        assert sorted(epoch) == list(range(len(lengths)))
+    for batch in plan:
+        assert batch and (len(batch) * max(lengths[i] for i in batch) <= batch_tokens or len(batch) == 1)
+    assert [40] in plan  # the long one alone
+    assert sorted(map(tuple, plan[:n_batches])) == sorted(map(tuple, plan[n_batches:2 * n_batches]))  # same batches
+    assert plan[:n_batches] != plan[n_batches:2 * n_batches]  # reshuffled each epoch
+    assert T.batch_plan(lengths, batch_tokens, epochs, seed=1) == plan
+    other = T.batch_plan(lengths, batch_tokens, epochs, seed=2)
+    assert other != plan and sorted(map(tuple, other)) == sorted(map(tuple, plan))
+    # A fractional last epoch: its first share of the batches.
+    half = T.batch_plan(lengths, batch_tokens, 1.5, seed=1)
+    assert len(half) == n_batches + round(0.5 * n_batches) and half[:n_batches] == plan[:n_batches]
+    assert len(set(map(tuple, half[n_batches:]))) == len(half) - n_batches
+    # Sequences sorted by length are cut greedily: the batches are consecutive runs of the sorted
+    # order, each as long as batch_tokens allows.
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    rank = {i: p for p, i in enumerate(order)}
+    runs = sorted((sorted(batch, key=rank.get) for batch in one), key=lambda batch: rank[batch[0]])
+    assert [i for run in runs for i in run] == order
+    for run, following in zip(runs, runs[1:]):
+        assert (len(run) + 1) * lengths[following[0]] > batch_tokens
+
+
+# ---------------------------------------------------------------- 10. reply_starts
+
+def test_reply_starts_point_at_the_reply(tiny_tokenizer):
+    conversations = replied_conversations(5, seed=7)
+    starts = F.reply_starts(tiny_tokenizer, conversations, max_length=1024)
+    for conversation, start in zip(conversations, starts):
+        ids = tokenize_conversation(tiny_tokenizer, conversation)[0]
+        reply = conversation[-1]["content"]
+        assert tiny_tokenizer.decode(ids[start:]).startswith(reply)
+        assert tiny_tokenizer.decode(ids[:start]).endswith("<|im_start|>assistant\n")
+    assert F.reply_starts(tiny_tokenizer, conversations, max_length=10) == [10] * 5  # cut to max_length
+    with pytest.raises(ValueError, match="conversation 1 does not end with an assistant reply"):
+        F.reply_starts(tiny_tokenizer, [conversations[0], conversations[1][:-1]], max_length=1024)
+
+
+# ---------------------------------------------------------------- 11. stored features
+
+def reference_states(model, ids):
+    """Output of every decoder layer, via transformers' output_hidden_states (layers 0..N-2: index
+    l+1; the last entry is after the final norm, so the last layer's output comes from a hook)."""
+    captured = {}
+    layers = model.get_decoder().layers
+    handle = layers[-1].register_forward_hook(
+        lambda module, args, output: captured.update(last=output[0] if isinstance(output, tuple) else output))
+    try:
+        with torch.no_grad():
+            out = model(ids[None], output_hidden_states=True)
+    finally:
+        handle.remove()
+    states = [out.hidden_states[l + 1][0] for l in range(len(layers) - 1)] + [captured["last"][0]]
+    return states, out.hidden_states[-1][0], out.logits[0]
+
+
+def test_feature_store_matches_the_model(tiny_model, store):
+    assert len(store) == 6
+    for i in range(len(store)):
+        states, final, logits = reference_states(tiny_model, store.sequence(i)["ids"])
+        for layer_ids in [(1,), (0, 3), (1, 2, 3), LAYERS]:
+            s = store.sequence(i, layer_ids)
+            n = len(s["ids"])
+            assert s["features"].shape == (n, len(layer_ids) * 32)
+            for j, l in enumerate(layer_ids):
+                torch.testing.assert_close(s["features"][:, j * 32:(j + 1) * 32], states[l], atol=2e-3, rtol=2e-3)
+        s = store.sequence(i, "final")
+        torch.testing.assert_close(s["features"], final, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(s["final"], final, atol=2e-3, rtol=2e-3)
+        assert s["argmax"].tolist() == logits.argmax(-1).tolist()
+        assert store.length(i) == n
+
+
+def test_features_rebuild_a_corrupt_shard(tiny_model, tiny_tokenizer, monkeypatch):
+    monkeypatch.setattr(F, "SHARD", 2)  # 3 shards of 2 conversations
+    conversations = replied_conversations(6, seed=1, reply_words=(2, 5))
+    forwards = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda m, a: forwards.append(a[0].shape[0]))
+    try:
+        store = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert sum(forwards) == 6
+        original = [store.sequence(i, (1, 2)) for i in range(6)]
+        forwards.clear()
+        F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert forwards == []  # everything reused
+
+        shard = store.folder / "shard_00001"
+        path = shard / "hidden.npy"
+        data = bytearray(path.read_bytes())
+        data[-5] ^= 0xFF  # same size, different content
+        path.write_bytes(bytes(data))
+        key = F._key(tiny_model, tiny_tokenizer, conversations, (1, 2), 1024)
+        assert "checksum mismatch" in verify_manifest(shard, {**key, "index": 1})
+        with pytest.raises(RuntimeError, match="shard_00001"):
+            F.open_features(store.folder, key, (1, 2), 3)
+
+        rebuilt = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert sum(forwards) == 2  # only the corrupt shard's two conversations
+        assert verify_manifest(shard, {**key, "index": 1}) is None
+        for i in range(6):
+            again = rebuilt.sequence(i, (1, 2))
+            assert torch.equal(again["features"], original[i]["features"])
+            assert torch.equal(again["ids"], original[i]["ids"]) and again["start"] == original[i]["start"]
+    finally:
+        handle.remove()
