@@ -12,12 +12,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.elsi-installed
 MODELS_STAMP := $(VENV)/.elsi-models
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# notebook 06 trains drafts for hours: `make tables` runs it, `make figures` the others
+FIGURE_NOTEBOOKS := $(filter-out notebooks/06_%,$(NOTEBOOKS))
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures lab data bench clean
+.PHONY: venv models test figures tables lab data bench clean
 
 venv: $(STAMP)
 
@@ -45,11 +47,19 @@ test: venv
 # sends the library's progress bars (tokens/s, time left) to this terminal.
 figures: venv models
 	mkdir -p build figures data/results
-	@start=$$(date +%s); for nb in $(NOTEBOOKS); do \
+	@start=$$(date +%s); for nb in $(FIGURE_NOTEBOOKS); do \
 	  echo "== $$nb"; \
 	  ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/paper_scale.yaml "$$nb" "build/$$(basename $$nb)" || exit 1; \
 	  echo "   done at $$(( $$(date +%s) - start )) s"; \
 	done
+
+# Notebook 06 at paper scale: drafts trained on every layer set, tau by replay (hours on 2 cores;
+# every stage is cached, so an interrupted run continues where it stopped). Needs the calibration
+# statistics of `make figures` (computed here when missing).
+tables: venv
+	mkdir -p build figures data/results
+	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_scale.yaml \
+	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens.ipynb
 
 lab: venv
 	$(BIN)/jupyter lab notebooks

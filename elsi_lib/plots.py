@@ -233,3 +233,46 @@ def beam_tree(selection, name: str):
     fig.colorbar(points, ax=ax, label="set entropy $S_1$ (nats)")
     fig.tight_layout()
     return fig
+
+
+def tau_by_column(blocks: dict[int, tuple], title: str):
+    """Fig. 8: tau per SpecBench column and AVG, one bar per method with its 95% interval, one panel
+    per tree size. blocks: {nodes: (tau, low, high)} DataFrames (rows methods, columns categories)."""
+    plt = _plt()
+    fig, axes = plt.subplots(len(blocks), 1, figsize=(11, 3.4 * len(blocks)), squeeze=False)
+    for ax, (nodes, (tau, low, high)) in zip(axes[:, 0], sorted(blocks.items())):
+        methods, columns = list(tau.index), list(tau.columns)
+        width = 0.8 / len(methods)
+        x = np.arange(len(columns))
+        for i, method in enumerate(methods):
+            values = tau.loc[method].to_numpy(float)
+            err = np.vstack([values - low.loc[method].to_numpy(float), high.loc[method].to_numpy(float) - values])
+            ax.bar(x + (i - (len(methods) - 1) / 2) * width, values, width, yerr=err, capsize=1.5, label=method,
+                   color=plt.cm.tab20(i % 20))
+        ax.set_xticks(x, columns)
+        ax.set_ylabel(r"$\tau$ (tokens / target forward)")
+        ax.set_ylim(1.0, None)
+        ax.set_title(f"{nodes}-node trees")
+    axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12 - 1.2 * (len(blocks) > 1)))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def tau_vs_entropy(frame, title: str):
+    """tau (AVG) against the set entropy of each method's layers, one panel per tree size.
+    frame: columns method, nodes, entropy, tau, low, high."""
+    plt = _plt()
+    sizes = sorted(frame["nodes"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4.2), squeeze=False)
+    for ax, nodes in zip(axes[0], sizes):
+        part = frame[frame.nodes == nodes]
+        ax.errorbar(part.entropy, part.tau, yerr=[part.tau - part.low, part.high - part.tau], fmt="o", capsize=2)
+        for row in part.itertuples():
+            ax.annotate(row.method, (row.entropy, row.tau), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(ENTROPY_LABEL)
+        ax.set_ylabel(r"AVG $\tau$")
+        ax.set_title(f"{nodes}-node trees")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

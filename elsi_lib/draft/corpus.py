@@ -37,17 +37,17 @@ def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, m
     return with_replies(prompts, replies)
 
 
-def eval_questions(per_category: int, *, seed: int = 0):
-    """SpecBench questions for replay: up to `per_category` of each of the 13 categories (seeded;
-    the ten MT-bench categories hold 10 each), first turn only. A DataFrame with question_id,
-    category, column and the one-turn `conversation`, ordered by question_id."""
-    if isinstance(per_category, bool) or not isinstance(per_category, int) or per_category < 1:
-        raise ValueError(f"per_category must be a positive integer, got {per_category!r}")
+def eval_questions(per_column: int, *, seed: int = 0):
+    """SpecBench questions for replay: up to `per_column` of each paper column (seeded sample from the
+    column's categories; MT-bench's categories hold 10 questions each), first turn only. A DataFrame
+    with question_id, category, column and the one-turn `conversation`, ordered by question_id."""
+    if isinstance(per_column, bool) or not isinstance(per_column, int) or per_column < 1:
+        raise ValueError(f"per_column must be a positive integer, got {per_column!r}")
     frame = load_specbench()
-    rows = [i for _, group in frame.groupby("category")
-            for i in group.sample(min(per_category, len(group)), random_state=seed).index]
+    frame["column"] = frame["category"].map(column_of)
+    rows = [i for _, group in frame.groupby("column", sort=False)
+            for i in group.sample(min(per_column, len(group)), random_state=seed).index]
     chosen = frame.loc[rows].sort_values("question_id").reset_index(drop=True)
-    chosen["column"] = chosen["category"].map(column_of)
     chosen["conversation"] = [[{"role": "user", "content": turns[0]}] for turns in chosen["turns"]]
     return chosen.drop(columns="turns")
 

@@ -36,13 +36,11 @@ class Experiment:
     """Everything that defines notebook 06's numbers (the cache keys are built from it)."""
 
     model: str = "smollm2-135m"
-    n_train: int = 1200  # training prompts (the target replies to each)
+    n_train: int = 1000  # training prompts (the target replies to each)
     n_heldout: int = 64  # of those, held out for step accuracy
     train_max_new_tokens: int = 256
-    eval_per_category: int = 20  # SpecBench questions per category (MT-bench categories hold 10)
-    eval_per_column: int = 20  # of those, replayed per paper column
-    eval_max_new_tokens: int = 256
-    replay_tokens: int = 128  # continuation tokens replayed per question
+    eval_per_column: int = 20  # SpecBench questions per paper column
+    replay_tokens: int = 128  # greedy continuation tokens generated and replayed per question
     draft_vocab: int = 8192
     sizes: tuple[int, ...] = (30, 60)
     depth: int = 6
@@ -51,6 +49,7 @@ class Experiment:
     reseeded: tuple[str, ...] = ("EAGLE3", "ELSI m=3")
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: int = 1024
+    eval_seed: int = 0  # which SpecBench questions
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -141,7 +140,7 @@ def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> p
     n_drafts = sum(len(g) for g in _groups(exp, methods).values())
     n_eval = exp.eval_per_column * len(corpus.COLUMNS)
     train_tokens = (exp.n_train - exp.n_heldout) * r["tokens_per_conv"] * exp.train.epochs
-    rows = [("replies (training prompts + SpecBench)", (exp.n_train + 13 * exp.eval_per_category) * r["reply_s"]),
+    rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_eval) * r["reply_s"]),
             ("target features", (exp.n_train + n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
             (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
             (f"replay {n_drafts} drafts x {n_eval} questions", n_drafts * n_eval * r["replay_s_per_q"])]
@@ -164,13 +163,9 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     model, tokenizer = loaded or load_model(exp.model)
     n_layers = len(model.get_decoder().layers)
     key = _key(exp, model, tokenizer)
-    questions = corpus.eval_questions(exp.eval_per_category)
-    eval_convs = corpus.eval_conversations(model, tokenizer, questions, max_new_tokens=exp.eval_max_new_tokens,
+    picked = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
+    eval_convs = corpus.eval_conversations(model, tokenizer, picked, max_new_tokens=exp.replay_tokens,
                                            max_length=exp.max_length, progress=progress)
-    picked = (questions.assign(i=range(len(questions))).groupby("column", sort=False, group_keys=False)
-              .head(exp.eval_per_column))  # the first per column in question order
-    picked = picked.sort_values("question_id")
-    eval_convs = [eval_convs[i] for i in picked["i"]]
     convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
                                           max_length=exp.max_length, progress=progress)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
@@ -212,4 +207,4 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
             "training reply tokens": len(reply_tokens), "SpecBench questions": len(picked),
             "draft vocabulary": exp.draft_vocab, "draft vocabulary coverage of reply tokens": coverage}
     return {"results": pd.DataFrame(results), "accuracy": pd.DataFrame(accuracy), "training": logs,
-            "questions": picked.drop(columns="i"), "data": data}
+            "questions": picked.drop(columns="conversation"), "data": data}

@@ -95,3 +95,20 @@ def rank_correlation(x, y) -> float:
     """Spearman's rank correlation (average ranks on ties)."""
     x, y = pd.Series(np.asarray(x, float)).rank(), pd.Series(np.asarray(y, float)).rank()
     return float(np.corrcoef(x, y)[0, 1])
+
+
+def summary(results: pd.DataFrame, methods: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int = 1000,
+            baseline: str = "EAGLE3") -> pd.DataFrame:
+    """Per method at one tree size: AVG tau with its interval, the set entropy of its layers and the
+    paired difference from `baseline`: the rows the scatter, the findings and the note quote."""
+    tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot)
+    diffs = paired_differences(results, nodes, baseline, seed=seed, n_boot=n_boot).set_index("method")
+    entropy = dict(zip(methods.method, methods.entropy))
+    rows = []
+    for method in tau.index:
+        d = diffs.loc[method] if method in diffs.index else None
+        rows.append({"method": method, "nodes": nodes, "tau": tau.loc[method, AVG], "low": low.loc[method, AVG],
+                     "high": high.loc[method, AVG], "entropy": entropy.get(method, np.nan),
+                     f"minus {baseline}": 0.0 if d is None else d["diff"],
+                     "diff low": 0.0 if d is None else d["low"], "diff high": 0.0 if d is None else d["high"]})
+    return pd.DataFrame(rows)
