@@ -157,7 +157,7 @@ def test_ttt_masks_small_example():
 # ---------------------------------------------------------------- 7. train_drafts determinism / resume
 
 SETTINGS = T.TrainSettings(ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=False,
-                           seed=3, checkpoint_every=100)
+                           seed=3, checkpoint_seconds=1e9)
 SOURCES = {"a": (1, 3), "b": "final"}
 
 
@@ -238,7 +238,7 @@ def test_training_reduces_the_loss(tiny_model, vocab, store):
     # the labels come from its lm_head rows scaled by 20: a confident target (entropy ~1.5 nats).
     epochs = 12
     settings = T.TrainSettings(ttt_steps=3, epochs=epochs, batch_tokens=400, warmup=2, lr=1e-2, autocast_bf16=False,
-                               seed=0, checkpoint_every=1000)
+                               seed=0, checkpoint_seconds=1e9)
     drafts = {"a": make_draft(tiny_model, vocab, (1, 3), seed=0, perturb=False)}
     out = T.train_drafts(drafts, {"a": (1, 3)}, store, 20 * target_rows(tiny_model, vocab), settings,
                          key={"test": "loss"}, progress=False)

@@ -11,7 +11,7 @@ target argmax lies in the draft vocabulary, weighted 0.8**(k-1) (EAGLE-3's `plos
 
 Every draft sees the same batches in the same order with its own AdamW; one stored target feature
 read feeds them all, so only the layer set differs. Checkpoints (all drafts, optimisers and the
-batch counter) are written atomically every `checkpoint_every` batches and at the end; a rerun with
+batch counter) are written atomically every `checkpoint_seconds` and at the end; a rerun with
 the same configuration resumes from the last one.
 """
 from __future__ import annotations
@@ -36,16 +36,16 @@ class TrainSettings:
     """How every draft of one lock-step group is trained."""
 
     ttt_steps: int = 3  # K: unrolled draft steps (EAGLE-3 uses 7; >= 3 here)
-    epochs: float = 2.0
-    batch_tokens: int = 4096  # padded tokens per batch (sequences are never split)
-    lr: float = 5e-4
-    warmup: int = 50  # batches of linear warm-up, then cosine decay to 10% of lr
+    epochs: float = 1.0
+    batch_tokens: int = 2048  # padded tokens per batch (sequences are never split)
+    lr: float = 6e-4
+    warmup: int = 20  # batches of linear warm-up, then cosine decay to 10% of lr
     weight_decay: float = 0.0
     grad_clip: float = 0.5
     step_decay: float = 0.8  # loss weight of step k is step_decay**(k-1)
     autocast_bf16: bool = True  # draft matmuls in bfloat16 (fp32 master weights)
     seed: int = 0  # batch order and draft initialisation
-    checkpoint_every: int = 25  # batches
+    checkpoint_seconds: float = 240.0  # a checkpoint at least this often (and at the end)
 
     def __post_init__(self):
         if self.ttt_steps < 1 or self.epochs <= 0 or self.batch_tokens < 1 or self.lr <= 0:
@@ -199,7 +199,8 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
     starting point and data (the caller's part of the checkpoint key; the settings are added).
     Stops early after `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a
     rerun continues). Returns the log: per batch, per method loss and per-step accuracy."""
-    full_key = {**key, "settings": asdict(settings), "methods": {m: str(sources[m]) for m in drafts}}
+    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}  # how often to save is not
+    full_key = {**key, "settings": trained_by, "methods": {m: str(sources[m]) for m in drafts}}
     path = checkpoint_path(name, full_key)
     check_writable(path.parent)
     plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
@@ -223,6 +224,7 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
                        disable=not progress or done >= len(plan))
     started, stop_at = time.monotonic(), len(plan) if max_batches is None else min(len(plan), done + max_batches)
     tokens, t0 = 0, time.monotonic()
+    last_save = t0
 
     def save():
         buffer = io.BytesIO()
@@ -254,10 +256,11 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
         mean_loss = sum(entry[m]["loss"] for m in drafts) / len(drafts)
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(1e-9, time.monotonic() - t0):.0f}")
         bar.update(1)
-        if done % settings.checkpoint_every == 0 or done == stop_at:
+        over_budget = time_budget_s is not None and time.monotonic() - started > time_budget_s
+        if done == stop_at or over_budget or time.monotonic() - last_save > settings.checkpoint_seconds:
             save()
-        if time_budget_s is not None and time.monotonic() - started > time_budget_s:
-            save()
+            last_save = time.monotonic()
+        if over_budget:
             break
     bar.close()
     for d in drafts.values():
