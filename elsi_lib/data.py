@@ -332,8 +332,8 @@ def training_prompts(n: int, seed: int = 0, sources: Iterable[str] = TRAINING_MI
                      data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """`n` distinct single-turn prompts for distilling drafts: each source shuffled (seeded), then
     taken in turn (round robin), so that no source dominates (gsm8k-train alone holds 7473).
-    Prompts longer than `max_chars` are dropped (truncating them would cut off the generation
-    prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
+    Prompts whose whitespace-collapsed text (`normalized_text`) is longer than `max_chars` are
+    dropped (truncating them would cut off the generation prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
     (calibration prompts, SpecBench); `check_disjoint` then confirms it."""
     _check_count(n)
     _check_seed(seed)

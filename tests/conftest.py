@@ -65,6 +65,35 @@ def make_conversations(n: int, seed: int = 0, words=(20, 60)):
             for _ in range(n)]
 
 
+def replied_conversations(n: int, seed: int = 0, reply_words=(6, 12)):
+    """Short prompts with hand-written assistant replies (no generation: fast)."""
+    rng = np.random.default_rng(seed + 100)
+    return [c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*reply_words)))}]
+            for c in make_conversations(n, seed, words=(3, 8))]
+
+
+def module_feature_store(model, tokenizer, tmp_path_factory, n_conversations: int, layers):
+    """A FeatureStore of `n_conversations` replied conversations, cached in its own folder (the
+    autouse cache fixture is per test; a module-scoped store outlives it)."""
+    from elsi_lib.draft.features import build_features
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ELSI_CACHE_DIR", str(tmp_path_factory.mktemp("features")))
+        return build_features(model, tokenizer, replied_conversations(n_conversations), layers, progress=False)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny matrices: one intra-op thread is many times faster on a busy 2-core machine; restored after.
+    Modules opt in with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return make_tiny_tokenizer()

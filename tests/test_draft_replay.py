@@ -7,38 +7,22 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, make_conversations
+from conftest import module_feature_store
 from elsi_lib import random_model
 from elsi_lib.draft import Eagle3Draft, build_tree_sizes, build_trees, draft_vocabulary
 from elsi_lib.draft import replay as R
-from elsi_lib.draft.features import FeatureStore, build_features
+from elsi_lib.draft.features import FeatureStore
 
 LAYERS = (0, 1, 2, 3)
 SOURCE = (1, 3)
 DRAFT_VOCAB = 48
 
-
-def replied_conversations(n, seed=0):
-    """Short prompts with hand-written assistant replies (no generation: fast)."""
-    rng = np.random.default_rng(seed + 100)
-    return [c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(6, 12)))}]
-            for c in make_conversations(n, seed, words=(3, 8))]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one intra-op thread is many times faster on a busy machine; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def store(tiny_model, tiny_tokenizer, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:  # the autouse cache fixture is per test; this one is per module
-        mp.setenv("ELSI_CACHE_DIR", str(tmp_path_factory.mktemp("features")))
-        return build_features(tiny_model, tiny_tokenizer, replied_conversations(4), LAYERS, progress=False)
+    return module_feature_store(tiny_model, tiny_tokenizer, tmp_path_factory, 4, LAYERS)
 
 
 def make_draft(model, store, seed=0):

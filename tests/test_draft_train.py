@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CORPUS, make_conversations
+from conftest import module_feature_store, replied_conversations
 from elsi_lib.cachefiles import verify_manifest
 from elsi_lib.draft import Eagle3Draft, draft_vocabulary, init_lm_head_from_target
 from elsi_lib.draft import features as F
@@ -15,28 +15,12 @@ from elsi_lib.formatting import tokenize_conversation
 LAYERS = (0, 1, 2, 3)
 DRAFT_VOCAB = 48
 
-
-def replied_conversations(n, seed=0, reply_words=(6, 12)):
-    """Short prompts with hand-written assistant replies (no generation: fast)."""
-    rng = np.random.default_rng(seed + 100)
-    return [c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*reply_words)))}]
-            for c in make_conversations(n, seed, words=(3, 8))]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matrices: one intra-op thread is many times faster on a busy machine; restored after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
 def store(tiny_model, tiny_tokenizer, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:  # the autouse cache fixture is per test; this one is per module
-        mp.setenv("ELSI_CACHE_DIR", str(tmp_path_factory.mktemp("features")))
-        return F.build_features(tiny_model, tiny_tokenizer, replied_conversations(6), LAYERS, progress=False)
+    return module_feature_store(tiny_model, tiny_tokenizer, tmp_path_factory, 6, LAYERS)
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +83,6 @@ def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
     assert store.length(1) != store.length(4)
     batch = T.collate(store, indices, {source})
     batch["start"] = torch.zeros(2, dtype=torch.long)  # score every row, not only the reply
-    masks = T.ttt_masks(batch["valid"], K)
     with torch.no_grad():
         steps = list(T.ttt_unroll(draft, batch, source, K, autocast=False))
         assert [k for k, *_ in steps] == [1, 2, 3]

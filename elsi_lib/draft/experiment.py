@@ -113,7 +113,7 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
         rows.append({"method": row.method, "layers": layers, "entropy": mine, "rank": rank, "of": len(sets),
                      "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
                      f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
-                     "compartments": tuple(int(np.searchsorted(bounds, l, side="right")) for l in layers)})
+                     "compartments": tuple(int(np.searchsorted(bounds, l, side="left")) for l in layers)})
     return pd.DataFrame(rows)
 
 

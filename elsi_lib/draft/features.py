@@ -27,7 +27,7 @@ import torch
 
 from ..cachefiles import cache_dir, check_writable, replace_folder, sha256_text, verify_manifest, write_manifest
 from ..data import conversations_hash
-from ..formatting import tokenize_conversation, truncate
+from ..formatting import tokenize_conversation
 from ..forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..progress import progress_bar

@@ -24,7 +24,6 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
 from ..progress import progress_bar

@@ -1,0 +1,432 @@
+"""Notebook 06's tables (elsi_lib.draft.tables: tau per paper column with stratified bootstrap
+intervals, paired differences, seed spread, rank correlation, summary) on small synthetic
+per-question frames with hand-computed values, and the experiment's layer sets, ranks, seed groups,
+time plan and configuration (elsi_lib.draft.experiment) on small random layer stacks."""
+import itertools
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import random_layers
+from elsi_lib import convert_layer_ids, eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
+from elsi_lib.draft import tables as T
+from elsi_lib.draft.experiment import (FINAL, Experiment, _groups, beam_overlap, draft_methods, plan)
+from elsi_lib.draft.train import TrainSettings
+from elsi_lib.study import compartments, regimes
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+# ---------------------------------------------------------------- synthetic per-question results
+
+def frame(per_method: dict, *, nodes: int = 30, seed: int = 0, start_id: int = 0) -> pd.DataFrame:
+    """{method: {column: [tau, ...]}} as the long results frame; question ids are numbered over the
+    columns in order (the same ids for every method, so methods are paired question by question)."""
+    rows = []
+    for method, by_column in per_method.items():
+        qid = start_id
+        for column, taus in by_column.items():
+            for tau in taus:
+                rows.append({"method": method, "seed": seed, "nodes": nodes, "question_id": qid,
+                             "column": column, "tau": float(tau), "rounds": 10})
+                qid += 1
+    return pd.DataFrame(rows)
+
+
+def width(low, high, method, col=T.AVG):
+    return high.loc[method, col] - low.loc[method, col]
+
+
+# ---------------------------------------------------------------- tau_table
+
+def test_tau_table_cells_are_column_means_and_avg_is_sample_weighted():
+    results = frame({"A": {"QA": [10, 20], "MT": [1, 2, 3]},
+                     "B": {"QA": [4, 4], "MT": [2, 2, 5]}})
+    tau, low, high = T.tau_table(results, 30, n_boot=200)
+    assert list(tau.columns) == ["MT", "QA", "AVG"]  # the paper's column order, AVG last
+    assert list(tau.index) == ["A", "B"]  # first-appearance order
+    assert tau.loc["A", "MT"] == pytest.approx(2.0)
+    assert tau.loc["A", "QA"] == pytest.approx(15.0)
+    assert tau.loc["A", "AVG"] == pytest.approx(36 / 5)  # mean over questions, not (2 + 15) / 2 = 8.5
+    assert tau.loc["B", "MT"] == pytest.approx(3.0)
+    assert tau.loc["B", "QA"] == pytest.approx(4.0)
+    assert tau.loc["B", "AVG"] == pytest.approx(17 / 5)
+    assert low.shape == high.shape == tau.shape
+
+
+def test_tau_table_keeps_only_the_block_and_drops_missing_tau():
+    base = frame({"A": {"MT": [1, 2, 3], "QA": [4, 5]}})
+    other_nodes = frame({"A": {"MT": [100, 100, 100], "QA": [100, 100]}, "C": {"MT": [9, 9, 9]}}, nodes=60)
+    other_seed = frame({"A": {"MT": [-50, -50, -50], "QA": [-50, -50]}}, seed=1)
+    missing = pd.DataFrame([{"method": "A", "seed": 0, "nodes": 30, "question_id": 99, "column": "MT",
+                             "tau": np.nan, "rounds": 0}])
+    tau, low, high = T.tau_table(pd.concat([base, other_nodes, other_seed, missing], ignore_index=True), 30, n_boot=200)
+    assert list(tau.index) == ["A"]
+    assert tau.loc["A", "MT"] == pytest.approx(2.0)
+    assert tau.loc["A", "QA"] == pytest.approx(4.5)
+    assert tau.loc["A", "AVG"] == pytest.approx(3.0)
+    assert np.isfinite(low.to_numpy()).all() and np.isfinite(high.to_numpy()).all()
+    tau1, _, _ = T.tau_table(pd.concat([base, other_seed], ignore_index=True), 30, n_boot=50, model_seed=1)
+    assert tau1.loc["A", "AVG"] == pytest.approx(-50.0)
+
+
+def test_tau_table_intervals_contain_the_estimate():
+    rng = np.random.default_rng(0)
+    results = frame({m: {"MT": rng.uniform(1, 4, 12), "QA": rng.uniform(2, 3, 9), "RAG": rng.uniform(1, 5, 7)}
+                     for m in ("A", "B", "C")})
+    tau, low, high = T.tau_table(results, 30, n_boot=500)
+    assert (low.to_numpy() <= tau.to_numpy()).all() and (tau.to_numpy() <= high.to_numpy()).all()
+    assert (low.to_numpy() < high.to_numpy()).all()  # nothing degenerate here
+
+
+def test_tau_table_interval_is_degenerate_when_a_column_is_constant():
+    results = frame({"A": {"MT": [2.5, 2.5, 2.5, 2.5], "QA": [1.0, 3.0, 2.0]}})
+    tau, low, high = T.tau_table(results, 30, n_boot=300)
+    assert low.loc["A", "MT"] == high.loc["A", "MT"] == tau.loc["A", "MT"] == pytest.approx(2.5)
+    assert low.loc["A", "QA"] < high.loc["A", "QA"]
+
+
+def test_tau_table_avg_bootstrap_is_stratified_by_column():
+    """Each column constant but the columns differ: an unstratified bootstrap over all 5 questions
+    would move the AVG (any draw with another MT/QA mix); one stratified by column keeps 3 MT and 2 QA
+    questions in every draw, so the AVG interval collapses to (3 * 1 + 2 * 3) / 5 = 1.8."""
+    results = frame({"A": {"MT": [1.0, 1.0, 1.0], "QA": [3.0, 3.0]}})
+    tau, low, high = T.tau_table(results, 30, n_boot=500)
+    assert tau.loc["A", "AVG"] == pytest.approx(1.8)
+    assert low.loc["A", "AVG"] == pytest.approx(1.8)
+    assert high.loc["A", "AVG"] == pytest.approx(1.8)
+
+
+def test_tau_table_interval_shrinks_as_questions_are_added():
+    taus = {"MT": [1.0, 2.0, 3.5, 4.0], "QA": [1.5, 2.5, 3.0, 5.0]}
+    few = frame({"A": taus})
+    many = frame({"A": {col: values * 4 for col, values in taus.items()}})  # the same values, 4x the questions
+    _, low_few, high_few = T.tau_table(few, 30, n_boot=2000)
+    tau_many, low_many, high_many = T.tau_table(many, 30, n_boot=2000)
+    assert tau_many.loc["A", "AVG"] == pytest.approx(22.5 / 8)
+    for col in ("MT", "QA", "AVG"):
+        assert width(low_many, high_many, "A", col) < 0.75 * width(low_few, high_few, "A", col)
+
+
+def test_tau_table_is_deterministic_for_a_seed():
+    rng = np.random.default_rng(1)
+    results = frame({"A": {"MT": rng.uniform(1, 4, 10), "Sum": rng.uniform(1, 4, 10)}})
+    first = T.tau_table(results, 30, seed=3, n_boot=300)
+    again = T.tau_table(results, 30, seed=3, n_boot=300)
+    other = T.tau_table(results, 30, seed=4, n_boot=300)
+    for a, b in zip(first, again):
+        pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(first[0], other[0])  # the estimate does not depend on the seed
+    assert not (first[1].equals(other[1]) and first[2].equals(other[2]))
+
+
+def test_resample_draws_within_each_column():
+    results = frame({"A": {"MT": [1, 2, 3], "QA": [4, 5], "RAG": [6, 7, 8, 9]}})
+    draws = T._resample(results, 50, seed=0)
+    assert set(draws) == {"MT", "QA", "RAG", T.AVG}
+    rows = {col: set(np.flatnonzero(results["column"] == col)) for col in ("MT", "QA", "RAG")}
+    for col, members in rows.items():
+        assert draws[col].shape == (50, len(members))
+        assert set(np.unique(draws[col])) <= members
+    assert draws[T.AVG].shape == (50, 9)
+    columns = results["column"].to_numpy()[draws[T.AVG]]
+    for col, members in rows.items():
+        assert ((columns == col).sum(axis=1) == len(members)).all()  # every AVG draw keeps the column sizes
+    again = T._resample(results, 50, seed=0)
+    assert all(np.array_equal(draws[k], again[k]) for k in draws)
+
+
+# ---------------------------------------------------------------- formatted
+
+def test_formatted_bolds_exactly_the_best_of_each_column():
+    idx, cols = ["A", "B", "C"], ["MT", "AVG"]
+    tau = pd.DataFrame([[2.0, 3.0], [2.5, 1.0], [1.0, 2.0]], index=idx, columns=cols)
+    low, high = tau - 0.25, tau + 0.125
+    out = T.formatted(tau, low, high)
+    assert out.loc["B", "MT"] == "**2.50 [2.25, 2.62]**"
+    assert out.loc["A", "AVG"] == "**3.00 [2.75, 3.12]**"
+    assert out.loc["A", "MT"] == "2.00 [1.75, 2.12]"
+    bold = out.apply(lambda s: s.str.startswith("**"))
+    assert bold.sum().to_dict() == {"MT": 1, "AVG": 1}
+    assert bold.loc["B", "MT"] and bold.loc["A", "AVG"]
+    for kwargs in ({"bold_best": False}, {"markdown": False}):
+        plain = T.formatted(tau, low, high, **kwargs)
+        assert not plain.apply(lambda s: s.str.contains(r"\*")).to_numpy().any()
+        assert plain.loc["B", "MT"] == "2.50 [2.25, 2.62]"
+
+
+# ---------------------------------------------------------------- paired_differences
+
+def correlated_results(n=40, seed=0):
+    """B = A + 0.1 + small noise, A spread widely: strongly correlated per question. C is below A
+    on every question, D above."""
+    rng = np.random.default_rng(seed)
+    a = {"MT": rng.uniform(1, 4, n // 2), "QA": rng.uniform(1, 4, n - n // 2)}
+    b = {c: v + 0.1 + rng.normal(0, 0.01, len(v)) for c, v in a.items()}
+    c = {col: v - rng.uniform(0.05, 0.5, len(v)) for col, v in a.items()}
+    d = {col: v + rng.uniform(0.05, 0.5, len(v)) for col, v in a.items()}
+    return frame({"A": a, "B": b, "C": c, "D": d}), a, b
+
+
+def test_paired_difference_is_the_mean_per_question_difference():
+    results, a, b = correlated_results()
+    diffs = T.paired_differences(results, 30, "A", n_boot=500).set_index("method")
+    assert list(diffs.index) == ["B", "C", "D"]  # the baseline has no row
+    expected = np.mean(np.concatenate([b["MT"] - a["MT"], b["QA"] - a["QA"]]))
+    assert diffs.loc["B", "diff"] == pytest.approx(expected)
+    assert diffs.loc["B", "questions"] == 40
+    assert (diffs["nodes"] == 30).all()
+    assert (diffs["low"] <= diffs["diff"]).all() and (diffs["diff"] <= diffs["high"]).all()
+
+
+def test_paired_interval_is_narrower_than_independent_intervals():
+    results, _, _ = correlated_results()
+    tau, low, high = T.tau_table(results, 30, n_boot=1000)
+    row = T.paired_differences(results, 30, "A", n_boot=1000).set_index("method").loc["B"]
+    independent = math.hypot(width(low, high, "A"), width(low, high, "B"))
+    assert row["diff"] == pytest.approx(tau.loc["B", "AVG"] - tau.loc["A", "AVG"])
+    assert row["high"] - row["low"] < 0.1 * independent
+    assert row["low"] > 0.09 and row["high"] < 0.11
+
+
+def test_paired_share_ahead_is_one_when_better_on_every_question_and_zero_when_worse():
+    results, _, _ = correlated_results()
+    diffs = T.paired_differences(results, 30, "A", n_boot=300).set_index("method")
+    assert diffs.loc["D", "P(ahead)"] == 1.0
+    assert diffs.loc["C", "P(ahead)"] == 0.0
+
+
+def test_paired_bootstrap_is_stratified_by_column():
+    """Differences +1 on the 3 MT questions and -1 on the QA one: stratified, every draw's mean is
+    (3 - 1) / 4 = 0.5; unstratified, draws with more QA questions would go down to -1."""
+    results = frame({"base": {"MT": [1.0, 2.0, 3.0], "QA": [5.0]}, "X": {"MT": [2.0, 3.0, 4.0], "QA": [4.0]}})
+    row = T.paired_differences(results, 30, "base", n_boot=500).iloc[0]
+    assert row["diff"] == pytest.approx(0.5)
+    assert row["low"] == pytest.approx(0.5) and row["high"] == pytest.approx(0.5)
+    assert row["P(ahead)"] == 1.0
+
+
+def test_paired_differences_use_only_questions_every_method_answered():
+    results = frame({"base": {"MT": [1.0, 2.0, 3.0]}, "X": {"MT": [2.0, 2.0, 5.0]}})
+    results = results[~((results.method == "base") & (results.question_id == 2))]  # base lacks question 2
+    row = T.paired_differences(results, 30, "base", n_boot=100).iloc[0]
+    assert row["questions"] == 2
+    assert row["diff"] == pytest.approx(0.5)  # (1 + 0) / 2, not counting question 2's +2
+
+
+def test_paired_differences_missing_baseline_raises():
+    results, _, _ = correlated_results()
+    with pytest.raises(ValueError, match="EAGLE3"):
+        T.paired_differences(results, 30)
+    with pytest.raises(ValueError, match="'A'"):
+        T.paired_differences(results, 60, "A")  # no results at that tree size
+
+
+# ---------------------------------------------------------------- seed_spread, rank_correlation, summary
+
+def test_seed_spread_keeps_reseeded_methods_and_their_range():
+    results = pd.concat([
+        frame({"A": {"MT": [2.0, 2.0], "QA": [2.0]}}, seed=0),
+        frame({"A": {"MT": [2.0, 3.0], "QA": [2.5]}}, seed=1),  # AVG 2.5
+        frame({"A": {"MT": [1.0, 2.0], "QA": [2.4]}}, seed=2),  # AVG 1.8
+        frame({"B": {"MT": [5.0, 5.0], "QA": [5.0]}}, seed=0),  # one seed only: dropped
+        frame({"C": {"MT": [1.0, 1.0], "QA": [1.0]}}, seed=0),
+        frame({"C": {"MT": [4.0, 4.0], "QA": [4.0]}}, seed=2),
+        frame({"A": {"MT": [90.0, 90.0], "QA": [90.0]}}, seed=3, nodes=60),  # another tree size
+    ], ignore_index=True)
+    spread = T.seed_spread(results, 30)
+    assert list(spread.index) == ["A", "C"]
+    assert list(spread.columns) == ["seed 0", "seed 1", "seed 2", "range"]
+    assert spread.loc["A", ["seed 0", "seed 1", "seed 2"]].tolist() == pytest.approx([2.0, 2.5, 1.8])
+    assert spread.loc["A", "range"] == pytest.approx(0.7)
+    assert np.isnan(spread.loc["C", "seed 1"])
+    assert spread.loc["C", "range"] == pytest.approx(3.0)
+
+
+def test_rank_correlation_hand_values_with_ties():
+    assert T.rank_correlation([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)  # 1 - 6 * 2 / (4 * 15)
+    assert T.rank_correlation([1, 2, 3, 4], [40, 30, 20, 10]) == pytest.approx(-1.0)
+    # ranks (1, 2.5, 2.5, 4) against (1, 2, 3, 4): 4.5 / sqrt(4.5 * 5)
+    assert T.rank_correlation([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+
+
+def test_rank_correlation_matches_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(2)
+    for _ in range(5):
+        x = rng.integers(0, 5, 15).astype(float)  # many ties
+        y = x + rng.integers(-2, 3, 15)
+        assert T.rank_correlation(x, y) == pytest.approx(stats.spearmanr(x, y).statistic, abs=1e-12)
+
+
+def test_summary_rows():
+    results, _, _ = correlated_results()
+    results["method"] = results["method"].replace({"A": "EAGLE3"})
+    methods = pd.DataFrame({"method": ["EAGLE3", "B", "C"], "entropy": [1.5, 2.5, 0.5]})
+    out = T.summary(results, methods, 30, n_boot=300).set_index("method")
+    tau, low, high = T.tau_table(results, 30, n_boot=300)
+    diffs = T.paired_differences(results, 30, n_boot=300).set_index("method")
+    assert list(out.index) == ["EAGLE3", "B", "C", "D"]
+    assert out.loc["EAGLE3", ["minus EAGLE3", "diff low", "diff high"]].tolist() == [0.0, 0.0, 0.0]
+    for m in ("B", "C", "D"):
+        assert out.loc[m, "minus EAGLE3"] == pytest.approx(diffs.loc[m, "diff"])
+        assert out.loc[m, "diff low"] == pytest.approx(diffs.loc[m, "low"])
+        assert out.loc[m, "diff high"] == pytest.approx(diffs.loc[m, "high"])
+    assert out["tau"].tolist() == pytest.approx(tau[T.AVG].tolist())
+    assert out["low"].tolist() == pytest.approx(low[T.AVG].tolist())
+    assert out.loc["B", "entropy"] == 2.5 and out.loc["EAGLE3", "entropy"] == 1.5
+    assert np.isnan(out.loc["D", "entropy"])  # not among `methods`
+    assert out.loc["B", "minus EAGLE3"] == pytest.approx(0.1, abs=0.01)
+
+
+# ---------------------------------------------------------------- experiment: draft_methods
+
+N = 8
+
+
+def stats_for(Z, Z_no_template=None):
+    return {"entropy": SimpleNamespace(Z=Z), "entropy_no_template": SimpleNamespace(Z=Z if Z_no_template is None
+                                                                                      else Z_no_template)}
+
+
+def single_entropies(Z):
+    return np.array([set_entropy(Z, (l,)) for l in range(Z.shape[0])])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_draft_methods_rows(seed):
+    Z, Z2 = random_layers(N, 6, 10, seed=seed), random_layers(N, 6, 10, seed=seed + 100)
+    methods = draft_methods(stats_for(Z, Z2))
+    by = methods.set_index("method")
+    assert list(methods.columns) == ["method", "source", "setting", "m", "layers", "entropy"]
+
+    assert by.loc["EAGLE2", "source"] == FINAL and by.loc["EAGLE2", "layers"] == (N - 1,)
+    assert by.loc["EAGLE3", "source"] == convert_layer_ids(eagle3_layers(N), "input", "output", N) == (1, 3, 4)
+
+    singles = single_entropies(Z)
+    rule = by.loc["ELSI m=1", "source"]
+    assert rule == (N // 2 + int(np.argmax(singles[N // 2:])),)  # the best layer from N // 2 on
+    assert rule[0] >= N // 2
+    best = int(np.argmax(singles))
+    assert ("ELSI m=1, unrestricted" in by.index) == (best < N // 2)  # kept only when it differs
+    if best < N // 2:
+        assert by.loc["ELSI m=1, unrestricted", "source"] == (best,)
+    for m in (2, 3):
+        assert by.loc[f"ELSI m={m}", "source"] == elsi(Z, m).layers
+        assert by.loc[f"ELSI-C m={m}", "source"] == elsi_c(Z, m).layers
+    lowest = tuple(sorted(int(l) for l in np.argsort(singles)[:3]))
+    assert by.loc["lowest-entropy m=3", "source"] == lowest
+
+    variants = {"ELSI m=3, template excluded": ("no_template", elsi(Z2, 3).layers),
+                "ELSI m=3, Frobenius": ("frobenius", elsi(Z, 3, normalize="frobenius").layers)}
+    paper_sources = set(methods.loc[methods.setting == "paper", "source"])
+    for name, (setting, layers) in variants.items():
+        assert (name in by.index) == (layers not in paper_sources)  # a variant on a paper set is dropped
+        if name in by.index:
+            assert by.loc[name, "setting"] == setting and by.loc[name, "source"] == layers
+    non_paper = methods[methods.setting != "paper"]
+    assert not set(non_paper.source) & paper_sources
+    assert non_paper.source.is_unique
+
+    for row in methods.itertuples():
+        layers = (N - 1,) if row.source == FINAL else row.source
+        assert row.layers == layers and row.m == len(layers)
+        assert row.entropy == pytest.approx(set_entropy(Z, layers))  # always the paper setting's Z
+
+
+def test_draft_methods_drops_a_variant_that_chose_the_paper_set():
+    Z = random_layers(N, 6, 10, seed=1)
+    with_own = draft_methods(stats_for(Z, random_layers(N, 6, 10, seed=101)))
+    same = draft_methods(stats_for(Z, Z))  # no-template statistics equal to the paper's: same ELSI m=3
+    assert "ELSI m=3, template excluded" in set(with_own.method)
+    assert "ELSI m=3, template excluded" not in set(same.method)
+    assert len(same) == len(with_own) - 1
+
+
+# ---------------------------------------------------------------- experiment: beam_overlap
+
+def test_beam_overlap_ranks_against_brute_force():
+    Z = random_layers(N, 6, 10, seed=3)
+    opt3, opt2 = exhaustive(Z, 3).layers, exhaustive(Z, 2).layers
+    methods = pd.DataFrame({"method": ["opt3", "opt2", "eagle3", "mid", "single"],
+                            "layers": [opt3, opt2, (1, 3, 4), (0, 5, 7), (6,)]})
+    out = beam_overlap(Z, methods).set_index("method")
+    assert out.loc["opt3", "rank"] == 1 and out.loc["opt2", "rank"] == 1
+    bounds = compartments(Z).boundaries
+    for row in methods.itertuples():
+        m = len(row.layers)
+        sets = list(itertools.combinations(range(N), m))
+        entropies = {s: set_entropy(Z, s) for s in sets}
+        mine = entropies[row.layers]
+        rank = 1 + sum(e > mine + 1e-9 for e in entropies.values())
+        got = out.loc[row.method]
+        assert got["entropy"] == pytest.approx(mine)
+        assert got["rank"] == rank and got["of"] == math.comb(N, m)
+        assert got["percentile"] == pytest.approx(100.0 * (1 - (rank - 1) / math.comb(N, m)))
+        top = sorted(sets, key=lambda s: -entropies[s])[:10]
+        assert got["top-10 sets sharing a layer"] == sum(bool(set(s) & set(row.layers)) for s in top)
+        assert len(got["compartments"]) == m
+        assert list(got["compartments"]) == sorted(got["compartments"])
+        assert all(0 <= c <= len(bounds) for c in got["compartments"])
+    assert out.loc["mid", "rank"] > 1  # the brute force can tell the sets apart
+
+
+def test_beam_overlap_compartment_of_a_layer_at_a_boundary():
+    Z = random_layers(N, 6, 10, seed=3)
+    assert compartments(Z).boundaries.tolist() == [1, 3]  # after layer 1, after layer 3
+    labels, _ = regimes(Z)  # the same two boundaries: early 0-1, middle 2-3, late 4-7
+    assert [labels[l] for l in (1, 3, 4)] == ["early", "middle", "late"]
+    out = beam_overlap(Z, pd.DataFrame({"method": ["EAGLE3"], "layers": [(1, 3, 4)]}))
+    assert out.loc[0, "compartments"] == (0, 1, 2)
+
+
+# ---------------------------------------------------------------- experiment: groups, plan, configuration
+
+METHODS = pd.DataFrame({"method": ["EAGLE2", "EAGLE3", "ELSI m=3"], "source": [FINAL, (1, 3, 4), (2, 5, 6)]})
+
+
+def test_groups_first_seed_trains_everything_later_seeds_the_reseeded():
+    groups = _groups(Experiment(seeds=(0, 1, 2), reseeded=("EAGLE3", "ELSI m=3")), METHODS)
+    assert list(groups) == [0, 1, 2]
+    assert groups[0] == {"EAGLE2": FINAL, "EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
+    assert groups[1] == groups[2] == {"EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
+    groups = _groups(Experiment(seeds=(7, 3), reseeded=("EAGLE2",)), METHODS)
+    assert groups == {7: dict(zip(METHODS.method, METHODS.source)), 3: {"EAGLE2": FINAL}}
+
+
+def test_groups_unknown_reseeded_method_raises():
+    with pytest.raises(ValueError, match="ELSI-C m=3"):
+        _groups(Experiment(reseeded=("EAGLE3", "ELSI-C m=3")), METHODS)
+
+
+def test_plan_stages_and_total():
+    exp = Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0, 1), reseeded=("EAGLE3",),
+                     train=TrainSettings(epochs=1.0))
+    rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
+             "tokens_per_conv": 60.0}
+    out = plan(exp, METHODS, rates)
+    # 4 drafts (3 at seed 0, 1 at seed 1), 30 questions (5 x 6 columns), 130 conversations
+    assert out["stage"].tolist() == ["replies (training prompts + SpecBench)", "target features",
+                                     "training 4 drafts", "replay 4 drafts x 30 questions", "total"]
+    # 130 * 6 s; 130 * 60 / 13 s; 4 * 90 * 60 / 36 s; 4 * 30 * 1.5 s
+    assert out["minutes"].tolist() == pytest.approx([13.0, 10.0, 10.0, 3.0, 36.0])
+    default = plan(Experiment(), METHODS)
+    assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
+    assert (default["minutes"].iloc[:-1] > 0).all()
+
+
+def test_experiment_from_dict():
+    params = {"sizes": [30], "seeds": [0, 4], "reseeded": ["EAGLE3"], "n_train": 50,
+              "train": {"epochs": 2.0, "lr": 1e-3}}
+    exp = Experiment.from_dict(params)
+    assert exp.sizes == (30,) and exp.seeds == (0, 4) and exp.reseeded == ("EAGLE3",)
+    assert exp.n_train == 50 and exp.model == Experiment().model
+    assert exp.train == TrainSettings(epochs=2.0, lr=1e-3)
+    assert "train" in params and params["sizes"] == [30]  # the caller's dict is left alone
+    hash(exp)  # frozen and made of tuples: usable as a key
+    assert Experiment.from_dict({}) == Experiment()
+    assert Experiment.from_dict({"depth": 4}).train == TrainSettings()
