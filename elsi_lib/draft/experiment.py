@@ -11,7 +11,7 @@ and a notebook opened later shows only results of its own configuration.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -48,8 +48,9 @@ class Experiment:
     seeds: tuple[int, ...] = (0, 1, 2)  # seed 0 trains every method; later seeds the `reseeded`
     reseeded: tuple[str, ...] = ("EAGLE3", "ELSI m=3")
     train: TrainSettings = field(default_factory=TrainSettings)
-    max_length: int = 1024
+    max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
     eval_seed: int = 0  # which SpecBench questions
+    eval_max_length: int = 2048  # SpecBench prompts reach 1,343 tokens (summarization): none is cut
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -117,9 +118,14 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _key(exp: Experiment, model, tokenizer) -> dict:
+def _data_key(exp: Experiment, model, tokenizer) -> dict:
+    """What the drafts' training depends on besides TrainSettings (which `train_drafts` adds): the
+    target (fingerprint, not its name or path), the training data and the draft vocabulary. The
+    evaluation settings are left out, so that changing them never retrains a draft."""
     from ..identity import model_fingerprint, tokenizer_fingerprint, versions
-    return {"experiment": asdict(exp), "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
+    data = {name: getattr(exp, name) for name in ("n_train", "n_heldout", "train_max_new_tokens", "draft_vocab",
+                                                  "max_length")}
+    return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
             "library": versions()}
 
 
@@ -162,17 +168,19 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     accuracy per draft, "training": per-batch logs, "questions", "data": corpus sizes}."""
     model, tokenizer = loaded or load_model(exp.model)
     n_layers = len(model.get_decoder().layers)
-    key = _key(exp, model, tokenizer)
+    key = _data_key(exp, model, tokenizer)
     picked = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
     eval_convs = corpus.eval_conversations(model, tokenizer, picked, max_new_tokens=exp.replay_tokens,
-                                           max_length=exp.max_length, progress=progress)
+                                           max_length=exp.eval_max_length, progress=progress)
     convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
                                           max_length=exp.max_length, progress=progress)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
-    stores = {name: build_features(model, tokenizer, c, layers, max_length=exp.max_length, progress=progress,
+    stores = {name: build_features(model, tokenizer, c, layers, max_length=length, progress=progress,
                                    desc=f"target features ({name})")
-              for name, c in (("train", train_convs), ("held-out", heldout_convs), ("SpecBench", eval_convs))}
+              for name, c, length in (("train", train_convs, exp.max_length),
+                                      ("held-out", heldout_convs, exp.max_length),
+                                      ("SpecBench", eval_convs, exp.eval_max_length))}
     train_store = stores["train"]
     reply_tokens = train_store.reply_tokens()
     counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
@@ -191,8 +199,11 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
             raise RuntimeError(f"training of seed {seed} stopped at batch {out['done']} of {out['total']}")
         logs[seed] = out["log"]
         for method, draft in drafts.items():
-            draft_key = {**group_key, "method": method, "checkpoint": out["path"].name}
-            acc = step_accuracy(draft, group[method], stores["held-out"], exp.train.ttt_steps)
+            draft_key = {"checkpoint": out["path"].name, "method": method,
+                         "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed,
+                                       "max_length": exp.eval_max_length}}
+            acc = step_accuracy(draft, group[method], stores["held-out"], exp.train.ttt_steps,
+                                autocast=exp.train.autocast_bf16)
             accuracy.append({"method": method, "seed": seed, **{f"step {k + 1}": a for k, a in enumerate(acc)}})
             per_question = replay(draft, group[method], stores["SpecBench"], key=draft_key, sizes=exp.sizes,
                                   depth=exp.depth, top_k=exp.top_k, max_tokens=exp.replay_tokens,

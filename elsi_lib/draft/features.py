@@ -152,6 +152,10 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
                     "argmax": greedy_next(final, lm_head).numpy().astype(np.int32)}
             bar.update(len(batch.samples))
         order = [rows[i] for i in range(len(part))]
+        for r, sample_index in zip(order, range(k * SHARD, k * SHARD + len(part))):
+            if not (np.isfinite(r["hidden"]).all() and np.isfinite(r["final"]).all()):
+                raise FloatingPointError(f"conversation {sample_index}: a hidden state exceeds float16's range "
+                                         "(|h| > 65504); these features cannot be stored in float16")
         lengths = [len(r["ids"]) for r in order]
         arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
         arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)

@@ -31,6 +31,9 @@ from .model import Eagle3Draft
 from .tree import accepted_length, build_tree_sizes
 
 
+FORMAT = 1  # bump on any change to replay (or the trees) that changes its result: old results are then not reused
+
+
 def continuation_end(ids, argmax, start: int, max_tokens: int) -> int:
     """End (exclusive) of the target-greedy continuation x[start:end]: x[j] == argmax[j-1] for
     start <= j < end, at most `max_tokens` tokens. ids, argmax (T,)."""
@@ -112,7 +115,7 @@ def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), dept
            max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay") -> list[dict]:
     """`replay_sequence` for every question of `store`, cached per question and resumable. `key`
     identifies the draft (its checkpoint key and training state); the settings are added."""
-    full = {**key, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
+    full = {**key, "format": FORMAT, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
             "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store)}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
     path = cache_dir() / "replay" / f"{sha256_text(json.dumps(full, sort_keys=True))[:24]}.json"

@@ -2,8 +2,10 @@
 
 Input everywhere: a long DataFrame of per-question results with columns method, seed, nodes,
 question_id, column (the paper's SpecBench column) and tau (mean accepted + 1 over the question's
-rounds), plus rounds. AVG is sample-weighted: the mean over all questions, as the paper's AVG over
-SpecBench's questions. Intervals are percentile bootstraps over questions (seeded), resampled
+rounds), plus rounds. A cell is the mean of its questions' tau (each question weighs the same; EAGLE's
+scripts divide total tokens by total rounds instead, which weighs questions by their rounds: with
+continuations of one fixed length the two differ little). AVG is sample-weighted: the mean over all
+questions, as the paper's AVG over SpecBench's questions. Intervals are percentile bootstraps over questions (seeded), resampled
 within each column so that the column sizes stay fixed; paired differences resample the same
 questions for both methods.
 """
@@ -98,11 +100,12 @@ def rank_correlation(x, y) -> float:
 
 
 def summary(results: pd.DataFrame, methods: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int = 1000,
-            baseline: str = "EAGLE3") -> pd.DataFrame:
+            baseline: str = "EAGLE3", model_seed: int = 0) -> pd.DataFrame:
     """Per method at one tree size: AVG tau with its interval, the set entropy of its layers and the
     paired difference from `baseline`: the rows the scatter, the findings and the note quote."""
-    tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot)
-    diffs = paired_differences(results, nodes, baseline, seed=seed, n_boot=n_boot).set_index("method")
+    tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed)
+    diffs = paired_differences(results, nodes, baseline, seed=seed, n_boot=n_boot,
+                               model_seed=model_seed).set_index("method")
     entropy = dict(zip(methods.method, methods.entropy))
     rows = []
     for method in tau.index:

@@ -30,6 +30,9 @@ from ..progress import progress_bar
 from .model import NOT_IN_DRAFT, Eagle3Draft
 
 
+FORMAT = 1  # bump on any change to training that changes its result: old checkpoints are then not reused
+
+
 @dataclass(frozen=True)
 class TrainSettings:
     """How every draft of one lock-step group is trained."""
@@ -199,7 +202,7 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
     Stops early after `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a
     rerun continues). Returns the log: per batch, per method loss and per-step accuracy."""
     trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}  # how often to save is not
-    full_key = {**key, "settings": trained_by, "methods": {m: str(sources[m]) for m in drafts}}
+    full_key = {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(sources[m]) for m in drafts}}
     path = checkpoint_path(name, full_key)
     check_writable(path.parent)
     plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
@@ -269,7 +272,7 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
 
 @torch.no_grad()
 def step_accuracy(draft: Eagle3Draft, source, store, K: int, *, batch_tokens: int = 4096,
-                  autocast: bool = True) -> list[float]:
+                  autocast: bool) -> list[float]:
     """Held-out step-1..K accuracy: the share of reply positions where the draft's argmax (its own
     hidden fed back, ground-truth tokens, as in training) equals the target's greedy token; a target
     token outside the draft vocabulary counts as a miss."""
