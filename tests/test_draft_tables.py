@@ -13,7 +13,7 @@ import pytest
 from conftest import random_layers
 from elsi_lib import convert_layer_ids, eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
 from elsi_lib.draft import tables as T
-from elsi_lib.draft.experiment import (FINAL, Experiment, _groups, beam_overlap, draft_methods, plan)
+from elsi_lib.draft.experiment import (FINAL, LEVER, Experiment, _groups, beam_overlap, draft_methods, plan)
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.study import compartments, regimes
 
@@ -390,12 +390,15 @@ METHODS = pd.DataFrame({"method": ["EAGLE2", "EAGLE3", "ELSI m=3"], "source": [F
 
 
 def test_groups_first_seed_trains_everything_later_seeds_the_reseeded():
-    groups = _groups(Experiment(seeds=(0, 1, 2), reseeded=("EAGLE3", "ELSI m=3")), METHODS)
-    assert list(groups) == [0, 1, 2]
-    assert groups[0] == {"EAGLE2": FINAL, "EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
-    assert groups[1] == groups[2] == {"EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
+    groups = _groups(Experiment(seeds=(0, 1, 2), reseeded=("EAGLE3", "ELSI m=3"), lever_lm_head=False), METHODS)
+    assert [(seed, init) for seed, init, _ in groups] == [(0, True), (1, True), (2, True)]
+    assert groups[0][2] == {"EAGLE2": FINAL, "EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
+    assert groups[1][2] == groups[2][2] == {"EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
+    groups = _groups(Experiment(seeds=(7, 3), reseeded=("EAGLE2",), lever_lm_head=False), METHODS)
+    assert groups == [(7, True, dict(zip(METHODS.method, METHODS.source))), (3, True, {"EAGLE2": FINAL})]
+    # the lm_head lever: EAGLE3 once more at the first seed, lm_head not from the target
     groups = _groups(Experiment(seeds=(7, 3), reseeded=("EAGLE2",)), METHODS)
-    assert groups == {7: dict(zip(METHODS.method, METHODS.source)), 3: {"EAGLE2": FINAL}}
+    assert groups[-1] == (7, False, {LEVER: (1, 3, 4)}) and len(groups) == 3
 
 
 def test_groups_unknown_reseeded_method_raises():
@@ -405,7 +408,7 @@ def test_groups_unknown_reseeded_method_raises():
 
 def test_plan_stages_and_total():
     exp = Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0, 1), reseeded=("EAGLE3",),
-                     train=TrainSettings(epochs=1.0))
+                     train=TrainSettings(epochs=1.0), lever_lm_head=False)
     rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
              "tokens_per_conv": 60.0}
     out = plan(exp, METHODS, rates)

@@ -47,6 +47,7 @@ class Experiment:
     top_k: int = 10
     seeds: tuple[int, ...] = (0, 1, 2)  # seed 0 trains every method; later seeds the `reseeded`
     reseeded: tuple[str, ...] = ("EAGLE3", "ELSI m=3")
+    lever_lm_head: bool = True  # also train EAGLE3 without the lm_head initialisation (what that lever buys)
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
     eval_seed: int = 0  # which SpecBench questions
@@ -129,13 +130,22 @@ def _data_key(exp: Experiment, model, tokenizer) -> dict:
             "library": versions()}
 
 
-def _groups(exp: Experiment, methods: pd.DataFrame) -> dict[int, dict[str, object]]:
-    """{seed: {method: source}}: every method at the first seed, the `reseeded` ones at the others."""
+LEVER = "EAGLE3, lm_head not from target"  # the lm_head-initialisation lever's ablation
+
+
+def _groups(exp: Experiment, methods: pd.DataFrame) -> list[tuple[int, bool, dict[str, object]]]:
+    """Lock-step groups as (seed, lm_head from the target?, {method: source}): every method at the
+    first seed, the `reseeded` ones at the others, and (`lever_lm_head`) EAGLE3 at the first seed
+    with a randomly initialised lm_head."""
     sources = dict(zip(methods.method, methods.source))
-    missing = [m for m in exp.reseeded if m not in sources]
+    missing = [m for m in exp.reseeded + (("EAGLE3",) if exp.lever_lm_head else ()) if m not in sources]
     if missing:
         raise ValueError(f"reseeded methods {missing} are not among {list(sources)}")
-    return {seed: sources if i == 0 else {m: sources[m] for m in exp.reseeded} for i, seed in enumerate(exp.seeds)}
+    groups = [(seed, True, sources if i == 0 else {m: sources[m] for m in exp.reseeded})
+              for i, seed in enumerate(exp.seeds)]
+    if exp.lever_lm_head:
+        groups.append((exp.seeds[0], False, {LEVER: sources["EAGLE3"]}))
+    return groups
 
 
 def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
@@ -143,7 +153,7 @@ def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> p
     (`bench/bench_draft.py`; pass `rates` to override): minutes per stage, before anything runs."""
     r = {"reply_s": 2.2, "feature_tok_s": 400.0, "train_tok_s": 650.0, "replay_s_per_q": 1.2,
          "tokens_per_conv": 420.0, **(rates or {})}
-    n_drafts = sum(len(g) for g in _groups(exp, methods).values())
+    n_drafts = sum(len(g) for _, _, g in _groups(exp, methods))
     n_eval = exp.eval_per_column * len(corpus.COLUMNS)
     train_tokens = (exp.n_train - exp.n_heldout) * r["tokens_per_conv"] * exp.train.epochs
     rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_eval) * r["reply_s"]),
@@ -155,17 +165,19 @@ def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> p
     return pd.concat([frame, pd.DataFrame([{"stage": "total", "minutes": frame["minutes"].sum()}])], ignore_index=True)
 
 
-def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed):
+def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed, lm_head_from_target: bool = True):
     draft = Eagle3Draft.from_target(model, (n_layers - 1,) if source == FINAL else source, vocab, seed=seed)
     draft.set_vocabulary(d2t, t2d)
-    init_lm_head_from_target(draft, model.get_output_embeddings())
+    if lm_head_from_target:
+        init_lm_head_from_target(draft, model.get_output_embeddings())
     return draft
 
 
 def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None) -> dict:
     """Run (or resume from the caches) the whole experiment. Returns {"results": per-question tau
-    (method, seed, nodes, question_id, category, column, tau, rounds), "accuracy": held-out step
-    accuracy per draft, "training": per-batch logs, "questions", "data": corpus sizes}."""
+    (method, seed, nodes, question_id, category, column, tau, rounds), "lever": the same for the
+    lm_head lever's ablation, "accuracy": held-out step accuracy per draft, "training": per-batch
+    logs per group, "questions", "data": corpus sizes}."""
     model, tokenizer = loaded or load_model(exp.model)
     n_layers = len(model.get_decoder().layers)
     key = _data_key(exp, model, tokenizer)
@@ -189,15 +201,18 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     target_rows = model.get_output_embeddings().weight[t2d].detach().float()
 
     results, accuracy, logs = [], [], {}
-    for seed, group in _groups(exp, methods).items():
-        drafts = {m: _make_draft(model, src, n_layers, d2t, t2d, exp.draft_vocab, seed) for m, src in group.items()}
+    for seed, lm_head_init, group in _groups(exp, methods):
+        drafts = {m: _make_draft(model, src, n_layers, d2t, t2d, exp.draft_vocab, seed, lm_head_init)
+                  for m, src in group.items()}
         settings = replace(exp.train, seed=seed)
-        group_key = {**key, "seed": seed, "features": train_store.folder.name}
-        out = train_drafts(drafts, group, train_store, target_rows, settings, key=group_key, name=f"seed{seed}",
+        group_key = {**key, "seed": seed, "features": train_store.folder.name,
+                     **({} if lm_head_init else {"lm_head": "random"})}
+        name = f"seed{seed}" + ("" if lm_head_init else "-lever")
+        out = train_drafts(drafts, group, train_store, target_rows, settings, key=group_key, name=name,
                            progress=progress)
         if out["done"] < out["total"]:
-            raise RuntimeError(f"training of seed {seed} stopped at batch {out['done']} of {out['total']}")
-        logs[seed] = out["log"]
+            raise RuntimeError(f"training of {name} stopped at batch {out['done']} of {out['total']}")
+        logs[name] = out["log"]
         for method, draft in drafts.items():
             draft_key = {"checkpoint": out["path"].name, "method": method,
                          "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed,
@@ -217,5 +232,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     data = {"training conversations": len(train_convs), "held-out conversations": len(heldout_convs),
             "training reply tokens": len(reply_tokens), "SpecBench questions": len(picked),
             "draft vocabulary": exp.draft_vocab, "draft vocabulary coverage of reply tokens": coverage}
-    return {"results": pd.DataFrame(results), "accuracy": pd.DataFrame(accuracy), "training": logs,
+    results = pd.DataFrame(results)
+    lever = results[results.method == LEVER] if len(results) else results
+    return {"results": results.drop(lever.index), "lever": lever, "accuracy": pd.DataFrame(accuracy), "training": logs,
             "questions": picked.drop(columns="conversation"), "data": data}
