@@ -104,11 +104,13 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     scorer = SetScorer(Z)
     N = Z.shape[0]
     bounds = list(compartments(Z).boundaries)
-    rows = []
+    rows, scored = [], {}  # scored: {m: (every m-set, its entropy)}, each m scored once
     for row in methods.itertuples():
         layers = tuple(row.layers)
-        sets = list(itertools.combinations(range(N), len(layers)))
-        values = scorer.entropies(sets)
+        if len(layers) not in scored:
+            sets = list(itertools.combinations(range(N), len(layers)))
+            scored[len(layers)] = sets, scorer.entropies(sets)
+        sets, values = scored[len(layers)]
         mine = values[sets.index(layers)]
         rank = int((values > mine + 1e-12).sum()) + 1
         best = [set(sets[i]) for i in np.argsort(-values, kind="stable")[:top]]
