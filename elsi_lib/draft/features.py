@@ -95,22 +95,31 @@ class FeatureStore:
         """Every sequence's reply tokens, concatenated."""
         return np.concatenate([self.ids(i)[self.start(i):] for i in range(len(self))] or [np.zeros(0, np.int64)])
 
-    def sequence(self, i: int, layer_ids=None) -> dict:
-        """ids (T,), start, features (T, m*d) float32 of `layer_ids` (None: all stored layers;
-        "final": the normed last hidden), final (T, d) float32, argmax (T,)."""
+    def sequence(self, i: int, layer_ids=None, *, features: bool = True) -> dict:
+        """ids (T,), start, final (T, d) float32, argmax (T,) and (unless `features` is False)
+        features (T, m*d) float32 of `layer_ids` (see `features`)."""
         k, j = self._where[i]
         shard = self.shards[k]
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
         out = {"ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)), "start": int(shard["starts"][j]),
                "final": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
                "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
-        if isinstance(layer_ids, str) and layer_ids == "final":
-            out["features"] = out["final"]
-        else:
-            columns = [self.layers.index(l) for l in (layer_ids if layer_ids is not None else self.layers)]
-            block = shard["hidden"][a:b][:, columns]  # (T, m, d)
-            out["features"] = torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
+        if features:
+            out["features"] = out["final"] if isinstance(layer_ids, str) and layer_ids == "final" \
+                else self.features(i, layer_ids)
         return out
+
+    def features(self, i: int, layer_ids=None) -> torch.Tensor:
+        """Sequence i's features (T, m*d) float32 of `layer_ids` (None: all stored layers; "final":
+        the normed last hidden)."""
+        k, j = self._where[i]
+        shard = self.shards[k]
+        a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
+        if isinstance(layer_ids, str) and layer_ids == "final":
+            return torch.from_numpy(shard["final"][a:b].astype(np.float32))
+        columns = [self.layers.index(l) for l in (layer_ids if layer_ids is not None else self.layers)]
+        block = shard["hidden"][a:b][:, columns]  # (T, m, d)
+        return torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
 
 
 def _key(model, tokenizer, conversations, layers, max_length) -> dict:

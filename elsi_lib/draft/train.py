@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..forward import plan_batches
 from ..progress import progress_bar
 from .model import NOT_IN_DRAFT, Eagle3Draft
 
@@ -58,15 +59,7 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
     """Batches of sequence indices: per epoch, sequences sorted by length are cut into batches of at
     most `batch_tokens` padded tokens, and the batches are shuffled (seeded). A fractional last
     epoch takes the first part of its shuffled batches."""
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches, current = [], []
-    for i in order:
-        if current and (len(current) + 1) * max(lengths[j] for j in current + [i]) > batch_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
+    batches = plan_batches(lengths, len(lengths), batch_tokens)  # length order: the last is the longest
     plan, rng = [], random.Random(seed)
     for epoch in range(math.ceil(epochs)):
         shuffled = rng.sample(batches, len(batches))
@@ -78,8 +71,7 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
 def collate(store, indices, sources: dict) -> dict:
     """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final (b, T, d),
     argmax (b, T) and, per source (a layer tuple or "final"), features (b, T, m*d)."""
-    seqs = {src: [store.sequence(i, src if src == "final" else list(src)) for i in indices] for src in sources}
-    first = next(iter(seqs.values()))
+    first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)
     out = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
@@ -90,10 +82,11 @@ def collate(store, indices, sources: dict) -> dict:
         out["ids"][row, :n], out["valid"][row, :n] = s["ids"], True
         out["argmax"][row, :n], out["final"][row, :n] = s["argmax"], s["final"]
     out["features"] = {}
-    for src, items in seqs.items():
-        feats = torch.zeros(b, T, items[0]["features"].shape[-1])
-        for row, s in enumerate(items):
-            feats[row, :len(s["ids"])] = s["features"]
+    for src in sources:
+        items = [store.features(i, src if src == "final" else list(src)) for i in indices]
+        feats = torch.zeros(b, T, items[0].shape[-1])
+        for row, item in enumerate(items):
+            feats[row, :len(item)] = item
         out["features"][src] = feats
     return out
 
