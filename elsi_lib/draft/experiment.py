@@ -153,10 +153,10 @@ def _groups(exp: Experiment, methods: pd.DataFrame) -> list[tuple[int, bool, dic
 def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
     """Estimated time of each stage from per-unit costs measured on this 2-core machine
     (`bench/bench_draft.py`; pass `rates` to override): minutes per stage, before anything runs."""
-    # Measured in the first paper-scale run (2026-11-30): replies 1.9 s each (batches of 16, up to 256
-    # tokens), features about 370 tok/s, training about 150 tok/s per lock-step batch of 11 drafts
-    # (1,650 draft-tokens/s), 283 tokens per training conversation; replay per question estimated.
-    r = {"reply_s": 1.9, "feature_tok_s": 370.0, "train_tok_s": 1650.0, "replay_s_per_q": 2.0,
+    # Measured in the first paper-scale runs (2026-11-30): replies 1.9 s each (batches of 16, up to 256
+    # tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
+    # 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes).
+    r = {"reply_s": 1.9, "feature_tok_s": 370.0, "train_tok_s": 1550.0, "replay_s_per_q": 0.7,
          "tokens_per_conv": 283.0, **(rates or {})}
     n_drafts = sum(len(g) for _, _, g in _groups(exp, methods))
     n_eval = exp.eval_per_column * len(corpus.COLUMNS)
