@@ -1,0 +1,219 @@
+"""Speculative decoding with an EAGLE-3 draft and EAGLE-2 dynamic trees: the real loop (issue 13).
+
+Batch 1. After the prefill (the prompt through the target, hooks on the draft's layers, the first
+token from the target's last logits), every round:
+
+    draft   builds its tree below the root (the last generated token, not yet seen by the target)
+            from its KV cache of the accepted prefix (`replay.root_step_fn`, the replay's own code)
+    target  verifies [root ; nodes] in one forward over its KV cache: each node sees the prefix, the
+            root, its ancestors and itself (`DraftTree.attention_mask`), positions by depth
+    accept  T = 0: the target's argmax walk down the tree; T > 0: recursive rejection over each
+            node's children (`accept_sampling`); then the target's bonus token
+    caches  the target's KV keeps prefix + root + accepted path, contiguous (the rest is dropped);
+            the draft runs its step-1 rows over root + accepted tokens with their target features
+
+Target features are rounded to float16, as the feature store holds them for training and replay,
+so that the loop's drafts see what the replay's see.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..forward import layer_outputs
+from .model import Eagle3Draft
+from .replay import root_step_fn
+from .tree import DraftTree, build_trees
+
+FINAL = "final"
+
+
+@dataclass
+class Decoded:
+    """One generation: `tokens` (the prefill's token first), `accepted` draft tokens per round, and
+    where the time went (seconds)."""
+
+    tokens: list[int]
+    accepted: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per target verification, (accepted + 1) averaged over rounds."""
+        return sum(a + 1 for a in self.accepted) / len(self.accepted) if self.accepted else float("nan")
+
+
+def _additive(allowed, dtype):
+    """bool (.., q, k) -> float mask (1, 1, q, k): 0 where allowed, the dtype's minimum elsewhere."""
+    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    return mask.view(1, 1, *allowed.shape[-2:])
+
+
+@torch.no_grad()
+def target_forward(model, ids, source, *, cache=None, positions=None, allowed=None):
+    """One target forward over `ids` (n,) after `cache` (None: none yet). allowed (n, S + n) bool over
+    [cached ; new] keys (None: causal). Returns logits (n, V) float32, the draft's features of the
+    new tokens (n, m*d) float32 (float16-rounded; `source` a layer tuple or "final", the normed last
+    hidden state) and the updated cache."""
+    decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
+    dtype = next(model.parameters()).dtype
+    mask = None if allowed is None else _additive(allowed, dtype)
+    with layer_outputs(model) as captured:
+        out = decoder(input_ids=ids[None], attention_mask=mask, cache=cache, use_cache=True,
+                      position_ids=None if positions is None else positions[None])
+    final = out.last_hidden_state[0]  # (n, d) after the final norm
+    features = final if source == FINAL else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
+    return lm_head(final).float(), features.half().float(), out.past_key_values
+
+
+def keep_cache(cache, index) -> None:
+    """Keep only the cache entries at `index` (k,) (ascending), in place: the accepted path becomes
+    contiguous after the prefix."""
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(-2, index)
+        layer.values = layer.values.index_select(-2, index)
+
+
+def children_of(tree: DraftTree) -> dict[int, list[int]]:
+    """{node (-1 = the root): its children, best draft score first}."""
+    out: dict[int, list[int]] = {}
+    for child, parent in enumerate(tree.parents.tolist()):
+        out.setdefault(parent, []).append(child)
+    scores = tree.scores.tolist()
+    return {p: sorted(c, key=lambda i: (-scores[i], i)) for p, c in out.items()}
+
+
+def accept_greedy(logits, tree: DraftTree) -> tuple[list[int], int]:
+    """T = 0. logits (n + 1, V): row 0 the root's, row i + 1 node i's. Walks from the root to the
+    child that is the target's argmax while one exists. Returns (accepted node indices, bonus token)."""
+    children, tokens = children_of(tree), tree.tokens.tolist()
+    node, path = -1, []
+    while True:
+        y = int(logits[node + 1].argmax())
+        match = [c for c in children.get(node, []) if tokens[c] == y]
+        if not match:
+            return path, y
+        node = match[0]
+        path.append(node)
+
+
+def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> tuple[list[int], int]:
+    """T > 0: recursive rejection over each node's children (SpecInfer; EAGLE's `evaluate_posterior`).
+    The tree's candidates are the draft's deterministic top-k, so each is proposed with probability
+    1: child c is accepted with probability p(c) under the current target distribution p; a rejected
+    c is removed from p (p(c) = 0, renormalised) and the next child is tried; when every child is
+    rejected the bonus token is drawn from what is left of p. The token emitted at each node is thus
+    distributed exactly as p = softmax(logits / T): the output is the target's own sampling
+    distribution. Returns (accepted node indices, bonus token)."""
+    children, tokens = children_of(tree), tree.tokens.tolist()
+    node, path = -1, []
+    while True:
+        p = torch.softmax(logits[node + 1].double() / temperature, dim=-1)  # (V,)
+        for child in children.get(node, []):
+            token = tokens[child]
+            if float(torch.rand((), generator=generator, dtype=torch.float64)) < float(p[token]):
+                break
+            p[token] = 0.0
+            p = p / p.sum()
+        else:
+            return path, int(torch.multinomial(p, 1, generator=generator))
+        node = child
+        path.append(node)
+
+
+@torch.no_grad()
+def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
+                         depth: int = 6, top_k: int = 10, temperature: float = 0.0, seed: int = 0,
+                         stop_at_eos: bool = True, autocast: bool = True) -> Decoded:
+    """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading `source` (its
+    layer tuple or "final"). T = 0 equals the target's greedy decoding; T > 0 samples from the
+    target's distribution at that temperature (seeded). A chain of k is `nodes=k, depth=k, top_k=1`.
+    With `stop_at_eos`, generation ends at the target's end-of-sequence token."""
+    if max_new_tokens < 1:
+        raise ValueError("max_new_tokens must be >= 1")
+    if temperature < 0:
+        raise ValueError("temperature must be >= 0")
+    prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
+    generator = torch.Generator().manual_seed(seed)
+    eos = set(eos_ids(target)) if stop_at_eos else set()
+    draft.eval()
+
+    def pick(row):  # the prefill's token: argmax, or a sample at T > 0
+        if temperature == 0:
+            return int(row.argmax())
+        return int(torch.multinomial(torch.softmax(row.double() / temperature, -1), 1, generator=generator))
+
+    start = time.perf_counter()
+    logits, features, cache = target_forward(target, prompt_ids, source)
+    out = Decoded(tokens=[pick(logits[-1])])
+    P = len(prompt_ids)  # tokens the target has cached; the root sits at position P
+    hidden, kv = draft_rows(draft, features, torch.cat([prompt_ids[1:], torch.tensor(out.tokens)]), 0, None,
+                            autocast=autocast)  # rows 0..P-1: hidden (P, d)
+    out.prefill_s = time.perf_counter() - start
+    while len(out.tokens) < max_new_tokens and out.tokens[-1] not in eos:
+        t0 = time.perf_counter()
+        step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P]), autocast)
+        tree = build_trees(step_fn, state, nodes=nodes, depth=depth, top_k=top_k, to_target=draft.to_target)[0]
+        t1 = time.perf_counter()
+        n = len(tree)
+        ids = torch.cat([torch.tensor(out.tokens[-1:]), tree.tokens])  # (n + 1,) root, then the nodes
+        allowed = torch.ones(n + 1, P + n + 1, dtype=torch.bool)  # the prefix: seen by all
+        allowed[0, P + 1:] = False  # the root sees itself
+        allowed[1:, P + 1:] = tree.attention_mask()  # a node: itself and its ancestors
+        positions = torch.cat([torch.tensor([P]), tree.position_ids(P + 1)])  # (n + 1,)
+        logits, features, cache = target_forward(target, ids, source, cache=cache, positions=positions,
+                                                 allowed=allowed)
+        path, bonus = accept_greedy(logits, tree) if temperature == 0 else \
+            accept_sampling(logits, tree, temperature, generator)
+        room = max_new_tokens - len(out.tokens) - 1
+        if len(path) > room:  # the next accepted node's token is the target's own choice after path[:room]
+            path, bonus = path[:room], int(tree.tokens[path[room]])
+        t2 = time.perf_counter()
+        rows = torch.tensor([0] + [node + 1 for node in path])  # verified rows kept: root + accepted
+        keep_cache(cache, torch.cat([torch.arange(P), P + rows]))
+        new = [int(tree.tokens[node]) for node in path] + [bonus]
+        more, kv = draft_rows(draft, features[rows], torch.tensor(new), P, kv, autocast=autocast)
+        hidden = torch.cat([hidden, more])  # (P + len(rows), d)
+        out.draft_s += (t1 - t0) + (time.perf_counter() - t2)
+        out.verify_s += t2 - t1
+        out.accepted.append(len(path))
+        out.tokens.extend(new)
+        P += len(rows)
+    out.tokens = cut(out.tokens, max_new_tokens, eos)
+    return out
+
+
+def draft_rows(draft: Eagle3Draft, features, next_tokens, first: int, kv, *, autocast: bool):
+    """The draft's step-1 rows first..first+k-1 after its cached rows `kv` ((keys, values)
+    (1, KV, first, hd) or None): row j pairs the target features of token j (k, m*d) with the
+    embedding of token j+1 (`next_tokens` (k,)). Returns hidden (k, d) and the extended cache."""
+    k = len(next_tokens)
+    allowed = torch.ones(k, first + k, dtype=torch.bool)
+    allowed[:, first:] = torch.ones(k, k, dtype=torch.bool).tril()  # causal among the new rows
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        _, hidden, new = draft.step(next_tokens[None], features=features[None], positions=torch.arange(first, first + k),
+                                    allowed=allowed[None, None], past=kv, logits=False)
+    kv = new if kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(kv, new))
+    return hidden[0], kv
+
+
+def cut(tokens: list[int], max_new_tokens: int, eos) -> list[int]:
+    """At most `max_new_tokens`, ending at the first end-of-sequence token (kept)."""
+    tokens = tokens[:max_new_tokens]
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens
+
+
+def eos_ids(model) -> list[int]:
+    """The target's end-of-sequence ids (generation config first, as `generate` reads them)."""
+    for config in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(config, "eos_token_id", None) if config is not None else None
+        if eos is not None:
+            return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return []

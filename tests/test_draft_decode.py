@@ -1,0 +1,156 @@
+"""The real speculative decoding loop (elsi_lib.draft.decode) on tiny random targets of both
+families: token-identical to greedy decoding at T = 0 (trees, chains, a vocabulary so small that the
+tree holds every token, so long paths are accepted and the KV cache is pruned every round), and at
+T = 1 the output distribution equals the target's (chi-square against exact probabilities)."""
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from elsi_lib import random_model
+from elsi_lib.draft import Eagle3Draft
+from elsi_lib.draft import decode as D
+from elsi_lib.draft.tree import DraftTree
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+SOURCE = (0, 2)
+
+
+def tiny(arch: str, vocab: int, seed: int = 1):
+    extra = {"num_key_value_heads": 2} if arch == "qwen2" else {}
+    target = random_model(arch, n_layers=3, hidden_size=32, vocab_size=vocab, seed=seed, dtype="float64", **extra)
+    target.generation_config.eos_token_id = None
+    return target, Eagle3Draft.from_target(target, SOURCE, vocab, seed=0).eval()
+
+
+def greedy(target, prompt, n):
+    out = target.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          do_sample=False, max_new_tokens=n, min_new_tokens=n)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("vocab, nodes, depth, top_k", [(8, 136, 3, 8), (8, 60, 6, 8), (8, 5, 5, 1), (40, 30, 4, 6),
+                                                         (40, 3, 3, 1)])
+def test_greedy_output_is_token_identical(arch, vocab, nodes, depth, top_k):
+    target, draft = tiny(arch, vocab)
+    prompt = torch.randint(0, vocab, (7,), generator=torch.Generator().manual_seed(0))
+    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=33, nodes=nodes, depth=depth,
+                                 top_k=top_k, stop_at_eos=False)
+    assert out.tokens == greedy(target, prompt, 33)
+    assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
+    if vocab == 8 and top_k == 8:  # every token is a child of the root: at least one accepted per full round
+        assert min(out.accepted[:-1]) >= 1 and max(out.accepted) >= 2
+
+
+def test_max_new_tokens_cuts_inside_an_accepted_path():
+    target, draft = tiny("llama", 8)
+    prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
+    reference = greedy(target, prompt, 12)
+    for n in range(1, 12):
+        out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=n, nodes=136, depth=3, top_k=8,
+                                     stop_at_eos=False)
+        assert out.tokens == reference[:n]
+
+
+def test_stops_at_eos():
+    target, draft = tiny("llama", 8)
+    prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
+    reference = greedy(target, prompt, 20)
+    target.generation_config.eos_token_id = reference[4]
+    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=20, nodes=136, depth=3, top_k=8)
+    assert out.tokens == reference[:reference.index(reference[4]) + 1]
+
+
+def test_final_source_and_rejects_bad_arguments():
+    target, _ = tiny("llama", 40)
+    draft = Eagle3Draft.from_target(target, (2,), 40, seed=0).eval()
+    prompt = torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0))
+    out = D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=10, nodes=10, depth=3, top_k=4,
+                                 stop_at_eos=False)
+    assert out.tokens == greedy(target, prompt, 10)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=0)
+    with pytest.raises(ValueError, match="temperature"):
+        D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=3, temperature=-1.0)
+
+
+def chain_tree(tokens, scores=None):
+    n = len(tokens)
+    return DraftTree(tokens=torch.tensor(tokens), parents=torch.arange(-1, n - 1), depths=torch.arange(1, n + 1),
+                     scores=torch.tensor(scores or [-float(i) for i in range(n)]))
+
+
+def test_accept_greedy_walks_the_argmax():
+    # root's children: nodes 0 (token 3) and 1 (token 5); node 2 (token 1) under node 1
+    tree = DraftTree(tokens=torch.tensor([3, 5, 1]), parents=torch.tensor([-1, -1, 1]), depths=torch.tensor([1, 1, 2]),
+                     scores=torch.tensor([-1.0, -0.5, -2.0]))
+    logits = torch.full((4, 8), -5.0)
+    logits[0, 5] = 1  # the root's argmax is node 1's token
+    logits[2, 1] = 1  # node 1's argmax is node 2's token
+    logits[3, 7] = 1  # node 2's argmax: the bonus
+    assert D.accept_greedy(logits, tree) == ([1, 2], 7)
+    logits[2, 1], logits[2, 6] = -5, 1  # node 1 now wants 6: stop there with bonus 6
+    assert D.accept_greedy(logits, tree) == ([1], 6)
+    logits[0, 5], logits[0, 4] = -5, 1  # the root wants a token the tree lacks
+    assert D.accept_greedy(logits, tree) == ([], 4)
+
+
+def test_accept_sampling_emits_the_target_distribution():
+    """Recursive rejection over a node with 3 children of a 6-token vocabulary: the first emitted
+    token follows the root's distribution; given an accepted child, the next token follows that
+    child's distribution (both exact, chi-square over 20,000 draws)."""
+    tree = DraftTree(tokens=torch.tensor([2, 0, 4, 1]), parents=torch.tensor([-1, -1, -1, 0]),
+                     depths=torch.tensor([1, 1, 1, 2]), scores=torch.tensor([-0.1, -0.2, -0.3, -0.5]))
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 6, generator=g) * 1.5
+    p_root = torch.softmax(logits[0].double(), -1).numpy()
+    p_node0 = torch.softmax(logits[1].double(), -1).numpy()
+    first, second = np.zeros(6), np.zeros(6)
+    for _ in range(20000):
+        path, bonus = D.accept_sampling(logits, tree, 1.0, g)
+        emitted = [int(tree.tokens[n]) for n in path] + [bonus]
+        first[emitted[0]] += 1
+        if path and path[0] == 0:
+            second[emitted[1]] += 1
+    assert stats.chisquare(first, p_root * first.sum()).pvalue > 1e-3
+    assert stats.chisquare(second, p_node0 * second.sum()).pvalue > 1e-3
+    assert first[[0, 2, 4]].sum() > 0 and first[[1, 3, 5]].sum() > 0  # both accepted and bonus-only rounds
+
+
+def exact_pairs(target, prompt, vocab):
+    """p(x1, x2 | prompt) at T = 1 for every pair: (vocab, vocab)."""
+    with torch.no_grad():
+        p1 = torch.softmax(target(prompt[None]).logits[0, -1].double(), -1)  # (V,)
+        seqs = torch.cat([prompt.expand(vocab, -1), torch.arange(vocab)[:, None]], dim=1)  # (V, P + 1)
+        p2 = torch.softmax(target(seqs).logits[:, -1].double(), -1)  # (V, V)
+    return (p1[:, None] * p2).numpy()
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_sampling_loop_matches_the_target_distribution(arch):
+    """The loop at T = 1 (prefill sample, then tree rounds with recursive rejection): the pair of
+    its first two tokens against the exact pair distribution, 1,500 seeded runs, chi-square over
+    cells with expected count >= 5 (the rest pooled); fails below p = 1e-3."""
+    vocab = 8
+    target, draft = tiny(arch, vocab, seed=2)
+    with torch.no_grad():  # sharpen the target: unequal cells make a wrong distribution visible
+        target.get_output_embeddings().weight.mul_(3.0)
+    prompt = torch.randint(0, vocab, (5,), generator=torch.Generator().manual_seed(1))
+    exact = exact_pairs(target, prompt, vocab).ravel()
+    counts, accepted = np.zeros(vocab * vocab), 0
+    runs = 1500
+    for seed in range(runs):
+        out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=3, nodes=20, depth=3, top_k=4,
+                                     temperature=1.0, seed=seed, stop_at_eos=False)
+        counts[out.tokens[0] * vocab + out.tokens[1]] += 1
+        accepted += out.accepted[0]
+    expected = exact * runs
+    big = expected >= 5
+    observed, wanted = counts[big], expected[big]
+    if (~big).any():
+        observed, wanted = np.append(observed, counts[~big].sum()), np.append(wanted, expected[~big].sum())
+    assert big.sum() >= 10
+    assert stats.chisquare(observed, wanted).pvalue > 1e-3
+    print(f"{big.sum()} cells, max share {exact.max():.3f}, accepted in {accepted} of {runs} rounds")
+    assert 0 < accepted < runs  # the tree is accepted in some rounds, rejected in others
