@@ -235,9 +235,18 @@ def beam_tree(selection, name: str):
     return fig
 
 
-def tau_by_column(blocks: dict[int, tuple], title: str):
+def _panel_title(key) -> str:
+    """A block key, nodes or (temperature, nodes), as a panel title."""
+    if isinstance(key, tuple):
+        temperature, nodes = key
+        return f"{nodes}-node trees, T = {temperature:g}"
+    return f"{key}-node trees"
+
+
+def tau_by_column(blocks: dict, title: str):
     """Fig. 8: tau per SpecBench column and AVG, one bar per method with its 95% interval, one panel
-    per tree size. blocks: {nodes: (tau, low, high)} DataFrames (rows methods, columns categories)."""
+    per block. blocks: {nodes or (temperature, nodes): (tau, low, high)} DataFrames (rows methods,
+    columns categories)."""
     plt = _plt()
     fig, axes = plt.subplots(len(blocks), 1, figsize=(11, 3.4 * len(blocks)), squeeze=False)
     for ax, (nodes, (tau, low, high)) in zip(axes[:, 0], sorted(blocks.items())):
@@ -252,7 +261,7 @@ def tau_by_column(blocks: dict[int, tuple], title: str):
         ax.set_xticks(x, columns)
         ax.set_ylabel(r"$\tau$ (tokens / target forward)")
         ax.set_ylim(1.0, None)
-        ax.set_title(f"{nodes}-node trees")
+        ax.set_title(_panel_title(nodes))
     axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12 - 1.2 * (len(blocks) > 1)))
     fig.suptitle(title)
     fig.tight_layout()
@@ -260,19 +269,19 @@ def tau_by_column(blocks: dict[int, tuple], title: str):
 
 
 def tau_vs_entropy(frame, title: str):
-    """tau (AVG) against the set entropy of each method's layers, one panel per tree size.
-    frame: columns method, nodes, entropy, tau, low, high."""
+    """tau (AVG) against the set entropy of each method's layers, one panel per tree size (and
+    temperature, when `frame` has that column). frame: columns method, nodes, entropy, tau, low, high."""
     plt = _plt()
-    sizes = sorted(frame["nodes"].unique())
-    fig, axes = plt.subplots(1, len(sizes), figsize=(5.2 * len(sizes), 4.2), squeeze=False)
-    for ax, nodes in zip(axes[0], sizes):
-        part = frame[frame.nodes == nodes]
+    by = ["temperature", "nodes"] if "temperature" in frame else ["nodes"]
+    groups = list(frame.groupby(by, sort=True))  # keys: (temperature, nodes) or (nodes,)
+    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.2), squeeze=False)
+    for ax, (key, part) in zip(axes[0], groups):
         ax.errorbar(part.entropy, part.tau, yerr=[part.tau - part.low, part.high - part.tau], fmt="o", capsize=2)
         for row in part.itertuples():
             ax.annotate(row.method, (row.entropy, row.tau), fontsize=7, xytext=(3, 3), textcoords="offset points")
         ax.set_xlabel(ENTROPY_LABEL)
         ax.set_ylabel(r"AVG $\tau$")
-        ax.set_title(f"{nodes}-node trees")
+        ax.set_title(_panel_title(key if len(key) == 2 else key[0]))
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -19,12 +19,15 @@ from .progress import progress_bar
 
 
 def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                       max_length: int = 1024, batch_size: int = 8, cache: bool = True,
-                       progress: bool = True) -> list[str]:
-    """Greedy replies (no sampling) of `model` to each conversation, rendered with the generation
-    prompt and cut to its first `max_length` tokens. Each conversation must end with a user turn.
-    Cached, keyed by the model's weights, the tokenizer and its chat template, the library
-    versions, the conversations and every setting."""
+                       max_length: int = 1024, batch_size: int = 8, cache: bool = True, progress: bool = True,
+                       temperature: float = 0.0, seed: int = 0, with_ids: bool = False):
+    """Replies of `model` to each conversation, rendered with the generation prompt and cut to its
+    first `max_length` tokens: greedy at `temperature` 0, otherwise sampled from softmax(logits / T)
+    with no top-k / top-p (`GumbelSampler`: each conversation's draws come from its own seed, so a
+    reply does not depend on the batch it ran in). Each conversation must end with a user turn.
+    Returns the reply texts, and with `with_ids` also the generated token ids (through the first
+    end-of-sequence token). Cached, keyed by the model's weights, the tokenizer and its chat
+    template, the library versions, the conversations and every setting."""
     import torch
 
     for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("batch_size", batch_size)):
@@ -32,20 +35,26 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     check_conversations(conversations)
     answered = [i for i, c in enumerate(conversations) if c[-1]["role"] != "user"]
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature!r}")
     if answered:
         raise ValueError(f"conversation(s) {answered[:10]} end with a {conversations[answered[0]][-1]['role']!r} "
                          "turn, not a user turn: there is nothing to reply to (capture them as they are)")
     key = {"model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer), "library": versions(),
            "prompts": conversations_hash(conversations), "max_new_tokens": max_new_tokens, "max_length": max_length,
-           "truncate": "keep_first", "batch_size": batch_size}
+           "truncate": "keep_first", "batch_size": batch_size,
+           **({"temperature": float(temperature), "seed": int(seed)} if temperature > 0 else {}),
+           **({"ids": True} if with_ids else {})}
     path = cache_dir() / "responses" / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
     if cache:
         check_writable(path.parent)
-    done = _load(path, key) if cache else []
+    done = _load(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
     prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
                for c in conversations]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # similar lengths batch together
-    replies: dict[int, str] = dict(done)
+    replies: dict[int, str] = {entry[0]: entry[1] for entry in done}
+    token_ids: dict[int, list[int]] = {entry[0]: entry[2] for entry in done if len(entry) == 3}
+    eos = set(eos_ids(model))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     todo = [i for i in order if i not in replies]
     bar = progress_bar(total=len(prompts), initial=len(replies), desc="generating replies", unit="reply",
@@ -58,16 +67,52 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
         for row, i in enumerate(batch):  # left padding: every prompt ends where generation starts
             ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
             mask[row, width - len(prompts[i]):] = 1
-        with torch.no_grad():
+        sampler = [] if temperature == 0 else [GumbelSampler(temperature, [seed * 1_000_003 + i for i in batch], width)]
+        with torch.no_grad():  # greedy over Gumbel-perturbed logits is an exact sample from softmax(logits / T)
             out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad)
+                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+                                 logits_processor=sampler)
         for row, i in enumerate(batch):
             replies[i] = tokenizer.decode(out[row, width:], skip_special_tokens=True).strip()
+            generated = out[row, width:].tolist()
+            ends = [j for j, t in enumerate(generated) if t in eos]
+            token_ids[i] = generated[:ends[0] + 1] if ends else generated
         if cache:
-            atomic_write_bytes(path, _payload(key, sorted(replies.items())))
+            entries = [(i, replies[i], token_ids[i]) if with_ids else (i, replies[i]) for i in sorted(replies)]
+            atomic_write_bytes(path, _payload(key, entries))
         bar.update(len(batch))
     bar.close()
-    return [replies[i] for i in range(len(conversations))]
+    texts = [replies[i] for i in range(len(conversations))]
+    return (texts, [token_ids[i] for i in range(len(conversations))]) if with_ids else texts
+
+
+class GumbelSampler:
+    """A `generate` logits processor for seeded sampling at temperature T: it returns
+    logits / T + Gumbel noise, so greedy decoding picks an exact sample of softmax(logits / T)
+    (the Gumbel-max trick). The noise of row r at generation step t comes from its own generator
+    seeded by (seeds[r], t): a conversation's reply does not depend on its batch."""
+
+    def __init__(self, temperature: float, seeds: list[int], prompt_width: int):
+        self.temperature, self.seeds, self.width = temperature, seeds, prompt_width
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        step = input_ids.shape[1] - self.width
+        noise = torch.stack([torch.rand(scores.shape[-1], dtype=torch.float64,
+                                        generator=torch.Generator().manual_seed(s * 65_537 + step))
+                             for s in self.seeds])  # (b, V) uniform
+        gumbel = -torch.log(-torch.log(noise.clamp(1e-300, 1 - 1e-16)))
+        return (scores.double() / self.temperature + gumbel.to(scores.device)).to(scores.dtype)
+
+
+def eos_ids(model) -> list[int]:
+    """The model's end-of-sequence ids (generation config first, as `generate` reads them)."""
+    for config in (getattr(model, "generation_config", None), model.config):
+        eos = getattr(config, "eos_token_id", None) if config is not None else None
+        if eos is not None:
+            return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+    return []
 
 
 def _payload(key: dict, replies: list) -> bytes:
@@ -75,7 +120,7 @@ def _payload(key: dict, replies: list) -> bytes:
     return json.dumps({"sha256": sha256_text(body), "body": body}).encode()
 
 
-def _load(path: Path, key: dict) -> list[tuple[int, str]]:
+def _load(path: Path, key: dict) -> list[tuple]:
     """Replies cached for exactly `key`; a missing, unreadable, corrupt or stale file gives none
     (and says why, unless it is simply missing). The checksum covers every byte that is used."""
     if not path.is_file():
@@ -85,7 +130,8 @@ def _load(path: Path, key: dict) -> list[tuple[int, str]]:
         if sha256_text(wrapper["body"]) != wrapper["sha256"]:
             raise ValueError("checksum mismatch")
         payload = json.loads(wrapper["body"])
-        replies = [(int(i), str(text)) for i, text in payload["replies"]]
+        replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ())
+                   for e in payload["replies"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"regenerating replies: {path.name} is unreadable or corrupt ({err})")
         return []

@@ -7,7 +7,9 @@ import pytest
 import torch
 from scipy import stats
 
+from conftest import make_tiny_tokenizer
 from elsi_lib import random_model
+from elsi_lib.responses import GumbelSampler, generate_responses
 from elsi_lib.draft import Eagle3Draft
 from elsi_lib.draft import decode as D
 from elsi_lib.draft.tree import DraftTree
@@ -154,3 +156,35 @@ def test_sampling_loop_matches_the_target_distribution(arch):
     assert stats.chisquare(observed, wanted).pvalue > 1e-3
     print(f"{big.sum()} cells, max share {exact.max():.3f}, accepted in {accepted} of {runs} rounds")
     assert 0 < accepted < runs  # the tree is accepted in some rounds, rejected in others
+
+
+def test_gumbel_sampler_draws_softmax_over_temperature():
+    """Greedy over GumbelSampler's output is a sample of softmax(scores / T): 12,000 draws against the
+    exact probabilities (chi-square), and rows with their own seeds draw independently of the batch."""
+    scores = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5, 1.5]])
+    p = torch.softmax(scores[0] / 0.7, -1).numpy()
+    draws = [int(GumbelSampler(0.7, [s], 0)(torch.zeros(1, 3, dtype=torch.long), scores).argmax()) for s in range(12000)]
+    counts = np.bincount(draws, minlength=6)
+    assert stats.chisquare(counts, p * len(draws)).pvalue > 1e-3
+    pair = GumbelSampler(0.7, [5, 9], 0)(torch.zeros(2, 3, dtype=torch.long), scores.expand(2, -1))
+    alone = GumbelSampler(0.7, [9], 0)(torch.zeros(1, 3, dtype=torch.long), scores)
+    assert torch.equal(pair[1], alone[0])
+
+
+def test_sampled_replies_do_not_depend_on_the_batch():
+    tokenizer = make_tiny_tokenizer()
+    model = random_model(n_layers=2, hidden_size=32, vocab_size=len(tokenizer), seed=0)
+    convs = [[{"role": "user", "content": f"hello world {i} " * (1 + i % 3)}] for i in range(5)]
+    a, ids_a = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
+                                  batch_size=2, cache=False, progress=False)
+    b, ids_b = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
+                                  batch_size=5, progress=False)  # cached
+    assert (a, ids_a) == (b, ids_b)
+    assert generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
+                              batch_size=5, progress=False) == (b, ids_b)  # from the cache
+    other = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=4, with_ids=True,
+                               batch_size=5, cache=False, progress=False)[1]
+    greedy = generate_responses(model, tokenizer, convs, max_new_tokens=10, batch_size=5, cache=False, progress=False)
+    assert other != ids_a and greedy != a
+    with pytest.raises(ValueError, match="temperature"):
+        generate_responses(model, tokenizer, convs, temperature=-1.0, cache=False)

@@ -275,6 +275,31 @@ def test_continuation_end_hand_made(argmax, start, max_tokens, end):
     assert R.continuation_end(ids, torch.tensor(argmax), start, max_tokens) == end
 
 
+@pytest.mark.parametrize("sampled,start,max_tokens,end", [
+    ([7, 8, 9], 2, 10, 5),         # the whole sample, then the stored sequence goes on: stops after the sample
+    ([7, 8, 0, 10], 2, 10, 4),     # re-tokenisation parts at the third token
+    ([7, 8, 9, 10], 2, 2, 4),      # max_tokens
+    ([0], 2, 10, 2),               # parts at once
+    ([7, 8, 9, 10, 11, 12], 2, 10, 6),  # a sample longer than the stored sequence
+])
+def test_continuation_end_of_a_sample_ignores_argmax(sampled, start, max_tokens, end):
+    ids = torch.tensor([5, 6, 7, 8, 9, 10])
+    argmax = torch.zeros(6, dtype=torch.long)  # never the stored token: a greedy cut would stop at start
+    assert R.continuation_end(ids, argmax, start, max_tokens, sampled) == end
+
+
+def test_replay_of_a_sample_scores_the_sampled_tokens(draft, store):
+    """At T > 0 replay walks the sampled continuation (not the argmax): with the stored tokens as the
+    sample it scores rounds where greedy replay of the same sequence (random argmax) may stop at once."""
+    s = store.sequence(0, SOURCE)
+    sample = s["ids"][s["start"]:].tolist()
+    out = R.replay_sequence(draft, s, sizes=(6,), depth=3, top_k=3, max_tokens=1000, autocast=False,
+                            sampled=sample)[6]
+    assert sum(a + 1 for a in out) == len(sample) - 1  # every sampled token after the first is covered
+    with pytest.raises(ValueError, match="sampled replies"):
+        R.replay(draft, SOURCE, store, key={"t": 1}, sizes=(6,), depth=3, top_k=3, sampled=[sample])
+
+
 # ---------------------------------------------------------------- 4. replay cache
 
 @pytest.fixture

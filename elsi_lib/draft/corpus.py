@@ -53,9 +53,16 @@ def eval_questions(per_column: int, *, seed: int = 0):
 
 
 def eval_conversations(model, tokenizer, questions, *, max_new_tokens: int = 256, max_length: int = 1024,
-                       progress: bool = True) -> list[list[dict]]:
-    """Each question followed by the target's greedy continuation (the tokens replay must match)."""
+                       progress: bool = True, temperature: float = 0.0, seed: int = 0):
+    """Each question followed by the target's continuation (the tokens replay must match): greedy at
+    `temperature` 0; otherwise a seeded sample at that temperature, returned with the sampled token
+    ids as (conversations, ids) (the rendered reply is re-tokenised; replay stops where the two
+    part)."""
     conversations = list(questions["conversation"])
-    replies = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens,
-                                 max_length=max_length, batch_size=REPLY_BATCH, progress=progress)
-    return with_replies(conversations, replies)
+    out = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                             batch_size=REPLY_BATCH, progress=progress, temperature=temperature, seed=seed,
+                             with_ids=temperature > 0)
+    if temperature == 0:
+        return with_replies(conversations, out)
+    replies, ids = out
+    return with_replies(conversations, replies), ids

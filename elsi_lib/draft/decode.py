@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..forward import layer_outputs
+from ..responses import eos_ids
 from .model import Eagle3Draft
 from .replay import root_step_fn
 from .tree import DraftTree, build_trees
@@ -208,12 +209,3 @@ def cut(tokens: list[int], max_new_tokens: int, eos) -> list[int]:
         if t in eos:
             return tokens[:i + 1]
     return tokens
-
-
-def eos_ids(model) -> list[int]:
-    """The target's end-of-sequence ids (generation config first, as `generate` reads them)."""
-    for config in (getattr(model, "generation_config", None), model.config):
-        eos = getattr(config, "eos_token_id", None) if config is not None else None
-        if eos is not None:
-            return [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
-    return []

@@ -43,6 +43,7 @@ class Experiment:
     replay_tokens: int = 128  # greedy continuation tokens generated and replayed per question
     draft_vocab: int = 8192
     sizes: tuple[int, ...] = (30, 60)
+    temperatures: tuple[float, ...] = (0.0, 1.0)  # T > 0: replay of a seeded sampled continuation (replay.py)
     depth: int = 6
     top_k: int = 10
     seeds: tuple[int, ...] = (0, 1, 2)  # seed 0 trains every method; later seeds the `reseeded`
@@ -161,13 +162,19 @@ def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> p
     n_drafts = sum(len(g) for _, _, g in _groups(exp, methods))
     n_eval = exp.eval_per_column * len(corpus.COLUMNS)
     train_tokens = (exp.n_train - exp.n_heldout) * r["tokens_per_conv"] * exp.train.epochs
-    rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_eval) * r["reply_s"]),
-            ("target features", (exp.n_train + n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
+    n_T = len(exp.temperatures)
+    rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_T * n_eval) * r["reply_s"]),
+            ("target features", (exp.n_train + n_T * n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
             (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
-            (f"replay {n_drafts} drafts x {n_eval} questions", n_drafts * n_eval * r["replay_s_per_q"])]
+            (f"replay {n_drafts} drafts x {n_eval} questions x {n_T} temperatures",
+             n_drafts * n_eval * n_T * r["replay_s_per_q"])]
     frame = pd.DataFrame(rows, columns=["stage", "minutes"])
     frame["minutes"] = (frame["minutes"] / 60).round(1)
     return pd.concat([frame, pd.DataFrame([{"stage": "total", "minutes": frame["minutes"].sum()}])], ignore_index=True)
+
+
+def _eval_name(temperature: float) -> str:
+    return "SpecBench" if temperature == 0 else f"SpecBench T={temperature:g}"
 
 
 def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed, lm_head_from_target: bool = True):
@@ -187,17 +194,23 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     n_layers = len(model.get_decoder().layers)
     key = _data_key(exp, model, tokenizer)
     picked = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
-    eval_convs = corpus.eval_conversations(model, tokenizer, picked, max_new_tokens=exp.replay_tokens,
-                                           max_length=exp.eval_max_length, progress=progress)
+    if not exp.temperatures or min(exp.temperatures) < 0:
+        raise ValueError(f"temperatures must be non-empty and >= 0, got {exp.temperatures}")
+    eval_convs, sampled = {}, {}  # per temperature: conversations, and the sampled ids when T > 0
+    for T in exp.temperatures:
+        out = corpus.eval_conversations(model, tokenizer, picked, max_new_tokens=exp.replay_tokens,
+                                        max_length=exp.eval_max_length, progress=progress, temperature=T,
+                                        seed=exp.eval_seed)
+        eval_convs[T], sampled[T] = (out, None) if T == 0 else out
     convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
                                           max_length=exp.max_length, progress=progress)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
     stores = {name: build_features(model, tokenizer, c, layers, max_length=length, progress=progress,
                                    desc=f"target features ({name})")
-              for name, c, length in (("train", train_convs, exp.max_length),
-                                      ("held-out", heldout_convs, exp.max_length),
-                                      ("SpecBench", eval_convs, exp.eval_max_length))}
+              for name, c, length in [("train", train_convs, exp.max_length),
+                                      ("held-out", heldout_convs, exp.max_length)] +
+              [(_eval_name(T), eval_convs[T], exp.eval_max_length) for T in exp.temperatures]}
     train_store = stores["train"]
     reply_tokens = train_store.reply_tokens()
     counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
@@ -225,15 +238,17 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
             acc = step_accuracy(draft, group[method], stores["held-out"], exp.train.ttt_steps,
                                 autocast=exp.train.autocast_bf16)
             accuracy.append({"method": method, "seed": seed, **{f"step {k + 1}": a for k, a in enumerate(acc)}})
-            per_question = replay(draft, group[method], stores["SpecBench"], key=draft_key, sizes=exp.sizes,
-                                  depth=exp.depth, top_k=exp.top_k, max_tokens=exp.replay_tokens,
-                                  autocast=exp.train.autocast_bf16, progress=progress,
-                                  desc=f"replay {method} (seed {seed})")
-            for q, lengths in zip(picked.itertuples(), per_question):
-                for nodes, rounds in lengths.items():
-                    results.append({"method": method, "seed": seed, "nodes": nodes, "question_id": q.question_id,
-                                    "category": q.category, "column": q.column, "tau": question_tau(rounds),
-                                    "rounds": len(rounds)})
+            for T in exp.temperatures:
+                per_question = replay(draft, group[method], stores[_eval_name(T)],
+                                      key={**draft_key, **({"temperature": T} if T else {})}, sizes=exp.sizes,
+                                      depth=exp.depth, top_k=exp.top_k, max_tokens=exp.replay_tokens,
+                                      autocast=exp.train.autocast_bf16, progress=progress, sampled=sampled[T],
+                                      desc=f"replay {method} (seed {seed}, T = {T:g})")
+                for q, lengths in zip(picked.itertuples(), per_question):
+                    for nodes, rounds in lengths.items():
+                        results.append({"method": method, "seed": seed, "temperature": T, "nodes": nodes,
+                                        "question_id": q.question_id, "category": q.category, "column": q.column,
+                                        "tau": question_tau(rounds), "rounds": len(rounds)})
     data = {"training conversations": len(train_convs), "held-out conversations": len(heldout_convs),
             "training reply tokens": len(reply_tokens), "SpecBench questions": len(picked),
             "draft vocabulary": exp.draft_vocab, "draft vocabulary coverage of reply tokens": coverage}

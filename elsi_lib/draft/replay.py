@@ -34,11 +34,14 @@ from .tree import accepted_length, build_tree_sizes
 FORMAT = 1  # bump on any change to replay (or the trees) that changes its result: old results are then not reused
 
 
-def continuation_end(ids, argmax, start: int, max_tokens: int) -> int:
-    """End (exclusive) of the target-greedy continuation x[start:end]: x[j] == argmax[j-1] for
-    start <= j < end, at most `max_tokens` tokens. ids, argmax (T,)."""
+def continuation_end(ids, argmax, start: int, max_tokens: int, sampled=None) -> int:
+    """End (exclusive) of the continuation x[start:end] the target produced, at most `max_tokens`
+    tokens. ids, argmax (T,). Greedy (`sampled` None): x[j] == argmax[j-1] for start <= j < end.
+    Sampled: x[start:end] equals the sampled ids' start (the reply's re-tokenisation may part)."""
     end = start
-    while end < len(ids) and end - start < max_tokens and int(ids[end]) == int(argmax[end - 1]):
+    while end < len(ids) and end - start < max_tokens and (
+            int(ids[end]) == int(argmax[end - 1]) if sampled is None
+            else end - start < len(sampled) and int(ids[end]) == int(sampled[end - start])):
         end += 1
     return end
 
@@ -88,11 +91,12 @@ def root_step_fn(draft: Eagle3Draft, hidden, kv, roots, autocast: bool):
 
 @torch.no_grad()
 def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth: int = 6, top_k: int = 10,
-                    max_tokens: int = 128, autocast: bool = True) -> dict[int, list[int]]:
+                    max_tokens: int = 128, autocast: bool = True, sampled=None) -> dict[int, list[int]]:
     """Accepted lengths of every round of one question, per tree size: {nodes: [a_1, a_2, ...]}
-    (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's features."""
+    (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's features; `sampled`:
+    the target's sampled reply ids when the continuation is a sample (T > 0), None when greedy."""
     ids, argmax, start = sequence["ids"], sequence["argmax"], sequence["start"]
-    end = continuation_end(ids, argmax, start, max_tokens)
+    end = continuation_end(ids, argmax, start, max_tokens, sampled)
     if end - start < 2:  # the prefill's token alone: no round
         return {n: [] for n in sizes}
     hidden, kv = _prefix_pass(draft, ids[:end], sequence["features"][:end], autocast)
@@ -112,11 +116,16 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth
 
 
 def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), depth: int = 6, top_k: int = 10,
-           max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay") -> list[dict]:
+           max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay",
+           sampled: list | None = None) -> list[dict]:
     """`replay_sequence` for every question of `store`, cached per question and resumable. `key`
-    identifies the draft (its checkpoint key and training state); the settings are added."""
+    identifies the draft (its checkpoint key and training state); the settings are added. `sampled`:
+    per question, the sampled reply ids of a T > 0 continuation (None: greedy)."""
+    if sampled is not None and len(sampled) != len(store):
+        raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
     full = {**key, "format": FORMAT, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
-            "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store)}
+            "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store),
+            **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
     path = cache_dir() / "replay" / f"{sha256_text(json.dumps(full, sort_keys=True))[:24]}.json"
     check_writable(path.parent)
@@ -135,7 +144,8 @@ def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), dept
         if i in done:
             continue
         result = replay_sequence(draft, store.sequence(i, source), sizes=sizes, depth=depth, top_k=top_k,
-                                 max_tokens=max_tokens, autocast=autocast)
+                                 max_tokens=max_tokens, autocast=autocast,
+                                 sampled=None if sampled is None else sampled[i])
         done[i] = {str(n): v for n, v in result.items()}
         results = {str(k): v for k, v in sorted(done.items())}
         atomic_write_bytes(path, json.dumps({"key": full, "results": results,
