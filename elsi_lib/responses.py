@@ -37,6 +37,8 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     answered = [i for i, c in enumerate(conversations) if c[-1]["role"] != "user"]
     if not temperature >= 0:
         raise ValueError(f"temperature must be >= 0, got {temperature!r}")
+    if temperature > 0:
+        _check_plain_sampling(model)
     if answered:
         raise ValueError(f"conversation(s) {answered[:10]} end with a {conversations[answered[0]][-1]['role']!r} "
                          "turn, not a user turn: there is nothing to reply to (capture them as they are)")
@@ -104,6 +106,19 @@ class GumbelSampler:
                              for s in self.seeds])  # (b, V) uniform
         gumbel = -torch.log(-torch.log(noise.clamp(1e-300, 1 - 1e-16)))
         return (scores.double() / self.temperature + gumbel.to(scores.device)).to(scores.dtype)
+
+
+def _check_plain_sampling(model) -> None:
+    """`generate` applies these generation-config processors in greedy mode too, before
+    `GumbelSampler`: with any of them set, a draw is not from softmax(logits / T)."""
+    config = getattr(model, "generation_config", None)
+    changed = {name: getattr(config, name, None) for name in
+               ("repetition_penalty", "no_repeat_ngram_size", "suppress_tokens", "begin_suppress_tokens", "bad_words_ids",
+                "sequence_bias", "encoder_repetition_penalty")}
+    changed = {k: v for k, v in changed.items() if v not in (None, 1.0, 0, [], {})}
+    if changed:
+        raise ValueError(f"the model's generation config sets {changed}: sampled replies would not follow "
+                         "softmax(logits / T); clear them on model.generation_config first")
 
 
 def eos_ids(model) -> list[int]:

@@ -62,6 +62,29 @@ def test_stops_at_eos():
     target.generation_config.eos_token_id = reference[4]
     out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=20, nodes=136, depth=3, top_k=8)
     assert out.tokens == reference[:reference.index(reference[4]) + 1]
+    assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)  # no round after the end-of-sequence token
+    assert sum(out.accepted_full) >= sum(out.accepted) and len(out.accepted_full) == len(out.accepted)
+
+
+def test_eos_inside_an_accepted_path_ends_the_round():
+    """Every token of the tiny vocabulary is a child of the root: the end-of-sequence token is accepted
+    inside a path (not as the bonus) in some round; generation ends right there."""
+    target, draft = tiny("llama", 8)
+    prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
+    reference = greedy(target, prompt, 30)
+    probe = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8,
+                                   stop_at_eos=False)
+    position, inside = 1, None  # find a token accepted inside a path (not a round's bonus)
+    for a in probe.accepted:
+        if a >= 2:
+            inside = reference[position]
+            break
+        position += a + 1
+    assert inside is not None
+    target.generation_config.eos_token_id = inside
+    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8)
+    assert out.tokens == reference[:reference.index(inside) + 1]
+    assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
 
 
 def test_final_source_and_rejects_bad_arguments():
@@ -188,3 +211,6 @@ def test_sampled_replies_do_not_depend_on_the_batch():
     assert other != ids_a and greedy != a
     with pytest.raises(ValueError, match="temperature"):
         generate_responses(model, tokenizer, convs, temperature=-1.0, cache=False)
+    model.generation_config.repetition_penalty = 1.3  # applied before the sampler: not softmax(logits / T)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        generate_responses(model, tokenizer, convs, temperature=1.0, cache=False)

@@ -60,6 +60,8 @@ def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
     else:
         assert config["architectures"] == ["LlamaForCausalLMEagle3"]
         assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [l + 1 for l in layers]
+        assert config["eagle_aux_hidden_state_layer_ids"] == [l + 1 for l in layers]  # vLLM's V2 runner
+    assert config["target_hidden_size"] == 32 and config["draft_vocab_size"] == 24
     provenance = json.loads((tmp_path / "elsi.json").read_text())
     assert provenance["layer_ids_elsi"] == list(layers) and provenance["engine_layer_ids"] == ids_engine
 
@@ -99,6 +101,13 @@ def test_refusals(target, tmp_path):
     config = json.loads((tmp_path / "config.json").read_text())
     (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
     with pytest.raises(ValueError, match="top-level model_type"):
+        X.load_draft(tmp_path, target)
+    for change in ({"norm_before_residual": True}, {"fc_norm": True}, {"target_hidden_size": 64}):
+        (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+        with pytest.raises(ValueError, match=next(iter(change))):
+            X.load_draft(tmp_path, target)
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "norm_before_residual"}))
+    with pytest.raises(ValueError, match="norm_before_residual"):  # the speculators layout's default is true
         X.load_draft(tmp_path, target)
     wider = random_model("llama", n_layers=5, hidden_size=48, vocab_size=70, seed=0)
     (tmp_path / "config.json").write_text(json.dumps(config))

@@ -300,6 +300,16 @@ def test_replay_of_a_sample_scores_the_sampled_tokens(draft, store):
         R.replay(draft, SOURCE, store, key={"t": 1}, sizes=(6,), depth=3, top_k=3, sampled=[sample])
 
 
+def test_replay_of_a_sample_equals_greedy_replay_of_the_same_tokens(draft, greedy_store):
+    """The same tokens as a sample, or as greedy tokens (argmax = the next stored token): the rounds agree."""
+    for i in range(len(greedy_store)):
+        s = greedy_store.sequence(i, SOURCE)
+        greedy = R.replay_sequence(draft, s, sizes=(6, 12), depth=3, top_k=3, max_tokens=1000, autocast=False)
+        sampled = R.replay_sequence(draft, {**s, "argmax": torch.zeros_like(s["argmax"])}, sizes=(6, 12), depth=3,
+                                    top_k=3, max_tokens=1000, autocast=False, sampled=s["ids"][s["start"]:].tolist())
+        assert sampled == greedy and len(greedy[6]) > 0
+
+
 # ---------------------------------------------------------------- 4. replay cache
 
 @pytest.fixture

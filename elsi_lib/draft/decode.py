@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from ..forward import layer_outputs
 from ..responses import eos_ids
@@ -33,11 +34,12 @@ FINAL = "final"
 
 @dataclass
 class Decoded:
-    """One generation: `tokens` (the prefill's token first), `accepted` draft tokens per round, and
-    where the time went (seconds)."""
+    """One generation: `tokens` (the prefill's token first), `accepted` draft tokens per round
+    (len(tokens) = 1 + sum(accepted + 1)), and where the time went (seconds)."""
 
     tokens: list[int]
-    accepted: list[int] = field(default_factory=list)
+    accepted: list[int] = field(default_factory=list)  # per round, after the end-of-sequence and length cuts
+    accepted_full: list[int] = field(default_factory=list)  # per round, before them
     prefill_s: float = 0.0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -55,11 +57,11 @@ def _additive(allowed, dtype):
 
 
 @torch.no_grad()
-def target_forward(model, ids, source, *, cache=None, positions=None, allowed=None):
+def target_forward(model, ids, source, *, cache=None, positions=None, allowed=None, round_features: bool = True):
     """One target forward over `ids` (n,) after `cache` (None: none yet). allowed (n, S + n) bool over
     [cached ; new] keys (None: causal). Returns logits (n, V) float32, the draft's features of the
-    new tokens (n, m*d) float32 (float16-rounded; `source` a layer tuple or "final", the normed last
-    hidden state) and the updated cache."""
+    new tokens (n, m*d) float32 (float16-rounded unless `round_features` is False; `source` a layer
+    tuple or "final", the normed last hidden state) and the updated cache."""
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     dtype = next(model.parameters()).dtype
     mask = None if allowed is None else _additive(allowed, dtype)
@@ -68,13 +70,16 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
                       position_ids=None if positions is None else positions[None])
     final = out.last_hidden_state[0]  # (n, d) after the final norm
     features = final if source == FINAL else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
-    return lm_head(final).float(), features.half().float(), out.past_key_values
+    features = features.half().float() if round_features else features.float()
+    return lm_head(final).float(), features, out.past_key_values
 
 
 def keep_cache(cache, index) -> None:
     """Keep only the cache entries at `index` (k,) (ascending), in place: the accepted path becomes
     contiguous after the prefix."""
     for layer in cache.layers:
+        if type(layer) is not DynamicLayer:  # a sliding-window layer also tracks what it dropped
+            raise NotImplementedError(f"cannot prune a {type(layer).__name__} cache layer to the accepted path")
         layer.keys = layer.keys.index_select(-2, index)
         layer.values = layer.values.index_select(-2, index)
 
@@ -129,11 +134,13 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
 @torch.no_grad()
 def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
                          depth: int = 6, top_k: int = 10, temperature: float = 0.0, seed: int = 0,
-                         stop_at_eos: bool = True, autocast: bool = True) -> Decoded:
+                         stop_at_eos: bool = True, autocast: bool = True, round_features: bool = True) -> Decoded:
     """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading `source` (its
     layer tuple or "final"). T = 0 equals the target's greedy decoding; T > 0 samples from the
     target's distribution at that temperature (seeded). A chain of k is `nodes=k, depth=k, top_k=1`.
-    With `stop_at_eos`, generation ends at the target's end-of-sequence token."""
+    With `stop_at_eos`, generation ends at the target's end-of-sequence token. `autocast` (bf16 draft
+    matmuls) and `round_features` (float16 features) reproduce training and replay; both off, the
+    draft runs in float32 as an engine running in float32 would."""
     if max_new_tokens < 1:
         raise ValueError("max_new_tokens must be >= 1")
     if temperature < 0:
@@ -149,7 +156,7 @@ def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_
         return int(torch.multinomial(torch.softmax(row.double() / temperature, -1), 1, generator=generator))
 
     start = time.perf_counter()
-    logits, features, cache = target_forward(target, prompt_ids, source)
+    logits, features, cache = target_forward(target, prompt_ids, source, round_features=round_features)
     out = Decoded(tokens=[pick(logits[-1])])
     P = len(prompt_ids)  # tokens the target has cached; the root sits at position P
     hidden, kv = draft_rows(draft, features, torch.cat([prompt_ids[1:], torch.tensor(out.tokens)]), 0, None,
@@ -167,9 +174,13 @@ def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_
         allowed[1:, P + 1:] = tree.attention_mask()  # a node: itself and its ancestors
         positions = torch.cat([torch.tensor([P]), tree.position_ids(P + 1)])  # (n + 1,)
         logits, features, cache = target_forward(target, ids, source, cache=cache, positions=positions,
-                                                 allowed=allowed)
+                                                 allowed=allowed, round_features=round_features)
         path, bonus = accept_greedy(logits, tree) if temperature == 0 else \
             accept_sampling(logits, tree, temperature, generator)
+        out.accepted_full.append(len(path))  # before the cuts below (what an engine's counters see)
+        ends = [j for j, node in enumerate(path) if int(tree.tokens[node]) in eos]
+        if ends:  # an accepted end-of-sequence token ends the generation: it becomes the round's last token
+            path, bonus = path[:ends[0]], int(tree.tokens[path[ends[0]]])
         room = max_new_tokens - len(out.tokens) - 1
         if len(path) > room:  # the next accepted node's token is the target's own choice after path[:room]
             path, bonus = path[:room], int(tree.tokens[path[room]])

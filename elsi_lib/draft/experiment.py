@@ -20,6 +20,7 @@ import torch
 from ..conventions import convert_layer_ids, eagle3_layers
 from ..entropy import set_entropy
 from ..models import load_model
+from ..progress import progress_bar
 from ..scorer import SetScorer
 from ..study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
 from . import corpus
@@ -218,7 +219,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     coverage = float(counts[t2d.numpy()].sum() / counts.sum())
     target_rows = model.get_output_embeddings().weight[t2d].detach().float()
 
-    results, accuracy, logs = [], [], {}
+    results, accuracy, logs, first_drafts = [], [], {}, {}
     for seed, lm_head_init, group in _groups(exp, methods):
         drafts = {m: _make_draft(model, src, n_layers, d2t, t2d, exp.draft_vocab, seed, lm_head_init)
                   for m, src in group.items()}
@@ -231,6 +232,8 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {name} stopped at batch {out['done']} of {out['total']}")
         logs[name] = out["log"]
+        if seed == exp.seeds[0] and lm_head_init:
+            first_drafts = drafts
         for method, draft in drafts.items():
             draft_key = {"checkpoint": out["path"].name, "method": method,
                          "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed,
@@ -248,11 +251,68 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                     for nodes, rounds in lengths.items():
                         results.append({"method": method, "seed": seed, "temperature": T, "nodes": nodes,
                                         "question_id": q.question_id, "category": q.category, "column": q.column,
-                                        "tau": question_tau(rounds), "rounds": len(rounds)})
+                                        "tau": question_tau(rounds), "rounds": len(rounds), "accepted": rounds})
     data = {"training conversations": len(train_convs), "held-out conversations": len(heldout_convs),
             "training reply tokens": len(reply_tokens), "SpecBench questions": len(picked),
             "draft vocabulary": exp.draft_vocab, "draft vocabulary coverage of reply tokens": coverage}
     results = pd.DataFrame(results)
     lever = results[results.method == LEVER] if len(results) else results
     return {"results": results.drop(lever.index), "lever": lever, "accuracy": pd.DataFrame(accuracy), "training": logs,
-            "questions": picked.drop(columns="conversation"), "data": data}
+            "questions": picked.drop(columns="conversation"), "data": data, "drafts": first_drafts,
+            "loaded": (model, tokenizer), "eval_store": stores[_eval_name(0.0)] if 0.0 in exp.temperatures else None}
+
+
+def loop_agreement(exp: Experiment, ran: dict, methods: pd.DataFrame, checked, *, per_column: int = 2,
+                   nodes: int | None = None, progress: bool = True) -> pd.DataFrame:
+    """The real loop (`decode.speculative_generate`, batch 1, T = 0) against replay on the first
+    `per_column` questions of each column (a stated subsample: the loop runs one target forward per
+    round), for the `checked` methods' first-seed drafts at `nodes` (default the largest size). Per
+    question: rounds and tau of both, whether every round's accepted length agrees (else the first
+    round that differs: a floating-point near-tie decided differently by the two computations), and
+    whether the loop's tokens are the target's greedy continuation. Cached per question."""
+    from ..identity import weights_sha256
+    from .decode import speculative_generate
+    from .replay import continuation_end, per_question_cache, save_per_question
+
+    nodes = nodes or max(exp.sizes)
+    model, store, results = ran["loaded"][0], ran["eval_store"], ran["results"]
+    if store is None:
+        raise ValueError("loop_agreement needs the T = 0 results (temperatures must include 0)")
+    sources = dict(zip(methods.method, methods.source))
+    questions = ran["questions"].reset_index(drop=True)
+    subsample = [i for _, g in questions.groupby("column", sort=False) for i in g.index[:per_column]]
+    rows = []
+    for method in checked:
+        draft, source = ran["drafts"][method], sources[method]
+        key = {"method": method, "source": str(source), "nodes": nodes, "depth": exp.depth, "top_k": exp.top_k,
+               "max_tokens": exp.replay_tokens, "autocast": exp.train.autocast_bf16, "store": store.folder.name,
+               "draft": weights_sha256(draft)}
+        path, done = per_question_cache("loop", key)
+        replayed = results[(results.method == method) & (results.seed == exp.seeds[0]) & (results.temperature == 0)
+                           & (results.nodes == nodes)].set_index("question_id")
+        bar = progress_bar(total=len(subsample), initial=len(set(subsample) & set(done)), unit="question",
+                           desc=f"real loop, {method}", disable=not progress)
+        for i in subsample:
+            seq = store.sequence(i, source, features=False)
+            start = seq["start"]
+            end = continuation_end(seq["ids"], seq["argmax"], start, exp.replay_tokens)
+            if end - start < 2:  # no round to compare (replay has none either)
+                bar.update(i not in done)
+                continue
+            if i not in done:
+                out = speculative_generate(model, draft, source, seq["ids"][:start], max_new_tokens=end - start,
+                                           nodes=nodes, depth=exp.depth, top_k=exp.top_k, stop_at_eos=False,
+                                           autocast=exp.train.autocast_bf16)
+                done[i] = {"accepted": out.accepted, "greedy": out.tokens == seq["ids"][start:end].tolist()}
+                save_per_question(path, key, done)
+                bar.update(1)
+            q = questions.loc[i]
+            mine, theirs = done[i]["accepted"], list(replayed.loc[q.question_id, "accepted"])
+            differ = [r for r, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+            rows.append({"method": method, "question_id": q.question_id, "column": q.column,
+                         "rounds (loop)": len(mine), "rounds (replay)": len(theirs),
+                         "tau (loop)": question_tau(mine), "tau (replay)": question_tau(theirs),
+                         "rounds agree": mine == theirs, "first differing round": differ[0] if differ else None,
+                         "loop output is greedy": done[i]["greedy"]})
+        bar.close()
+    return pd.DataFrame(rows)

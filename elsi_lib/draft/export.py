@@ -91,6 +91,7 @@ def save_draft(draft: Eagle3Draft, folder, *, target, source, format: str = "spe
         prefix = "layers.0."
     else:
         config = {**_layer_config(draft), "architectures": ["LlamaForCausalLMEagle3"], **common,
+                  "eagle_aux_hidden_state_layer_ids": ids,  # vLLM's V2 runner reads only this one
                   "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
         prefix = "midlayer."
     folder = Path(folder)
@@ -133,6 +134,14 @@ def load_draft(folder, target) -> Eagle3Draft:
         mine = getattr(draft.config, name)
         if int(layer[name]) != mine:
             raise ValueError(f"{folder}: {name} = {layer[name]} does not match the target's draft shape ({mine})")
+    if int(config.get("target_hidden_size") or draft.config.hidden_size) != draft.config.hidden_size:
+        raise ValueError(f"{folder}: target_hidden_size = {config['target_hidden_size']}, the target's is "
+                         f"{draft.config.hidden_size}")
+    variants = {"norm_before_residual": config.get("norm_before_residual", format == "speculators"),
+                **{name: config.get(name, False) for name in ("norm_before_fc", "fc_norm", "norm_output")}}
+    if any(variants.values()):
+        raise ValueError(f"{folder}: {variants}: elsi's draft has none of these variants (a missing "
+                         "norm_before_residual means true in the speculators layout)")
     if int(layer.get("num_aux_hidden_states", len(ids))) != len(ids):
         raise ValueError(f"{folder}: num_aux_hidden_states = {layer['num_aux_hidden_states']} but {len(ids)} layer ids")
     prefix = "layers.0." if format == "speculators" else "midlayer."

@@ -17,6 +17,13 @@ determined by its root position, and the draft's tree at root r depends only on 
 The continuation is the stored sequence after the prompt, cut at the first token that is not the
 target's own argmax (a reply's re-tokenisation can differ from the generated ids) and at
 `max_tokens`, so that replay scores exactly the target's greedy output.
+
+At T > 0 the same replay runs on a continuation sampled from the target (seeded,
+`responses.GumbelSampler`), cut where the stored sequence parts from the sampled ids. This is exact
+in distribution: the tree's candidates are fixed by the draft (its top-k), and recursive rejection
+at a node (`decode.accept_sampling`) emits a token distributed as the target's and accepts the child
+equal to it when there is one; so a round accepts exactly the deepest tree path that spells a target
+sample, and the rounds of the real loop and of this replay have the same joint law.
 """
 from __future__ import annotations
 
@@ -127,16 +134,7 @@ def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), dept
             "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store),
             **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
-    path = cache_dir() / "replay" / f"{sha256_text(json.dumps(full, sort_keys=True))[:24]}.json"
-    check_writable(path.parent)
-    done = {}
-    if path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-            if saved.get("key") == full and saved.get("checksum") == sha256_text(json.dumps(saved["results"])):
-                done = {int(i): v for i, v in saved["results"].items()}
-        except (OSError, ValueError, KeyError):
-            done = {}
+    path, done = per_question_cache("replay", full)
     bar = progress_bar(total=len(store), initial=len(done), desc=desc, unit="question",
                        disable=not progress or len(done) == len(store))
     draft.eval()
@@ -147,12 +145,34 @@ def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), dept
                                  max_tokens=max_tokens, autocast=autocast,
                                  sampled=None if sampled is None else sampled[i])
         done[i] = {str(n): v for n, v in result.items()}
-        results = {str(k): v for k, v in sorted(done.items())}
-        atomic_write_bytes(path, json.dumps({"key": full, "results": results,
-                                             "checksum": sha256_text(json.dumps(results))}).encode())
+        save_per_question(path, full, done)
         bar.update(1)
     bar.close()
     return [{int(n): v for n, v in done[i].items()} for i in range(len(store))]
+
+
+def per_question_cache(kind: str, key: dict):
+    """(path, {question index: result}) of a per-question JSON cache under cache_dir()/kind keyed by
+    `key` (JSON-normalised); a corrupt, stale or foreign file gives no results (they are recomputed)."""
+    key = json.loads(json.dumps(key, sort_keys=True))
+    path = cache_dir() / kind / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
+    check_writable(path.parent)
+    done = {}
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("key") == key and saved.get("checksum") == sha256_text(json.dumps(saved["results"])):
+                done = {int(i): v for i, v in saved["results"].items()}
+        except (OSError, ValueError, KeyError):
+            done = {}
+    return path, done
+
+
+def save_per_question(path, key: dict, done: dict) -> None:
+    """Write `per_question_cache`'s file atomically, with a checksum over the results."""
+    results = {str(k): v for k, v in sorted(done.items())}
+    atomic_write_bytes(path, json.dumps({"key": json.loads(json.dumps(key, sort_keys=True)), "results": results,
+                                         "checksum": sha256_text(json.dumps(results))}).encode())
 
 
 def question_tau(lengths: list[int]) -> float:

@@ -1,0 +1,103 @@
+"""Wall clock of speculative decoding on this CPU against plain greedy decoding (issue 13), in one run
+on the same SpecBench questions (one per paper column unless --questions says fewer), batch 1:
+
+- plain: transformers `generate`, greedy, KV cache: tokens/s;
+- the target's verification forward by number of tokens (root + tree nodes) over a cached prompt:
+  what a bigger tree costs;
+- speculative decoding (`elsi_lib.draft.decode`) with a trained draft read from an export
+  (`--draft`, default the ELSI m=3 draft `make test-engines` trains) at chains of 2-5 and trees of
+  8-60 nodes: tau, draft and verification milliseconds per round, tokens/s and the ratio to plain.
+  Every shape must reproduce plain greedy's tokens (checked, not assumed).
+
+    .venv/bin/python bench/bench_decoding.py [--draft FOLDER] [--questions 6] [--tokens 64] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from elsi_lib.draft import corpus
+from elsi_lib.draft.decode import speculative_generate, target_forward
+from elsi_lib.draft.export import load_draft
+from elsi_lib.formatting import tokenize_conversation
+from elsi_lib.models import load_model
+
+SHAPES = [("chain", 2, 2, 1), ("chain", 3, 3, 1), ("chain", 4, 4, 1), ("chain", 5, 5, 1),
+          ("tree", 8, 4, 4), ("tree", 16, 5, 5), ("tree", 30, 6, 10), ("tree", 60, 6, 10)]  # (kind, nodes, depth, top_k)
+
+
+def plain(model, prompts, tokens):
+    outputs, start = [], time.perf_counter()
+    for p in prompts:
+        ids = torch.tensor([p])
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=tokens)
+        outputs.append(out[0, len(p):].tolist())
+    return outputs, time.perf_counter() - start
+
+
+def verification_ms(model, prompt, sizes, repeat):
+    """Median milliseconds of one target forward over n new tokens (a chain mask) after the prompt."""
+    out = {}
+    for n in sizes:
+        times = []
+        for _ in range(repeat):
+            _, _, cache = target_forward(model, torch.tensor(prompt), (0,))
+            ids = torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+            allowed = torch.cat([torch.ones(n, len(prompt), dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1)
+            start = time.perf_counter()
+            target_forward(model, ids, (0,), cache=cache, positions=len(prompt) + torch.arange(n), allowed=allowed)
+            times.append(1000 * (time.perf_counter() - start))
+        out[n] = statistics.median(times)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--draft", default="build/engines/ELSIm3-speculators", help="an exported draft folder")
+    parser.add_argument("--questions", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model, tokenizer = load_model("smollm2-135m")
+    draft = load_draft(args.draft, model)
+    source = draft.config.layer_ids
+    questions = corpus.eval_questions(1, seed=0).head(args.questions)
+    prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
+    print(f"SmolLM2-135M, draft {args.draft} (elsi layers {source}), {len(prompts)} SpecBench questions, "
+          f"up to {args.tokens} tokens each, batch 1, {torch.get_num_threads()} threads")
+
+    plain(model, prompts[:1], 4)  # warm-up
+    reference, seconds = plain(model, prompts, args.tokens)
+    plain_rate = sum(map(len, reference)) / seconds
+    print(f"\nplain greedy (transformers generate, KV cache): {plain_rate:.1f} tok/s "
+          f"({1000 * seconds / sum(map(len, reference)):.1f} ms/token)")
+
+    costs = verification_ms(model, prompts[0], (1, 8, 16, 31, 61), args.repeat)
+    print("\ntarget verification forward, ms by tokens (root + nodes):",
+          ", ".join(f"{n}: {ms:.0f}" for n, ms in costs.items()),
+          f"(ratio 61 / 1 tokens: {costs[61] / costs[1]:.2f})")
+
+    print("\n| shape | nodes | depth | top-k | tau | draft ms/round | verify ms/round | tok/s | vs plain | lossless |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for kind, nodes, depth, top_k in SHAPES:
+        runs, start = [], time.perf_counter()
+        for p in prompts:
+            runs.append(speculative_generate(model, draft, source, p, max_new_tokens=args.tokens, nodes=nodes,
+                                             depth=depth, top_k=top_k))
+        seconds = time.perf_counter() - start
+        rounds = max(1, sum(len(r.accepted) for r in runs))
+        tau = sum(a + 1 for r in runs for a in r.accepted) / rounds
+        rate = sum(len(r.tokens) for r in runs) / seconds
+        lossless = all(r.tokens == ref for r, ref in zip(runs, reference))
+        print(f"| {kind} | {nodes} | {depth} | {top_k} | {tau:.2f} | {1000 * sum(r.draft_s for r in runs) / rounds:.0f} | "
+              f"{1000 * sum(r.verify_s for r in runs) / rounds:.0f} | {rate:.1f} | {rate / plain_rate:.2f} | {lossless} |",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""`make test-engines`, step 2 (the engines' environment, .venv-engines): vLLM and speculators are the
+referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepare.py) and checks:
+
+1. speculators loads each speculators-layout export (`Eagle3DraftModel.from_pretrained`) with every
+   weight equal to the file's;
+2. vLLM (CPU, dtype float32, eager) loads each export in both layouts and, at temperature 0, its
+   output with the draft equals its output without it (lossless), for chains of k = 1..5;
+3. vLLM's own acceptance counters (`llm.get_metrics()`) agree with elsi's loop on the same prompts:
+   mean acceptance length 1 + accepted / drafts within TOLERANCE of elsi's 1 + accepted / rounds.
+   Both run the draft in float32 on float32 features; what remains are float32 rounding differences
+   between two implementations, which can flip a near-tie between two draft tokens now and then.
+4. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
+
+Exit status 0 when every check passes; results in build/engines/results.json and a Markdown table
+build/engines/results.md.
+
+    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py
+"""
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+
+OUT = Path("build/engines")
+TOLERANCE = 0.05  # |vLLM's mean acceptance length - elsi's| (tokens per target forward)
+
+
+def metric_totals(llm) -> dict:
+    totals = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            value = getattr(m, "values", None) or getattr(m, "value", 0)
+            totals[m.name] = value
+    return totals
+
+
+def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
+    """Greedy generation of every prompt, one at a time; tokens, seconds and acceptance counters."""
+    from vllm import LLM, SamplingParams
+
+    spec = None if draft_folder is None else {"method": "eagle3", "model": draft_folder, "num_speculative_tokens": k}
+    llm = LLM(model=plan["target"], dtype="float32", enforce_eager=True, max_model_len=2048, disable_log_stats=False,
+              speculative_config=spec, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"])
+    llm.generate([{"prompt_token_ids": plan["prompts"][0]}], params, use_tqdm=False)  # warm-up
+    before = metric_totals(llm)
+    tokens, start = [], time.perf_counter()
+    for prompt in plan["prompts"]:
+        out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+        tokens.append(list(out[0].outputs[0].token_ids))
+    seconds = time.perf_counter() - start
+    after = metric_totals(llm)
+    counters = {}
+    for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
+                 "vllm:spec_decode_num_draft_tokens"):
+        counters[name.split(":")[1]] = after.get(name, 0) - before.get(name, 0)
+    del llm
+    gc.collect()
+    return {"tokens": tokens, "seconds": seconds, "generated": sum(map(len, tokens)), **counters}
+
+
+def check_speculators(folder: str) -> str:
+    import torch
+    from safetensors.torch import load_file
+    from speculators.models.eagle3.core import Eagle3DraftModel
+
+    model = Eagle3DraftModel.from_pretrained(folder)
+    state = model.state_dict()
+    written = load_file(str(Path(folder) / "model.safetensors"))
+    missing = [k for k in written if k not in state]
+    different = [k for k in written if k in state and not torch.equal(state[k].to(written[k].dtype), written[k])]
+    if missing or different:
+        return f"speculators: keys not loaded {missing}, weights that differ {different}"
+    return ""
+
+
+def main() -> int:
+    plan = json.loads((OUT / "plan.json").read_text())
+    failures, rows, results = [], [], {"plain": None, "drafts": {}}
+    for method, entry in plan["drafts"].items():
+        problem = check_speculators(entry["folders"]["speculators"])
+        print(f"speculators loads {method}: {'ok' if not problem else problem}", flush=True)
+        if problem:
+            failures.append(problem)
+    plain = run_vllm(plan, None)
+    results["plain"] = plain
+    plain_rate = plain["generated"] / plain["seconds"]
+    rows.append(("plain decoding", "-", "-", "-", f"{plain_rate:.1f}", "1.00", "-"))
+    for method, entry in plan["drafts"].items():
+        results["drafts"][method] = {}
+        for fmt, folder in entry["folders"].items():
+            for k in plan["chains"] if fmt == "speculators" else plan["chains"][-1:]:
+                r = run_vllm(plan, folder, k)
+                elsi = entry["elsi"][str(k)]
+                tau_vllm = 1 + r["num_accepted_tokens"] / max(1, r["num_drafts"])
+                tau_elsi = 1 + elsi["accepted"] / max(1, elsi["rounds"])
+                lossless = r["tokens"] == plain["tokens"]
+                same_as_elsi = sum(a == b for a, b in zip(r["tokens"], elsi["tokens"]))
+                rate = r["generated"] / r["seconds"]
+                results["drafts"][method][f"{fmt} k={k}"] = {**r, "tau_vllm": tau_vllm, "tau_elsi": tau_elsi,
+                                                            "lossless": lossless, "questions_equal_to_elsi": same_as_elsi}
+                rows.append((method, fmt, k, f"{tau_vllm:.3f} / {tau_elsi:.3f}", f"{rate:.1f}", f"{rate / plain_rate:.2f}",
+                             f"{same_as_elsi}/{len(plan['prompts'])}"))
+                print(f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "
+                      f"{rate:.1f} tok/s ({rate / plain_rate:.2f}x), elsi's tokens on {same_as_elsi} questions", flush=True)
+                if not lossless:
+                    failures.append(f"{method} {fmt} k={k}: vLLM's output with the draft differs from without it")
+                if abs(tau_vllm - tau_elsi) > TOLERANCE:
+                    failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
+                                    f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
+    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    header = "| draft | layout | k | tau vLLM / elsi | tok/s | vs plain | outputs equal to elsi's |\n|---|---|---|---|---|---|---|\n"
+    (OUT / "results.md").write_text(header + "".join("| " + " | ".join(map(str, r)) + " |\n" for r in rows))
+    print((OUT / "results.md").read_text())
+    for f in failures:
+        print("FAILED:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
