@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from dataclasses import replace
 
 from conftest import random_layers
 from elsi_lib import convert_layer_ids, eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
@@ -408,7 +409,7 @@ def test_groups_unknown_reseeded_method_raises():
 
 def test_plan_stages_and_total():
     exp = Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0, 1), reseeded=("EAGLE3",),
-                     train=TrainSettings(epochs=1.0), lever_lm_head=False)
+                     train=TrainSettings(epochs=1.0), lever_lm_head=False, temperatures=(0.0,))
     rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
              "tokens_per_conv": 60.0}
     out = plan(exp, METHODS, rates)
@@ -417,6 +418,9 @@ def test_plan_stages_and_total():
                                      "training 4 drafts", "replay 4 drafts x 30 questions", "total"]
     # 130 * 6 s; 130 * 60 / 13 s; 4 * 90 * 60 / 36 s; 4 * 30 * 1.5 s
     assert out["minutes"].tolist() == pytest.approx([13.0, 10.0, 10.0, 3.0, 36.0])
+    both = plan(replace(exp, temperatures=(0.0, 1.0)), METHODS, rates)  # T = 1: replies, features, replay again
+    assert both["stage"].tolist()[3] == "replay 4 drafts x 30 questions x 2 temperatures"
+    assert both["minutes"].tolist() == pytest.approx([16.0, 12.3, 10.0, 6.0, 44.3])
     default = plan(Experiment(), METHODS)
     assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
     assert (default["minutes"].iloc[:-1] > 0).all()

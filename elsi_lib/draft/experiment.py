@@ -167,7 +167,7 @@ def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> p
     rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_T * n_eval) * r["reply_s"]),
             ("target features", (exp.n_train + n_T * n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
             (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
-            (f"replay {n_drafts} drafts x {n_eval} questions x {n_T} temperatures",
+            (f"replay {n_drafts} drafts x {n_eval} questions" + (f" x {n_T} temperatures" if n_T > 1 else ""),
              n_drafts * n_eval * n_T * r["replay_s_per_q"])]
     frame = pd.DataFrame(rows, columns=["stage", "minutes"])
     frame["minutes"] = (frame["minutes"] / 60).round(1)
