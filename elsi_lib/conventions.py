@@ -69,3 +69,27 @@ def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerS
                              f"convention ({shift}..{n_layers - 1 + shift})")
     as_output = check_layers([l - shift for l in ids], n_layers)
     return tuple(l + target_shift for l in as_output)
+
+
+ENGINE_FORMATS = ("vllm", "speculators", "sglang", "specforge")
+
+
+def engine_fragment(layers, n_layers: int, engine: str) -> dict:
+    """The JSON fragment `engine` reads for an elsi layer set (output convention), converted:
+    - vllm / speculators: `eagle_aux_hidden_state_layer_ids`, input-of-layer ids (elsi's l + 1);
+      for m != 3 also `num_aux_hidden_states` (vLLM sizes the draft's fc from it, or assumes 3);
+    - sglang: `eagle_config.eagle_aux_hidden_state_layer_ids`, output-of-layer ids;
+    - specforge: `aux_hidden_state_layer_ids`, output-of-layer ids, exactly three distinct.
+    A set a format cannot express is refused with the reason."""
+    if engine not in ENGINE_FORMATS:
+        raise ValueError(f"unknown engine format {engine!r}; use one of {ENGINE_FORMATS}")
+    n_layers = check_n_layers(n_layers)
+    ids = list(convert_layer_ids(layers, "elsi", engine, n_layers))
+    if engine in ("vllm", "speculators"):
+        return {"eagle_aux_hidden_state_layer_ids": ids, **({"num_aux_hidden_states": len(ids)} if len(ids) != 3 else {})}
+    if engine == "sglang":
+        return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+    if len(ids) != 3:
+        raise ValueError(f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has {len(ids)} "
+                         f"({tuple(layers)}): select with --m 3, or use the vllm / speculators / sglang format")
+    return {"aux_hidden_state_layer_ids": ids}

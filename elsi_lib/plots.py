@@ -285,3 +285,24 @@ def tau_vs_entropy(frame, title: str):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def layer_profile(entropy, top_row_energy, boundaries, title: str):
+    """`elsi report`'s figure: per-layer entropy (Eq. 5) and the share of Z_l's energy in its largest
+    block row (an attention-sink block), CKA compartment boundaries as dashed lines."""
+    plt = _plt()
+    fig, axes = plt.subplots(2, 1, figsize=(8, 5.2), sharex=True)
+    layers = np.arange(len(entropy))
+    axes[0].plot(layers, entropy, "o-", ms=3)
+    axes[0].set_ylabel("layer entropy")
+    axes[1].plot(layers, top_row_energy, "o-", ms=3, color="tab:red")
+    axes[1].set_ylabel("top-row energy share")
+    axes[1].set_ylim(0, 1.02)
+    axes[1].set_xlabel("layer (output of decoder layer l)")
+    for ax in axes:
+        for b in boundaries:
+            ax.axvline(b + 0.5, color="grey", ls="--", lw=0.8)  # delta_b: between layers b and b + 1
+    _layer_ticks(axes[1], len(entropy))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,243 @@
+"""The `elsi` command (also `python -m elsi_lib`): which layers should my EAGLE-3 draft see?
+
+    elsi select  --model MODEL [...]   capture (or reuse the cached capture), select, print the set
+    elsi capture --model MODEL [...]   capture only (fills the cache `select` and `report` read)
+    elsi report  --model MODEL [...]   a depth profile: per-layer entropy, top-row energy, CKA boundaries
+
+stdout carries the answer only (a table, JSON, or an engine's fragment), so scripts can pipe it;
+progress bars and notes go to stderr. Exit status: 0 on success, 2 for bad arguments, 1 when a
+run fails; user errors print one line, not a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
+METHODS = ("elsi", "elsi-c", "exhaustive", "eagle3", "eagle2")
+
+
+class UsageError(Exception):
+    """Bad arguments: exit status 2."""
+
+
+def _capture_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="registry name (e.g. smollm2-135m), local folder, .gguf file or hub id")
+    p.add_argument("--data", nargs="+", metavar="FILE", help="ShareGPT-format JSON/JSONL conversation files or prompt-set "
+                   "names (default: the clean-licence calibration mix)")
+    p.add_argument("--prompts", type=int, default=200, help="calibration conversations (default 200)")
+    p.add_argument("--rho", type=float, default=0.3, help="share of positions kept by next-token entropy (default 0.3)")
+    p.add_argument("--block", type=int, default=32, help="retained tokens averaged per block, B (default 32)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the prompt sample and the bootstrap (default 0)")
+    p.add_argument("--reply-model", default="smollm2-135m", help="writes the greedy replies to prompts that end "
+                   "with a user turn (default smollm2-135m, as the notebooks; 'self' = the model itself)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="elsi", description=__doc__.split("\n\n")[0], formatter_class=fmt)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="{select,capture,report}")
+    select = commands.add_parser("select", formatter_class=fmt, help="choose the draft's layers",
+                                 description="Capture (or reuse the cached capture), select a layer set and print "
+                                 "it next to EAGLE3's and the exhaustive optimum.",
+                                 epilog="example:\n  elsi select --model smollm2-135m --format vllm\n"
+                                        "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json")
+    _capture_options(select)
+    select.add_argument("--m", type=int, default=3, help="layers in the set (default 3)")
+    select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1)")
+    select.add_argument("--k-beam", type=int, default=10, help="beam width (default 10)")
+    select.add_argument("--k-expand", type=int, default=5, help="expansion pool (default 5)")
+    select.add_argument("--format", choices=FORMATS, default="text", help="default text")
+    select.add_argument("--stability", type=int, default=0, metavar="N",
+                        help="rerun the selection on N bootstrap resamples of the prompts and report how often it wins")
+    select.add_argument("--out", help="also write the output to this file")
+    capture = commands.add_parser("capture", formatter_class=fmt, help="capture layer statistics only",
+                                  description="Capture the per-layer statistics (cached) that select and report read.",
+                                  epilog="example:\n  elsi capture --model smollm2-135m --prompts 200")
+    _capture_options(capture)
+    report = commands.add_parser("report", formatter_class=fmt, help="print a depth profile",
+                                 description="Per-layer entropy, top-row energy share and CKA compartment boundaries.",
+                                 epilog="example:\n  elsi report --model smollm2-135m --figures figures/")
+    _capture_options(report)
+    report.add_argument("--figures", metavar="DIR", help="also save the profile figure (PNG and PDF) here")
+    return parser
+
+
+def _check(args) -> None:
+    if args.prompts < 1:
+        raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
+    if not 0 < args.rho <= 1:
+        raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
+    if args.block < 1:
+        raise UsageError(f"--block must be at least 1, got {args.block}")
+    for name in ("m", "k_beam", "k_expand"):
+        if getattr(args, name, 1) < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if getattr(args, "stability", 0) < 0:
+        raise UsageError(f"--stability must be >= 0, got {args.stability}")
+    for source in args.data or []:
+        from .data import PROMPT_SETS
+        if source not in PROMPT_SETS and not Path(source).is_file():
+            raise UsageError(f"--data {source!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+
+
+def _stats(args):
+    """(model's LayerStats of the paper's selection, conversations' description, the loaded model)."""
+    from .calibration import calibration_conversations, capture_selections
+    from .data import calibration_prompts, conversations_hash, load_prompts, sample
+    from .models import load_model
+    from .responses import reply_conversations
+    from .settings import CaptureSettings
+
+    settings = CaptureSettings().replace(rho=args.rho, block=args.block)
+    loaded = load_model(args.model)
+    replier = loaded if args.reply_model in ("self", args.model) else load_model(args.reply_model)
+    if args.data:
+        pool = [c for source in args.data for c in load_prompts(source)]
+        prompts = sample(pool, min(args.prompts, len(pool)), seed=args.seed)
+        conversations = [c if c[-1]["role"] == "assistant" else None for c in prompts]
+        needs = [c for c in prompts if c[-1]["role"] == "user"]
+        replied = iter(reply_conversations(*replier, needs, max_length=settings.max_length, batch_size=16)) if needs else iter(())
+        conversations = [c if c is not None else next(replied) for c in conversations]
+        described = {"data": list(args.data)}
+    else:
+        conversations = calibration_conversations(args.prompts, seed=args.seed, max_length=settings.max_length,
+                                                  loaded=replier) if args.reply_model != "self" else \
+            reply_conversations(*loaded, calibration_prompts(args.prompts, seed=args.seed),
+                                max_length=settings.max_length, batch_size=16)
+        described = {"data": "calibration mix"}
+    described.update({"prompts": len(conversations), "conversations_sha256": conversations_hash(conversations),
+                      "reply_model": args.reply_model})
+    stats = capture_selections(args.model, conversations, settings, loaded=loaded)["entropy"]
+    return stats, described, loaded
+
+
+def _selection(Z, args):
+    from . import select
+    from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers
+    from .entropy import set_entropy
+
+    N = Z.shape[0]
+    if args.m > N:
+        raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+    if args.method == "elsi":
+        return select.elsi(Z, args.m, args.k_beam, args.k_expand).layers
+    if args.method == "elsi-c":
+        return select.elsi_c(Z, args.m, args.k_beam, args.k_expand).layers
+    if args.method == "exhaustive":
+        return select.exhaustive(Z, args.m).layers
+    if args.method == "eagle3":
+        return convert_layer_ids(eagle3_layers(N), "input", "output", N)
+    return eagle2_layers(N)
+
+
+def cmd_select(args) -> str:
+    from . import __version__, select
+    from .conventions import convert_layer_ids, eagle3_layers, engine_fragment
+    from .entropy import set_entropy
+    from .identity import model_fingerprint
+
+    stats, described, (model, _) = _stats(args)
+    Z, N = stats.Z, stats.Z.shape[0]
+    layers = tuple(int(l) for l in _selection(Z, args))
+    eagle3 = convert_layer_ids(eagle3_layers(N), "input", "output", N)
+    optimum = select.exhaustive(Z, len(layers))
+    result = {"layers": list(layers), "entropy": set_entropy(Z, layers), "method": args.method, "m": len(layers),
+              "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)},
+              "exhaustive_optimum": {"layers": list(optimum.layers), "entropy": optimum.entropy},
+              "vllm_layer_ids": list(convert_layer_ids(layers, "elsi", "vllm", N)),
+              "provenance": {"model": args.model, "weights_sha256": model_fingerprint(model)["weights_sha256"],
+                             **described, "rho": args.rho, "block": args.block, "seed": args.seed,
+                             "k_beam": args.k_beam, "k_expand": args.k_expand, "elsi_version": __version__,
+                             "n_layers": N, "convention": "elsi: layer l = output of decoder layer l"}}
+    if args.stability:
+        from .study import bootstrap_choices
+        methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
+                   "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
+                   "exhaustive": select.exhaustive}
+        if args.method not in methods:
+            raise UsageError(f"--stability needs a measured method (elsi, elsi-c, exhaustive), not {args.method}")
+        choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
+        wins = choices[choices.layers == layers]["share"].sum()
+        result["stability"] = {"resamples": args.stability, "share_choosing_this_set": float(wins),
+                               "choices": [{"layers": list(l), "share": float(s)} for l, s in zip(choices.layers, choices.share)]}
+    if args.format == "json":
+        return json.dumps(result, indent=2)
+    if args.format != "text":
+        fragment = engine_fragment(layers, N, args.format)
+        return json.dumps({**fragment, "elsi_provenance": result["provenance"] | {
+            "layers_elsi": list(layers), "entropy": result["entropy"], "eagle3_entropy": result["eagle3"]["entropy"]}},
+            indent=2)
+    lines = [f"{args.model}: {N} layers, {described['prompts']} conversations, rho {args.rho}, B {args.block}",
+             "", f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
+             f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}",
+             f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}",
+             f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}",
+             "", f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}"]
+    if args.stability:
+        lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
+                     f"{args.stability} bootstrap resamples of the prompts")
+    return "\n".join(lines)
+
+
+def cmd_capture(args) -> str:
+    stats, described, _ = _stats(args)
+    return (f"{args.model}: Z {stats.Z.shape} from {described['prompts']} conversations, "
+            f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (cached)")
+
+
+def cmd_report(args) -> str:
+    from .study import compartments
+
+    stats, described, _ = _stats(args)
+    Z = stats.Z
+    entropy = stats.layer_entropy()
+    energy = _top_row_energy(Z)
+    bounds = set(int(b) for b in compartments(Z).boundaries)
+    lines = [f"{args.model}: {Z.shape[0]} layers, {described['prompts']} conversations", "",
+             "layer  entropy  top-row energy  CKA boundary after it (Eq. 8 peak)"]
+    lines += [f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])]
+    if args.figures:
+        from . import plots
+        fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
+        paths = plots.save_figure(fig, f"profile_{plots.slug(args.model)}", args.figures)
+        print("saved " + ", ".join(map(str, paths)), file=sys.stderr)
+    return "\n".join(lines)
+
+
+def _top_row_energy(Z):
+    """Per layer, the share of Z_l's squared norm in its largest row (an attention-sink block shows as ~1)."""
+    import numpy as np
+
+    rows = (np.asarray(Z, dtype=np.float64) ** 2).sum(axis=2)  # (N, B)
+    return rows.max(axis=1) / rows.sum(axis=1)
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("ELSI_PROGRESS", "stderr")  # bars on stderr: stdout stays the answer
+    args = build_parser().parse_args(argv)  # bad syntax: argparse prints usage and exits 2
+    try:
+        _check(args)
+        text = {"select": cmd_select, "capture": cmd_capture, "report": cmd_report}[args.command](args)
+    except UsageError as err:
+        print(f"elsi: error: {err}", file=sys.stderr)
+        return 2
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        kind = 2 if isinstance(err, (ValueError, TypeError)) else 1
+        print(f"elsi: {'error' if kind == 2 else 'failed'}: {err}", file=sys.stderr)
+        return kind
+    except Exception as err:  # a failure while running: one line, no traceback
+        print(f"elsi: failed: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    print(text)
+    if getattr(args, "out", None):
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+def console_main() -> None:
+    """The `elsi` console script."""
+    sys.exit(main())
