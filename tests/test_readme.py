@@ -11,9 +11,9 @@ RESULTS = REPO_ROOT / "data" / "results"
 NUMBER = r"\d+(?:\.\d+)?"
 
 
-def findings() -> str:
+def findings(heading: str = "### What the figures show on these models") -> str:
     text = (REPO_ROOT / "README.md").read_text()
-    start = text.index("### What the figures show on these models")
+    start = text.index(heading)
     return text[start:text.index("\n## ", start)]
 
 
@@ -39,3 +39,15 @@ def test_findings_quote_the_committed_tables():
     missing = [q for q in decimals if not matches(q, values)] + \
               [f"{q} %" for q in percents if not matches(q, values, percent=True)]
     assert not missing, f"README findings quote numbers that no table in data/results holds: {missing}"
+
+
+def test_accepted_token_findings_quote_the_committed_tables():
+    """The accepted-token results quoted in the README are in data/results/table2_*.csv."""
+    section = findings("### What the accepted-token tables show")
+    values = []
+    for csv in RESULTS.glob("table2_*.csv"):
+        values += [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", csv.read_text())]
+    decimals = re.findall(r"(?<![\w.])[-+]?\d+\.\d+(?![\w.])", section)
+    assert len(decimals) >= 10, "no numbers found: did the accepted-token findings move?"
+    missing = [q for q in decimals if not matches(q.lstrip("+-"), values)]
+    assert not missing, f"README accepted-token findings quote numbers no table2 CSV holds: {missing}"
