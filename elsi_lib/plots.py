@@ -248,7 +248,8 @@ def tau_by_column(blocks: dict, title: str):
     per block. blocks: {nodes or (temperature, nodes): (tau, low, high)} DataFrames (rows methods,
     columns categories)."""
     plt = _plt()
-    fig, axes = plt.subplots(len(blocks), 1, figsize=(11, 3.4 * len(blocks)), squeeze=False)
+    fig, axes = plt.subplots(len(blocks), 1, figsize=(11, 2.8 * len(blocks) + 1.2), squeeze=False,
+                             constrained_layout=True)
     for ax, (nodes, (tau, low, high)) in zip(axes[:, 0], sorted(blocks.items())):
         methods, columns = list(tau.index), list(tau.columns)
         width = 0.8 / len(methods)
@@ -262,9 +263,9 @@ def tau_by_column(blocks: dict, title: str):
         ax.set_ylabel(r"$\tau$ (tokens / target forward)")
         ax.set_ylim(1.0, None)
         ax.set_title(_panel_title(nodes))
-    axes[0, 0].legend(ncol=4, fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.12 - 1.2 * (len(blocks) > 1)))
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, ncol=6, fontsize=7, loc="outside lower center")
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
