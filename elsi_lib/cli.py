@@ -118,7 +118,6 @@ def _stats(args):
 def _selection(Z, args):
     from . import select
     from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers
-    from .entropy import set_entropy
 
     N = Z.shape[0]
     if args.m > N:
