@@ -4,12 +4,15 @@ on the same SpecBench questions (one per paper column unless --questions says fe
 - plain: transformers `generate`, greedy, KV cache: tokens/s;
 - the target's verification forward by number of tokens (root + tree nodes) over a cached prompt:
   what a bigger tree costs;
-- speculative decoding (`elsi_lib.draft.decode`) with a trained draft read from an export
-  (`--draft`, default the ELSI m=3 draft `make test-engines` trains) at chains of 2-5 and trees of
+- speculative decoding (`elsi_lib.draft.decode`) with a trained draft at chains of 1-5 and trees of
   8-60 nodes: tau, draft and verification milliseconds per round, tokens/s and the ratio to plain.
   Every shape must reproduce plain greedy's tokens (checked, not assumed).
 
-    .venv/bin/python bench/bench_decoding.py [--draft FOLDER] [--questions 6] [--tokens 64] [--repeat 3]
+The draft is one of notebook 06's (`--method`, read from `make tables`' finished checkpoints; the
+default had the highest tau at 60 nodes, T = 0, in the committed tables, tied with EAGLE3), or an
+exported folder (`--draft`, e.g. build/engines/ELSIm3-speculators from `make test-engines`).
+
+    .venv/bin/python bench/bench_decoding.py [--method NAME | --draft FOLDER] [--questions 6] [--tokens 64]
 """
 from __future__ import annotations
 
@@ -19,13 +22,15 @@ import time
 
 import torch
 
+from elsi_lib import study
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
+from elsi_lib.draft.experiment import Experiment, draft_methods, trained_drafts
 from elsi_lib.draft.export import load_draft
 from elsi_lib.formatting import tokenize_conversation
 from elsi_lib.models import load_model
 
-SHAPES = [("chain", 2, 2, 1), ("chain", 3, 3, 1), ("chain", 4, 4, 1), ("chain", 5, 5, 1),
+SHAPES = [("chain", 1, 1, 1), ("chain", 2, 2, 1), ("chain", 3, 3, 1), ("chain", 4, 4, 1), ("chain", 5, 5, 1),
           ("tree", 8, 4, 4), ("tree", 16, 5, 5), ("tree", 30, 6, 10), ("tree", 60, 6, 10)]  # (kind, nodes, depth, top_k)
 
 
@@ -57,18 +62,24 @@ def verification_ms(model, prompt, sizes, repeat):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--draft", default="build/engines/ELSIm3-speculators", help="an exported draft folder")
+    parser.add_argument("--method", default="ELSI m=3, template excluded", help="a draft of notebook 06")
+    parser.add_argument("--draft", help="an exported draft folder (instead of --method)")
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     torch.manual_seed(0)
     model, tokenizer = load_model("smollm2-135m")
-    draft = load_draft(args.draft, model)
-    source = draft.config.layer_ids
+    if args.draft:
+        draft, name = load_draft(args.draft, model), args.draft
+        source = draft.config.layer_ids
+    else:
+        methods = draft_methods(study.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
+        draft, name = trained_drafts(Experiment(), methods, loaded=(model, tokenizer))[args.method], args.method
+        source = methods.set_index("method").source[args.method]  # a layer tuple, or "final" (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
-    print(f"SmolLM2-135M, draft {args.draft} (elsi layers {source}), {len(prompts)} SpecBench questions, "
+    print(f"SmolLM2-135M, draft {name} (elsi layers {source}), {len(prompts)} SpecBench questions, "
           f"up to {args.tokens} tokens each, batch 1, {torch.get_num_threads()} threads")
 
     plain(model, prompts[:1], 4)  # warm-up
@@ -77,13 +88,16 @@ def main() -> None:
     print(f"\nplain greedy (transformers generate, KV cache): {plain_rate:.1f} tok/s "
           f"({1000 * seconds / sum(map(len, reference)):.1f} ms/token)")
 
-    costs = verification_ms(model, prompts[0], (1, 8, 16, 31, 61), args.repeat)
+    costs = verification_ms(model, prompts[0], (1, 2, 3, 4, 6, 8, 16, 31, 61), args.repeat)
     print("\ntarget verification forward, ms by tokens (root + nodes):",
           ", ".join(f"{n}: {ms:.0f}" for n, ms in costs.items()),
-          f"(ratio 61 / 1 tokens: {costs[61] / costs[1]:.2f})")
+          f"(ratio 2 / 1 tokens: {costs[2] / costs[1]:.2f}, 61 / 1: {costs[61] / costs[1]:.2f})")
 
-    print("\n| shape | nodes | depth | top-k | tau | draft ms/round | verify ms/round | tok/s | vs plain | lossless |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    # break-even tau: the tau at which this shape's measured time per round equals plain decoding's time for
+    # tau tokens (ms per round / plain ms per token); the speed ratio is tau / break-even tau
+    print("\n| shape | nodes | depth | top-k | tau | draft ms/round | verify ms/round | break-even tau | tok/s | "
+          "vs plain | lossless |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for kind, nodes, depth, top_k in SHAPES:
         runs, start = [], time.perf_counter()
         for p in prompts:
@@ -94,9 +108,10 @@ def main() -> None:
         tau = sum(a + 1 for r in runs for a in r.accepted) / rounds
         rate = sum(len(r.tokens) for r in runs) / seconds
         lossless = all(r.tokens == ref for r, ref in zip(runs, reference))
+        break_even = (seconds / rounds) * plain_rate
         print(f"| {kind} | {nodes} | {depth} | {top_k} | {tau:.2f} | {1000 * sum(r.draft_s for r in runs) / rounds:.0f} | "
-              f"{1000 * sum(r.verify_s for r in runs) / rounds:.0f} | {rate:.1f} | {rate / plain_rate:.2f} | {lossless} |",
-              flush=True)
+              f"{1000 * sum(r.verify_s for r in runs) / rounds:.0f} | {break_even:.2f} | {rate:.1f} | "
+              f"{rate / plain_rate:.2f} | {lossless} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
     counters = {}
     for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
                  "vllm:spec_decode_num_draft_tokens"):
-        counters[name.split(":")[1]] = after.get(name, 0) - before.get(name, 0)
+        counters[name.split("spec_decode_")[1]] = after.get(name, 0) - before.get(name, 0)
     del llm
     gc.collect()
     return {"tokens": tokens, "seconds": seconds, "generated": sum(map(len, tokens)), **counters}

@@ -214,3 +214,46 @@ def test_sampled_replies_do_not_depend_on_the_batch():
     model.generation_config.repetition_penalty = 1.3  # applied before the sampler: not softmax(logits / T)
     with pytest.raises(ValueError, match="repetition_penalty"):
         generate_responses(model, tokenizer, convs, temperature=1.0, cache=False)
+
+
+@pytest.mark.slow
+def test_bundled_model_on_specbench_questions_is_token_identical(bundled, tmp_path):
+    """The bundled SmolLM2 on three SpecBench questions, a tree and a chain, each token-identical to
+    `generate`'s greedy decoding. The target runs in float64 (so no rounding tie can flip an argmax
+    between a one-token step and a tree forward). The draft (layers 9, 10, 29) is trained for a few
+    seconds on the target's own replies to these very questions: it has memorised them, so long
+    paths are accepted and the real model's cache is pruned to them round after round."""
+    import copy
+
+    from elsi_lib.draft import corpus
+    from elsi_lib.draft.features import build_features
+    from elsi_lib.draft.model import draft_vocabulary, init_lm_head_from_target
+    from elsi_lib.draft.train import TrainSettings, train_drafts
+    from elsi_lib.formatting import tokenize_conversation
+
+    model, tokenizer = bundled
+    target = copy.deepcopy(model).double()
+    source, n = (9, 10, 29), 24
+    questions = corpus.eval_questions(1, seed=0).head(3).conversation
+    prompts = [torch.tensor(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0]) for c in questions]
+    references = [greedy(target, p, n) for p in prompts]
+    replied = [c + [{"role": "assistant", "content": tokenizer.decode(r)}] for c, r in zip(questions, references)]
+    store = build_features(model, tokenizer, replied, list(source), progress=False)
+    counts = torch.bincount(torch.from_numpy(store.reply_tokens()), minlength=model.config.vocab_size)
+    d2t, t2d = draft_vocabulary(counts, 1024)
+    draft = Eagle3Draft.from_target(model, source, 1024, seed=0)
+    draft.set_vocabulary(d2t, t2d)
+    init_lm_head_from_target(draft, model.get_output_embeddings())
+    settings = TrainSettings(epochs=30, batch_tokens=4096, warmup=2, lr=3e-3, autocast_bf16=False)
+    train_drafts({"d": draft}, {"d": source}, store, model.get_output_embeddings().weight[t2d].detach().float(),
+                 settings, key={"test": "memorised"}, progress=False)
+    draft.eval()
+    accepted = {}
+    for prompt, reference in zip(prompts, references):
+        for nodes, depth, top_k in ((16, 4, 4), (3, 3, 1)):
+            out = D.speculative_generate(target, draft, source, prompt, max_new_tokens=n, nodes=nodes,
+                                         depth=depth, top_k=top_k, stop_at_eos=False)
+            assert out.tokens == reference
+            accepted.setdefault(nodes, []).extend(out.accepted)
+    for nodes, per_round in accepted.items():  # the memorised draft does get long paths accepted
+        assert max(per_round) >= 3 and sum(per_round) >= n, (nodes, per_round)

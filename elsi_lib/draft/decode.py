@@ -71,7 +71,7 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
     final = out.last_hidden_state[0]  # (n, d) after the final norm
     features = final if source == FINAL else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
     features = features.half().float() if round_features else features.float()
-    return lm_head(final).float(), features, out.past_key_values
+    return lm_head(final).float(), features, out.cache
 
 
 def keep_cache(cache, index) -> None:

@@ -186,6 +186,44 @@ def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed, lm_head_from_tar
     return draft
 
 
+def _training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, progress: bool) -> dict:
+    """The training side of `run`: replies to the training prompts (split off the held-out ones),
+    the training feature store over every layer any method reads, and the draft vocabulary."""
+    n_layers = len(model.get_decoder().layers)
+    convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
+                                          max_length=exp.max_length, progress=progress)
+    train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
+    layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
+    store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
+                           desc="target features (train)")
+    reply_tokens = store.reply_tokens()
+    counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
+    d2t, t2d = draft_vocabulary(torch.from_numpy(counts), exp.draft_vocab)
+    return {"train_convs": train_convs, "heldout_convs": heldout_convs, "layers": layers, "store": store,
+            "reply_tokens": reply_tokens, "d2t": d2t, "t2d": t2d}
+
+
+def trained_drafts(exp: Experiment, methods: pd.DataFrame, *, loaded: tuple | None = None,
+                   progress: bool = True) -> dict:
+    """The drafts `run` trained at the first seed (lm_head from the target), {method: Eagle3Draft},
+    read from their finished checkpoint: what notebook 06 measured, for decoding or export. Refuses
+    (RuntimeError) when that training has not finished; it never trains (run `make tables`)."""
+    model, tokenizer = loaded or load_model(exp.model)
+    n_layers = len(model.get_decoder().layers)
+    t = _training_data(exp, methods, model, tokenizer, progress)
+    seed, lm_head_init, group = _groups(exp, methods)[0]
+    drafts = {m: _make_draft(model, src, n_layers, t["d2t"], t["t2d"], exp.draft_vocab, seed, lm_head_init)
+              for m, src in group.items()}
+    target_rows = model.get_output_embeddings().weight[t["t2d"]].detach().float()
+    key = {**_data_key(exp, model, tokenizer), "seed": seed, "features": t["store"].folder.name}
+    out = train_drafts(drafts, group, t["store"], target_rows, replace(exp.train, seed=seed), key=key,
+                       name=f"seed{seed}", progress=False, max_batches=0)
+    if out["done"] < out["total"]:
+        raise RuntimeError(f"the drafts of seed {seed} are trained to batch {out['done']} of {out['total']}; "
+                           "finish them with `make tables` (notebook 06) first")
+    return drafts
+
+
 def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None) -> dict:
     """Run (or resume from the caches) the whole experiment. Returns {"results": per-question tau
     (method, seed, nodes, question_id, category, column, tau, rounds), "lever": the same for the
@@ -203,19 +241,14 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                         max_length=exp.eval_max_length, progress=progress, temperature=T,
                                         seed=exp.eval_seed)
         eval_convs[T], sampled[T] = (out, None) if T == 0 else out
-    convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
-                                          max_length=exp.max_length, progress=progress)
-    train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
-    layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
-    stores = {name: build_features(model, tokenizer, c, layers, max_length=length, progress=progress,
-                                   desc=f"target features ({name})")
-              for name, c, length in [("train", train_convs, exp.max_length),
-                                      ("held-out", heldout_convs, exp.max_length)] +
-              [(_eval_name(T), eval_convs[T], exp.eval_max_length) for T in exp.temperatures]}
-    train_store = stores["train"]
-    reply_tokens = train_store.reply_tokens()
+    t = _training_data(exp, methods, model, tokenizer, progress)
+    train_convs, heldout_convs, layers = t["train_convs"], t["heldout_convs"], t["layers"]
+    stores = {"train": t["store"], **{name: build_features(model, tokenizer, c, layers, max_length=length,
+                                                           progress=progress, desc=f"target features ({name})")
+                                      for name, c, length in [("held-out", heldout_convs, exp.max_length)] +
+                                      [(_eval_name(T), eval_convs[T], exp.eval_max_length) for T in exp.temperatures]}}
+    train_store, reply_tokens, d2t, t2d = t["store"], t["reply_tokens"], t["d2t"], t["t2d"]
     counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
-    d2t, t2d = draft_vocabulary(torch.from_numpy(counts), exp.draft_vocab)
     coverage = float(counts[t2d.numpy()].sum() / counts.sum())
     target_rows = model.get_output_embeddings().weight[t2d].detach().float()
 
