@@ -203,21 +203,32 @@ def _training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, pro
             "reply_tokens": reply_tokens, "d2t": d2t, "t2d": t2d}
 
 
+def _train_group(exp: Experiment, model, data_key: dict, data: dict, seed: int, lm_head_init: bool, group: dict, *,
+                 progress: bool, max_batches: int | None = None) -> tuple[dict, dict, str]:
+    """One lock-step group's drafts, trained (or resumed, or read back) from their checkpoint, whose
+    key is built here only. Returns ({method: draft}, train_drafts' output, the group's name)."""
+    n_layers = len(model.get_decoder().layers)
+    drafts = {m: _make_draft(model, src, n_layers, data["d2t"], data["t2d"], exp.draft_vocab, seed, lm_head_init)
+              for m, src in group.items()}
+    target_rows = model.get_output_embeddings().weight[data["t2d"]].detach().float()
+    key = {**data_key, "seed": seed, "features": data["store"].folder.name,
+           **({} if lm_head_init else {"lm_head": "random"})}
+    name = f"seed{seed}" + ("" if lm_head_init else "-lever")
+    out = train_drafts(drafts, group, data["store"], target_rows, replace(exp.train, seed=seed), key=key, name=name,
+                       progress=progress, max_batches=max_batches)
+    return drafts, out, name
+
+
 def trained_drafts(exp: Experiment, methods: pd.DataFrame, *, loaded: tuple | None = None,
                    progress: bool = True) -> dict:
     """The drafts `run` trained at the first seed (lm_head from the target), {method: Eagle3Draft},
     read from their finished checkpoint: what notebook 06 measured, for decoding or export. Refuses
     (RuntimeError) when that training has not finished; it never trains (run `make tables`)."""
     model, tokenizer = loaded or load_model(exp.model)
-    n_layers = len(model.get_decoder().layers)
-    t = _training_data(exp, methods, model, tokenizer, progress)
+    data = _training_data(exp, methods, model, tokenizer, progress)
     seed, lm_head_init, group = _groups(exp, methods)[0]
-    drafts = {m: _make_draft(model, src, n_layers, t["d2t"], t["t2d"], exp.draft_vocab, seed, lm_head_init)
-              for m, src in group.items()}
-    target_rows = model.get_output_embeddings().weight[t["t2d"]].detach().float()
-    key = {**_data_key(exp, model, tokenizer), "seed": seed, "features": t["store"].folder.name}
-    out = train_drafts(drafts, group, t["store"], target_rows, replace(exp.train, seed=seed), key=key,
-                       name=f"seed{seed}", progress=False, max_batches=0)
+    drafts, out, _ = _train_group(exp, model, _data_key(exp, model, tokenizer), data, seed, lm_head_init, group, progress=False,
+                                  max_batches=0)
     if out["done"] < out["total"]:
         raise RuntimeError(f"the drafts of seed {seed} are trained to batch {out['done']} of {out['total']}; "
                            "finish them with `make tables` (notebook 06) first")
@@ -230,7 +241,6 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     lm_head lever's ablation, "accuracy": held-out step accuracy per draft, "training": per-batch
     logs per group, "questions", "data": corpus sizes}."""
     model, tokenizer = loaded or load_model(exp.model)
-    n_layers = len(model.get_decoder().layers)
     key = _data_key(exp, model, tokenizer)
     picked = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
     if not exp.temperatures or min(exp.temperatures) < 0:
@@ -247,21 +257,13 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                                            progress=progress, desc=f"target features ({name})")
                                       for name, c, length in [("held-out", heldout_convs, exp.max_length)] +
                                       [(_eval_name(T), eval_convs[T], exp.eval_max_length) for T in exp.temperatures]}}
-    train_store, reply_tokens, d2t, t2d = t["store"], t["reply_tokens"], t["d2t"], t["t2d"]
+    reply_tokens = t["reply_tokens"]
     counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
-    coverage = float(counts[t2d.numpy()].sum() / counts.sum())
-    target_rows = model.get_output_embeddings().weight[t2d].detach().float()
+    coverage = float(counts[t["t2d"].numpy()].sum() / counts.sum())
 
     results, accuracy, logs, first_drafts = [], [], {}, {}
     for seed, lm_head_init, group in _groups(exp, methods):
-        drafts = {m: _make_draft(model, src, n_layers, d2t, t2d, exp.draft_vocab, seed, lm_head_init)
-                  for m, src in group.items()}
-        settings = replace(exp.train, seed=seed)
-        group_key = {**key, "seed": seed, "features": train_store.folder.name,
-                     **({} if lm_head_init else {"lm_head": "random"})}
-        name = f"seed{seed}" + ("" if lm_head_init else "-lever")
-        out = train_drafts(drafts, group, train_store, target_rows, settings, key=group_key, name=name,
-                           progress=progress)
+        drafts, out, name = _train_group(exp, model, key, t, seed, lm_head_init, group, progress=progress)
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {name} stopped at batch {out['done']} of {out['total']}")
         logs[name] = out["log"]
