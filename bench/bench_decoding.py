@@ -72,11 +72,10 @@ def main() -> None:
     model, tokenizer = load_model("smollm2-135m")
     if args.draft:
         draft, name = load_draft(args.draft, model), args.draft
-        source = draft.config.layer_ids
     else:
         methods = draft_methods(study.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
         draft, name = trained_drafts(Experiment(), methods, loaded=(model, tokenizer))[args.method], args.method
-        source = methods.set_index("method").source[args.method]  # a layer tuple, or "final" (EAGLE2)
+    source = draft.config.source  # a layer tuple, or FINAL_NORM (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
     print(f"SmolLM2-135M, draft {name} (elsi layers {source}), {len(prompts)} SpecBench questions, "
@@ -101,7 +100,7 @@ def main() -> None:
     for kind, nodes, depth, top_k in SHAPES:
         runs, start = [], time.perf_counter()
         for p in prompts:
-            runs.append(speculative_generate(model, draft, source, p, max_new_tokens=args.tokens, nodes=nodes,
+            runs.append(speculative_generate(model, draft, p, max_new_tokens=args.tokens, nodes=nodes,
                                              depth=depth, top_k=top_k))
         seconds = time.perf_counter() - start
         rounds = max(1, sum(len(r.accepted) for r in runs))

@@ -66,19 +66,20 @@ def tree_round_ms(repeat: int, questions: int, nodes: int, depth: int, top_k: in
     return 1000 * best_time(lambda: build_trees(step_fn, None, nodes=nodes, depth=depth, top_k=top_k), repeat)
 
 
-def _batch(model, b: int, length: int, reply_from: int, vocab: int, m: int = 3) -> dict:
+def _batch(model, b: int, length: int, reply_from: int, vocab: int, layers) -> dict:
+    """A random batch as `train.collate` gives it, with features for the draft source `layers`."""
     g = torch.Generator().manual_seed(0)
-    d = model.config.hidden_size
+    d, m = model.config.hidden_size, len(layers)
     return {"ids": torch.randint(0, vocab, (b, length), generator=g), "valid": torch.ones(b, length, dtype=torch.bool),
             "start": torch.full((b,), reply_from), "argmax": torch.randint(0, vocab, (b, length), generator=g),
-            "features": {"s": torch.randn(b, length, m * d, generator=g)}}
+            "features": {tuple(layers): torch.randn(b, length, m * d, generator=g)}}
 
 
 def training_rates(repeat: int, b: int = 6, length: int = 680, reply_from: int = 300) -> dict[bool, float]:
     """Training tokens/s of one draft, {autocast_bf16: rate}, on a batch like the experiment's."""
     model, _ = elsi_lib.load_model()
     layers = elsi_lib.eagle3_layers(model.config.num_hidden_layers)
-    batch = _batch(model, b, length, reply_from, TRAIN_VOCAB)
+    batch = _batch(model, b, length, reply_from, TRAIN_VOCAB, layers)
     targets = torch.softmax(torch.randn(b, length, TRAIN_VOCAB, generator=torch.Generator().manual_seed(2)), -1)
     rates = {}
     for autocast in (True, False):
@@ -86,7 +87,7 @@ def training_rates(repeat: int, b: int = 6, length: int = 680, reply_from: int =
         optimiser = torch.optim.AdamW(draft.parameters(), lr=1e-4)
 
         def step():
-            losses, _, _ = training.ttt_losses(draft, batch, "s", targets, 3, autocast=autocast)
+            losses, _, _ = training.ttt_losses(draft, batch, targets, 3, autocast=autocast)
             optimiser.zero_grad()
             sum(losses).backward()
             optimiser.step()

@@ -18,7 +18,7 @@ from .responses import generate_responses, reply_conversations, with_replies
 from .settings import CaptureSettings
 from .entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
 from .models import DEFAULT_MODEL, REGISTRY, ModelFileError, ModelNotFoundError, load_model, random_model
-from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers
+from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers
 from .select import (BeamEntry, Selection, conditional_transition_scores, elsi, elsi_c, exhaustive,
                      lowest_entropy_layers, single_layer_entropies)
 

@@ -83,6 +83,27 @@ def atomic_write_chunks(path: str | os.PathLike, chunks) -> None:
         raise
 
 
+CHECKED_MAGIC = b"elsi-checked-1\n"
+
+
+def write_checked(path: str | os.PathLike, payload: bytes) -> None:
+    """Write `payload` atomically behind a header holding its sha256 (`read_checked` verifies it)."""
+    digest = hashlib.sha256(payload).hexdigest().encode()
+    atomic_write_chunks(path, [CHECKED_MAGIC, digest, b"\n", payload])
+
+
+def read_checked(path: str | os.PathLike) -> bytes:
+    """The payload `write_checked` wrote; ValueError (saying why) for a truncated, altered or foreign file."""
+    data = Path(path).read_bytes()
+    head = len(CHECKED_MAGIC)
+    if not data.startswith(CHECKED_MAGIC) or data[head + 64:head + 65] != b"\n":
+        raise ValueError("no checksum header (a foreign or older file)")
+    payload = data[head + 65:]
+    if hashlib.sha256(payload).hexdigest().encode() != data[head:head + 64]:
+        raise ValueError("checksum mismatch (truncated or altered)")
+    return payload
+
+
 def write_manifest(folder: str | os.PathLike, key: dict) -> dict:
     """Record `key` (what produced the entry) and the size and sha256 of every file in `folder`."""
     folder = Path(folder)

@@ -5,12 +5,15 @@
     elsi report  --model MODEL [...]   a depth profile: per-layer entropy, top-row energy, CKA boundaries
 
 stdout carries the answer only (a table, JSON, or an engine's fragment), so scripts can pipe it;
-progress bars and notes go to stderr. Exit status: 0 on success, 2 for bad arguments, 1 when a
-run fails; user errors print one line, not a traceback.
+progress bars and notes (a cache rebuilt, replies regenerated) go to stderr. Every check that the
+arguments, the data files and the model's config allow runs before the capture (and before `--out`
+is written). Exit status: 0 on success, 2 for bad arguments, 1 when a run fails; user errors print
+one line, not a traceback.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -18,6 +21,7 @@ from pathlib import Path
 
 FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
 METHODS = ("elsi", "elsi-c", "exhaustive", "eagle3", "eagle2")
+MEASURED = ("elsi", "elsi-c", "exhaustive")  # the methods whose set comes from the capture
 
 
 class UsageError(Exception):
@@ -67,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> None:
+    """Every check the arguments alone allow, before any file is read or model loaded."""
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if not 0 < args.rho <= 1:
@@ -78,49 +83,150 @@ def _check(args) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if getattr(args, "stability", 0) < 0:
         raise UsageError(f"--stability must be >= 0, got {args.stability}")
+    if getattr(args, "stability", 0) and args.method not in MEASURED:
+        raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
+                         f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
+    if getattr(args, "format", None) == "specforge" and args.method in MEASURED and args.m != 3:
+        raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
+                         f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
     for source in args.data or []:
         from .data import PROMPT_SETS
         if source not in PROMPT_SETS and not Path(source).is_file():
             raise UsageError(f"--data {source!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+    if getattr(args, "out", None) is not None:
+        _check_writable_file(args.out, "--out")
+    if getattr(args, "figures", None) is not None and Path(args.figures).exists() and not Path(args.figures).is_dir():
+        raise UsageError(f"--figures {args.figures!r} exists and is not a folder")
 
 
-def _stats(args):
-    """(model's LayerStats of the paper's selection, conversations' description, the loaded model)."""
+def _check_writable_file(name: str, option: str) -> None:
+    """`name` can be written (created or replaced) as a file: fail now, not after the capture."""
+    path = Path(name)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not name or path.is_dir() or name.endswith(os.sep):
+        raise UsageError(f"{option} {name!r} is a folder; give a file name")
+    if not folder.exists():
+        raise UsageError(f"{option} {name!r}: the folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise UsageError(f"{option} {name!r}: {str(folder)!r} is not a folder")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{option} {name!r} exists and is not a regular file")
+    if not os.access(path if path.exists() else folder, os.W_OK) or not os.access(folder, os.X_OK):
+        raise UsageError(f"{option} {name!r} cannot be written (permission denied on "
+                         f"{str(path if path.exists() else folder)!r})")
+
+
+def _prompts(args) -> list:
+    """The sampled conversations, read and checked before any model is loaded: --prompts beyond
+    what --data holds is refused, as the calibration mix refuses it; so is a file with no usable
+    conversation or one that ends with a system turn (nobody would reply to it)."""
+    from .data import calibration_prompts, load_prompts, sample
+
+    if not args.data:
+        try:
+            return calibration_prompts(args.prompts, seed=args.seed)  # refuses more than the mix holds
+        except ValueError as err:
+            raise UsageError(f"--prompts {args.prompts}: {err}") from None
+    pool = []
+    for source in args.data:
+        conversations = load_prompts(source)
+        if not conversations:
+            raise UsageError(f"--data {source}: no usable conversation (each needs a user turn: ShareGPT "
+                             "'from': 'human' or 'user')")
+        for i, conversation in enumerate(conversations, 1):
+            if conversation[-1]["role"] not in ("user", "assistant"):
+                raise UsageError(f"--data {source}: conversation {i} ends with a {conversation[-1]['role']} turn; "
+                                 "end it with a user turn (the reply model answers it) or an assistant reply")
+        pool += conversations
+    if args.prompts > len(pool):
+        raise UsageError(f"--prompts {args.prompts}: --data {' '.join(map(str, args.data))} holds only {len(pool)} "
+                         f"conversations; pass --prompts {len(pool)} or fewer, or more data")
+    return sample(pool, args.prompts, seed=args.seed)
+
+
+class _Job:
+    """What a command has read and loaded before its capture: prompts, the model, its shape."""
+
+    def __init__(self, args):
+        from .models import load_model
+
+        self.prompts = _prompts(args)
+        self.loaded = load_model(args.model)
+        decoder = self.loaded[0].get_decoder()
+        self.n_layers = len(decoder.layers)
+        self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[0]
+        self._replier = self.loaded if args.reply_model in ("self", args.model) else None
+
+    def replier(self, args):
+        from .models import load_model
+
+        if self._replier is None:
+            self._replier = load_model(args.reply_model)
+        return self._replier
+
+
+def _stats(args, job: _Job):
+    """(the model's LayerStats of the paper's selection, the conversations' description)."""
     from .calibration import calibration_conversations, capture_selections
-    from .data import calibration_prompts, conversations_hash, load_prompts, sample
-    from .models import load_model
+    from .data import conversations_hash
     from .responses import reply_conversations
     from .settings import CaptureSettings
 
     settings = CaptureSettings().replace(rho=args.rho, block=args.block)
-    loaded = load_model(args.model)
-    replier = loaded if args.reply_model in ("self", args.model) else load_model(args.reply_model)
     if args.data:
-        pool = [c for source in args.data for c in load_prompts(source)]
-        prompts = sample(pool, min(args.prompts, len(pool)), seed=args.seed)
-        conversations = [c if c[-1]["role"] == "assistant" else None for c in prompts]
+        prompts = job.prompts
         needs = [c for c in prompts if c[-1]["role"] == "user"]
-        replied = iter(reply_conversations(*replier, needs, max_length=settings.max_length, batch_size=16)) if needs else iter(())
-        conversations = [c if c is not None else next(replied) for c in conversations]
+        replied = iter(reply_conversations(*job.replier(args), needs, max_length=settings.max_length,
+                                           batch_size=16)) if needs else iter(())
+        conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in prompts]
         described = {"data": list(args.data)}
     else:
         conversations = calibration_conversations(args.prompts, seed=args.seed, max_length=settings.max_length,
-                                                  loaded=replier) if args.reply_model != "self" else \
-            reply_conversations(*loaded, calibration_prompts(args.prompts, seed=args.seed),
-                                max_length=settings.max_length, batch_size=16)
+                                                  loaded=job.replier(args)) if args.reply_model != "self" else \
+            reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
         described = {"data": "calibration mix"}
     described.update({"prompts": len(conversations), "conversations_sha256": conversations_hash(conversations),
                       "reply_model": args.reply_model})
-    stats = capture_selections(args.model, conversations, settings, loaded=loaded)["entropy"]
-    return stats, described, loaded
+    stats = capture_selections(args.model, conversations, settings, loaded=job.loaded)["entropy"]
+    if stats.Z.shape[0] != job.n_layers:
+        raise RuntimeError(f"the capture has {stats.Z.shape[0]} layers, the model {job.n_layers}")
+    return stats, described
+
+
+def _fixed_layers(method: str, n_layers: int):
+    from .conventions import eagle2_layers, eagle3_layers
+
+    return {"eagle3": eagle3_layers, "eagle2": eagle2_layers}[method](n_layers)
+
+
+def _check_select(args, job: _Job) -> None:
+    """The checks the model's layer count and architecture allow, before the capture."""
+    from .conventions import ENGINE_FORMATS, engine_fragment
+
+    N = job.n_layers
+    if args.method in MEASURED:
+        if args.m > N:
+            raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+        if args.format in ("sglang", "specforge") and args.m == N:
+            raise UsageError(f"--format {args.format} --m {N}: a set of all {N} layers holds the last one, "
+                             f"whose output SGLang cannot capture")
+        return
+    try:
+        layers = _fixed_layers(args.method, N)
+    except ValueError as err:
+        raise UsageError(f"--method {args.method}: {err}") from None
+    if args.format in ENGINE_FORMATS:
+        try:
+            engine_fragment(layers, N, args.format, job.architecture)
+        except ValueError as err:
+            raise UsageError(f"--format {args.format} cannot express --method {args.method}'s set {layers}: {err}") from None
 
 
 def _selection(Z, args):
     from . import select
-    from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers
 
     N = Z.shape[0]
-    if args.m > N:
+    if args.m > N and args.method in MEASURED:
         raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
     if args.method == "elsi":
         return select.elsi(Z, args.m, args.k_beam, args.k_expand).layers
@@ -128,24 +234,40 @@ def _selection(Z, args):
         return select.elsi_c(Z, args.m, args.k_beam, args.k_expand).layers
     if args.method == "exhaustive":
         return select.exhaustive(Z, args.m).layers
-    if args.method == "eagle3":
-        return convert_layer_ids(eagle3_layers(N), "input", "output", N)
-    return eagle2_layers(N)
+    return _fixed_layers(args.method, N)
+
+
+def _recipe_line(fragment: dict) -> str:
+    from .conventions import SPECULATORS_RECIPE
+
+    if "recipe_unavailable" in fragment:
+        return f"speculators' recipe: {fragment['recipe_unavailable']}"
+    return (f"speculators' recipe: {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])} -- ..., "
+            f"then {SPECULATORS_RECIPE[1]} ... {' '.join(fragment['train_args'])}")
 
 
 def cmd_select(args) -> str:
     from . import __version__, select
-    from .conventions import convert_layer_ids, eagle3_layers, engine_fragment
+    from .conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
     from .entropy import set_entropy
     from .identity import model_fingerprint
 
-    stats, described, (model, _) = _stats(args)
+    job = _Job(args)
+    _check_select(args, job)
+    stats, described = _stats(args, job)
+    model = job.loaded[0]
     Z, N = stats.Z, stats.Z.shape[0]
     layers = tuple(int(l) for l in _selection(Z, args))
-    eagle3 = convert_layer_ids(eagle3_layers(N), "input", "output", N)
+    fragment = None
+    if args.format not in ("text", "json"):
+        try:
+            fragment = engine_fragment(layers, N, args.format, job.architecture)
+        except ValueError as err:
+            raise UsageError(f"--format {args.format} cannot express the selected set {layers}: {err}") from None
+    eagle3 = eagle3_layers(N) if N >= 6 else None
     optimum = select.exhaustive(Z, len(layers))
     result = {"layers": list(layers), "entropy": set_entropy(Z, layers), "method": args.method, "m": len(layers),
-              "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)},
+              "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)} if eagle3 else None,
               "exhaustive_optimum": {"layers": list(optimum.layers), "entropy": optimum.entropy},
               "vllm_layer_ids": list(convert_layer_ids(layers, "elsi", "vllm", N)),
               "provenance": {"model": args.model, "weights_sha256": model_fingerprint(model)["weights_sha256"],
@@ -157,25 +279,31 @@ def cmd_select(args) -> str:
         methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
                    "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
                    "exhaustive": select.exhaustive}
-        if args.method not in methods:
-            raise UsageError(f"--stability needs a measured method (elsi, elsi-c, exhaustive), not {args.method}")
         choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
         wins = choices[choices.layers == layers]["share"].sum()
         result["stability"] = {"resamples": args.stability, "share_choosing_this_set": float(wins),
                                "choices": [{"layers": list(l), "share": float(s)} for l, s in zip(choices.layers, choices.share)]}
     if args.format == "json":
         return json.dumps(result, indent=2)
-    if args.format != "text":
-        fragment = engine_fragment(layers, N, args.format)
+    if fragment is not None:
         return json.dumps({**fragment, "elsi_provenance": result["provenance"] | {
-            "layers_elsi": list(layers), "entropy": result["entropy"], "eagle3_entropy": result["eagle3"]["entropy"]}},
+            "layers_elsi": list(layers), "entropy": result["entropy"],
+            "eagle3_entropy": result["eagle3"]["entropy"] if eagle3 else None,
+            "architecture": job.architecture, "ids_for": engine_reading(args.format, job.architecture)}},
             indent=2)
     lines = [f"{args.model}: {N} layers, {described['prompts']} conversations, rho {args.rho}, B {args.block}",
              "", f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
-             f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}",
-             f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}",
-             f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}",
-             "", f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}"]
+             f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}"]
+    if eagle3:
+        lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
+    lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}",
+              "", f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
+              _recipe_line(engine_fragment(layers, N, "speculators"))]
+    try:
+        sglang = engine_fragment(layers, N, "sglang", job.architecture)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
+    except ValueError as err:
+        lines.append(f"SGLang: none: {err}")
     if args.stability:
         lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
                      f"{args.stability} bootstrap resamples of the prompts")
@@ -183,7 +311,7 @@ def cmd_select(args) -> str:
 
 
 def cmd_capture(args) -> str:
-    stats, described, _ = _stats(args)
+    stats, described = _stats(args, _Job(args))
     return (f"{args.model}: Z {stats.Z.shape} from {described['prompts']} conversations, "
             f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (cached)")
 
@@ -191,7 +319,7 @@ def cmd_capture(args) -> str:
 def cmd_report(args) -> str:
     from .study import compartments
 
-    stats, described, _ = _stats(args)
+    stats, described = _stats(args, _Job(args))
     Z = stats.Z
     entropy = stats.layer_entropy()
     energy = _top_row_energy(Z)
@@ -218,9 +346,13 @@ def _top_row_energy(Z):
 def main(argv=None) -> int:
     os.environ.setdefault("ELSI_PROGRESS", "stderr")  # bars on stderr: stdout stays the answer
     args = build_parser().parse_args(argv)  # bad syntax: argparse prints usage and exits 2
+    answer = sys.stdout
     try:
-        _check(args)
-        text = {"select": cmd_select, "capture": cmd_capture, "report": cmd_report}[args.command](args)
+        with contextlib.redirect_stdout(sys.stderr):  # library notices (cache rebuilt, ...) are not the answer
+            _check(args)
+            text = {"select": cmd_select, "capture": cmd_capture, "report": cmd_report}[args.command](args)
+            if getattr(args, "out", None):
+                Path(args.out).write_text(text + "\n")
     except UsageError as err:
         print(f"elsi: error: {err}", file=sys.stderr)
         return 2
@@ -231,9 +363,7 @@ def main(argv=None) -> int:
     except Exception as err:  # a failure while running: one line, no traceback
         print(f"elsi: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
-    print(text)
-    if getattr(args, "out", None):
-        Path(args.out).write_text(text + "\n")
+    print(text, file=answer)
     return 0
 
 

@@ -26,9 +26,19 @@ def eagle2_layers(n_layers: int) -> LayerSet:
 
 
 def eagle3_layers(n_layers: int) -> LayerSet:
-    """EAGLE-3's fixed rule as the paper writes it, (2, N//2, N-3), in the paper's convention
-    (output of decoder layer l). EAGLE's reference code captures the *inputs* of those layers,
-    i.e. the outputs of (1, N//2-1, N-4): `convert_layer_ids(eagle3_layers(n), "input", "output", n)`."""
+    """EAGLE-3's fixed set in elsi's convention (output of decoder layer l): the one every table,
+    notebook, draft and engine fragment calls "EAGLE3". EAGLE's reference code (and vLLM,
+    speculators) writes the rule as [2, N//2, N-3] and captures the *inputs* of those layers, i.e.
+    the outputs of (1, N//2 - 1, N - 4): (1, 14, 26) on 30 layers. The paper's Table 1 reads the
+    rule as outputs instead: `eagle3_paper_layers`."""
+    n_layers = check_n_layers(n_layers)
+    return convert_layer_ids(eagle3_paper_layers(n_layers), "input", "output", n_layers)
+
+
+def eagle3_paper_layers(n_layers: int) -> LayerSet:
+    """EAGLE-3's rule as the paper's Table 1 reads it, (2, N//2, N-3) as outputs of decoder layers
+    (elsi's convention): one layer deeper than the set EAGLE-3 drafts read (`eagle3_layers`).
+    Shown only as its own row, "EAGLE3, paper's reading"."""
     n_layers = check_n_layers(n_layers)
     if n_layers < 6:
         raise ValueError(f"the EAGLE-3 rule needs at least 6 layers, got {n_layers}")
@@ -73,23 +83,136 @@ def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerS
 
 ENGINE_FORMATS = ("vllm", "speculators", "sglang", "specforge")
 
+# How SGLang reads an explicit `eagle_config.eagle_aux_hidden_state_layer_ids` (from the draft's
+# config; the model runner hands it to the target's `set_eagle3_layers_to_capture`). Every reading
+# feeds one capture loop, `for i in range(self.start_layer, self.end_layer): if i in
+# self.layers_to_capture: aux_hidden_states.append(hidden_states + residual)` *before* layer i runs
+# (LlamaModel.forward, python/sglang/srt/models/llama.py): a captured i is the input of layer i, the
+# output of layer i - 1, and i = N (the output of the last layer) is never reached.
+# - "plus-one": `self.model.layers_to_capture = [val + 1 for val in layer_ids]`, "because in sglang,
+#   for the ith layer, it takes the output of the (i-1)th layer" (LlamaForCausalLM.
+#   set_eagle3_layers_to_capture, llama.py; the same at commits 00239548 and bf7a0e23, and untouched
+#   by PR #25454): id l is the output of layer l, elsi's own convention.
+# - "first-id": PR #25454 ("drop +1 offset on aux layer ids when first id != 1", merged 2026-05-18 as
+#   f5049709b323; it changed python/sglang/srt/models/deepseek_v2.py only) adds the +1 "only when it's
+#   1" (`layer_ids[0] == 1`) and otherwise takes the ids as inputs of layers.
+SGLANG_PLUS_ONE, SGLANG_FIRST_ID = "plus-one", "first-id"
+SGLANG_READINGS = {  # config.architectures[0] -> the reading of the SGLang model file that serves it
+    "LlamaForCausalLM": SGLANG_PLUS_ONE, "Phi3ForCausalLM": SGLANG_PLUS_ONE,  # llama.py's EntryClass
+    "InternLM3ForCausalLM": SGLANG_PLUS_ONE,
+    "DeepseekV2ForCausalLM": SGLANG_FIRST_ID, "DeepseekV3ForCausalLM": SGLANG_FIRST_ID,  # deepseek_v2.py
+}
+SPECULATORS_RECIPE = ("scripts/launch_vllm.py", "scripts/train.py")
 
-def engine_fragment(layers, n_layers: int, engine: str) -> dict:
-    """The JSON fragment `engine` reads for an elsi layer set (output convention), converted:
-    - vllm / speculators: `eagle_aux_hidden_state_layer_ids`, input-of-layer ids (elsi's l + 1);
-      for m != 3 also `num_aux_hidden_states` (vLLM sizes the draft's fc from it, or assumes 3);
-    - sglang: `eagle_config.eagle_aux_hidden_state_layer_ids`, output-of-layer ids;
-    - specforge: `aux_hidden_state_layer_ids`, output-of-layer ids, exactly three distinct.
-    A set a format cannot express is refused with the reason."""
+
+def sglang_reading(architecture: str | None) -> str | None:
+    """The reading ("plus-one" or "first-id") of the SGLang model file that serves `architecture`
+    (a config's `architectures[0]`), or None when elsi has not read that file."""
+    if architecture is not None and not isinstance(architecture, str):
+        raise TypeError(f"architecture must be a model class name such as 'LlamaForCausalLM' or None, "
+                        f"got {architecture!r}")
+    return SGLANG_READINGS.get(architecture)
+
+
+def _sglang_ids(layers: tuple, n_layers: int, architecture: str | None, engine: str) -> list[int]:
+    """The id list SGLang reads as exactly `layers` (elsi's convention, sorted), or a ValueError."""
+    if layers[-1] == n_layers - 1:
+        raise ValueError(
+            f"{engine} cannot feed the draft the output of the last decoder layer ({n_layers - 1}) of this "
+            f"{n_layers}-layer model: SGLang captures `hidden_states + residual` before layer i for i < "
+            f"{n_layers} only (LlamaModel.forward), so that layer's id is never reached and the draft would "
+            f"get {len(layers) - 1} of its {len(layers)} features; choose a set without layer {n_layers - 1}, "
+            "or serve with vLLM, whose id N is that output (--format vllm)")
+    reading = sglang_reading(architecture)
+    if reading == SGLANG_PLUS_ONE or layers[0] == 1:  # every reading adds the +1 to a list starting at 1
+        return list(layers)
+    if reading == SGLANG_FIRST_ID:
+        if layers[0] == 0:
+            raise ValueError(
+                f"{engine} cannot express a set holding layer 0 on {architecture}: SGLang's deepseek_v2.py "
+                "(since PR #25454) reads a list by its first id, adding +1 only when it is 1; the output of "
+                "layer 0 is id 0 with the +1 (a list starting at 0, read without it: the embeddings) or id 1 "
+                "without it (a list starting at 1, read with it: the output of layer 1)")
+        return [l + 1 for l in layers]  # first id >= 3, so read as inputs of layers
+    where = f"the SGLang model file serving {architecture}" if architecture else "the target's SGLang model file"
+    raise ValueError(
+        f"{engine} cannot express {layers} without knowing {where}: SGLang's llama.py adds +1 to every id "
+        "(id l = output of layer l) while its deepseek_v2.py (PR #25454, 2026-05) does so only when the first "
+        f"id is 1 (else id l = input of layer l), so a list starting at {layers[0]} names different layers "
+        "in the two; only sets whose smallest layer is 1 read the same. Pass the target's architecture "
+        f"(one of {sorted(SGLANG_READINGS)}; `elsi select` passes the model's own)")
+
+
+def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None = None) -> dict:
+    """The JSON fragment `engine` reads for an elsi layer set (output convention), converted so
+    that the engine's own code names exactly these layers; a set it cannot express is refused
+    with the reason (ValueError).
+
+    - vllm: `eagle_aux_hidden_state_layer_ids`, input-of-layer ids (elsi's l + 1; N is the output
+      of the last layer); for m != 3 also `num_aux_hidden_states` (vLLM sizes the draft's fc
+      from it, or assumes 3).
+    - speculators: the same config entries, plus its recipe's flags (vllm-project/speculators,
+      read at v0.7.0 and main c05b95b3, 2026-08-20; the mirror has no v0.9.0 tag).
+      `scripts/launch_vllm.py MODEL --target-layer-ids ...` puts the ids verbatim into vLLM's
+      `eagle_aux_hidden_state_layer_ids` and appends N ("the last layer (num_hidden_layers) ... for
+      verifier hidden states extraction", --include-last-layer, default on); the trainer splits
+      the saved states into `hidden_states[:, :-1]` (the draft's features) and `[:, -1]`
+      (`verifier_last_hidden_states`), so `scripts/train.py --target-layer-ids` takes the ids
+      without N. `launch_args` (N written out) and `train_args` are those flags; a set holding
+      the last layer N-1 (vLLM id N) cannot go through the recipe (N is taken as the verifier's
+      state, not a feature): then `recipe_unavailable` says so instead.
+    - sglang: `eagle_config.eagle_aux_hidden_state_layer_ids`, as SGLang's model file for
+      `architecture` reads them (see SGLANG_READINGS): for llama.py's models ("plus-one", every
+      version read: commits 00239548 and bf7a0e23, and PR #25454 left the file alone)
+      output-of-layer ids; for deepseek_v2.py's ("first-id", SGLang since PR #25454) output ids
+      when the smallest layer is 1, else input ids (l + 1; an SGLang build older than that PR
+      reads these one layer deeper), a set holding layer 0 refused. A list starting at 1 reads
+      the same in every version and file; with no or an unknown architecture only such sets are
+      expressible. SGLang never captures the output of the last layer N-1: a set holding it is
+      refused.
+    - specforge: `aux_hidden_state_layer_ids` (its run config's `model.aux_hidden_state_layer_ids`)
+      and the draft config's `eagle_config.eagle_aux_hidden_state_layer_ids`, exactly three
+      distinct layers (SpecForge's planning.py); SpecForge (main a6b6b023, 2026-08-08) pins
+      sglang==0.5.14 and captures through SGLang's `set_eagle3_layers_to_capture` (offline:
+      OfflineSGLangCaptureBackend; online: its spec-capture patch to SGLang's model runner), so
+      the ids are SGLang's, as above.
+    """
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine format {engine!r}; use one of {ENGINE_FORMATS}")
     n_layers = check_n_layers(n_layers)
-    ids = list(convert_layer_ids(layers, "elsi", engine, n_layers))
+    layers = convert_layer_ids(layers, "elsi", "elsi", n_layers)  # checked, sorted, distinct
     if engine in ("vllm", "speculators"):
-        return {"eagle_aux_hidden_state_layer_ids": ids, **({"num_aux_hidden_states": len(ids)} if len(ids) != 3 else {})}
+        ids = list(convert_layer_ids(layers, "elsi", engine, n_layers))
+        fragment = {"eagle_aux_hidden_state_layer_ids": ids,
+                    **({"num_aux_hidden_states": len(ids)} if len(ids) != 3 else {})}
+        if engine == "vllm":
+            return fragment
+        if n_layers in ids:
+            fragment["recipe_unavailable"] = (
+                f"speculators' recipe cannot train on the last layer ({n_layers - 1}, vLLM id {n_layers}): "
+                f"{SPECULATORS_RECIPE[0]} captures it as the verifier's last hidden state and the trainer "
+                "splits it off the draft's features; choose a set without it, or train the draft otherwise")
+            return fragment
+        return {**fragment, "launch_args": ["--target-layer-ids", *map(str, ids + [n_layers])],
+                "train_args": ["--target-layer-ids", *map(str, ids)]}
+    if engine == "specforge" and len(layers) != 3:
+        raise ValueError(f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has "
+                         f"{len(layers)} ({layers}): select with --m 3, or use the vllm / speculators / sglang format")
+    ids = _sglang_ids(layers, n_layers, architecture, engine)
     if engine == "sglang":
         return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
-    if len(ids) != 3:
-        raise ValueError(f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has {len(ids)} "
-                         f"({tuple(layers)}): select with --m 3, or use the vllm / speculators / sglang format")
-    return {"aux_hidden_state_layer_ids": ids}
+    return {"aux_hidden_state_layer_ids": ids, "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
+
+
+def engine_reading(engine: str, architecture: str | None = None) -> str:
+    """One line: which engine code (and versions) `engine_fragment`'s ids are written for."""
+    if engine in ("vllm", "speculators"):
+        text = "vLLM: id k = input of decoder layer k (k = N: the last layer's output, before the final norm)"
+        return text + ("; speculators' launch_vllm.py appends N, train.py takes the ids without it"
+                       if engine == "speculators" else "")
+    reading = sglang_reading(architecture)
+    text = {SGLANG_PLUS_ONE: "SGLang llama.py (every version read): layers_to_capture = [id + 1], id l = output of layer l",
+            SGLANG_FIRST_ID: "SGLang deepseek_v2.py since PR #25454: +1 only when the first id is 1, else "
+                             "id l = input of layer l",
+            None: "any SGLang model file: the smallest layer is 1, which every reading takes as output ids"}[reading]
+    return ("SpecForge (pins sglang==0.5.14) captures through " + text) if engine == "specforge" else text

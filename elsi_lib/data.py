@@ -358,17 +358,26 @@ def training_prompts(n: int, seed: int = 0, sources: Iterable[str] = TRAINING_MI
 
 
 def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | os.PathLike | None = None):
-    """SpecBench questions as a DataFrame with columns question_id, category, turns."""
+    """SpecBench questions as a DataFrame with columns question_id, category, turns. Each
+    question_id must be a JSON integer (not true, 1.5 or "7") and appear once: the tables count
+    questions by id, so a repeated or ill-typed id would count a question twice."""
     import pandas as pd
 
     path = Path(path) if path else verify_pinned(data_dir(data_dir_path), "spec_bench/question.jsonl")
-    rows = []
+    rows, first_line = [], {}
     for lineno, record in _read_jsonl(path):
         turns = _field(record, "turns", path, lineno, list)
         if not turns or not all(isinstance(t, str) for t in turns):
             raise DataFormatError(f"{path}:{lineno}: field 'turns' should be a non-empty list of strings")
-        rows.append({"question_id": _field(record, "question_id", path, lineno, int),
-                     "category": _field(record, "category", path, lineno), "turns": turns})
+        qid = _field(record, "question_id", path, lineno, object)
+        if isinstance(qid, bool) or not isinstance(qid, int):
+            raise DataFormatError(f"{path}:{lineno}: question_id {qid!r} should be a JSON integer, "
+                                  f"got {type(qid).__name__}")
+        if qid in first_line:
+            raise DataFormatError(f"{path}:{lineno}: question_id {qid} is repeated (first on line "
+                                  f"{first_line[qid]}): each question must appear once")
+        first_line[qid] = lineno
+        rows.append({"question_id": qid, "category": _field(record, "category", path, lineno), "turns": turns})
     return pd.DataFrame(rows, columns=["question_id", "category", "turns"])
 
 

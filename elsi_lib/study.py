@@ -17,6 +17,7 @@ import pandas as pd
 from .calibration import (SELECTIONS, calibration_conversations, capture_selections, describe, model_names,
                           paper_stats)
 from .cka import cka_matrix, find_boundaries, transition_scores
+from .conventions import eagle3_paper_layers
 from .entropy import set_entropy
 from .layerstats import LayerStats
 from .progress import progress_bar
@@ -30,7 +31,10 @@ COMPARTMENT_PROMINENCE = 0.2  # a boundary's transition peak rises 0.2 x the sco
 TABLE1_SETTINGS = {"paper": ("entropy", "none"), "no_template": ("entropy_no_template", "none"),
                    "frobenius": ("entropy", "frobenius")}
 SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row under the paper's rule
-TABLE1_METHODS = ["EAGLE2", "EAGLE3", "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
+# "EAGLE3" is the set EAGLE-3 drafts read (`eagle3_layers`, elsi's convention), as everywhere else;
+# the paper's Table 1 reads EAGLE's rule one layer deeper (`eagle3_paper_layers`), shown as its own row
+EAGLE3_PAPER_READING = "EAGLE3, paper's reading"
+TABLE1_METHODS = ["EAGLE2", "EAGLE3", EAGLE3_PAPER_READING, "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
 MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
 PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
 
@@ -269,6 +273,9 @@ def variance_findings(stats: Stats, regimes_by_model: dict[str, tuple[np.ndarray
 def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_layer: int | None = None):
     """Table 1 rows: layer sets and set entropies of EAGLE2, EAGLE3, ELSI, ELSI-C, the exhaustive
     optimum and the lowest-entropy control, for each m in `sizes` (fixed baselines at their own m).
+    EAGLE3 is the set EAGLE-3 drafts read (`eagle3_layers`: (1, 14, 26) on 30 layers); the paper's
+    reading of EAGLE's rule, (2, N//2, N-3) as outputs (`eagle3_paper_layers`), is the separate row
+    EAGLE3_PAPER_READING.
     For m = 1 a second ELSI row (SINGLE_LAYER_RULE) applies the paper's rule (Sec. 5.1): the
     highest-entropy layer from the middle of the depth on, min_single_layer = N // 2.
     `min_single_layer` restricts the m = 1 answer of the ELSI and ELSI-C rows themselves."""
@@ -281,6 +288,7 @@ def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_l
 
     add("EAGLE2", 1, eagle2_layers(n_layers))
     add("EAGLE3", 3, eagle3_layers(n_layers))
+    add(EAGLE3_PAPER_READING, 3, eagle3_paper_layers(n_layers))
     for m in sizes:
         add("ELSI", m, *_pair(elsi(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
         if m == 1:
@@ -329,15 +337,19 @@ def optimum_gaps(table: pd.DataFrame, methods=("ELSI", "ELSI-C")) -> pd.DataFram
 
 
 def table1_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """Notebook 05's findings per (model, setting) of Table 1: ELSI against EAGLE3 at EAGLE3's
-    m = 3, and at m = 1 against EAGLE2, unrestricted and under the paper's rule (SINGLE_LAYER_RULE)."""
+    """Notebook 05's findings per (model, setting) of Table 1: ELSI against EAGLE3 (the set drafts
+    read) at EAGLE3's m = 3, with the paper's reading of EAGLE3 (EAGLE3_PAPER_READING) alongside,
+    and at m = 1 against EAGLE2, unrestricted and under the paper's rule (SINGLE_LAYER_RULE)."""
     by = table.set_index(["model", "setting", "method", "m"])
     rows = []
     for model, setting in dict.fromkeys(zip(table.model, table.setting)):
         eagle3, chosen = by.loc[(model, setting, "EAGLE3", 3)], by.loc[(model, setting, "ELSI", 3)]
+        paper_reading = by.loc[(model, setting, EAGLE3_PAPER_READING, 3)]
         single, rule = by.loc[(model, setting, "ELSI", 1)], by.loc[(model, setting, SINGLE_LAYER_RULE, 1)]
         rows.append({"model": model, "setting": setting, "EAGLE3": eagle3.entropy, "ELSI, m=3": chosen.entropy,
                      "ELSI / EAGLE3": chosen.entropy / eagle3.entropy, "ELSI set, m=3": chosen.layers,
+                     "EAGLE3 set": eagle3.layers, EAGLE3_PAPER_READING: paper_reading.entropy,
+                     "paper's reading, set": paper_reading.layers,
                      "EAGLE2": by.loc[(model, setting, "EAGLE2", 1)].entropy, "ELSI, m=1": single.entropy,
                      "ELSI layer, m=1": single.layers[0], "from N//2": rule.entropy, "from N//2, layer": rule.layers[0]})
     return pd.DataFrame(rows)

@@ -9,7 +9,12 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
    mean acceptance length 1 + accepted / drafts within TOLERANCE of elsi's 1 + accepted / rounds.
    Both run the draft in float32 on float32 features; what remains are float32 rounding differences
    between two implementations, which can flip a near-tie between two draft tokens now and then.
-4. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
+4. vLLM captured the exported layers, not its defaults: its engine logs "Using Eagle3 auxiliary
+   layers from config: (ids)" (`set_eagle3_aux_hidden_state_layers`) when it takes the draft's
+   `eagle_aux_hidden_state_layer_ids`, and "... from model: ..." when it falls back to its own
+   default layers (vllm-project/vllm issue #50170: tau 2.77 -> 1.04 without a warning). The log of
+   each engine start is read back and its ids must equal the export's;
+5. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
 
 Exit status 0 when every check passes; results in build/engines/results.json and a Markdown table
 build/engines/results.md.
@@ -20,8 +25,11 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import re
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 OUT = Path("build/engines")
@@ -37,13 +45,50 @@ def metric_totals(llm) -> dict:
     return totals
 
 
+AUX_LOG = re.compile(r"Using Eagle3 auxiliary layers from (config|model): [\[(]([\d, ]*)[\])]")
+
+
+@contextmanager
+def captured_output(path: Path, log: list):
+    """Everything written to file descriptors 1 and 2 while the block runs, by this process and by
+    the engine processes it starts (they inherit them and keep writing there afterwards), goes to
+    `path` (kept: the engine's own log); its text at the end of the block is appended to `log` and
+    echoed to the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as file:
+        saved = [os.dup(1), os.dup(2)]
+        sys.stdout.flush(), sys.stderr.flush()
+        os.dup2(file.fileno(), 1), os.dup2(file.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os.dup2(saved[0], 1), os.dup2(saved[1], 2)
+            os.close(saved[0]), os.close(saved[1])
+    text = path.read_text(errors="replace")
+    sys.stderr.write(text)
+    log.append(text)
+
+
+def aux_layers_used(log_text: str) -> tuple[str, list[int]] | None:
+    """("config" or "model", ids) from vLLM's log line naming the auxiliary layers it captures."""
+    found = AUX_LOG.findall(log_text)
+    if not found:
+        return None
+    where, ids = found[-1]
+    return where, [int(x) for x in ids.replace(" ", "").split(",") if x]
+
+
 def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
     """Greedy generation of every prompt, one at a time; tokens, seconds and acceptance counters."""
     from vllm import LLM, SamplingParams
 
     spec = None if draft_folder is None else {"method": "eagle3", "model": draft_folder, "num_speculative_tokens": k}
-    llm = LLM(model=plan["target"], dtype="float32", enforce_eager=True, max_model_len=2048, disable_log_stats=False,
-              speculative_config=spec, seed=0)
+    log: list[str] = []
+    name = "plain" if draft_folder is None else f"{Path(draft_folder).name}-k{k}"
+    with captured_output(OUT / "logs" / f"vllm-{name}.log", log):
+        llm = LLM(model=plan["target"], dtype="float32", enforce_eager=True, max_model_len=2048,
+                  disable_log_stats=False, speculative_config=spec, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"])
     llm.generate([{"prompt_token_ids": plan["prompts"][0]}], params, use_tqdm=False)  # warm-up
     before = metric_totals(llm)
@@ -59,7 +104,8 @@ def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
         counters[name.split("spec_decode_")[1]] = after.get(name, 0) - before.get(name, 0)
     del llm
     gc.collect()
-    return {"tokens": tokens, "seconds": seconds, "generated": sum(map(len, tokens)), **counters}
+    return {"tokens": tokens, "seconds": seconds, "generated": sum(map(len, tokens)), **counters,
+            "aux_layers": aux_layers_used("".join(log))}
 
 
 def check_speculators(folder: str) -> str:
@@ -106,6 +152,10 @@ def main() -> int:
                              f"{same_as_elsi}/{len(plan['prompts'])}"))
                 print(f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "
                       f"{rate:.1f} tok/s ({rate / plain_rate:.2f}x), elsi's tokens on {same_as_elsi} questions", flush=True)
+                exported = json.loads((Path(folder) / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+                if r["aux_layers"] != ("config", exported):
+                    failures.append(f"{method} {fmt} k={k}: vLLM captured {r['aux_layers']} (from its log), not the "
+                                    f"exported ids {exported}")
                 if not lossless:
                     failures.append(f"{method} {fmt} k={k}: vLLM's output with the draft differs from without it")
                 if abs(tau_vllm - tau_elsi) > TOLERANCE:

@@ -11,6 +11,7 @@ import torch
 from conftest import make_conversations, replied_conversations
 from elsi_lib import cli, random_model
 from elsi_lib.conventions import ENGINE_FORMATS, engine_fragment
+from test_conventions import sglang_captured, speculators_recipe, vllm_captured
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 N_LAYERS = 8
@@ -68,15 +69,33 @@ def test_methods(capsys, folder, data, method):
 
 @pytest.mark.parametrize("fmt", ENGINE_FORMATS)
 def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
+    """Each format's ids, read back by the engine's own rule (tests/test_conventions.py), are the
+    selected set; SGLang / SpecForge refuse a set holding the last layer, whose output they cannot capture."""
     out_file = tmp_path / "fragment.json"
-    code, out, _ = run(capsys, "select", *base(folder, data), "--format", fmt, "--out", out_file)
+    selected = json.loads(run(capsys, "select", *base(folder, data), "--format", "json")[1])["layers"]
+    code, out, err = run(capsys, "select", *base(folder, data), "--format", fmt, "--out", out_file)
+    if fmt in ("sglang", "specforge") and N_LAYERS - 1 in selected:
+        assert code == 2 and "last decoder layer" in err and not out and not out_file.exists()
+        return
     assert code == 0 and json.loads(out_file.read_text()) == json.loads(out)
     fragment = json.loads(out)
     layers = fragment["elsi_provenance"]["layers_elsi"]
-    ids = (fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"] if fmt == "sglang" else
-           fragment.get("aux_hidden_state_layer_ids") or fragment["eagle_aux_hidden_state_layer_ids"])
-    shift = 1 if fmt in ("vllm", "speculators") else 0
-    assert [i - shift for i in ids] == layers  # back to elsi's convention
+    assert layers == selected and fragment["elsi_provenance"]["architecture"] == "LlamaForCausalLM"
+    if fmt in ("vllm", "speculators"):
+        assert list(vllm_captured(fragment["eagle_aux_hidden_state_layer_ids"], N_LAYERS)) == layers
+    else:
+        ids = fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        assert list(sglang_captured(ids, N_LAYERS, "LlamaForCausalLM")) == layers
+    if fmt == "speculators" and N_LAYERS - 1 not in layers:
+        features, verifier_last = speculators_recipe(fragment, N_LAYERS)
+        assert list(features) == layers and verifier_last == N_LAYERS - 1
+
+
+def test_text_format_names_every_engine(capsys, folder, data):
+    code, text, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3")
+    assert code == 0 and "speculators' recipe: scripts/launch_vllm.py MODEL --target-layer-ids 2 4 5 8" in text
+    assert "scripts/train.py ... --target-layer-ids 2 4 5" in text
+    assert "SGLang eagle_aux_hidden_state_layer_ids (LlamaForCausalLM): [1, 3, 4]" in text
 
 
 def test_refusals_and_exit_codes(capsys, folder, data):
@@ -93,6 +112,66 @@ def test_refusals_and_exit_codes(capsys, folder, data):
     with pytest.raises(SystemExit) as exit_info:  # argparse: unknown option
         cli.main(["select", "--model", str(folder), "--frobnicate"])
     assert exit_info.value.code == 2
+
+
+@pytest.fixture
+def no_capture(monkeypatch):
+    """The command must refuse before it writes a reply or captures anything."""
+    import elsi_lib.calibration
+    import elsi_lib.responses
+
+    def reached(*args, **kwargs):
+        raise AssertionError("the command started its work before refusing")
+
+    for module, name in ((elsi_lib.calibration, "capture_selections"), (elsi_lib.calibration, "calibration_conversations"),
+                         (elsi_lib.responses, "reply_conversations")):
+        monkeypatch.setattr(module, name, reached)
+
+
+def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_capture):
+    """Every check the arguments, the data files and the model's config allow runs before any work,
+    and names the argument: the answer (stdout) stays empty and the exit status is 2."""
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = [(["--m", 2, "--format", "specforge"], "exactly three"),
+             (["--m", N_LAYERS + 1], f"--m {N_LAYERS + 1} exceeds the model's {N_LAYERS} layers"),
+             (["--method", "eagle3", "--stability", 3], "--stability needs a measured method"),
+             (["--method", "eagle2", "--format", "sglang"], "last decoder layer"),  # (7,): out of SGLang's reach
+             (["--method", "eagle2", "--format", "specforge"], "exactly three"),
+             (["--prompts", 25], "--prompts 25: --data"),  # the file holds 24: refused, not clamped
+             (["--out", tmp_path / "missing" / "set.json"], "does not exist"),
+             (["--out", tmp_path], "is a folder"),
+             (["--out", a_file / "set.json"], "is not a folder")]
+    for extra, message in cases:
+        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
+    assert "holds only 24 conversations" in run(capsys, "select", *base(folder, data), "--prompts", 25)[2]
+
+
+def test_data_without_a_usable_conversation(capsys, folder, tmp_path, no_capture):
+    replies_only = tmp_path / "replies-only.jsonl"
+    replies_only.write_text(json.dumps({"conversations": [{"from": "gpt", "value": "hello"}]}) + "\n")
+    ends_with_system = tmp_path / "system-last.json"
+    ends_with_system.write_text(json.dumps([{"conversations": [
+        {"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}, {"from": "system", "value": "be brief"}]}]))
+    for path, message in ((replies_only, "no usable conversation"), (ends_with_system, "ends with a system turn")):
+        code, out, err = run(capsys, "select", "--model", folder, "--data", path, "--prompts", 1, "--reply-model", "self")
+        assert code == 2 and str(path) in err and message in err and not out and "Traceback" not in err
+
+
+def test_notices_go_to_stderr(capsys, folder, data):
+    """A cache rebuilt on the way (a corrupt statistics file) is said on stderr: stdout stays the JSON."""
+    import os
+    from pathlib import Path
+
+    code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json")
+    first = json.loads(out)
+    stats = list((Path(os.environ["ELSI_CACHE_DIR"]) / "stats").glob("*.safetensors"))
+    assert code == 0 and stats
+    for path in stats:
+        path.write_bytes(b"not a safetensors file")
+    code, out, err = run(capsys, "select", *base(folder, data), "--format", "json")
+    assert code == 0 and json.loads(out) == first and "recomputing" in err and "recomputing" not in out
 
 
 def test_help_has_examples(capsys):
@@ -116,16 +195,22 @@ def test_capture_report_and_stability(capsys, folder, data, tmp_path):
     assert 0 <= stability["share_choosing_this_set"] <= 1
 
 
-@pytest.mark.parametrize("fmt", ENGINE_FORMATS)
-def test_engine_ids_point_at_the_tensor_elsi_measured(fmt, tiny_model, tiny_tokenizer):
+ENGINE_CASES = [("vllm", None, (0, 2, 3)), ("speculators", None, (0, 2, 3)),
+                ("sglang", "LlamaForCausalLM", (0, 1, 2)), ("specforge", "LlamaForCausalLM", (0, 1, 2)),
+                ("sglang", "DeepseekV3ForCausalLM", (2,)), ("sglang", "DeepseekV3ForCausalLM", (1, 2))]
+
+
+@pytest.mark.parametrize("fmt, architecture, layers", ENGINE_CASES)
+def test_engine_ids_point_at_the_tensor_elsi_measured(fmt, architecture, layers, tiny_model, tiny_tokenizer):
     """Capture each engine's meaning with hooks: vLLM / speculators id k is the input of decoder layer k
-    (a forward pre-hook), SGLang / SpecForge id k the output of layer k (a forward hook); elsi's layer l
-    is the output of layer l. The tensors an engine's ids name equal those of elsi's layers."""
-    layers = (0, 2, 3)  # 3 is the last layer: vLLM's id 4 = N
+    (a forward pre-hook; k = N the residual stream before the final norm); SGLang / SpecForge move id k
+    to `layers_to_capture` (k + 1 in llama.py; by the first id in deepseek_v2.py, run here on the same
+    decoder loop) and capture the input of each such layer (a pre-hook). elsi's layer l is the output of
+    layer l (a forward hook). The tensors an engine's ids name equal those of elsi's layers."""
+    from test_conventions import sglang_layers_to_capture
+
     n = len(tiny_model.get_decoder().layers)
-    fragment = engine_fragment(layers, n, fmt)
-    ids = (fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"] if fmt == "sglang" else
-           fragment.get("aux_hidden_state_layer_ids") or fragment["eagle_aux_hidden_state_layer_ids"])
+    fragment = engine_fragment(layers, n, fmt, architecture=architecture)
     inputs, outputs, handles = {}, {}, []
     for i, layer in enumerate(tiny_model.get_decoder().layers):
         handles.append(layer.register_forward_pre_hook(
@@ -140,6 +225,20 @@ def test_engine_ids_point_at_the_tensor_elsi_measured(fmt, tiny_model, tiny_toke
         tiny_model(ids_tensor)
     for h in handles:
         h.remove()
-    engine = [inputs[k] for k in ids] if fmt in ("vllm", "speculators") else [outputs[k] for k in ids]
+    if fmt in ("vllm", "speculators"):
+        engine = [inputs[k] for k in fragment["eagle_aux_hidden_state_layer_ids"]]
+    else:
+        ids = fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        captured = [i for i in range(n) if i in sglang_layers_to_capture(ids, architecture)]  # i < N only
+        engine = [inputs[i] for i in captured]
+    assert len(engine) == len(layers)
     for mine, theirs in zip([outputs[l] for l in layers], engine):
         assert torch.equal(mine, theirs)
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "specforge"])
+def test_sglang_refuses_the_last_layer(fmt, tiny_model):
+    """SGLang's loop captures before layer i < N: the last layer's output (vLLM's id N) is out of its reach."""
+    n = len(tiny_model.get_decoder().layers)
+    with pytest.raises(ValueError, match="last decoder layer"):
+        engine_fragment((0, 2, n - 1), n, fmt, architecture="LlamaForCausalLM")

@@ -241,3 +241,21 @@ def test_sample_checks_its_arguments():
         sample([1, 2, 3], 2.0)
     with pytest.raises(TypeError, match="seed"):
         sample([1, 2, 3], 2, seed=None)
+
+
+def test_specbench_question_ids_are_distinct_integers(tmp_path):
+    """A duplicated or non-integer question id would count a question twice (or as another one):
+    a DataFormatError naming the file, the line and the id. Files passed by path are not pinned."""
+    def bench(*ids):
+        path = tmp_path / "question.jsonl"
+        path.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"q{n}?"]}) + "\n"
+                                for n, i in enumerate(ids)))
+        return path
+
+    frame = load_specbench(bench(3, 1, 2))
+    assert frame["question_id"].tolist() == [3, 1, 2]
+    with pytest.raises(DataFormatError, match=r"question\.jsonl:3: .*question_id 1 .*line 2"):
+        load_specbench(bench(0, 1, 1))
+    for bad, shown in ((True, "True"), (1.5, "1.5"), ("7", "'7'"), (None, "None"), (2.0, "2.0")):
+        with pytest.raises(DataFormatError, match=rf"question\.jsonl:2: .*question_id.*{shown}"):
+            load_specbench(bench(0, bad))

@@ -2,6 +2,8 @@
 families: token-identical to greedy decoding at T = 0 (trees, chains, a vocabulary so small that the
 tree holds every token, so long paths are accepted and the KV cache is pruned every round), and at
 T = 1 the output distribution equals the target's (chi-square against exact probabilities)."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,7 @@ from elsi_lib import random_model
 from elsi_lib.responses import GumbelSampler, generate_responses
 from elsi_lib.draft import Eagle3Draft
 from elsi_lib.draft import decode as D
+from elsi_lib.draft.model import FINAL_NORM
 from elsi_lib.draft.tree import DraftTree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -37,7 +40,7 @@ def greedy(target, prompt, n):
 def test_greedy_output_is_token_identical(arch, vocab, nodes, depth, top_k):
     target, draft = tiny(arch, vocab)
     prompt = torch.randint(0, vocab, (7,), generator=torch.Generator().manual_seed(0))
-    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=33, nodes=nodes, depth=depth,
+    out = D.speculative_generate(target, draft, prompt, max_new_tokens=33, nodes=nodes, depth=depth,
                                  top_k=top_k, stop_at_eos=False)
     assert out.tokens == greedy(target, prompt, 33)
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
@@ -50,7 +53,7 @@ def test_max_new_tokens_cuts_inside_an_accepted_path():
     prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
     reference = greedy(target, prompt, 12)
     for n in range(1, 12):
-        out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=n, nodes=136, depth=3, top_k=8,
+        out = D.speculative_generate(target, draft, prompt, max_new_tokens=n, nodes=136, depth=3, top_k=8,
                                      stop_at_eos=False)
         assert out.tokens == reference[:n]
 
@@ -60,7 +63,7 @@ def test_stops_at_eos():
     prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
     reference = greedy(target, prompt, 20)
     target.generation_config.eos_token_id = reference[4]
-    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=20, nodes=136, depth=3, top_k=8)
+    out = D.speculative_generate(target, draft, prompt, max_new_tokens=20, nodes=136, depth=3, top_k=8)
     assert out.tokens == reference[:reference.index(reference[4]) + 1]
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)  # no round after the end-of-sequence token
     assert sum(out.accepted_full) >= sum(out.accepted) and len(out.accepted_full) == len(out.accepted)
@@ -72,7 +75,7 @@ def test_eos_inside_an_accepted_path_ends_the_round():
     target, draft = tiny("llama", 8)
     prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
     reference = greedy(target, prompt, 30)
-    probe = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8,
+    probe = D.speculative_generate(target, draft, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8,
                                    stop_at_eos=False)
     position, inside = 1, None  # find a token accepted inside a path (not a round's bonus)
     for a in probe.accepted:
@@ -82,22 +85,81 @@ def test_eos_inside_an_accepted_path_ends_the_round():
         position += a + 1
     assert inside is not None
     target.generation_config.eos_token_id = inside
-    out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8)
+    out = D.speculative_generate(target, draft, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8)
     assert out.tokens == reference[:reference.index(inside) + 1]
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
 
 
-def test_final_source_and_rejects_bad_arguments():
+def test_final_norm_draft_decodes_losslessly():
     target, _ = tiny("llama", 40)
-    draft = Eagle3Draft.from_target(target, (2,), 40, seed=0).eval()
+    draft = Eagle3Draft.from_target(target, FINAL_NORM, 40, seed=0).eval()
+    assert draft.config.reads_final_norm and draft.config.m == 1
     prompt = torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0))
-    out = D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=10, nodes=10, depth=3, top_k=4,
+    out = D.speculative_generate(target, draft, prompt, max_new_tokens=10, nodes=10, depth=3, top_k=4,
                                  stop_at_eos=False)
     assert out.tokens == greedy(target, prompt, 10)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=0)
-    with pytest.raises(ValueError, match="temperature"):
-        D.speculative_generate(target, draft, D.FINAL, prompt, max_new_tokens=3, temperature=-1.0)
+
+
+def test_the_loop_reads_the_draft_s_own_layers(monkeypatch):
+    """No feature source is passed next to the draft (a draft built for (0, 2) decoded with (1, 2)
+    or (2, 0) changed acceptance silently): every target forward extracts the draft's own source."""
+    target, draft = tiny("llama", 40)
+    prompt = torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(TypeError):
+        D.speculative_generate(target, draft, (1, 2), prompt, max_new_tokens=5)
+    seen, original = [], D.target_forward
+    monkeypatch.setattr(D, "target_forward", lambda model, ids, source, **kw: seen.append(source) or
+                        original(model, ids, source, **kw))
+    D.speculative_generate(target, draft, prompt, max_new_tokens=8, nodes=6, depth=3, top_k=2)
+    assert seen and set(seen) == {SOURCE}
+    with pytest.raises(ValueError, match="layer set"):
+        D.target_forward(target, prompt, "final_norm")
+
+
+BAD_ARGUMENTS = [
+    ({"prompt_ids": torch.zeros(2, 3, dtype=torch.long)}, ValueError, "one sequence"),
+    ({"prompt_ids": torch.tensor([1.0, 2.7])}, TypeError, "integer token ids"),
+    ({"prompt_ids": [1.5, 2.0]}, TypeError, "integer token ids"),
+    ({"prompt_ids": torch.tensor([True, False])}, TypeError, "integer token ids"),
+    ({"prompt_ids": []}, ValueError, "empty"),
+    ({"prompt_ids": [3, 40]}, ValueError, "0..39"),
+    ({"prompt_ids": [3, -1]}, ValueError, "0..39"),
+    ({"max_new_tokens": 0}, ValueError, "max_new_tokens"),
+    ({"max_new_tokens": 2.5}, ValueError, "max_new_tokens"),
+    ({"max_new_tokens": True}, ValueError, "max_new_tokens"),
+    ({"temperature": -1.0}, ValueError, "temperature"),
+    ({"temperature": float("nan")}, ValueError, "temperature"),
+    ({"temperature": float("inf")}, ValueError, "temperature"),
+    ({"nodes": 2.0}, TypeError, "nodes"),
+    ({"depth": 0}, ValueError, "depth"),
+    ({"top_k": "4"}, TypeError, "top_k"),
+    ({"nodes": 100, "depth": 2, "top_k": 3}, ValueError, "exceeds"),
+    ({"top_k": 50, "nodes": 50, "depth": 1}, ValueError, "draft vocabulary"),
+]
+
+
+@pytest.mark.parametrize("change,error,message", BAD_ARGUMENTS)
+def test_bad_arguments_are_refused_before_the_prefill(monkeypatch, change, error, message):
+    target, draft = tiny("llama", 40)
+    args = {"prompt_ids": torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0)),
+            "max_new_tokens": 5, "nodes": 10, "depth": 3, "top_k": 4, "temperature": 0.0, **change}
+    monkeypatch.setattr(D, "target_forward", lambda *a, **k: pytest.fail("the prefill ran"))
+    with pytest.raises(error, match=message):
+        D.speculative_generate(target, draft, args.pop("prompt_ids"), **args)
+
+
+def test_a_draft_that_does_not_fit_the_target_is_refused(monkeypatch):
+    target, draft = tiny("llama", 40)
+    monkeypatch.setattr(D, "target_forward", lambda *a, **k: pytest.fail("the prefill ran"))
+    for other, field in ((random_model("llama", n_layers=3, hidden_size=32, vocab_size=48, seed=0), "vocab_size"),
+                         (random_model("llama", n_layers=3, hidden_size=48, vocab_size=40, seed=0), "hidden_size"),
+                         (random_model("llama", n_layers=4, hidden_size=32, vocab_size=40, seed=0), "num_hidden_layers")):
+        with pytest.raises(ValueError, match=field):
+            D.speculative_generate(other, draft, [1, 2, 3], max_new_tokens=4)
+    windowed = copy.deepcopy(target)
+    windowed.config.layer_types = ["sliding_attention"] * 3
+    with pytest.raises(NotImplementedError, match="sliding-window"):
+        D.speculative_generate(windowed, draft, [1, 2, 3], max_new_tokens=4)
 
 
 def chain_tree(tokens, scores=None):
@@ -166,7 +228,7 @@ def test_sampling_loop_matches_the_target_distribution(arch):
     counts, accepted = np.zeros(vocab * vocab), 0
     runs = 1500
     for seed in range(runs):
-        out = D.speculative_generate(target, draft, SOURCE, prompt, max_new_tokens=3, nodes=20, depth=3, top_k=4,
+        out = D.speculative_generate(target, draft, prompt, max_new_tokens=3, nodes=20, depth=3, top_k=4,
                                      temperature=1.0, seed=seed, stop_at_eos=False)
         counts[out.tokens[0] * vocab + out.tokens[1]] += 1
         accepted += out.accepted[0]
@@ -245,13 +307,13 @@ def test_bundled_model_on_specbench_questions_is_token_identical(bundled, tmp_pa
     draft.set_vocabulary(d2t, t2d)
     init_lm_head_from_target(draft, model.get_output_embeddings())
     settings = TrainSettings(epochs=30, batch_tokens=4096, warmup=2, lr=3e-3, autocast_bf16=False)
-    train_drafts({"d": draft}, {"d": source}, store, model.get_output_embeddings().weight[t2d].detach().float(),
+    train_drafts({"d": draft}, store, model.get_output_embeddings().weight[t2d].detach().float(),
                  settings, key={"test": "memorised"}, progress=False)
     draft.eval()
     accepted = {}
     for prompt, reference in zip(prompts, references):
         for nodes, depth, top_k in ((16, 4, 4), (3, 3, 1)):
-            out = D.speculative_generate(target, draft, source, prompt, max_new_tokens=n, nodes=nodes,
+            out = D.speculative_generate(target, draft, prompt, max_new_tokens=n, nodes=nodes,
                                          depth=depth, top_k=top_k, stop_at_eos=False)
             assert out.tokens == reference
             accepted.setdefault(nodes, []).extend(out.accepted)

@@ -1,6 +1,7 @@
 """Drafts written in the speculators and EAGLE layouts (elsi_lib.draft.export) and read back: identical
 logits for m = 1..4 on both target families, layer ids in the engines' convention (elsi's l is their
 l + 1), every weight present, and refusals where a layout cannot express the draft."""
+import copy
 import json
 
 import pytest
@@ -9,7 +10,9 @@ from safetensors.torch import load_file, save_file
 
 from elsi_lib import random_model
 from elsi_lib.draft import Eagle3Draft, draft_vocabulary
+from elsi_lib.cachefiles import sha256_file
 from elsi_lib.draft import export as X
+from elsi_lib.draft.model import FINAL_NORM
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -33,17 +36,28 @@ def target(request):
     return random_model(request.param, n_layers=5, hidden_size=32, vocab_size=70, seed=0, **extra)
 
 
+def rewrite(folder, name, text_or_bytes, *, update_record=True):
+    """Replace one exported file; with `update_record`, also its checksum in elsi.json (a consistent
+    but contradictory export, which only the cross-checks can catch)."""
+    path = folder / name
+    path.write_bytes(text_or_bytes if isinstance(text_or_bytes, bytes) else text_or_bytes.encode())
+    if update_record:
+        record = json.loads((folder / "elsi.json").read_text())
+        record["files"][name] = sha256_file(path)
+        (folder / "elsi.json").write_text(json.dumps(record))
+
+
 @pytest.mark.parametrize("fmt", X.FORMATS)
 @pytest.mark.parametrize("layers", [(4,), (0, 3), (1, 2, 4), (0, 1, 2, 3)])
 def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
     draft = trained_like(target, layers, 24)
-    X.save_draft(draft, tmp_path, target=target, source=layers, format=fmt, verifier="local/target")
+    X.save_draft(draft, tmp_path, target=target, format=fmt, verifier="local/target")
     back = X.load_draft(tmp_path, target)
     ids = torch.randint(0, 70, (2, 9), generator=torch.Generator().manual_seed(0))
     features = torch.randn(2, 9, len(layers) * 32, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.equal(draft(ids, features=features)[0], back(ids, features=features)[0])
-    assert back.config.layer_ids == layers
+    assert back.config == draft.config and back.config.layer_ids == layers
     assert torch.equal(back.d2t, draft.d2t) and torch.equal(back.t2d, draft.t2d)
     layout, config, ids_engine = X.read_layout(tmp_path)
     assert layout == fmt and ids_engine == [l + 1 for l in layers]
@@ -62,13 +76,15 @@ def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
         assert config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [l + 1 for l in layers]
         assert config["eagle_aux_hidden_state_layer_ids"] == [l + 1 for l in layers]  # vLLM's V2 runner
     assert config["target_hidden_size"] == 32 and config["draft_vocab_size"] == 24
-    provenance = json.loads((tmp_path / "elsi.json").read_text())
-    assert provenance["layer_ids_elsi"] == list(layers) and provenance["engine_layer_ids"] == ids_engine
+    record = json.loads((tmp_path / "elsi.json").read_text())
+    assert record["draft"]["source"] == list(layers) and record["engine_layer_ids"] == ids_engine
+    assert sorted(record["files"]) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "elsi.json", "model.safetensors"]
 
 
 def test_full_vocabulary_writes_no_maps(target, tmp_path):
     draft = trained_like(target, (1, 3), 70)
-    X.save_draft(draft, tmp_path, target=target, source=(1, 3))
+    X.save_draft(draft, tmp_path, target=target)
     assert not {"d2t", "t2d"} & set(load_file(str(tmp_path / "model.safetensors")))
     back = X.load_draft(tmp_path, target)
     features = torch.randn(1, 4, 64)
@@ -78,38 +94,158 @@ def test_full_vocabulary_writes_no_maps(target, tmp_path):
 
 def test_missing_or_unexpected_weights_are_an_error(target, tmp_path):
     draft = trained_like(target, (1, 3), 24)
-    X.save_draft(draft, tmp_path, target=target, source=(1, 3))
-    path = str(tmp_path / "model.safetensors")
-    weights = load_file(path)
-    save_file({k: v for k, v in weights.items() if k != "layers.0.mlp.up_proj.weight"}, path)
+    X.save_draft(draft, tmp_path, target=target)
+    path = tmp_path / "model.safetensors"
+    weights = load_file(str(path))
+    save_file({k: v for k, v in weights.items() if k != "layers.0.mlp.up_proj.weight"}, str(path))
+    rewrite(tmp_path, "model.safetensors", path.read_bytes())
     with pytest.raises(ValueError, match="missing weights.*up_proj"):
         X.load_draft(tmp_path, target)
-    save_file({**weights, "embed_tokens.weight": torch.zeros(70, 32)}, path)
+    save_file({**weights, "embed_tokens.weight": torch.zeros(70, 32)}, str(path))
+    rewrite(tmp_path, "model.safetensors", path.read_bytes())
     with pytest.raises(ValueError, match="unexpected weights.*embed_tokens"):
         X.load_draft(tmp_path, target)
 
 
 def test_refusals(target, tmp_path):
     draft = trained_like(target, (4,), 24)
+    eagle2 = Eagle3Draft.from_target(target, FINAL_NORM, 24, seed=0)
     with pytest.raises(ValueError, match="no engine layer id"):
-        X.save_draft(draft, tmp_path, target=target, source="final")
-    with pytest.raises(ValueError, match="not the draft's layer set"):
-        X.save_draft(draft, tmp_path, target=target, source=(3,))
+        X.save_draft(eagle2, tmp_path, target=target)
     with pytest.raises(ValueError, match="unknown format"):
-        X.save_draft(draft, tmp_path, target=target, source=(4,), format="sglang")
-    X.save_draft(draft, tmp_path, target=target, source=(4,))
+        X.save_draft(draft, tmp_path, target=target, format="sglang")
+    X.save_draft(draft, tmp_path, target=target)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps({**config, "model_type": "llama"}))
+    rewrite(tmp_path, "config.json", json.dumps({**config, "model_type": "llama"}))
     with pytest.raises(ValueError, match="top-level model_type"):
         X.load_draft(tmp_path, target)
     for change in ({"norm_before_residual": True}, {"fc_norm": True}, {"target_hidden_size": 64}):
-        (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+        rewrite(tmp_path, "config.json", json.dumps({**config, **change}))
         with pytest.raises(ValueError, match=next(iter(change))):
             X.load_draft(tmp_path, target)
-    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "norm_before_residual"}))
+    rewrite(tmp_path, "config.json", json.dumps({k: v for k, v in config.items() if k != "norm_before_residual"}))
     with pytest.raises(ValueError, match="norm_before_residual"):  # the speculators layout's default is true
         X.load_draft(tmp_path, target)
     wider = random_model("llama", n_layers=5, hidden_size=48, vocab_size=70, seed=0)
-    (tmp_path / "config.json").write_text(json.dumps(config))
+    rewrite(tmp_path, "config.json", json.dumps(config))
     with pytest.raises(ValueError, match="hidden_size"):
         X.load_draft(tmp_path, wider)
+
+
+# --- issue 20: a draft describes itself; exports lose nothing ---------------------------------------------
+
+def test_save_draft_takes_no_source_and_checks_the_target(target, tmp_path):
+    """The layer set is the draft's own; a target of another shape (layers, width, vocabulary,
+    family, norm epsilon, rope) is refused before anything is written."""
+    draft = trained_like(target, (1, 3), 24)
+    with pytest.raises(TypeError):
+        X.save_draft(draft, tmp_path / "a", target=target, source=(1, 3))
+    family = target.config.model_type
+    others = {"num_hidden_layers": random_model(family, n_layers=6, hidden_size=32, vocab_size=70, seed=0),
+              "vocab_size": random_model(family, n_layers=5, hidden_size=32, vocab_size=80, seed=0),
+              "hidden_size": random_model(family, n_layers=5, hidden_size=48, vocab_size=70, seed=0),
+              "family": random_model("qwen2" if family == "llama" else "llama", n_layers=5, hidden_size=32,
+                                     vocab_size=70, seed=0)}
+    for field, other in others.items():
+        with pytest.raises(ValueError, match=field):
+            X.save_draft(draft, tmp_path / field, target=other)
+        assert not (tmp_path / field).exists()
+    for field, value in (("rms_norm_eps", 1e-3), ("rope_theta", 1234.0)):
+        other = copy.deepcopy(target)
+        if field == "rope_theta":
+            other.config.rope_parameters = {**other.config.rope_parameters, "rope_theta": value}
+            field = "rope_parameters"
+        else:
+            setattr(other.config, field, value)
+        with pytest.raises(ValueError, match=field):
+            X.save_draft(draft, tmp_path / field, target=other)
+
+
+@pytest.mark.parametrize("tokens", [0, -1, 1.5, True, "3", 10 ** 6])
+def test_save_draft_refuses_nonsensical_speculative_tokens(target, tmp_path, tokens):
+    with pytest.raises(ValueError, match="speculative_tokens"):
+        X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "x", target=target, speculative_tokens=tokens)
+
+
+def test_save_draft_never_overwrites_a_foreign_folder(target, tmp_path):
+    """A model folder (or anything that is not an earlier elsi export) is refused and left as it was."""
+    model_folder = tmp_path / "model"
+    model_folder.mkdir()
+    (model_folder / "config.json").write_text('{"model_type": "llama"}')
+    (model_folder / "model.safetensors").write_bytes(b"target weights")
+    with pytest.raises(FileExistsError, match="not an earlier elsi export"):
+        X.save_draft(trained_like(target, (1, 3), 24), model_folder, target=target)
+    assert (model_folder / "model.safetensors").read_bytes() == b"target weights"
+    assert sorted(p.name for p in model_folder.iterdir()) == ["config.json", "model.safetensors"]
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(FileExistsError):
+        X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file", target=target)
+
+
+def test_replacing_an_export_is_atomic_and_leaves_no_stale_file(target, tmp_path, monkeypatch):
+    a, b = trained_like(target, (1, 3), 24, seed=0), trained_like(target, (0, 2, 4), 24, seed=5)
+    folder = tmp_path / "draft"
+    X.save_draft(a, folder, target=target)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    import safetensors.torch
+
+    def crash(*args, **kwargs):  # the weights of B fail to write after B's config.json was written
+        raise KeyboardInterrupt("interrupted")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(safetensors.torch, "save_file", crash)
+        with pytest.raises(KeyboardInterrupt):
+            X.save_draft(b, folder, target=target)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # A's export, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["draft"]  # no temporary folder left behind
+    assert X.load_draft(folder, target).config.layer_ids == (1, 3)
+    (folder / "model.safetensors.index.json").write_text("{}")  # e.g. a stale index of a sharded save
+    with pytest.raises(ValueError, match="model.safetensors.index.json"):
+        X.load_draft(folder, target)
+    X.save_draft(b, folder, target=target)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "elsi.json", "model.safetensors"]
+    assert X.load_draft(folder, target).config.layer_ids == (0, 2, 4)
+
+
+def test_load_draft_verifies_checksums_config_and_target(target, tmp_path):
+    draft = trained_like(target, (1, 3), 24)
+    X.save_draft(draft, tmp_path, target=target)
+    weights = (tmp_path / "model.safetensors").read_bytes()
+    flipped = bytearray(weights)
+    flipped[-5] ^= 0x01  # one bit of one weight
+    rewrite(tmp_path, "model.safetensors", bytes(flipped), update_record=False)
+    with pytest.raises(ValueError, match="model.safetensors: checksum mismatch"):
+        X.load_draft(tmp_path, target)
+    rewrite(tmp_path, "model.safetensors", weights, update_record=False)
+    config = json.loads((tmp_path / "config.json").read_text())
+    edited = {**config, "eagle_aux_hidden_state_layer_ids": [2, 3]}
+    rewrite(tmp_path, "config.json", json.dumps(edited), update_record=False)
+    with pytest.raises(ValueError, match="config.json: checksum mismatch"):
+        X.load_draft(tmp_path, target)
+    for change in ({"eagle_aux_hidden_state_layer_ids": [2, 3]},
+                   {"transformer_layer_config": {**config["transformer_layer_config"], "rms_norm_eps": 0.5}},
+                   {"transformer_layer_config": {**config["transformer_layer_config"], "rope_theta": 99.0}},
+                   {"transformer_layer_config": {**config["transformer_layer_config"], "hidden_act": "gelu"}}):
+        rewrite(tmp_path, "config.json", json.dumps({**config, **change}))  # consistent checksums, other content
+        with pytest.raises(ValueError, match="config.json: .*elsi's record"):
+            X.load_draft(tmp_path, target)
+    rewrite(tmp_path, "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
+    same_shape = random_model(target.config.model_type, n_layers=5, hidden_size=32, vocab_size=70, seed=1,
+                              **({"num_key_value_heads": 2} if target.config.model_type == "qwen2" else {}))
+    with pytest.raises(ValueError, match="another model of the same shape"):
+        X.load_draft(tmp_path, same_shape)
+    assert X.load_draft(tmp_path, target).config == draft.config
+    (tmp_path / "elsi.json").unlink()
+    with pytest.raises(ValueError, match="elsi.json"):
+        X.load_draft(tmp_path, target)
+
+
+def test_an_export_of_the_first_format_is_replaced_not_refused(target, tmp_path):
+    folder = tmp_path / "old"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "elsi.json").write_text(json.dumps({"format": "speculators", "layer_ids_elsi": [1, 3]}))
+    with pytest.raises(ValueError, match="elsi.json: not an elsi export of format 2"):
+        X.load_draft(folder, target)
+    X.save_draft(trained_like(target, (1, 3), 24), folder, target=target)
+    assert X.load_draft(folder, target).config.layer_ids == (1, 3)

@@ -297,7 +297,7 @@ def test_replay_of_a_sample_scores_the_sampled_tokens(draft, store):
                             sampled=sample)[6]
     assert sum(a + 1 for a in out) == len(sample) - 1  # every sampled token after the first is covered
     with pytest.raises(ValueError, match="sampled replies"):
-        R.replay(draft, SOURCE, store, key={"t": 1}, sizes=(6,), depth=3, top_k=3, sampled=[sample])
+        R.replay(draft, store, key={"t": 1}, sizes=(6,), depth=3, top_k=3, sampled=[sample])
 
 
 def test_replay_of_a_sample_equals_greedy_replay_of_the_same_tokens(draft, greedy_store):
@@ -332,7 +332,7 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
         return original(*args, **kwargs)
 
     monkeypatch.setattr(R, "replay_sequence", counting)
-    first = R.replay(draft, SOURCE, greedy_store, **options)
+    first = R.replay(draft, greedy_store, **options)
     assert len(calls) == len(greedy_store) == len(first)
     for i, result in enumerate(first):  # the cached results are replay_sequence's
         assert result == original(draft, greedy_store.sequence(i, SOURCE), sizes=(4, 8), depth=3, top_k=2,
@@ -344,7 +344,7 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
         raise AssertionError("replay_sequence called although every question is cached")
 
     monkeypatch.setattr(R, "replay_sequence", refuse)
-    assert R.replay(draft, SOURCE, greedy_store, **options) == first
+    assert R.replay(draft, greedy_store, **options) == first
 
     # An edited result (checksum no longer matches): the whole file is ignored and recomputed.
     saved = json.loads(path.read_text())
@@ -352,13 +352,13 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
     path.write_text(json.dumps(saved))
     monkeypatch.setattr(R, "replay_sequence", counting)
     calls.clear()
-    assert R.replay(draft, SOURCE, greedy_store, **options) == first
+    assert R.replay(draft, greedy_store, **options) == first
     assert len(calls) == len(greedy_store)
 
     # A truncated file: recomputed too.
     path.write_text(path.read_text()[:40])
     calls.clear()
-    assert R.replay(draft, SOURCE, greedy_store, **options) == first
+    assert R.replay(draft, greedy_store, **options) == first
     assert len(calls) == len(greedy_store)
 
     # A consistent file missing one question: only that question is computed (resume).
@@ -367,12 +367,12 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
     saved["checksum"] = R.sha256_text(json.dumps(saved["results"]))
     path.write_text(json.dumps(saved))
     calls.clear()
-    assert R.replay(draft, SOURCE, greedy_store, **options) == first
+    assert R.replay(draft, greedy_store, **options) == first
     assert len(calls) == 1
 
     # Other settings are another cache entry.
     calls.clear()
-    other = R.replay(draft, SOURCE, greedy_store, **{**options, "max_tokens": 6})
+    other = R.replay(draft, greedy_store, **{**options, "max_tokens": 6})
     assert len(calls) == len(greedy_store)
     assert all(sum(a + 1 for a in result[4]) == 5 for result in other)
     assert len(list((tmp_path / "cache" / "replay").glob("*.json"))) == 2
@@ -381,10 +381,10 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
 def test_replay_cache_reused_for_a_key_with_tuples(draft, greedy_store, monkeypatch):
     options = dict(key={"experiment": {"sizes": (4, 8), "seeds": (0, 1)}}, sizes=(4, 8), depth=3, top_k=2,
                    max_tokens=6, autocast=False, progress=False)
-    first = R.replay(draft, SOURCE, greedy_store, **options)
+    first = R.replay(draft, greedy_store, **options)
 
     def refuse(*args, **kwargs):
         raise AssertionError("replay_sequence called although every question is cached")
 
     monkeypatch.setattr(R, "replay_sequence", refuse)
-    assert R.replay(draft, SOURCE, greedy_store, **options) == first
+    assert R.replay(draft, greedy_store, **options) == first

@@ -12,9 +12,10 @@ import pytest
 from dataclasses import replace
 
 from conftest import random_layers
-from elsi_lib import convert_layer_ids, eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
+from elsi_lib import eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
 from elsi_lib.draft import tables as T
-from elsi_lib.draft.experiment import (FINAL, LEVER, Experiment, _groups, beam_overlap, draft_methods, plan)
+from elsi_lib.draft.experiment import (LEVER, Experiment, _groups, beam_overlap, draft_methods, plan)
+from elsi_lib.draft.model import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.study import compartments, regimes
 
@@ -62,7 +63,7 @@ def test_tau_table_cells_are_column_means_and_avg_is_sample_weighted():
 def test_tau_table_keeps_only_the_block_and_drops_missing_tau():
     base = frame({"A": {"MT": [1, 2, 3], "QA": [4, 5]}})
     other_nodes = frame({"A": {"MT": [100, 100, 100], "QA": [100, 100]}, "C": {"MT": [9, 9, 9]}}, nodes=60)
-    other_seed = frame({"A": {"MT": [-50, -50, -50], "QA": [-50, -50]}}, seed=1)
+    other_seed = frame({"A": {"MT": [50, 50, 50], "QA": [50, 50]}}, seed=1)
     missing = pd.DataFrame([{"method": "A", "seed": 0, "nodes": 30, "question_id": 99, "column": "MT",
                              "tau": np.nan, "rounds": 0}])
     tau, low, high = T.tau_table(pd.concat([base, other_nodes, other_seed, missing], ignore_index=True), 30, n_boot=200)
@@ -71,8 +72,8 @@ def test_tau_table_keeps_only_the_block_and_drops_missing_tau():
     assert tau.loc["A", "QA"] == pytest.approx(4.5)
     assert tau.loc["A", "AVG"] == pytest.approx(3.0)
     assert np.isfinite(low.to_numpy()).all() and np.isfinite(high.to_numpy()).all()
-    tau1, _, _ = T.tau_table(pd.concat([base, other_seed], ignore_index=True), 30, n_boot=50, model_seed=1)
-    assert tau1.loc["A", "AVG"] == pytest.approx(-50.0)
+    tau1, _, _ = T.tau_table(pd.concat([base, other_seed], ignore_index=True), 30, n_boot=100, model_seed=1)
+    assert tau1.loc["A", "AVG"] == pytest.approx(50.0)
 
 
 def test_tau_table_intervals_contain_the_estimate():
@@ -164,9 +165,9 @@ def test_formatted_bolds_exactly_the_best_of_each_column():
 
 def correlated_results(n=40, seed=0):
     """B = A + 0.1 + small noise, A spread widely: strongly correlated per question. C is below A
-    on every question, D above."""
+    on every question, D above (every tau >= 1, as tau = mean(accepted + 1) always is)."""
     rng = np.random.default_rng(seed)
-    a = {"MT": rng.uniform(1, 4, n // 2), "QA": rng.uniform(1, 4, n - n // 2)}
+    a = {"MT": rng.uniform(1.5, 4, n // 2), "QA": rng.uniform(1.5, 4, n - n // 2)}
     b = {c: v + 0.1 + rng.normal(0, 0.01, len(v)) for c, v in a.items()}
     c = {col: v - rng.uniform(0.05, 0.5, len(v)) for col, v in a.items()}
     d = {col: v + rng.uniform(0.05, 0.5, len(v)) for col, v in a.items()}
@@ -284,6 +285,202 @@ def test_summary_rows():
     assert out.loc["B", "minus EAGLE3"] == pytest.approx(0.1, abs=0.01)
 
 
+# ---------------------------------------------------------------- what the tables refuse to estimate
+
+def test_a_cell_of_one_question_has_no_interval():
+    results = frame({"A": {"MT": [2.5], "QA": [1.0, 2.0, 3.0]}, "B": {"MT": [3.0], "QA": [1.5, 2.5, 1.0]}})
+    tau, low, high = T.tau_table(results, 30, n_boot=200)
+    assert tau.loc["A", "MT"] == pytest.approx(2.5)  # the estimate stays, its interval does not
+    assert np.isnan(low.loc["A", "MT"]) and np.isnan(high.loc["A", "MT"])
+    assert low.loc["A", "QA"] < high.loc["A", "QA"] and low.loc["A", T.AVG] < high.loc["A", T.AVG]
+    out = T.formatted(tau, low, high)
+    assert out.loc["A", "MT"] == "2.50 [no interval: 1 question]"
+    assert out.loc["B", "MT"] == "**3.00 [no interval: 1 question]**"
+    assert out.loc["A", "QA"].startswith("**2.00 [") and "no interval" not in out.loc["A", "AVG"]
+    lone = frame({"A": {"MT": [2.0]}})  # one question in all: AVG has no interval either
+    tau, low, high = T.tau_table(lone, 30, n_boot=200)
+    assert np.isnan(low.loc["A", T.AVG]) and np.isnan(high.loc["A", T.AVG])
+    assert T.formatted(tau, low, high, markdown=False).loc["A", T.AVG] == "2.00 [no interval: 1 question]"
+    assert T.MIN_QUESTIONS >= 2
+
+
+def test_a_paired_difference_of_one_question_has_no_interval():
+    results = frame({"base": {"MT": [1.0, 2.0]}, "X": {"MT": [2.0, 3.0]}})
+    results = results[~((results.method == "X") & (results.question_id == 1))]  # X shares one question
+    row = T.paired_differences(results, 30, "base", n_boot=200).iloc[0]
+    assert row["questions"] == 1 and row["diff"] == pytest.approx(1.0)
+    assert np.isnan(row["low"]) and np.isnan(row["high"]) and np.isnan(row["P(ahead)"])
+
+
+@pytest.mark.parametrize("n_boot", [1, 10, 99, 0, -5])
+def test_too_few_resamples_are_refused(n_boot):
+    results, _, _ = correlated_results()
+    methods = pd.DataFrame({"method": ["A"], "entropy": [1.0]})
+    with pytest.raises(ValueError, match="n_boot"):
+        T.tau_table(results, 30, n_boot=n_boot)
+    with pytest.raises(ValueError, match="n_boot"):
+        T.paired_differences(results, 30, "A", n_boot=n_boot)
+    with pytest.raises(ValueError, match="n_boot"):
+        T.summary(results, methods, 30, n_boot=n_boot, baseline="A")
+
+
+@pytest.mark.parametrize("n_boot", [200.0, 250.5, True, "200", None])
+def test_non_integer_resample_counts_are_refused(n_boot):
+    results, _, _ = correlated_results()
+    with pytest.raises(ValueError, match="n_boot"):
+        T.tau_table(results, 30, n_boot=n_boot)
+    with pytest.raises(ValueError, match="n_boot"):
+        T.paired_differences(results, 30, "A", n_boot=n_boot)
+
+
+def test_tau_table_accepts_a_numpy_integer_n_boot():
+    results, _, _ = correlated_results()
+    first = T.tau_table(results, 30, n_boot=np.int64(T.MIN_BOOT))
+    again = T.tau_table(results, 30, n_boot=T.MIN_BOOT)
+    for a, b in zip(first, again):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_an_unrelated_method_with_fewer_questions_changes_no_other_row():
+    results, _, _ = correlated_results()
+    few = frame({"E": {"MT": [2.0, 3.0, 1.5], "QA": [2.5, 1.0]}})  # 5 of the 40 questions
+    few["question_id"] = [0, 1, 2, 20, 21]  # ids of MT and QA questions of the others
+    more = pd.concat([results, few], ignore_index=True)
+    before = T.paired_differences(results, 30, "A", n_boot=300).set_index("method")
+    after = T.paired_differences(more, 30, "A", n_boot=300).set_index("method")
+    assert list(after.index) == ["B", "C", "D", "E"]
+    pd.testing.assert_frame_equal(after.loc[["B", "C", "D"]], before)
+    assert (after.loc[["B", "C", "D"], "questions"] == 40).all() and after.loc["E", "questions"] == 5
+    shared = results[(results.method == "A") & results.question_id.isin(few.question_id)]
+    assert after.loc["E", "diff"] == pytest.approx(few.tau.mean() - shared.tau.mean())
+    tau_before, low_before, high_before = T.tau_table(results, 30, n_boot=300)
+    tau_after, low_after, high_after = T.tau_table(more, 30, n_boot=300)
+    for a, b in ((tau_before, tau_after), (low_before, low_after), (high_before, high_after)):
+        pd.testing.assert_frame_equal(b.loc[a.index], a)
+
+
+def test_each_method_is_paired_with_the_baseline_on_the_questions_those_two_share():
+    results = frame({"base": {"MT": [1.0, 2.0, 3.0, 4.0]}, "X": {"MT": [2.0, 3.0, 4.0, 5.0]},
+                     "Y": {"MT": [1.0, 1.0, 1.0, 9.0]}})
+    results = results[~((results.method == "Y") & (results.question_id < 2))]  # Y has questions 2, 3 only
+    diffs = T.paired_differences(results, 30, "base", n_boot=200).set_index("method")
+    assert diffs.loc["X", "questions"] == 4 and diffs.loc["X", "diff"] == pytest.approx(1.0)
+    assert diffs.loc["Y", "questions"] == 2 and diffs.loc["Y", "diff"] == pytest.approx((-2.0 + 5.0) / 2)
+
+
+def two_temperatures():
+    """Both temperatures' rows in one frame, as experiment.run returns them; A trained with 2 seeds."""
+    def at(temperature, a, b, a1):
+        return pd.concat([frame({"A": {"MT": a}, "B": {"MT": b}}), frame({"A": {"MT": a1}}, seed=1)],
+                         ignore_index=True).assign(temperature=temperature)
+    cold = at(0.0, [1.0, 2.0, 3.0], [2.0, 2.0, 4.0], [1.0, 1.0, 2.0])
+    hot = at(1.0, [5.0, 5.0, 6.0], [1.0, 1.5, 2.0], [3.0, 4.0, 4.0])
+    return pd.concat([cold, hot], ignore_index=True), cold, hot
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def test_several_temperatures_must_be_chosen_between():
+    both, cold, hot = two_temperatures()
+    methods = pd.DataFrame({"method": ["A", "B"], "entropy": [1.0, 2.0]})
+    calls = {"tau_table": lambda r, **k: T.tau_table(r, 30, n_boot=200, **k),
+             "paired_differences": lambda r, **k: T.paired_differences(r, 30, "A", n_boot=200, **k),
+             "seed_spread": lambda r, **k: T.seed_spread(r, 30, **k),
+             "summary": lambda r, **k: T.summary(r, methods, 30, n_boot=200, baseline="A", **k)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=r"temperatures \[0\.0, 1\.0\]"):
+            call(both)
+        for temperature, part in ((0.0, cold), (1, hot)):
+            for a, b in zip(as_tuple(call(both, temperature=temperature)), as_tuple(call(part))):
+                pd.testing.assert_frame_equal(a, b, obj=name)  # the same as on the filtered frame
+        with pytest.raises(ValueError, match=r"0\.5.*\[0\.0, 1\.0\]"):
+            call(both, temperature=0.5)
+    tau, _, _ = T.tau_table(both, 30, n_boot=200, temperature=1.0)
+    assert tau.loc["A", "MT"] == pytest.approx(16 / 3)  # not averaged with T = 0's 2.0
+    assert T.seed_spread(both, 30, temperature=1.0).loc["A", "range"] == pytest.approx(16 / 3 - 11 / 3)
+
+
+def test_a_temperature_asked_of_results_without_one_is_refused():
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0]}})  # no temperature column: one, unrecorded
+    T.tau_table(results, 30, n_boot=200)
+    for temperature in (0, 1.0):
+        with pytest.raises(ValueError, match="temperature"):
+            T.tau_table(results, 30, n_boot=200, temperature=temperature)
+
+
+def test_a_duplicated_question_is_refused():
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}})
+    twice = pd.concat([results, results.iloc[[4]]], ignore_index=True)  # B's question 1 again
+    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+                 lambda r: T.seed_spread(r, 30)):
+        with pytest.raises(ValueError, match=r"'B'.*question 1"):
+            call(twice)
+    # the same question at another tree size, seed or temperature is no duplicate
+    T.tau_table(pd.concat([results, results.assign(nodes=60), results.assign(seed=1)]), 30, n_boot=200)
+
+
+def test_a_question_labelled_with_two_columns_is_refused():
+    results = frame({"A": {"MT": [1.0, 2.0], "QA": [3.0, 3.0]}, "B": {"MT": [2.0, 2.0], "QA": [4.0, 4.0]}})
+    results.loc[(results.method == "B") & (results.question_id == 0), "column"] = "QA"
+    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200)):
+        with pytest.raises(ValueError, match=r"question 0.*'MT'.*'QA'"):
+            call(results)
+
+
+def test_a_method_without_a_finite_tau_is_refused():
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}, "C": {"MT": [2.0, 3.0, 3.0]}})
+    results.loc[results.method == "B", "tau"] = np.nan
+    methods = pd.DataFrame({"method": ["A"], "entropy": [1.0]})
+    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+                 lambda r: T.seed_spread(r, 30), lambda r: T.summary(r, methods, 30, n_boot=200, baseline="A")):
+        with pytest.raises(ValueError, match=r"'B'.*no finite tau"):
+            call(results)
+
+
+def test_a_question_without_a_round_is_dropped_for_that_method_only():
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}})
+    results.loc[(results.method == "B") & (results.question_id == 2), ["tau", "rounds"]] = [np.nan, 0]
+    tau, _, _ = T.tau_table(results, 30, n_boot=200)
+    assert tau.loc["A", "MT"] == pytest.approx(2.0) and tau.loc["B", "MT"] == pytest.approx(2.0)
+    row = T.paired_differences(results, 30, "A", n_boot=200).iloc[0]
+    assert row["questions"] == 2 and row["diff"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, np.inf, -np.inf])
+def test_a_tau_below_one_or_infinite_is_refused(bad):
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}})
+    results.loc[(results.method == "B") & (results.question_id == 2), "tau"] = bad
+    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+                 lambda r: T.seed_spread(r, 30)):
+        with pytest.raises(ValueError, match=r"'B'.*question 2"):
+            call(results)
+    results.loc[(results.method == "B") & (results.question_id == 2), "tau"] = 1.0  # no draft token accepted
+    T.tau_table(results, 30, n_boot=200)
+
+
+TABLE_CALLS = (lambda r, n: T.tau_table(r, n, n_boot=200), lambda r, n: T.paired_differences(r, n, "A", n_boot=200),
+               lambda r, n: T.seed_spread(r, n))
+
+
+def test_missing_columns_are_named():
+    results, _, _ = correlated_results()
+    for call in TABLE_CALLS:
+        with pytest.raises(ValueError, match=r"'question_id', 'column'"):
+            call(results.drop(columns=["question_id", "column"]), 30)
+
+
+def test_an_absent_tree_size_or_training_seed_lists_those_present():
+    results, _, _ = correlated_results()
+    both = pd.concat([results, results.assign(nodes=12)], ignore_index=True)
+    for call in TABLE_CALLS:
+        with pytest.raises(ValueError, match=r"60 nodes.*\[12, 30\]"):
+            call(both, 60)
+    with pytest.raises(ValueError, match=r"training seed 3.*\[0\]"):
+        T.tau_table(results, 30, n_boot=200, model_seed=3)
+
+
 # ---------------------------------------------------------------- experiment: draft_methods
 
 N = 8
@@ -306,7 +503,7 @@ def test_draft_methods_rows(seed):
     assert list(methods.columns) == ["method", "source", "setting", "m", "layers", "entropy"]
 
     assert by.loc["EAGLE2", "source"] == FINAL and by.loc["EAGLE2", "layers"] == (N - 1,)
-    assert by.loc["EAGLE3", "source"] == convert_layer_ids(eagle3_layers(N), "input", "output", N) == (1, 3, 4)
+    assert by.loc["EAGLE3", "source"] == eagle3_layers(N) == (1, 3, 4)
 
     singles = single_entropies(Z)
     rule = by.loc["ELSI m=1", "source"]

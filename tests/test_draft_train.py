@@ -32,7 +32,7 @@ def vocab(tiny_model, store):
 
 
 def make_draft(model, vocab, source, seed=0, perturb=True):
-    draft = Eagle3Draft.from_target(model, [LAYERS[-1]] if source == "final" else source, DRAFT_VOCAB, seed=seed)
+    draft = Eagle3Draft.from_target(model, source, DRAFT_VOCAB, seed=seed)
     draft.set_vocabulary(*vocab)
     init_lm_head_from_target(draft, model.get_output_embeddings())
     if perturb:  # norms away from 1 so that every weight matters
@@ -84,7 +84,7 @@ def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
     batch = T.collate(store, indices, {source})
     batch["start"] = torch.zeros(2, dtype=torch.long)  # score every row, not only the reply
     with torch.no_grad():
-        steps = list(T.ttt_unroll(draft, batch, source, K, autocast=False))
+        steps = list(T.ttt_unroll(draft, batch, K, autocast=False))
         assert [k for k, *_ in steps] == [1, 2, 3]
         for row, i in enumerate(indices):
             s = store.sequence(i, source)
@@ -104,7 +104,7 @@ def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
     # from start - K - 1 on, and every scored row's logits equal those of the all-rows run.
     batch["start"] = torch.tensor([store.sequence(i)["start"] for i in indices])
     with torch.no_grad():
-        for (k, logits, chosen, position, label), full in zip(T.ttt_unroll(draft, batch, source, K, autocast=False),
+        for (k, logits, chosen, position, label), full in zip(T.ttt_unroll(draft, batch, K, autocast=False),
                                                               steps):
             assert (position[chosen[1]] + 1 >= batch["start"][chosen[0]]).all()
             assert int((position[chosen[1]] + 1 == batch["start"][chosen[0]]).sum()) == 2
@@ -165,31 +165,31 @@ def test_train_drafts_deterministic_and_resumable(tiny_model, vocab, store):
     initial = states(fresh_drafts(tiny_model, vocab))
 
     drafts = fresh_drafts(tiny_model, vocab)
-    first = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    first = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
     assert first["done"] == first["total"] >= 4
     trained = states(drafts)
     assert not torch.equal(trained["a"]["fc.weight"], initial["a"]["fc.weight"])  # training changed the weights
 
     # A rerun with the finished checkpoint in place trains nothing and restores the weights.
     drafts = fresh_drafts(tiny_model, vocab)
-    again = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    again = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
     assert again["done"] == first["total"] and again["log"] == first["log"]
     assert_same_states(states(drafts), trained)
 
     # A fresh run (checkpoint deleted) gives identical weights.
     first["path"].unlink()
     drafts = fresh_drafts(tiny_model, vocab)
-    second = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    second = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
     assert_same_states(states(drafts), trained)
     assert second["log"] == first["log"]
 
     # Interrupted after 2 batches, then rerun to the end: the same weights as without interruption.
     second["path"].unlink()
     drafts = fresh_drafts(tiny_model, vocab)
-    part = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=2)
+    part = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=2)
     assert part["done"] == 2 and part["path"].is_file()
     drafts = fresh_drafts(tiny_model, vocab)
-    rest = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False)
+    rest = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
     assert rest["done"] == first["total"]
     assert rest["log"] == first["log"]
     assert_same_states(states(drafts), trained)
@@ -197,21 +197,62 @@ def test_train_drafts_deterministic_and_resumable(tiny_model, vocab, store):
     # A different seed is a different run (batch order and checkpoint key).
     other = T.TrainSettings(**{**SETTINGS.__dict__, "seed": 4})
     drafts = fresh_drafts(tiny_model, vocab)
-    T.train_drafts(drafts, SOURCES, store, rows, other, key=key, progress=False)
+    T.train_drafts(drafts, store, rows, other, key=key, progress=False)
     assert not torch.equal(states(drafts)["a"]["fc.weight"], trained["a"]["fc.weight"])
 
 
 def test_train_drafts_ignores_a_corrupt_checkpoint(tiny_model, vocab, store, capsys):
     rows, key = target_rows(tiny_model, vocab), {"test": "corrupt"}
     drafts = fresh_drafts(tiny_model, vocab)
-    out = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    out = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
     trained = states(drafts)
     out["path"].write_bytes(out["path"].read_bytes()[:100])  # truncated
     drafts = fresh_drafts(tiny_model, vocab)
-    rerun = T.train_drafts(drafts, SOURCES, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
-    assert "ignoring unreadable checkpoint" in capsys.readouterr().out
+    rerun = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    assert "discarding checkpoint" in capsys.readouterr().err
     assert rerun["done"] == 1  # started over, not resumed
     assert_same_states(states(drafts), trained)
+
+
+def test_a_checkpoint_with_a_flipped_bit_is_discarded_never_resumed(tiny_model, vocab, store, capsys):
+    """A checkpoint whose bytes still unpickle but differ from what was written (one flipped bit in
+    a weight) fails its checksum: it is discarded with a message and training starts over; the
+    finished-checkpoint reader refuses it, naming the file."""
+    rows, key = target_rows(tiny_model, vocab), {"test": "bitflip"}
+    drafts = fresh_drafts(tiny_model, vocab)
+    out = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    trained = states(drafts)
+    data = bytearray(out["path"].read_bytes())
+    data[len(data) // 2] ^= 0x10
+    out["path"].write_bytes(bytes(data))
+    assert T.read_checkpoint(out["path"])[0] is None
+    full_key = T.checkpoint_key(SOURCES, SETTINGS, key)
+    with pytest.raises(RuntimeError, match=out["path"].name):
+        T.finished_drafts(out["path"], full_key, tiny_model)
+    drafts = fresh_drafts(tiny_model, vocab)
+    rerun = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    assert "discarding checkpoint" in capsys.readouterr().err and rerun["done"] == 1
+    assert_same_states(states(drafts), trained)
+
+
+def test_finished_drafts_rebuild_from_the_checkpoint_alone(tiny_model, vocab, store):
+    """Each draft's config (its source, EAGLE2's final-norm state said as such) and vocabulary maps
+    are in the checkpoint: the drafts come back without the store; an unfinished one is refused."""
+    rows, key = target_rows(tiny_model, vocab), {"test": "records"}
+    full_key = T.checkpoint_key(SOURCES, SETTINGS, key)
+    drafts = fresh_drafts(tiny_model, vocab)
+    part = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
+    with pytest.raises(RuntimeError, match="batch 1 of"):
+        T.finished_drafts(part["path"], full_key, tiny_model)
+    T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
+    back = T.finished_drafts(part["path"], full_key, tiny_model)
+    assert {m: d.config.source for m, d in back.items()} == SOURCES
+    assert back["b"].config.reads_final_norm and back["b"].config.m == 1
+    with pytest.raises(ValueError, match="final-norm"):
+        back["b"].config.layer_ids
+    assert_same_states(states(back), states(drafts))
+    with pytest.raises(RuntimeError, match="another configuration"):
+        T.finished_drafts(part["path"], {**full_key, "seed": 99}, tiny_model)
 
 
 # ---------------------------------------------------------------- 8. loss decreases
@@ -223,7 +264,7 @@ def test_training_reduces_the_loss(tiny_model, vocab, store):
     settings = T.TrainSettings(ttt_steps=3, epochs=epochs, batch_tokens=400, warmup=2, lr=1e-2, autocast_bf16=False,
                                seed=0, checkpoint_seconds=1e9)
     drafts = {"a": make_draft(tiny_model, vocab, (1, 3), seed=0, perturb=False)}
-    out = T.train_drafts(drafts, {"a": (1, 3)}, store, 20 * target_rows(tiny_model, vocab), settings,
+    out = T.train_drafts(drafts, store, 20 * target_rows(tiny_model, vocab), settings,
                          key={"test": "loss"}, progress=False)
     per_epoch = out["total"] // epochs
     assert out["total"] == epochs * per_epoch and per_epoch >= 2

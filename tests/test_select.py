@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
+from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers, elsi, elsi_c, exhaustive,
                       lowest_entropy_layers, set_entropy, single_layer_entropies)
 from elsi_lib.bounds import shannon_upper_bound
 from elsi_lib.scorer import SetScorer
@@ -103,8 +103,10 @@ def test_min_single_layer_rule():
 
 def test_baselines_and_negative_control():
     assert eagle2_layers(30) == (29,)
-    assert eagle3_layers(30) == (2, 15, 27)
-    assert eagle3_layers(36) == (2, 18, 33)
+    assert eagle3_layers(30) == (1, 14, 26)  # EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's ids
+    assert eagle3_layers(36) == (1, 17, 32)
+    assert eagle3_paper_layers(30) == (2, 15, 27)  # the paper's Table 1 reading: outputs
+    assert convert_layer_ids(eagle3_layers(30), "elsi", "vllm", 30) == (2, 15, 27)
     Z = random_layers(n_layers=9, seed=3)
     low = lowest_entropy_layers(Z, 3)
     assert set(low) == set(np.argsort(single_layer_entropies(Z))[:3])
@@ -251,7 +253,7 @@ def test_convert_layer_ids_rejects_bad_types(call, error, message):
 
 def test_convert_layer_ids_accepts_numpy_integers():
     assert convert_layer_ids(np.array([1, 14, 26]), "elsi", "vllm", np.int64(30)) == (2, 15, 27)
-    assert eagle3_layers(np.int64(30)) == (2, 15, 27)
+    assert eagle3_layers(np.int64(30)) == (1, 14, 26)
 
 
 @settings(max_examples=20, deadline=None)

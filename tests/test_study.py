@@ -2,7 +2,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib import LayerStats, cka_matrix, elsi, exhaustive, find_boundaries, set_entropy, study, transition_scores
+from elsi_lib import (LayerStats, cka_matrix, eagle3_layers, eagle3_paper_layers, elsi, exhaustive, find_boundaries,
+                      set_entropy, study, transition_scores)
 from elsi_lib.select import single_layer_entropies
 
 from conftest import random_layers
@@ -243,11 +244,33 @@ def test_selection_table_rows():
     table = study.selection_table(Z, sizes=(1, 2, 3))
     assert set(table.method) == set(study.TABLE1_METHODS)
     by = table.set_index(["method", "m"])
-    assert by.loc[("EAGLE3", 3), "layers"] == (2, 4, 5) and by.loc[("EAGLE2", 1), "layers"] == (7,)
+    assert by.loc[("EAGLE3", 3), "layers"] == (1, 3, 4) and by.loc[("EAGLE2", 1), "layers"] == (7,)
+    assert by.loc[(study.EAGLE3_PAPER_READING, 3), "layers"] == (2, 4, 5)
     for m in (1, 2, 3):
         assert by.loc[("exhaustive", m), "entropy"] == pytest.approx(exhaustive(Z, m).entropy)
         assert by.loc[("ELSI", m), "entropy"] <= by.loc[("exhaustive", m), "entropy"] + 1e-12
-    assert by.loc[("EAGLE3", 3), "entropy"] == pytest.approx(set_entropy(Z, (2, 4, 5)))
+    assert by.loc[("EAGLE3", 3), "entropy"] == pytest.approx(set_entropy(Z, (1, 3, 4)))
+    assert by.loc[(study.EAGLE3_PAPER_READING, 3), "entropy"] == pytest.approx(set_entropy(Z, (2, 4, 5)))
+
+
+@pytest.mark.parametrize("n_layers, drafts_read, paper_reading", [(30, (1, 14, 26), (2, 15, 27)),
+                                                                  (24, (1, 11, 20), (2, 12, 21))])
+def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_row(n_layers, drafts_read,
+                                                                                     paper_reading):
+    """One EAGLE3 set everywhere: Table 1's "EAGLE3" row is `eagle3_layers` (the set notebook 06, the
+    `elsi` command and the engines use: EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's output
+    ids), and the paper's reading of the rule as outputs is a different row under a different name."""
+    Z = random_layers(n_layers=n_layers, rows=4, dim=6, seed=1)
+    table = study.selection_table(Z, sizes=(1,))
+    eagle3 = table[table.method == "EAGLE3"]
+    paper = table[table.method == study.EAGLE3_PAPER_READING]
+    assert len(eagle3) == len(paper) == 1 and eagle3.index[0] != paper.index[0]
+    assert study.EAGLE3_PAPER_READING != "EAGLE3" and {"EAGLE3", study.EAGLE3_PAPER_READING} <= set(study.TABLE1_METHODS)
+    assert eagle3.layers.iloc[0] == eagle3_layers(n_layers) == drafts_read
+    assert paper.layers.iloc[0] == eagle3_paper_layers(n_layers) == paper_reading
+    assert eagle3.m.iloc[0] == paper.m.iloc[0] == 3
+    assert eagle3.entropy.iloc[0] == pytest.approx(set_entropy(Z, drafts_read))
+    assert paper.entropy.iloc[0] == pytest.approx(set_entropy(Z, paper_reading))
 
 
 @pytest.mark.parametrize("seed", [4, 5, 6])
@@ -287,6 +310,9 @@ def test_side_by_side_pivot():
     assert len(wide) == len(table) // 3
     assert list(wide[wide.m == 1].method) == ["EAGLE2", "ELSI", study.SINGLE_LAYER_RULE, "ELSI-C", "exhaustive",
                                               "lowest-entropy control"]
+    assert list(wide[wide.m == 3].method) == ["EAGLE3", study.EAGLE3_PAPER_READING, "ELSI", "ELSI-C", "exhaustive",
+                                              "lowest-entropy control"]
+    assert wide.method.notna().all()
     assert list(wide.m) == sorted(wide.m)
     row = table[(table.setting == "frobenius") & (table.method == "ELSI") & (table.m == 2)].iloc[0]
     cell = wide[(wide.method == "ELSI") & (wide.m == 2)].frobenius.iloc[0]
@@ -303,8 +329,10 @@ def test_table1_findings():
     Z = stats["m"]["entropy"].Z
     chosen = elsi(Z, 3, normalize="frobenius")
     assert row["ELSI set, m=3"] == chosen.layers and row["ELSI, m=3"] == pytest.approx(chosen.entropy)
-    eagle3 = set_entropy(Z, (2, 4, 5), normalize="frobenius")
+    eagle3 = set_entropy(Z, (1, 3, 4), normalize="frobenius")  # the set drafts read, not the paper's reading
     assert row["EAGLE3"] == pytest.approx(eagle3) and row["ELSI / EAGLE3"] == pytest.approx(chosen.entropy / eagle3)
+    assert row["EAGLE3 set"] == (1, 3, 4) and row["paper's reading, set"] == (2, 4, 5)
+    assert row[study.EAGLE3_PAPER_READING] == pytest.approx(set_entropy(Z, (2, 4, 5), normalize="frobenius"))
     single = single_layer_entropies(Z)
     assert row["ELSI layer, m=1"] == np.argmax(single) and row["EAGLE2"] == pytest.approx(single[-1])
     assert row["from N//2, layer"] == 4 + np.argmax(single[4:]) and row["from N//2"] == pytest.approx(single[4:].max())

@@ -26,12 +26,17 @@ def column_of(category: str) -> str:
     raise ValueError(f"unknown SpecBench category {category!r}")
 
 
+def training_prompt_list(n_prompts: int, *, seed: int = 0) -> list[list[dict]]:
+    """`n_prompts` training prompts (`data.training_prompts`), disjoint from the whole calibration
+    mix and from SpecBench."""
+    calibration = [c for source in CALIBRATION_MIX for c in load_prompts(source)]
+    return training_prompts(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+
+
 def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, max_new_tokens: int = 256,
                            max_length: int = 1024, progress: bool = True) -> list[list[dict]]:
-    """`n_prompts` training prompts (`data.training_prompts`, disjoint from the whole calibration mix
-    and from SpecBench), each followed by the target's greedy reply of up to `max_new_tokens`."""
-    calibration = [c for source in CALIBRATION_MIX for c in load_prompts(source)]
-    prompts = training_prompts(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+    """`training_prompt_list(n_prompts)`, each followed by the target's greedy reply of up to `max_new_tokens`."""
+    prompts = training_prompt_list(n_prompts, seed=seed)
     replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
                                  batch_size=REPLY_BATCH, progress=progress)
     return with_replies(prompts, replies)

@@ -17,6 +17,7 @@ so that the loop's drafts see what the replay's see.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -25,11 +26,10 @@ from transformers.cache_utils import DynamicLayer
 
 from ..forward import layer_outputs
 from ..responses import eos_ids
-from .model import Eagle3Draft
+from ..checks import is_integer
+from .model import FINAL_NORM, Eagle3Draft, check_source
 from .replay import root_step_fn
-from .tree import DraftTree, build_trees
-
-FINAL = "final"
+from .tree import DraftTree, check_tree_args, build_trees
 
 
 @dataclass
@@ -61,7 +61,8 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
     """One target forward over `ids` (n,) after `cache` (None: none yet). allowed (n, S + n) bool over
     [cached ; new] keys (None: causal). Returns logits (n, V) float32, the draft's features of the
     new tokens (n, m*d) float32 (float16-rounded unless `round_features` is False; `source` a layer
-    tuple or "final", the normed last hidden state) and the updated cache."""
+    set or FINAL_NORM, the normed last hidden state) and the updated cache."""
+    source = check_source(source, len(model.get_decoder().layers))
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     dtype = next(model.parameters()).dtype
     mask = None if allowed is None else _additive(allowed, dtype)
@@ -69,7 +70,7 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
         out = decoder(input_ids=ids[None], attention_mask=mask, cache=cache, use_cache=True,
                       position_ids=None if positions is None else positions[None])
     final = out.last_hidden_state[0]  # (n, d) after the final norm
-    features = final if source == FINAL else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
+    features = final if source == FINAL_NORM else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
     features = features.half().float() if round_features else features.float()
     return lm_head(final).float(), features, out.cache
 
@@ -132,20 +133,19 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
 
 
 @torch.no_grad()
-def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
+def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
                          depth: int = 6, top_k: int = 10, temperature: float = 0.0, seed: int = 0,
                          stop_at_eos: bool = True, autocast: bool = True, round_features: bool = True) -> Decoded:
-    """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading `source` (its
-    layer tuple or "final"). T = 0 equals the target's greedy decoding; T > 0 samples from the
+    """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading its own source
+    (`draft.config.source`, checked against `target` with the rest of its shape). T = 0 equals the target's greedy decoding; T > 0 samples from the
     target's distribution at that temperature (seeded). A chain of k is `nodes=k, depth=k, top_k=1`.
     With `stop_at_eos`, generation ends at the target's end-of-sequence token. `autocast` (bf16 draft
     matmuls) and `round_features` (float16 features) reproduce training and replay; both off, the
-    draft runs in float32 as an engine running in float32 would."""
-    if max_new_tokens < 1:
-        raise ValueError("max_new_tokens must be >= 1")
-    if temperature < 0:
-        raise ValueError("temperature must be >= 0")
-    prompt_ids = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
+    draft runs in float32 as an engine running in float32 would. Every argument is checked before
+    the prefill."""
+    prompt_ids = check_generate_args(target, draft, prompt_ids, max_new_tokens=max_new_tokens, nodes=nodes,
+                                     depth=depth, top_k=top_k, temperature=temperature)
+    source = draft.config.source
     generator = torch.Generator().manual_seed(seed)
     eos = set(eos_ids(target)) if stop_at_eos else set()
     draft.eval()
@@ -197,6 +197,46 @@ def speculative_generate(target, draft: Eagle3Draft, source, prompt_ids, *, max_
         P += len(rows)
     out.tokens = cut(out.tokens, max_new_tokens, eos)
     return out
+
+
+def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens, nodes, depth, top_k,
+                        temperature) -> torch.Tensor:
+    """`speculative_generate`'s arguments, refused with the argument named; returns the prompt as
+    a (P,) int64 tensor. The draft must fit the target (`DraftConfig.check_target`), and the
+    target's attention must be full (a sliding-window cache cannot be pruned to the accepted path)."""
+    draft.config.check_target(target)
+    config = target.config
+    sliding = [t for t in (getattr(config, "layer_types", None) or []) if "sliding" in str(t)]
+    if sliding or (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None)):
+        raise NotImplementedError("the target has sliding-window attention layers, whose cache cannot be pruned "
+                                  "to the accepted path; speculative_generate supports full attention only")
+    if not is_integer(max_new_tokens) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    check_tree_args(nodes, depth, top_k)
+    if top_k > draft.config.draft_vocab_size:
+        raise ValueError(f"top_k = {top_k} exceeds the draft vocabulary ({draft.config.draft_vocab_size} tokens)")
+    if isinstance(prompt_ids, torch.Tensor):
+        prompt = prompt_ids.detach().cpu()
+    else:
+        import numpy as np
+        array = np.asarray(prompt_ids)
+        if array.dtype == object or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
+            raise TypeError(f"prompt_ids must be integer token ids, got dtype {array.dtype}")
+        prompt = torch.from_numpy(array.astype(np.int64)) if array.size else torch.zeros(0, dtype=torch.long)
+    if prompt.dtype in (torch.bool,) or prompt.is_floating_point() or prompt.is_complex():
+        raise TypeError(f"prompt_ids must be integer token ids, got {prompt.dtype}")
+    if prompt.dim() != 1:
+        raise ValueError(f"prompt_ids must be one sequence (P,) of token ids, got shape {tuple(prompt.shape)}")
+    if len(prompt) == 0:
+        raise ValueError("prompt_ids is empty: the prefill needs at least one token")
+    vocab = draft.config.vocab_size
+    if int(prompt.min()) < 0 or int(prompt.max()) >= vocab:
+        raise ValueError(f"prompt_ids must lie in 0..{vocab - 1} (the target's vocabulary), got "
+                         f"{int(prompt.min())}..{int(prompt.max())}")
+    return prompt.long()
 
 
 def draft_rows(draft: Eagle3Draft, features, next_tokens, first: int, kv, *, autocast: bool):

@@ -17,19 +17,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..conventions import convert_layer_ids, eagle3_layers
+from ..conventions import eagle3_layers
 from ..entropy import set_entropy
 from ..models import load_model
 from ..progress import progress_bar
 from ..scorer import SetScorer
 from ..study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
 from . import corpus
+from . import features
 from .features import build_features
-from .model import Eagle3Draft, draft_vocabulary, init_lm_head_from_target
+from .model import FINAL_NORM, Eagle3Draft, draft_vocabulary, init_lm_head_from_target
 from .replay import question_tau, replay
-from .train import TrainSettings, step_accuracy, train_drafts
-
-FINAL = "final"  # EAGLE2's source: the target's last hidden state after its final norm
+from .train import TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, step_accuracy, train_drafts
 
 
 @dataclass(frozen=True)
@@ -68,15 +67,15 @@ def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
     EAGLE2 (the normed last hidden state), EAGLE3 (EAGLE's [2, N//2, N-3] as inputs of those layers,
     converted to elsi's output convention), ELSI m=1 under the paper's rule and unrestricted, ELSI and
     ELSI-C m=2, 3, the lowest-entropy control (m=3), and ELSI m=3 under notebook 05's variants when
-    they choose a different set. Columns: method, source (layer tuple or "final"), setting, m,
+    they choose a different set. Columns: method, source (layer tuple or FINAL_NORM), setting, m,
     layers (for entropy), entropy (set entropy on the paper setting's Z)."""
     Z = stats["entropy"].Z
     N = n_layers or Z.shape[0]
     tables = {name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
               for name, (sel, norm) in TABLE1_SETTINGS.items()}
     paper = tables["paper"]
-    rows = [("EAGLE2", FINAL, "paper", (N - 1,)),
-            ("EAGLE3", convert_layer_ids(eagle3_layers(N), "input", "output", N), "paper", None),
+    rows = [("EAGLE2", FINAL_NORM, "paper", (N - 1,)),
+            ("EAGLE3", eagle3_layers(N), "paper", None),
             ("ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None),
             ("ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None)]
     for m in (2, 3):
@@ -87,7 +86,7 @@ def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
         rows.append((f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting, None))
     out, seen = [], set()
     for method, source, setting, layers in rows:
-        source = source if source == FINAL else tuple(int(l) for l in source)
+        source = source if source == FINAL_NORM else tuple(int(l) for l in source)
         if setting != "paper" and source in seen:
             continue  # a variant that chose the paper's set adds nothing
         if method == "ELSI m=1, unrestricted" and source in seen:
@@ -123,15 +122,19 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _data_key(exp: Experiment, model, tokenizer) -> dict:
+def data_key(exp: Experiment, model, tokenizer) -> dict:
     """What the drafts' training depends on besides TrainSettings (which `train_drafts` adds): the
-    target (fingerprint, not its name or path), the training data and the draft vocabulary. The
-    evaluation settings are left out, so that changing them never retrains a draft."""
+    target (fingerprint, not its name or path), the training prompts and how their replies and
+    features are made, and the draft vocabulary. Known before any reply or feature exists (so
+    `trained_drafts` finds a checkpoint without rebuilding the data); the evaluation settings are
+    left out, so that changing them never retrains a draft."""
+    from ..data import conversations_hash
     from ..identity import model_fingerprint, tokenizer_fingerprint, versions
     data = {name: getattr(exp, name) for name in ("n_train", "n_heldout", "train_max_new_tokens", "draft_vocab",
                                                   "max_length")}
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
-            "library": versions()}
+            "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
+            "replies": {"batch": corpus.REPLY_BATCH}, "features_format": features.FORMAT}
 
 
 LEVER = "EAGLE3, lm_head not from target"  # the lm_head-initialisation lever's ablation
@@ -178,22 +181,24 @@ def _eval_name(temperature: float) -> str:
     return "SpecBench" if temperature == 0 else f"SpecBench T={temperature:g}"
 
 
-def _make_draft(model, source, n_layers, d2t, t2d, vocab, seed, lm_head_from_target: bool = True):
-    draft = Eagle3Draft.from_target(model, (n_layers - 1,) if source == FINAL else source, vocab, seed=seed)
+def make_draft(model, source, d2t, t2d, seed: int, lm_head_from_target: bool = True) -> Eagle3Draft:
+    """A fresh draft on `model` reading `source` (a layer set or FINAL_NORM), with the vocabulary maps
+    `d2t` / `t2d` and (by default) the target's lm_head rows of that vocabulary."""
+    draft = Eagle3Draft.from_target(model, source, len(d2t), seed=seed)
     draft.set_vocabulary(d2t, t2d)
     if lm_head_from_target:
         init_lm_head_from_target(draft, model.get_output_embeddings())
     return draft
 
 
-def _training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, progress: bool) -> dict:
-    """The training side of `run`: replies to the training prompts (split off the held-out ones),
-    the training feature store over every layer any method reads, and the draft vocabulary."""
+def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, progress: bool = True) -> dict:
+    """The training side of `run`: replies to the training prompts (split off the `n_heldout` last
+    ones), the training feature store over every layer any method reads, and the draft vocabulary."""
     n_layers = len(model.get_decoder().layers)
     convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
                                           max_length=exp.max_length, progress=progress)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
-    layers = sorted({l for s in methods.source if s != FINAL for l in s} | {n_layers - 1})
+    layers = sorted({l for s in methods.source if s != FINAL_NORM for l in s} | {n_layers - 1})
     store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
                            desc="target features (train)")
     reply_tokens = store.reply_tokens()
@@ -203,35 +208,44 @@ def _training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, pro
             "reply_tokens": reply_tokens, "d2t": d2t, "t2d": t2d}
 
 
-def _train_group(exp: Experiment, model, data_key: dict, data: dict, seed: int, lm_head_init: bool, group: dict, *,
-                 progress: bool, max_batches: int | None = None) -> tuple[dict, dict, str]:
-    """One lock-step group's drafts, trained (or resumed, or read back) from their checkpoint, whose
-    key is built here only. Returns ({method: draft}, train_drafts' output, the group's name)."""
-    n_layers = len(model.get_decoder().layers)
-    drafts = {m: _make_draft(model, src, n_layers, data["d2t"], data["t2d"], exp.draft_vocab, seed, lm_head_init)
-              for m, src in group.items()}
-    target_rows = model.get_output_embeddings().weight[data["t2d"]].detach().float()
-    key = {**data_key, "seed": seed, "features": data["store"].folder.name,
-           **({} if lm_head_init else {"lm_head": "random"})}
+def _group_key(key: dict, seed: int, lm_head_init: bool) -> dict:
+    """A lock-step group's part of its checkpoint key: `data_key`'s, the seed and the lm_head start."""
+    return {**key, "seed": seed, **({} if lm_head_init else {"lm_head": "random"})}
+
+
+def group_checkpoint(exp: Experiment, key: dict, seed: int, lm_head_init: bool, group: dict):
+    """(path, full key, name) of one lock-step group's checkpoint; `key` is `data_key`'s."""
     name = f"seed{seed}" + ("" if lm_head_init else "-lever")
-    out = train_drafts(drafts, group, data["store"], target_rows, replace(exp.train, seed=seed), key=key, name=name,
-                       progress=progress, max_batches=max_batches)
+    full_key = checkpoint_key(group, replace(exp.train, seed=seed), _group_key(key, seed, lm_head_init))
+    return checkpoint_path(name, full_key), full_key, name
+
+
+def train_group(exp: Experiment, model, key: dict, data: dict, seed: int, lm_head_init: bool, group: dict, *,
+                progress: bool = True, max_batches: int | None = None) -> tuple[dict, dict, str]:
+    """One lock-step group's drafts ({method: source}), trained or resumed from their checkpoint
+    (`group_checkpoint`). Returns ({method: draft}, train_drafts' output, the group's name)."""
+    drafts = {m: make_draft(model, src, data["d2t"], data["t2d"], seed, lm_head_init) for m, src in group.items()}
+    target_rows = model.get_output_embeddings().weight[data["t2d"]].detach().float()
+    path, full_key, name = group_checkpoint(exp, key, seed, lm_head_init, group)
+    out = train_drafts(drafts, data["store"], target_rows, replace(exp.train, seed=seed),
+                       key=_group_key(key, seed, lm_head_init), name=name, progress=progress, max_batches=max_batches)
+    assert out["path"] == path, "the checkpoint key is built in group_checkpoint only"
     return drafts, out, name
 
 
-def trained_drafts(exp: Experiment, methods: pd.DataFrame, *, loaded: tuple | None = None,
-                   progress: bool = True) -> dict:
+def trained_drafts(exp: Experiment, methods: pd.DataFrame, *, loaded: tuple | None = None) -> dict:
     """The drafts `run` trained at the first seed (lm_head from the target), {method: Eagle3Draft},
-    read from their finished checkpoint: what notebook 06 measured, for decoding or export. Refuses
-    (RuntimeError) when that training has not finished; it never trains (run `make tables`)."""
+    read from their finished checkpoint alone (each draft's config, source and vocabulary maps are
+    stored there; no reply or feature is rebuilt): what notebook 06 measured, for decoding or
+    export. Refuses (RuntimeError) when that checkpoint is missing, corrupt or unfinished; it never
+    trains (run `make tables`)."""
     model, tokenizer = loaded or load_model(exp.model)
-    data = _training_data(exp, methods, model, tokenizer, progress)
     seed, lm_head_init, group = _groups(exp, methods)[0]
-    drafts, out, _ = _train_group(exp, model, _data_key(exp, model, tokenizer), data, seed, lm_head_init, group, progress=False,
-                                  max_batches=0)
-    if out["done"] < out["total"]:
-        raise RuntimeError(f"the drafts of seed {seed} are trained to batch {out['done']} of {out['total']}; "
-                           "finish them with `make tables` (notebook 06) first")
+    path, full_key, _ = group_checkpoint(exp, data_key(exp, model, tokenizer), seed, lm_head_init, group)
+    drafts = finished_drafts(path, full_key, model)
+    for method, source in group.items():
+        if drafts[method].config.source != source:
+            raise RuntimeError(f"{path}: {method} reads {drafts[method].config.source}, the methods say {source}")
     return drafts
 
 
@@ -241,7 +255,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
     lm_head lever's ablation, "accuracy": held-out step accuracy per draft, "training": per-batch
     logs per group, "questions", "data": corpus sizes}."""
     model, tokenizer = loaded or load_model(exp.model)
-    key = _data_key(exp, model, tokenizer)
+    key = data_key(exp, model, tokenizer)
     picked = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
     if not exp.temperatures or min(exp.temperatures) < 0:
         raise ValueError(f"temperatures must be non-empty and >= 0, got {exp.temperatures}")
@@ -251,7 +265,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                         max_length=exp.eval_max_length, progress=progress, temperature=T,
                                         seed=exp.eval_seed)
         eval_convs[T], sampled[T] = (out, None) if T == 0 else out
-    t = _training_data(exp, methods, model, tokenizer, progress)
+    t = training_data(exp, methods, model, tokenizer, progress)
     train_convs, heldout_convs, layers = t["train_convs"], t["heldout_convs"], t["layers"]
     stores = {"train": t["store"], **{name: build_features(model, tokenizer, c, layers, max_length=length,
                                                            progress=progress, desc=f"target features ({name})")
@@ -263,7 +277,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
 
     results, accuracy, logs, first_drafts = [], [], {}, {}
     for seed, lm_head_init, group in _groups(exp, methods):
-        drafts, out, name = _train_group(exp, model, key, t, seed, lm_head_init, group, progress=progress)
+        drafts, out, name = train_group(exp, model, key, t, seed, lm_head_init, group, progress=progress)
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {name} stopped at batch {out['done']} of {out['total']}")
         logs[name] = out["log"]
@@ -273,11 +287,11 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
             draft_key = {"checkpoint": out["path"].name, "method": method,
                          "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed,
                                        "max_length": exp.eval_max_length}}
-            acc = step_accuracy(draft, group[method], stores["held-out"], exp.train.ttt_steps,
+            acc = step_accuracy(draft, stores["held-out"], exp.train.ttt_steps,
                                 autocast=exp.train.autocast_bf16)
             accuracy.append({"method": method, "seed": seed, **{f"step {k + 1}": a for k, a in enumerate(acc)}})
             for T in exp.temperatures:
-                per_question = replay(draft, group[method], stores[_eval_name(T)],
+                per_question = replay(draft, stores[_eval_name(T)],
                                       key={**draft_key, **({"temperature": T} if T else {})}, sizes=exp.sizes,
                                       depth=exp.depth, top_k=exp.top_k, max_tokens=exp.replay_tokens,
                                       autocast=exp.train.autocast_bf16, progress=progress, sampled=sampled[T],
@@ -318,7 +332,10 @@ def loop_agreement(exp: Experiment, ran: dict, methods: pd.DataFrame, checked, *
     subsample = [i for _, g in questions.groupby("column", sort=False) for i in g.index[:per_column]]
     rows = []
     for method in checked:
-        draft, source = ran["drafts"][method], sources[method]
+        draft = ran["drafts"][method]
+        source = draft.config.source
+        if source != sources[method]:
+            raise ValueError(f"{method}: the draft reads {source}, the methods table says {sources[method]}")
         key = {"method": method, "source": str(source), "nodes": nodes, "depth": exp.depth, "top_k": exp.top_k,
                "max_tokens": exp.replay_tokens, "autocast": exp.train.autocast_bf16, "store": store.folder.name,
                "draft": weights_sha256(draft)}
@@ -328,14 +345,14 @@ def loop_agreement(exp: Experiment, ran: dict, methods: pd.DataFrame, checked, *
         bar = progress_bar(total=len(subsample), initial=len(set(subsample) & set(done)), unit="question",
                            desc=f"real loop, {method}", disable=not progress)
         for i in subsample:
-            seq = store.sequence(i, source, features=False)
+            seq = store.sequence(i, features=False)
             start = seq["start"]
             end = continuation_end(seq["ids"], seq["argmax"], start, exp.replay_tokens)
             if end - start < 2:  # no round to compare (replay has none either)
                 bar.update(i not in done)
                 continue
             if i not in done:
-                out = speculative_generate(model, draft, source, seq["ids"][:start], max_new_tokens=end - start,
+                out = speculative_generate(model, draft, seq["ids"][:start], max_new_tokens=end - start,
                                            nodes=nodes, depth=exp.depth, top_k=exp.top_k, stop_at_eos=False,
                                            autocast=exp.train.autocast_bf16)
                 done[i] = {"accepted": out.accepted, "greedy": out.tokens == seq["ids"][start:end].tolist()}

@@ -18,20 +18,42 @@ layer k, id 0 = the embeddings), elsi the output of layer l, so elsi's l is thei
 engine id (their id N is before the norm): such a draft is refused. `norm_before_residual: false`
 is written explicitly (vLLM's default for the speculators layout is true), and
 `num_aux_hidden_states = m` (vLLM sizes `fc` from it, or assumes 3 ids).
+
+Nothing is lost: `save_draft` checks the target against the draft before writing, writes the whole
+export into a fresh folder beside the destination and swaps it in with one atomic rename (so an
+interrupted save leaves the earlier export as it was, and no file of an earlier save survives), and
+refuses a destination that holds anything but an earlier elsi export. `elsi.json` records the draft's
+full config, the target's weight hash and the sha256 of every other file; `load_draft` verifies all
+of them and cross-checks `config.json` (the file engines build the draft from) against that record.
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
 
+from ..cachefiles import sha256_file
+from ..checks import is_integer
 from ..conventions import convert_layer_ids
-from ..identity import versions
-from .model import Eagle3Draft
+from ..identity import versions, weights_sha256
+from .model import DraftConfig, Eagle3Draft
 
 FORMATS = ("speculators", "eagle")
 SPECULATORS_VERSION = "0.9.0"  # the release whose schema this layout follows
+RECORD = "elsi.json"  # elsi's own record of an export (no engine reads it)
+EXPORT_FORMAT = 2  # the record's layout; 1 (before checksums) is not read
+MAX_SPECULATIVE_TOKENS = 32
+FIRST_EXPORT = ("config.json", "model.safetensors", RECORD)  # what an export of format 1 held
+
+
+class ExportError(ValueError):
+    """An export folder that is not what `save_draft` wrote: a missing, altered or extra file, or a
+    config that contradicts elsi's record. The message names the file."""
 
 
 def _weights(draft: Eagle3Draft, prefix: str) -> dict[str, torch.Tensor]:
@@ -51,105 +73,213 @@ def _layer_config(draft: Eagle3Draft) -> dict:
     return block
 
 
-def engine_layer_ids(draft: Eagle3Draft, n_layers: int) -> list[int]:
+def engine_layer_ids(draft: Eagle3Draft, n_layers: int | None = None) -> list[int]:
     """The draft's layers in vLLM / speculators ids (input of that decoder layer)."""
+    n_layers = n_layers or draft.config.num_hidden_layers
     return list(convert_layer_ids(draft.config.layer_ids, "elsi", "vllm", n_layers))
 
 
-def save_draft(draft: Eagle3Draft, folder, *, target, source, format: str = "speculators",
+def _engine_config(draft: Eagle3Draft, format: str, target, verifier: str, speculative_tokens: int) -> dict:
+    ids = engine_layer_ids(draft)
+    common = {"draft_vocab_size": draft.config.draft_vocab_size, "target_hidden_size": draft.config.hidden_size,
+              "norm_before_residual": False}
+    if format == "eagle":
+        return {**_layer_config(draft), "architectures": ["LlamaForCausalLMEagle3"], **common,
+                "eagle_aux_hidden_state_layer_ids": ids,  # vLLM's V2 runner reads only this one
+                "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    return {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
+            "speculators_version": SPECULATORS_VERSION, **common,
+            "norm_before_fc": False, "fc_norm": False, "norm_output": False,
+            "eagle_aux_hidden_state_layer_ids": ids, "transformer_layer_config": _layer_config(draft),
+            "speculators_config": {
+                "algorithm": "eagle3", "default_proposal_method": "greedy",
+                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
+                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "verifier": {"name_or_path": str(verifier),
+                             "architectures": list(target.config.architectures or ["LlamaForCausalLM"])}}}
+
+
+def _check_destination(folder: Path) -> None:
+    """Refuse to replace anything but an earlier elsi export (or an empty folder)."""
+    if not folder.exists():
+        return
+    if not folder.is_dir():
+        raise FileExistsError(f"{folder} is a file, not an export folder")
+    entries = sorted(p.name for p in folder.iterdir())
+    if not entries:
+        return
+    try:
+        record = json.loads((folder / RECORD).read_text())
+        ours = isinstance(record, dict) and (record.get("written_by") == "elsi save_draft" or  # format 1: no marker
+                                             ("layer_ids_elsi" in record and set(entries) <= set(FIRST_EXPORT)))
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        raise FileExistsError(f"{folder} holds {entries[:5]}{' ...' if len(entries) > 5 else ''} and is not an "
+                              "earlier elsi export: save_draft replaces only its own exports (choose another folder)")
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where not supported."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    return renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
+def _swap_in(tmp: Path, folder: Path) -> None:
+    """Put the finished export `tmp` at `folder` in one atomic step, then remove the old one."""
+    if not folder.exists():
+        os.replace(tmp, folder)
+    elif _exchange(tmp, folder):
+        shutil.rmtree(tmp)  # now the earlier export
+    else:  # no atomic exchange: rename the earlier one aside first (a crash between leaves it there, whole)
+        aside = folder.with_name(f".{folder.name}.old")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(folder, aside)
+        os.replace(tmp, folder)
+        shutil.rmtree(aside)
+
+
+def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators",
                verifier: str | None = None, speculative_tokens: int = 3) -> Path:
-    """Write `draft` (reading `source`: its layer tuple in elsi's convention; "final" is refused) to
-    `folder` in `format` ("speculators" or "eagle"). `target` (the transformers model the draft was
-    trained on) gives the layer count and the verifier's architecture; `verifier` is the path or hub
-    id engines load the target from (default: the target's `name_or_path`)."""
+    """Write `draft` to `folder` in `format` ("speculators" or "eagle"). `target` (the transformers
+    model the draft was trained on) must fit the draft (`DraftConfig.check_target`) and gives the
+    verifier's architecture and weight hash; `verifier` is the path or hub id engines load the target
+    from (default: the target's `name_or_path`). A final-norm (EAGLE-2) draft has no engine layer id
+    and is refused. `folder` must be new, empty or an earlier elsi export, which is replaced whole."""
     from safetensors.torch import save_file
 
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; use one of {FORMATS}")
-    if source == "final":
+    if draft.config.reads_final_norm:
         raise ValueError("EAGLE2's feature (the last layer after the target's final norm) has no engine layer id: "
                          "vLLM's and speculators' last id is the residual before the norm; export a layer-set draft")
-    if tuple(source) != tuple(draft.config.layer_ids):
-        raise ValueError(f"source {tuple(source)} is not the draft's layer set {draft.config.layer_ids}")
-    n_layers = target.config.num_hidden_layers
-    ids = engine_layer_ids(draft, n_layers)
-    verifier = verifier or target.config.name_or_path
-    d = draft.config.hidden_size
-    common = {"draft_vocab_size": draft.config.draft_vocab_size, "target_hidden_size": d,
-              "norm_before_residual": False}
-    if format == "speculators":
-        config = {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
-                  "speculators_version": SPECULATORS_VERSION, **common,
-                  "norm_before_fc": False, "fc_norm": False, "norm_output": False,
-                  "eagle_aux_hidden_state_layer_ids": ids, "transformer_layer_config": _layer_config(draft),
-                  "speculators_config": {
-                      "algorithm": "eagle3", "default_proposal_method": "greedy",
-                      "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                            "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                      "verifier": {"name_or_path": str(verifier),
-                                   "architectures": list(target.config.architectures or ["LlamaForCausalLM"])}}}
-        prefix = "layers.0."
-    else:
-        config = {**_layer_config(draft), "architectures": ["LlamaForCausalLMEagle3"], **common,
-                  "eagle_aux_hidden_state_layer_ids": ids,  # vLLM's V2 runner reads only this one
-                  "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
-        prefix = "midlayer."
+    if not is_integer(speculative_tokens) or not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
+        raise ValueError(f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, "
+                         f"got {speculative_tokens!r}")
+    draft.config.check_target(target)
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    save_file(_weights(draft, prefix), str(folder / "model.safetensors"), metadata={"format": "pt"})
-    provenance = {"format": format, "layer_ids_elsi": list(draft.config.layer_ids), "engine_layer_ids": ids,
-                  "target_layers": n_layers, "target_family": draft.config.family, "verifier": str(verifier),
-                  "library": versions()}
-    (folder / "elsi.json").write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+    _check_destination(folder)
+    verifier = verifier or target.config.name_or_path
+    config = _engine_config(draft, format, target, verifier, speculative_tokens)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
+    try:
+        (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        prefix = "layers.0." if format == "speculators" else "midlayer."
+        save_file(_weights(draft, prefix), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        record = {"written_by": "elsi save_draft", "export_format": EXPORT_FORMAT, "format": format,
+                  "draft": draft.config.to_dict(), "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+                  "verifier": str(verifier), "target_weights_sha256": weights_sha256(target),
+                  "target_dtype": str(next(target.parameters()).dtype), "library": versions(),
+                  "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")}}
+        (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        for path in tmp.iterdir():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        _swap_in(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return folder
 
 
 def read_layout(folder) -> tuple[str, dict, list[int]]:
     """(format, config, engine layer ids) of an exported draft folder."""
-    config = json.loads((Path(folder) / "config.json").read_text())
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ExportError(f"{path}: unreadable ({err})") from err
     if config.get("speculators_model_type") == "eagle3":
         if "model_type" in config:
-            raise ValueError("a speculators config must not have a top-level model_type (vLLM would not "
-                             "recognise the layout)")
+            raise ExportError(f"{path}: a speculators config must not have a top-level model_type (vLLM would "
+                              "not recognise the layout)")
         return "speculators", config, list(config["eagle_aux_hidden_state_layer_ids"])
     if any("Eagle3" in a for a in config.get("architectures", [])):
         return "eagle", config, list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
-    raise ValueError(f"{folder}: neither a speculators eagle3 nor an EAGLE-3 config")
+    raise ExportError(f"{path}: neither a speculators eagle3 nor an EAGLE-3 config")
+
+
+def _read_record(folder: Path) -> dict:
+    """elsi's record of the export, after every listed file's checksum and the absence of any
+    other file are verified."""
+    path = folder / RECORD
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise ExportError(f"{path}: missing or unreadable ({err}); this is not an elsi export") from err
+    if not isinstance(record, dict) or record.get("export_format") != EXPORT_FORMAT:
+        raise ExportError(f"{path}: not an elsi export of format {EXPORT_FORMAT} (export the draft again)")
+    listed = record.get("files", {})
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name != RECORD)
+    if extra:
+        raise ExportError(f"{folder}: files {extra} are not part of the export (an engine could read them)")
+    for name, digest in listed.items():
+        if not (folder / name).is_file():
+            raise ExportError(f"{folder / name}: missing")
+        if sha256_file(folder / name) != digest:
+            raise ExportError(f"{folder / name}: checksum mismatch (altered or corrupt since it was exported)")
+    return record
+
+
+def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_config: DraftConfig) -> None:
+    """config.json against elsi's record: every field an engine builds the draft from."""
+    layer = config.get("transformer_layer_config", {}) if format == "speculators" else config
+    expected = {"engine layer ids": (ids, list(convert_layer_ids(draft_config.layer_ids, "elsi", "vllm",
+                                                                 draft_config.num_hidden_layers))),
+                "draft_vocab_size": (config.get("draft_vocab_size"), draft_config.draft_vocab_size),
+                "target_hidden_size": (config.get("target_hidden_size"), draft_config.hidden_size),
+                "num_aux_hidden_states": (layer.get("num_aux_hidden_states"), draft_config.m),
+                "rope_theta": (layer.get("rope_theta"), draft_config.rope_theta)}
+    block = draft_config.block_config().to_dict()
+    for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                 "hidden_act", "rms_norm_eps", "vocab_size", "rope_parameters"):
+        expected[name] = (layer.get(name), block[name])
+    differ = [f"{name} = {mine!r}, elsi's record {theirs!r}" for name, (mine, theirs) in expected.items()
+              if json.loads(json.dumps(mine)) != json.loads(json.dumps(theirs))]
+    variants = {"norm_before_residual": config.get("norm_before_residual", format == "speculators"),
+                **{name: config.get(name, False) for name in ("norm_before_fc", "fc_norm", "norm_output")}}
+    if any(variants.values()):
+        differ.append(f"{variants}: elsi's draft has none of these variants (a missing norm_before_residual "
+                      "means true in the speculators layout)")
+    if differ:
+        raise ExportError(f"{path}: " + "; ".join(differ))
 
 
 def load_draft(folder, target) -> Eagle3Draft:
     """Read a folder `save_draft` wrote (either layout) back into an `Eagle3Draft` on `target`'s
-    embedding. Every weight must be present and none unexpected (engines load a checkpoint with
-    missing weights silently, so this is where it is caught)."""
+    embedding, after checking every file's checksum (and that no other file is there), config.json
+    against elsi's record, the draft against `target` and `target`'s weights against the ones the
+    draft was exported with. Every weight must be present and none unexpected (engines load a
+    checkpoint with missing weights silently, so this is where it is caught)."""
     from safetensors.torch import load_file
 
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: no such export folder")
+    record = _read_record(folder)
     format, config, ids = read_layout(folder)
-    layer = config["transformer_layer_config"] if format == "speculators" else config
-    n_layers = target.config.num_hidden_layers
-    layer_ids = convert_layer_ids(ids, "vllm", "elsi", n_layers)
-    draft = Eagle3Draft.from_target(target, layer_ids, int(config["draft_vocab_size"]))
-    for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "intermediate_size", "vocab_size"):
-        mine = getattr(draft.config, name)
-        if int(layer[name]) != mine:
-            raise ValueError(f"{folder}: {name} = {layer[name]} does not match the target's draft shape ({mine})")
-    if int(config.get("target_hidden_size") or draft.config.hidden_size) != draft.config.hidden_size:
-        raise ValueError(f"{folder}: target_hidden_size = {config['target_hidden_size']}, the target's is "
-                         f"{draft.config.hidden_size}")
-    variants = {"norm_before_residual": config.get("norm_before_residual", format == "speculators"),
-                **{name: config.get(name, False) for name in ("norm_before_fc", "fc_norm", "norm_output")}}
-    if any(variants.values()):
-        raise ValueError(f"{folder}: {variants}: elsi's draft has none of these variants (a missing "
-                         "norm_before_residual means true in the speculators layout)")
-    if int(layer.get("num_aux_hidden_states", len(ids))) != len(ids):
-        raise ValueError(f"{folder}: num_aux_hidden_states = {layer['num_aux_hidden_states']} but {len(ids)} layer ids")
+    if format != record["format"]:
+        raise ExportError(f"{folder / 'config.json'}: a {format} layout, elsi's record says {record['format']}")
+    draft_config = DraftConfig.from_dict(record["draft"])
+    _cross_check(folder / "config.json", format, config, ids, draft_config)
+    draft_config.check_target(target)
+    if weights_sha256(target) != record["target_weights_sha256"]:
+        raise ExportError(f"{folder / RECORD}: the target's weights differ from those the draft was exported "
+                          f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
+                          "another model of the same shape")
+    draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
     prefix = "layers.0." if format == "speculators" else "midlayer."
     weights = {k.replace(prefix, "midlayer.", 1): v for k, v in load_file(str(folder / "model.safetensors")).items()}
     expected = set(_weights(draft, "midlayer."))
     missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or unexpected:
-        raise ValueError(f"{folder}: missing weights {missing}, unexpected weights {unexpected}")
+        raise ExportError(f"{folder / 'model.safetensors'}: missing weights {missing}, unexpected weights {unexpected}")
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
         draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency

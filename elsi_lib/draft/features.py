@@ -31,6 +31,7 @@ from ..formatting import tokenize_conversation
 from ..forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..progress import progress_bar
+from .model import FINAL_NORM
 
 FORMAT = 1
 SHARD = 64  # sequences per shard
@@ -105,21 +106,30 @@ class FeatureStore:
                "final": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
                "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
         if features:
-            out["features"] = out["final"] if isinstance(layer_ids, str) and layer_ids == "final" \
-                else self.features(i, layer_ids)
+            out["features"] = out["final"] if _is_final(layer_ids) else self.features(i, layer_ids)
         return out
 
     def features(self, i: int, layer_ids=None) -> torch.Tensor:
-        """Sequence i's features (T, m*d) float32 of `layer_ids` (None: all stored layers; "final":
-        the normed last hidden)."""
+        """Sequence i's features (T, m*d) float32 of `layer_ids` (None: all stored layers; FINAL_NORM:
+        the normed last hidden), concatenated in the order given (a draft passes its sorted source)."""
         k, j = self._where[i]
         shard = self.shards[k]
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
-        if isinstance(layer_ids, str) and layer_ids == "final":
+        if _is_final(layer_ids):
             return torch.from_numpy(shard["final"][a:b].astype(np.float32))
-        columns = [self.layers.index(l) for l in (layer_ids if layer_ids is not None else self.layers)]
+        wanted = list(layer_ids) if layer_ids is not None else list(self.layers)
+        absent = [l for l in wanted if l not in self.layers]
+        if absent:
+            raise ValueError(f"layers {absent} are not in this feature store (it holds {self.layers})")
+        columns = [self.layers.index(l) for l in wanted]
         block = shard["hidden"][a:b][:, columns]  # (T, m, d)
         return torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
+
+
+def _is_final(source) -> bool:
+    if isinstance(source, str) and source != FINAL_NORM:
+        raise ValueError(f"features are a layer set or {FINAL_NORM!r}, got {source!r}")
+    return isinstance(source, str)
 
 
 def _key(model, tokenizer, conversations, layers, max_length) -> dict:

@@ -22,7 +22,7 @@ which Qwen2 also uses unchanged; q/k/v carry no bias in either family, as in vLL
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -35,12 +35,44 @@ from ..checks import LayerSet, check_layers
 
 FAMILIES = ("llama", "qwen2")
 NOT_IN_DRAFT = -1  # what `to_draft` returns for a target id outside the draft vocabulary
+# A draft's feature source that is not a layer set: the target's last hidden state after its final
+# norm (EAGLE-2's feature, and the input of the target's lm_head). It has no layer id: elsi's layer
+# N-1 is the same state *before* the norm. The one definition, used by every module.
+FINAL_NORM = "final"
+# What a draft must share with its target, field by field (`DraftConfig.check_target`).
+TARGET_FIELDS = ("family", "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters")
+
+
+def check_source(source, num_hidden_layers: int):
+    """A draft's feature source: FINAL_NORM, or a layer set in elsi's convention (output of decoder
+    layer l, 0..N-1), returned sorted (features concatenate in ascending layer order)."""
+    if isinstance(source, str):
+        if source != FINAL_NORM:
+            raise ValueError(f"a draft's source is a layer set or {FINAL_NORM!r} (the final-norm state), got {source!r}")
+        return source
+    return check_layers(source, num_hidden_layers)
+
+
+def _target_shape(config) -> dict:
+    """The TARGET_FIELDS of a transformers Llama / Qwen2 config (rope settings as sorted items)."""
+    heads = config.num_attention_heads
+    rope = getattr(config, "rope_parameters", None)
+    if rope is None:  # older transformers spelling
+        rope = {"rope_type": "default", "rope_theta": config.rope_theta, **(config.rope_scaling or {})}
+    return {"family": config.model_type, "num_hidden_layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size, "vocab_size": config.vocab_size, "num_attention_heads": heads,
+            "num_key_value_heads": getattr(config, "num_key_value_heads", None) or heads,
+            "head_dim": getattr(config, "head_dim", None) or config.hidden_size // heads,
+            "rms_norm_eps": config.rms_norm_eps, "rope_parameters": tuple(sorted(dict(rope).items()))}
 
 
 @dataclass(frozen=True)
 class DraftConfig:
-    """Shape of an EAGLE-3 draft for one target and one layer set (elsi convention: layer l is the
-    output of decoder layer l, 0..N-1; features are concatenated in ascending layer order)."""
+    """Everything that describes an EAGLE-3 draft for one target: its shape, the target it reads
+    (`num_hidden_layers` and the rest of TARGET_FIELDS) and its feature `source`: a layer set in
+    elsi's convention (layer l is the output of decoder layer l, 0..N-1; features are concatenated
+    in ascending layer order) or FINAL_NORM (EAGLE-2's normed last hidden state)."""
 
     family: str
     hidden_size: int
@@ -54,7 +86,8 @@ class DraftConfig:
     max_position_embeddings: int
     vocab_size: int
     draft_vocab_size: int
-    layer_ids: LayerSet
+    num_hidden_layers: int  # the target's decoder layers N
+    source: LayerSet | str
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -63,36 +96,71 @@ class DraftConfig:
             raise ValueError(f"draft_vocab_size must be in 1..{self.vocab_size}, got {self.draft_vocab_size}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
-        object.__setattr__(self, "layer_ids", check_layers(self.layer_ids, max(self.layer_ids, default=0) + 1))
+        object.__setattr__(self, "rope_parameters", tuple(sorted((str(k), v) for k, v in dict(self.rope_parameters).items())))
+        object.__setattr__(self, "source", check_source(self.source, self.num_hidden_layers))
+
+    @property
+    def reads_final_norm(self) -> bool:
+        """True for EAGLE-2's source, the target's final-norm state."""
+        return self.source == FINAL_NORM
+
+    @property
+    def layer_ids(self) -> LayerSet:
+        """The layers the draft reads (elsi convention); an error for a final-norm draft, which reads no layer."""
+        if self.reads_final_norm:
+            raise ValueError("this draft reads the target's final-norm state (EAGLE-2's feature), which has no "
+                             "layer id (layer N-1 is the state before the norm)")
+        return self.source
 
     @property
     def m(self) -> int:
-        """Number of target layers the draft reads."""
-        return len(self.layer_ids)
+        """Number of target feature vectors the draft reads per token."""
+        return 1 if self.reads_final_norm else len(self.source)
 
     @property
     def rope_theta(self) -> float:
         return float(dict(self.rope_parameters)["rope_theta"])
 
+    def to_dict(self) -> dict:
+        """JSON-ready fields (what a checkpoint or an export records)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["rope_parameters"] = [list(item) for item in self.rope_parameters]
+        out["source"] = self.source if self.reads_final_norm else list(self.source)
+        return out
+
     @classmethod
-    def from_target(cls, target_config, layer_ids, draft_vocab_size: int) -> DraftConfig:
-        """Draft config from a transformers Llama / Qwen2 config (or a model holding one)."""
+    def from_dict(cls, record: dict) -> DraftConfig:
+        record = dict(record)
+        missing = sorted({f.name for f in fields(cls)} - set(record))
+        if missing:
+            raise ValueError(f"a draft record without {missing}")
+        record["rope_parameters"] = tuple(tuple(item) for item in record["rope_parameters"])
+        record["source"] = record["source"] if isinstance(record["source"], str) else tuple(record["source"])
+        return cls(**record)
+
+    @classmethod
+    def from_target(cls, target_config, source, draft_vocab_size: int) -> DraftConfig:
+        """Draft config from a transformers Llama / Qwen2 config (or a model holding one); `source`
+        a layer set (elsi convention) or FINAL_NORM."""
         config = getattr(target_config, "config", target_config)
-        family = config.model_type
-        if family not in FAMILIES:
-            raise ValueError(f"unsupported target family {family!r}; use one of {FAMILIES}")
-        heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-        rope = getattr(config, "rope_parameters", None)
-        if rope is None:  # older transformers spelling
-            rope = {"rope_type": "default", "rope_theta": config.rope_theta, **(config.rope_scaling or {})}
-        return cls(family=family, hidden_size=config.hidden_size, num_attention_heads=heads,
-                   num_key_value_heads=getattr(config, "num_key_value_heads", None) or heads,
-                   head_dim=head_dim, intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
-                   rms_norm_eps=config.rms_norm_eps, rope_parameters=tuple(sorted(dict(rope).items())),
-                   max_position_embeddings=config.max_position_embeddings, vocab_size=config.vocab_size,
-                   draft_vocab_size=draft_vocab_size,
-                   layer_ids=check_layers(layer_ids, config.num_hidden_layers))
+        if config.model_type not in FAMILIES:
+            raise ValueError(f"unsupported target family {config.model_type!r}; use one of {FAMILIES}")
+        shape = _target_shape(config)
+        return cls(**shape, intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+                   max_position_embeddings=config.max_position_embeddings, draft_vocab_size=draft_vocab_size,
+                   source=check_source(source, shape["num_hidden_layers"]))
+
+    def check_target(self, target) -> None:
+        """Refuse a target (a transformers model or its config) this draft was not built for: every
+        one of TARGET_FIELDS must match, named in the error."""
+        config = getattr(target, "config", target)
+        if getattr(config, "model_type", None) not in FAMILIES:
+            raise ValueError(f"the target's family {getattr(config, 'model_type', None)!r} is not one of {FAMILIES}")
+        theirs = _target_shape(config)
+        differ = [f"{name}: draft {getattr(self, name)!r}, target {theirs[name]!r}" for name in TARGET_FIELDS
+                  if _norm(getattr(self, name)) != _norm(theirs[name])]
+        if differ:
+            raise ValueError("the draft does not fit this target (" + "; ".join(differ) + ")")
 
     def block_config(self) -> LlamaConfig:
         """A one-layer LlamaConfig for the transformers building blocks (and a vLLM draft config)."""
@@ -102,6 +170,13 @@ class DraftConfig:
                            rms_norm_eps=self.rms_norm_eps, rope_parameters=dict(self.rope_parameters),
                            max_position_embeddings=self.max_position_embeddings, vocab_size=self.vocab_size,
                            num_hidden_layers=1, attention_bias=False, mlp_bias=False)
+
+
+def _norm(value):
+    """Compare config values as JSON would hold them (tuples and lists alike, floats as floats)."""
+    if isinstance(value, (tuple, list)):
+        return [_norm(v) for v in value]
+    return float(value) if isinstance(value, float) else value
 
 
 class Eagle3Attention(nn.Module):
@@ -187,9 +262,10 @@ class Eagle3Draft(nn.Module):
         self.register_buffer("t2d", torch.arange(config.vocab_size) < config.draft_vocab_size)
 
     @classmethod
-    def from_target(cls, target, layer_ids, draft_vocab_size: int, *, seed: int | None = None) -> Eagle3Draft:
-        """A draft sharing `target`'s input embedding (a transformers causal LM)."""
-        config = DraftConfig.from_target(target.config, layer_ids, draft_vocab_size)
+    def from_target(cls, target, source, draft_vocab_size: int, *, seed: int | None = None) -> Eagle3Draft:
+        """A draft sharing `target`'s input embedding (a transformers causal LM), reading `source`
+        (a layer set in elsi's convention, or FINAL_NORM)."""
+        config = DraftConfig.from_target(target.config, source, draft_vocab_size)
         return cls(config, target.get_input_embeddings(), seed=seed)
 
     @property
@@ -270,6 +346,22 @@ class Eagle3Draft(nn.Module):
 
     def to_draft(self, target_ids):
         return to_draft(target_ids, self.t2d)
+
+
+def draft_record(draft: Eagle3Draft) -> dict:
+    """What a checkpoint holds of one draft: its config (the source included) and its state dict
+    (the vocabulary maps `d2t` / `t2d` included), enough to rebuild it on its target."""
+    return {"config": draft.config.to_dict(), "weights": {k: v.detach().clone() for k, v in draft.state_dict().items()}}
+
+
+def draft_from_record(record: dict, target) -> Eagle3Draft:
+    """The draft `draft_record` described, on `target`'s embedding (checked against the draft first)."""
+    config = DraftConfig.from_dict(record["config"])
+    config.check_target(target)
+    draft = Eagle3Draft(config, target.get_input_embeddings(), seed=0)
+    draft.load_state_dict(record["weights"])
+    draft.set_vocabulary(draft.d2t.clone(), draft.t2d.clone())  # checked for consistency
+    return draft.eval()
 
 
 def draft_vocabulary(token_counts, size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -100,7 +100,8 @@ def root_step_fn(draft: Eagle3Draft, hidden, kv, roots, autocast: bool):
 def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth: int = 6, top_k: int = 10,
                     max_tokens: int = 128, autocast: bool = True, sampled=None) -> dict[int, list[int]]:
     """Accepted lengths of every round of one question, per tree size: {nodes: [a_1, a_2, ...]}
-    (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's features; `sampled`:
+    (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's own features
+    (`store.sequence(i, draft.config.source)`; their width is checked by the draft); `sampled`:
     the target's sampled reply ids when the continuation is a sample (T > 0), None when greedy."""
     ids, argmax, start = sequence["ids"], sequence["argmax"], sequence["start"]
     end = continuation_end(ids, argmax, start, max_tokens, sampled)
@@ -122,16 +123,16 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth
     return lengths
 
 
-def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), depth: int = 6, top_k: int = 10,
+def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int = 6, top_k: int = 10,
            max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay",
            sampled: list | None = None) -> list[dict]:
-    """`replay_sequence` for every question of `store`, cached per question and resumable. `key`
-    identifies the draft (its checkpoint key and training state); the settings are added. `sampled`:
+    """`replay_sequence` for every question of `store`, each read at the draft's own source
+    (`draft.config.source`), cached per question and resumable. `key` identifies the draft (its checkpoint key and training state); the settings are added. `sampled`:
     per question, the sampled reply ids of a T > 0 continuation (None: greedy)."""
     if sampled is not None and len(sampled) != len(store):
         raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
     full = {**key, "format": FORMAT, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
-            "autocast": autocast, "source": str(source), "store": str(store.folder.name), "n": len(store),
+            "autocast": autocast, "source": str(draft.config.source), "store": str(store.folder.name), "n": len(store),
             **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
     path, done = per_question_cache("replay", full)
@@ -141,7 +142,7 @@ def replay(draft: Eagle3Draft, source, store, *, key: dict, sizes=(30, 60), dept
     for i in range(len(store)):
         if i in done:
             continue
-        result = replay_sequence(draft, store.sequence(i, source), sizes=sizes, depth=depth, top_k=top_k,
+        result = replay_sequence(draft, store.sequence(i, draft.config.source), sizes=sizes, depth=depth, top_k=top_k,
                                  max_tokens=max_tokens, autocast=autocast,
                                  sampled=None if sampled is None else sampled[i])
         done[i] = {str(n): v for n, v in result.items()}

@@ -20,15 +20,16 @@ import io
 import json
 import math
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 
 import torch
 
-from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..cachefiles import cache_dir, check_writable, read_checked, sha256_text, write_checked
 from ..forward import plan_batches
 from ..progress import progress_bar
-from .model import NOT_IN_DRAFT, Eagle3Draft
+from .model import NOT_IN_DRAFT, Eagle3Draft, draft_from_record, draft_record
 
 
 FORMAT = 1  # bump on any change to training that changes its result: old checkpoints are then not reused
@@ -71,7 +72,7 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
 
 def collate(store, indices, sources: dict) -> dict:
     """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final (b, T, d),
-    argmax (b, T) and, per source (a layer tuple or "final"), features (b, T, m*d)."""
+    argmax (b, T) and, per source (a layer tuple or FINAL_NORM), features (b, T, m*d)."""
     first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)
@@ -84,7 +85,7 @@ def collate(store, indices, sources: dict) -> dict:
         out["argmax"][row, :n], out["final"][row, :n] = s["argmax"], s["final"]
     out["features"] = {}
     for src in sources:
-        items = [store.features(i, src if src == "final" else list(src)) for i in indices]
+        items = [store.features(i, src) for i in indices]
         feats = torch.zeros(b, T, items[0].shape[-1])
         for row, item in enumerate(items):
             feats[row, :len(item)] = item
@@ -126,12 +127,14 @@ def ttt_masks(valid, K: int, rows=None):
     return [causal] + [torch.cat([seen] + [eye] * (k - 1), dim=-1) for k in range(2, K + 1)]
 
 
-def ttt_unroll(draft: Eagle3Draft, batch: dict, source, K: int, *, autocast: bool):
+def ttt_unroll(draft: Eagle3Draft, batch: dict, K: int, *, autocast: bool):
     """Training-time test of one draft on one batch: yields, for k = 1..K, (k, logits (n, V_draft)
     float32 at the scored rows, chosen (batch rows, rows), s (T,) the target position each row
     matches, label (n,) the target's greedy token as a draft id or NOT_IN_DRAFT). Scored rows are
     those whose predicted token (index s+1) is a reply token inside the sequence. Step 1 runs every
-    row (its keys serve all later steps); steps 2..K only the rows `query_rows` keeps."""
+    row (its keys serve all later steps); steps 2..K only the rows `query_rows` keeps. The features
+    are the batch's of the draft's own source (`draft.config.source`)."""
+    source = draft.config.source
     ids, valid, start = batch["ids"], batch["valid"], batch["start"]
     b, T = ids.shape
     n = valid.sum(1, keepdim=True)  # (b, 1)
@@ -161,11 +164,11 @@ def ttt_unroll(draft: Eagle3Draft, batch: dict, source, K: int, *, autocast: boo
         yield k, logits.float(), chosen, torch.arange(T) + k, label
 
 
-def ttt_losses(draft: Eagle3Draft, batch: dict, source, targets, K: int, *, autocast: bool):
+def ttt_losses(draft: Eagle3Draft, batch: dict, targets, K: int, *, autocast: bool):
     """Per-step soft cross-entropy (rows whose target argmax is in the draft vocabulary) and
     accuracy of one draft on one batch. Returns (losses [K] tensors, correct [K], counts [K])."""
     losses, correct, counts = [], [], []
-    for k, logits, chosen, s, label in ttt_unroll(draft, batch, source, K, autocast=autocast):
+    for k, logits, chosen, s, label in ttt_unroll(draft, batch, K, autocast=autocast):
         keep = label != NOT_IN_DRAFT
         logp = torch.log_softmax(logits[keep], dim=-1)  # (n', V_draft)
         p = targets[chosen[0][keep], s[chosen[1][keep]]]  # (n', V_draft)
@@ -186,17 +189,65 @@ def checkpoint_path(name: str, key: dict):
     return cache_dir() / "drafts" / f"{name}-{sha256_text(json.dumps(key, sort_keys=True))[:24]}.pt"
 
 
-def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: TrainSettings = TrainSettings(), *,
+def save_checkpoint(path, state: dict) -> None:
+    """Write a training checkpoint atomically, behind a sha256 of its bytes (`read_checkpoint`)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    write_checked(path, buffer.getvalue())
+
+
+def read_checkpoint(path) -> tuple[dict | None, str | None]:
+    """(state, None) for a checkpoint whose checksum holds; (None, why not) for a missing,
+    truncated, altered or foreign file, which is never read further."""
+    if not path.is_file():
+        return None, "no checkpoint"
+    try:
+        state = torch.load(io.BytesIO(read_checked(path)), weights_only=False)
+    except Exception as err:  # a checksum failure, or bytes that pass it but do not unpickle
+        return None, f"{type(err).__name__}: {err}"
+    if not isinstance(state, dict) or not {"key", "done", "total", "log", "drafts"} <= set(state):
+        return None, "not a training checkpoint"
+    return state, None
+
+
+def checkpoint_key(sources: dict, settings: TrainSettings, key: dict) -> dict:
+    """The full key of a lock-step group's checkpoint: the caller's `key` (target, data, starting
+    point), the training format and settings (not how often to save), and each method's source
+    ({method: layer set or FINAL_NORM})."""
+    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}
+    return {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(s) for m, s in sources.items()}}
+
+
+def finished_drafts(path, full_key: dict, target) -> dict:
+    """{method: Eagle3Draft} read back from the finished checkpoint at `path` (built with
+    `full_key`), on `target`'s embedding: from the drafts' own records (config, source and
+    vocabulary maps), never from the training data. RuntimeError naming the file when it is
+    missing, corrupt, of another configuration or unfinished."""
+    state, problem = read_checkpoint(path)
+    if state is None:
+        raise RuntimeError(f"{path}: {problem}; train the drafts first (`make tables`, notebook 06)")
+    if state["key"] != full_key:
+        raise RuntimeError(f"{path} holds drafts of another configuration; train these first")
+    if state["done"] < state["total"]:
+        raise RuntimeError(f"{path}: the drafts are trained to batch {state['done']} of {state['total']}; "
+                           "finish them with `make tables` (notebook 06) first")
+    return {m: draft_from_record(record, target) for m, record in state["drafts"].items()}
+
+
+def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = TrainSettings(), *,
                  key: dict, name: str = "drafts", progress: bool = True, max_batches: int | None = None,
                  time_budget_s: float | None = None) -> dict:
-    """Train `drafts` ({method: Eagle3Draft}) in lock-step on `store`; `sources` gives each
-    method's features (a layer tuple or "final"). `target_rows` (V_draft, d): the target lm_head's
-    rows of the (shared) draft vocabulary. `key` describes everything that produced the drafts'
-    starting point and data (the caller's part of the checkpoint key; the settings are added).
-    Stops early after `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a
-    rerun continues). Returns the log: per batch, per method loss and per-step accuracy."""
-    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}  # how often to save is not
-    full_key = {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(sources[m]) for m in drafts}}
+    """Train `drafts` ({method: Eagle3Draft}, each reading its own `config.source`) in lock-step on
+    `store`. `target_rows` (V_draft, d): the target lm_head's rows of the (shared) draft vocabulary.
+    `key` describes everything that produced the drafts' starting point and data (the caller's part
+    of the checkpoint key; `checkpoint_key` adds the rest). A checkpoint whose checksum or key does
+    not hold is discarded, with a message, and training starts over. Stops early after
+    `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a rerun continues).
+    Returns the log: per batch, per method loss and per-step accuracy."""
+    vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
+    if len(vocabularies) > 1:
+        raise ValueError("drafts trained in lock-step share one draft vocabulary (the soft labels use it)")
+    full_key = checkpoint_key({m: d.config.source for m, d in drafts.items()}, settings, key)
     path = checkpoint_path(name, full_key)
     check_writable(path.parent)
     plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
@@ -204,17 +255,15 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
     optimisers = {m: torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=settings.lr,
                                        weight_decay=settings.weight_decay, betas=(0.9, 0.95)) for m, d in drafts.items()}
     done, log = 0, []
-    if path.is_file():
-        try:
-            state = torch.load(path, weights_only=False)
-        except Exception as err:  # a truncated or foreign file is rebuilt, never used
-            state = None
-            print(f"ignoring unreadable checkpoint {path.name}: {err}")
-        if state is not None and state.get("key") == full_key:
-            for m in drafts:
-                drafts[m].load_state_dict(state["drafts"][m])
-                optimisers[m].load_state_dict(state["optimisers"][m])
-            done, log = state["done"], state["log"]
+    state, problem = read_checkpoint(path)
+    if state is None and path.is_file():  # a corrupt or foreign file is discarded, never resumed
+        print(f"discarding checkpoint {path.name} ({problem}); training from the start", file=sys.stderr)
+        path.unlink()
+    if state is not None and state["key"] == full_key:
+        for m in drafts:
+            drafts[m].load_state_dict(state["drafts"][m]["weights"])
+            optimisers[m].load_state_dict(state["optimisers"][m])
+        done, log = state["done"], state["log"]
     torch.manual_seed(settings.seed)
     bar = progress_bar(total=len(plan), initial=done, desc=f"training {len(drafts)} drafts", unit="batch",
                        disable=not progress or done >= len(plan))
@@ -223,22 +272,20 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
     last_save = t0
 
     def save():
-        buffer = io.BytesIO()
-        torch.save({"key": full_key, "done": done, "log": log,
-                    "drafts": {m: d.state_dict() for m, d in drafts.items()},
-                    "optimisers": {m: o.state_dict() for m, o in optimisers.items()}}, buffer)
-        atomic_write_bytes(path, buffer.getvalue())
+        save_checkpoint(path, {"key": full_key, "done": done, "total": len(plan), "log": log,
+                               "drafts": {m: draft_record(d) for m, d in drafts.items()},
+                               "optimisers": {m: o.state_dict() for m, o in optimisers.items()}})
 
     for d in drafts.values():
         d.train()
     while done < stop_at:
-        batch = collate(store, plan[done], set(sources[m] for m in drafts))
+        batch = collate(store, plan[done], set(d.config.source for d in drafts.values()))
         targets = soft_targets(batch["final"], target_rows)  # (b, T, V_draft), shared
         entry = {"batch": done}
         for m, draft in drafts.items():
             for group in optimisers[m].param_groups:
                 group["lr"] = _lr(done, len(plan), settings)
-            losses, correct, counts = ttt_losses(draft, batch, sources[m], targets, settings.ttt_steps,
+            losses, correct, counts = ttt_losses(draft, batch, targets, settings.ttt_steps,
                                                  autocast=settings.autocast_bf16)
             loss = sum(settings.step_decay ** k * l for k, l in enumerate(losses))
             optimisers[m].zero_grad(set_to_none=True)
@@ -265,15 +312,15 @@ def train_drafts(drafts: dict, sources: dict, store, target_rows, settings: Trai
 
 
 @torch.no_grad()
-def step_accuracy(draft: Eagle3Draft, source, store, K: int, *, batch_tokens: int = 4096,
+def step_accuracy(draft: Eagle3Draft, store, K: int, *, batch_tokens: int = 4096,
                   autocast: bool) -> list[float]:
     """Held-out step-1..K accuracy: the share of reply positions where the draft's argmax (its own
     hidden fed back, ground-truth tokens, as in training) equals the target's greedy token; a target
     token outside the draft vocabulary counts as a miss."""
     hits, totals = [0] * K, [0] * K
     for indices in batch_plan([store.length(i) for i in range(len(store))], batch_tokens, 1.0, 0):
-        batch = collate(store, indices, {source})
-        for k, logits, _, _, label in ttt_unroll(draft, batch, source, K, autocast=autocast):
+        batch = collate(store, indices, {draft.config.source})
+        for k, logits, _, _, label in ttt_unroll(draft, batch, K, autocast=autocast):
             hits[k - 1] += int((logits.argmax(-1) == label).sum())
             totals[k - 1] += len(label)
     return [h / max(1, t) for h, t in zip(hits, totals)]

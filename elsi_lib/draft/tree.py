@@ -38,6 +38,8 @@ from typing import Any, Callable
 
 import torch
 
+from ..checks import is_integer
+
 StepFn = Callable[[Any, "Frontier | None"], tuple[torch.Tensor, Any]]
 
 
@@ -133,7 +135,10 @@ def max_nodes(depth: int, top_k: int) -> int:
     return top_k + (depth - 1) * top_k * top_k
 
 
-def _check_args(nodes, depth, top_k):
+def check_tree_args(nodes, depth, top_k):
+    for name, value in (("nodes", nodes), ("depth", depth), ("top_k", top_k)):
+        if not is_integer(value):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
     if depth < 1 or top_k < 1 or nodes < 1:
         raise ValueError(f"need nodes, depth, top_k >= 1, got {nodes}, {depth}, {top_k}")
     if nodes > max_nodes(depth, top_k):
@@ -243,7 +248,7 @@ def build_tree_sizes(step_fn: StepFn, root_state, *, sizes, depth: int, top_k: i
     if not sizes:
         raise ValueError("sizes must name at least one tree size")
     for nodes in sizes:
-        _check_args(nodes, depth, top_k)
+        check_tree_args(nodes, depth, top_k)
     scores, draft_ids, parents, depths = _expand(step_fn, root_state, depth, top_k)  # each (b, C)
     return {nodes: [_rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target)
                     for q in range(scores.shape[0])] for nodes in sizes}
