@@ -9,11 +9,12 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
    mean acceptance length 1 + accepted / drafts within TOLERANCE of elsi's 1 + accepted / rounds.
    Both run the draft in float32 on float32 features; what remains are float32 rounding differences
    between two implementations, which can flip a near-tie between two draft tokens now and then.
-4. vLLM captured the exported layers, not its defaults: its engine logs "Using Eagle3 auxiliary
-   layers from config: (ids)" (`set_eagle3_aux_hidden_state_layers`) when it takes the draft's
-   `eagle_aux_hidden_state_layer_ids`, and "... from model: ..." when it falls back to its own
-   default layers (vllm-project/vllm issue #50170: tau 2.77 -> 1.04 without a warning). The log of
-   each engine start is read back and its ids must equal the export's;
+4. vLLM captured the exported layers, not its defaults: vLLM 0.32's model runner logs "Using
+   auxiliary layers from speculative config: (ids)" (`gpu_model_runner.py`) when it takes the
+   draft's `eagle_aux_hidden_state_layer_ids` and logs nothing when it falls back to the target's
+   default layers (later versions: "Using Eagle3 auxiliary layers from config / from model"; vLLM
+   PR #50170 adds the missing warning). The log of each engine start (build/engines/logs/) is read
+   back and must name exactly the export's ids;
 5. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
 
 Exit status 0 when every check passes; results in build/engines/results.json and a Markdown table
@@ -45,7 +46,9 @@ def metric_totals(llm) -> dict:
     return totals
 
 
-AUX_LOG = re.compile(r"Using Eagle3 auxiliary layers from (config|model): [\[(]([\d, ]*)[\])]")
+# vLLM 0.32: "Using auxiliary layers from speculative config: (10, 11, 30)"; newer vLLM (eagle3_utils.py):
+# "Using Eagle3 auxiliary layers from config: (...)" or "... from model: (...)" (its defaults)
+AUX_LOG = re.compile(r"Using (?:Eagle3 )?auxiliary layers from (speculative config|config|model): [\[(]([\d, ]*)[\])]")
 
 
 @contextmanager
@@ -76,7 +79,7 @@ def aux_layers_used(log_text: str) -> tuple[str, list[int]] | None:
     if not found:
         return None
     where, ids = found[-1]
-    return where, [int(x) for x in ids.replace(" ", "").split(",") if x]
+    return ("model" if where == "model" else "config"), [int(x) for x in ids.replace(" ", "").split(",") if x]
 
 
 def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
