@@ -140,9 +140,30 @@ def verify_manifest(folder: str | os.PathLike, key: dict, check_hashes: bool = T
     return None
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where not supported."""
+    import ctypes
+
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    return renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
+
+
 def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
-    """Move the finished folder `tmp` to `final`, replacing a stale or corrupt one."""
-    final = Path(final)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    """Move the finished folder `tmp` to `final`, replacing an earlier one in one atomic step
+    (an exchange, then the old folder is removed); where the exchange is not supported, the old
+    folder is renamed aside first, so an interruption leaves it whole beside `final`."""
+    tmp, final = Path(tmp), Path(final)
+    if not final.exists():
+        os.replace(tmp, final)
+    elif _exchange(tmp, final):
+        shutil.rmtree(tmp)  # now the earlier folder
+    else:
+        aside = final.with_name(f".{final.name}.old")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(final, aside)
+        os.replace(tmp, final)
+        shutil.rmtree(aside)

@@ -28,7 +28,6 @@ of them and cross-checks `config.json` (the file engines build the draft from) a
 """
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
@@ -37,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from ..cachefiles import sha256_file
+from ..cachefiles import replace_folder, sha256_file
 from ..checks import is_integer
 from ..conventions import convert_layer_ids
-from ..identity import versions, weights_sha256
+from ..identity import model_fingerprint, versions
 from .model import DraftConfig, Eagle3Draft
 
 FORMATS = ("speculators", "eagle")
@@ -73,10 +72,9 @@ def _layer_config(draft: Eagle3Draft) -> dict:
     return block
 
 
-def engine_layer_ids(draft: Eagle3Draft, n_layers: int | None = None) -> list[int]:
+def engine_layer_ids(draft: Eagle3Draft) -> list[int]:
     """The draft's layers in vLLM / speculators ids (input of that decoder layer)."""
-    n_layers = n_layers or draft.config.num_hidden_layers
-    return list(convert_layer_ids(draft.config.layer_ids, "elsi", "vllm", n_layers))
+    return list(convert_layer_ids(draft.config.layer_ids, "elsi", "vllm", draft.config.num_hidden_layers))
 
 
 def _engine_config(draft: Eagle3Draft, format: str, target, verifier: str, speculative_tokens: int) -> dict:
@@ -119,31 +117,6 @@ def _check_destination(folder: Path) -> None:
                               "earlier elsi export: save_draft replaces only its own exports (choose another folder)")
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where not supported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    AT_FDCWD, RENAME_EXCHANGE = -100, 2
-    return renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0
-
-
-def _swap_in(tmp: Path, folder: Path) -> None:
-    """Put the finished export `tmp` at `folder` in one atomic step, then remove the old one."""
-    if not folder.exists():
-        os.replace(tmp, folder)
-    elif _exchange(tmp, folder):
-        shutil.rmtree(tmp)  # now the earlier export
-    else:  # no atomic exchange: rename the earlier one aside first (a crash between leaves it there, whole)
-        aside = folder.with_name(f".{folder.name}.old")
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(folder, aside)
-        os.replace(tmp, folder)
-        shutil.rmtree(aside)
-
-
 def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators",
                verifier: str | None = None, speculative_tokens: int = 3) -> Path:
     """Write `draft` to `folder` in `format` ("speculators" or "eagle"). `target` (the transformers
@@ -174,14 +147,14 @@ def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators
         save_file(_weights(draft, prefix), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         record = {"written_by": "elsi save_draft", "export_format": EXPORT_FORMAT, "format": format,
                   "draft": draft.config.to_dict(), "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
-                  "verifier": str(verifier), "target_weights_sha256": weights_sha256(target),
+                  "verifier": str(verifier), "target_weights_sha256": model_fingerprint(target)["weights_sha256"],
                   "target_dtype": str(next(target.parameters()).dtype), "library": versions(),
                   "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")}}
         (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         for path in tmp.iterdir():
             with open(path, "rb") as handle:
                 os.fsync(handle.fileno())
-        _swap_in(tmp, folder)
+        replace_folder(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -269,7 +242,7 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft_config = DraftConfig.from_dict(record["draft"])
     _cross_check(folder / "config.json", format, config, ids, draft_config)
     draft_config.check_target(target)
-    if weights_sha256(target) != record["target_weights_sha256"]:
+    if model_fingerprint(target)["weights_sha256"] != record["target_weights_sha256"]:
         raise ExportError(f"{folder / RECORD}: the target's weights differ from those the draft was exported "
                           f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
                           "another model of the same shape")
