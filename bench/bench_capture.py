@@ -24,8 +24,8 @@ import time
 import torch
 
 import elsi_lib
-from elsi_lib.forward import pad_batch, pad_id, plan_batches, tokenize_samples
-from elsi_lib.identity import weights_sha256
+from elsi_lib.hidden.forward import pad_batch, pad_id, plan_batches, tokenize_samples
+from elsi_lib.common.identity import weights_sha256
 
 BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
 
@@ -56,7 +56,7 @@ def child(n_prompts: int, qwen3: bool = False) -> None:
     if qwen3:  # a randomly initialised Qwen3-4B-shaped model in bfloat16, short prompts
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(elsi_lib.models.resolve_model_path(None)[0])
+        tokenizer = AutoTokenizer.from_pretrained(elsi_lib.inputs.models.resolve_model_path(None)[0])
         model = elsi_lib.random_model("qwen3", dtype="bfloat16", **QWEN3_4B_SHAPE)
         BATCH.update(max_length=128, max_batch_tokens=1024)
     else:

@@ -22,13 +22,13 @@ import time
 
 import torch
 
-from elsi_lib import study
+from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
 from elsi_lib.draft.experiment import Experiment, draft_methods, trained_drafts
 from elsi_lib.draft.export import load_draft
-from elsi_lib.formatting import tokenize_conversation
-from elsi_lib.models import load_model
+from elsi_lib.inputs.chat import tokenize_conversation
+from elsi_lib.inputs.models import load_model
 
 SHAPES = [("chain", 1, 1, 1), ("chain", 2, 2, 1), ("chain", 3, 3, 1), ("chain", 4, 4, 1), ("chain", 5, 5, 1),
           ("tree", 8, 4, 4), ("tree", 16, 5, 5), ("tree", 30, 6, 10), ("tree", 60, 6, 10)]  # (kind, nodes, depth, top_k)
@@ -73,7 +73,7 @@ def main() -> None:
     if args.draft:
         draft, name = load_draft(args.draft, model), args.draft
     else:
-        methods = draft_methods(study.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
+        methods = draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
         draft, name = trained_drafts(Experiment(), methods, loaded=(model, tokenizer))[args.method], args.method
     source = draft.config.source  # a layer tuple, or FINAL_NORM (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)

@@ -22,7 +22,8 @@ import time
 import torch
 
 import elsi_lib
-from elsi_lib.draft import Eagle3Draft, build_trees
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.tree import build_trees
 from elsi_lib.draft import train as training
 from elsi_lib.draft.replay import replay_sequence
 
@@ -115,9 +116,9 @@ def replay_cost(repeat: int, prefix: int = 550, tokens: int = 128) -> tuple[floa
 def feature_costs(repeat: int, n_conversations: int = 8) -> tuple[float, float, int]:
     """Tokens/s of reading a stored batch of features (6 layers, fp16 memory-mapped) against the
     target forward that recomputes them."""
-    from elsi_lib.data import calibration_prompts
+    from elsi_lib.inputs.prompts import calibration_prompts
     from elsi_lib.draft.features import build_features
-    from elsi_lib.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
+    from elsi_lib.hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 
     model, tokenizer = elsi_lib.load_model()
     conversations = [c + [{"role": "assistant", "content": c[0]["content"][:400]}]

@@ -6,20 +6,20 @@ model -> replies (`responses`) -> forward -> capture -> layer representatives Z 
 The math modules (`entropy`, `cka`, `bounds`, `scorer`, `select`) are pure functions of arrays;
 torch and transformers are imported only by the model and data code that needs them.
 """
-from .capture import capture, capture_variants, select_positions
-from .cka import (centered_gram_products, cka_matrix, conditional_cka_matrices, conditional_cka_matrix,
+from .hidden.capture import capture, capture_variants, select_positions
+from .selection.cka import (centered_gram_products, cka_matrix, conditional_cka_matrices, conditional_cka_matrix,
                   find_boundaries, linear_cka, transition_scores)
-from .data import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, DataFormatError, DataIntegrityError, OverlapError,
-                   calibration_prompts, check_disjoint, load_prompts, load_specbench, sample,
-                   specbench_conversations)
-from .layerstats import CacheError, LayerStats
-from .forward import token_entropy
-from .responses import generate_responses, reply_conversations, with_replies
-from .settings import CaptureSettings
-from .entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
-from .models import DEFAULT_MODEL, REGISTRY, ModelFileError, ModelNotFoundError, load_model, random_model
-from .conventions import convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers
-from .select import (BeamEntry, Selection, conditional_transition_scores, elsi, elsi_c, exhaustive,
+from .inputs.prompts import (CALIBRATION_MIX, PROMPT_SETS, TRAINING_MIX, OverlapError, calibration_prompts,
+                             check_disjoint, load_prompts, load_specbench, sample, specbench_conversations)
+from .inputs.readers import DataFormatError, DataIntegrityError
+from .hidden.layerstats import CacheError, LayerStats
+from .hidden.forward import token_entropy
+from .hidden.replies import generate_responses, reply_conversations, with_replies
+from .hidden.settings import CaptureSettings
+from .selection.entropy import gram_entropy, layer_grams, matrix_entropy, set_entropy
+from .inputs.models import DEFAULT_MODEL, REGISTRY, ModelFileError, ModelNotFoundError, load_model, random_model
+from .selection.conventions import convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers
+from .selection.select import (BeamEntry, Selection, conditional_transition_scores, elsi, elsi_c, exhaustive,
                      lowest_entropy_layers, single_layer_entropies)
 
 __version__ = "0.1.0"

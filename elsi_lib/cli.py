@@ -90,7 +90,7 @@ def _check(args) -> None:
         raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
                          f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
     for source in args.data or []:
-        from .data import PROMPT_SETS
+        from .inputs.prompts import PROMPT_SETS
         if source not in PROMPT_SETS and not Path(source).is_file():
             raise UsageError(f"--data {source!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
     if getattr(args, "out", None) is not None:
@@ -120,7 +120,7 @@ def _prompts(args) -> list:
     """The sampled conversations, read and checked before any model is loaded: --prompts beyond
     what --data holds is refused, as the calibration mix refuses it; so is a file with no usable
     conversation or one that ends with a system turn (nobody would reply to it)."""
-    from .data import calibration_prompts, load_prompts, sample
+    from .inputs.prompts import calibration_prompts, load_prompts, sample
 
     if not args.data:
         try:
@@ -148,7 +148,7 @@ class _Job:
     """What a command has read and loaded before its capture: prompts, the model, its shape."""
 
     def __init__(self, args):
-        from .models import load_model
+        from .inputs.models import load_model
 
         self.prompts = _prompts(args)
         self.loaded = load_model(args.model)
@@ -158,7 +158,7 @@ class _Job:
         self._replier = self.loaded if args.reply_model in ("self", args.model) else None
 
     def replier(self, args):
-        from .models import load_model
+        from .inputs.models import load_model
 
         if self._replier is None:
             self._replier = load_model(args.reply_model)
@@ -167,10 +167,10 @@ class _Job:
 
 def _stats(args, job: _Job):
     """(the model's LayerStats of the paper's selection, the conversations' description)."""
-    from .calibration import calibration_conversations, capture_selections
-    from .data import conversations_hash
-    from .responses import reply_conversations
-    from .settings import CaptureSettings
+    from .paper.calibration import calibration_conversations, capture_selections
+    from .inputs.prompts import conversations_hash
+    from .hidden.replies import reply_conversations
+    from .hidden.settings import CaptureSettings
 
     settings = CaptureSettings().replace(rho=args.rho, block=args.block)
     if args.data:
@@ -194,14 +194,14 @@ def _stats(args, job: _Job):
 
 
 def _fixed_layers(method: str, n_layers: int):
-    from .conventions import eagle2_layers, eagle3_layers
+    from .selection.conventions import eagle2_layers, eagle3_layers
 
     return {"eagle3": eagle3_layers, "eagle2": eagle2_layers}[method](n_layers)
 
 
 def _check_select(args, job: _Job) -> None:
     """The checks the model's layer count and architecture allow, before the capture."""
-    from .conventions import ENGINE_FORMATS, engine_fragment
+    from .selection.conventions import ENGINE_FORMATS, engine_fragment
 
     N = job.n_layers
     if args.method in MEASURED:
@@ -223,7 +223,7 @@ def _check_select(args, job: _Job) -> None:
 
 
 def _selection(Z, args):
-    from . import select
+    from .selection import select
 
     N = Z.shape[0]
     if args.m > N and args.method in MEASURED:
@@ -238,7 +238,7 @@ def _selection(Z, args):
 
 
 def _recipe_line(fragment: dict) -> str:
-    from .conventions import SPECULATORS_RECIPE
+    from .selection.conventions import SPECULATORS_RECIPE
 
     if "recipe_unavailable" in fragment:
         return f"speculators' recipe: {fragment['recipe_unavailable']}"
@@ -247,10 +247,11 @@ def _recipe_line(fragment: dict) -> str:
 
 
 def cmd_select(args) -> str:
-    from . import __version__, select
-    from .conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
-    from .entropy import set_entropy
-    from .identity import model_fingerprint
+    from . import __version__
+    from .selection import select
+    from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
+    from .selection.entropy import set_entropy
+    from .common.identity import model_fingerprint
 
     job = _Job(args)
     _check_select(args, job)
@@ -275,7 +276,7 @@ def cmd_select(args) -> str:
                              "k_beam": args.k_beam, "k_expand": args.k_expand, "elsi_version": __version__,
                              "n_layers": N, "convention": "elsi: layer l = output of decoder layer l"}}
     if args.stability:
-        from .study import bootstrap_choices
+        from .paper.study import bootstrap_choices
         methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
                    "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
                    "exhaustive": select.exhaustive}
@@ -317,7 +318,7 @@ def cmd_capture(args) -> str:
 
 
 def cmd_report(args) -> str:
-    from .study import compartments
+    from .paper.study import compartments
 
     stats, described = _stats(args, _Job(args))
     Z = stats.Z
@@ -328,7 +329,7 @@ def cmd_report(args) -> str:
              "layer  entropy  top-row energy  CKA boundary after it (Eq. 8 peak)"]
     lines += [f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])]
     if args.figures:
-        from . import plots
+        from .paper import plots
         fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
         paths = plots.save_figure(fig, f"profile_{plots.slug(args.model)}", args.figures)
         print("saved " + ", ".join(map(str, paths)), file=sys.stderr)

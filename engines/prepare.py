@@ -19,15 +19,15 @@ from pathlib import Path
 
 import torch
 
-from elsi_lib import study
+from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
 from elsi_lib.draft.experiment import Experiment, data_key, draft_methods, train_group, training_data
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
-from elsi_lib.formatting import tokenize_conversation
-from elsi_lib.models import load_model, resolve_model_path
-from elsi_lib.progress import progress_bar
+from elsi_lib.inputs.chat import tokenize_conversation
+from elsi_lib.inputs.models import load_model, resolve_model_path
+from elsi_lib.common.progress import progress_bar
 
 MODEL = "smollm2-135m"
 METHODS = ("ELSI m=3", "EAGLE3")
@@ -43,7 +43,7 @@ OUT = Path("build/engines")
 def main() -> None:
     torch.manual_seed(0)
     model, tokenizer = load_model(MODEL)
-    stats = study.paper_stats([MODEL], 200, seed=0)[MODEL]
+    stats = calibration.paper_stats([MODEL], 200, seed=0)[MODEL]
     methods = draft_methods(stats)
     methods = methods[methods.method.isin(METHODS)]
     group = dict(zip(methods.method, methods.source))

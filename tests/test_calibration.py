@@ -1,8 +1,8 @@
 import pytest
 
-from elsi_lib import study
-from elsi_lib.calibration import SELECTIONS
-from elsi_lib.settings import CaptureSettings
+from elsi_lib.paper import calibration
+from elsi_lib.paper.calibration import SELECTIONS
+from elsi_lib.hidden.settings import CaptureSettings
 
 
 @pytest.mark.parametrize("models, model, expected", [
@@ -12,13 +12,13 @@ from elsi_lib.settings import CaptureSettings
     (("smollm2-135m", "smollm2-135m"), "smollm2-135m", ["smollm2-135m"]),
 ])
 def test_model_names_accept_lists_and_comma_separated_strings(models, model, expected):
-    assert study.model_names(models, model) == expected
+    assert calibration.model_names(models, model) == expected
 
 
 @pytest.mark.parametrize("models", ['["smollm2-135m", "qwen2.5-coder-0.5b"]', "['a']", 3, ["a", ""], [], ""])
 def test_model_names_refuse_anything_else_and_show_the_yaml_form(models):
     with pytest.raises(ValueError, match=r"-y 'MODELS: \[") as err:
-        study.model_names(models)
+        calibration.model_names(models)
     if isinstance(models, str) and "[" in models:  # the papermill -p mistake is named as such
         assert "is a string, not a list" in str(err.value)
 

@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from elsi_lib.cachefiles import cache_dir
+from elsi_lib.common.cachefiles import cache_dir
 from elsi_lib import (CacheError, CaptureSettings, LayerStats, capture, capture_variants, reply_conversations,
                       select_positions, token_entropy)
-from elsi_lib.formatting import tokenize_conversation
-from elsi_lib.forward import tokenize_samples
+from elsi_lib.inputs.chat import tokenize_conversation
+from elsi_lib.hidden.forward import tokenize_samples
 
 from conftest import interrupted_then_rerun, make_conversations, make_tiny_tokenizer
 

@@ -6,7 +6,7 @@ from scipy.stats import ortho_group
 
 from elsi_lib import (cka_matrix, conditional_cka_matrices, conditional_cka_matrix, find_boundaries, linear_cka,
                       transition_scores)
-from elsi_lib.cka import centered_gram_products
+from elsi_lib.selection.cka import centered_gram_products
 
 from conftest import random_layers
 
@@ -132,7 +132,7 @@ def test_linear_cka_is_scale_invariant_over_float64(pair, scale_x, scale_y):
 def test_cka_matrix_and_products_are_scale_safe(normalize, exponent):
     """CKA does not depend on the scale of Z; the Gram products P (which do) are exact or a clear
     error, never NaN or inf; conditional CKA from P at any scale is the same."""
-    from elsi_lib.scorer import SetScorer
+    from elsi_lib.selection.scorer import SetScorer
 
     Z = random_layers(seed=9)
     scaled = 10.0**exponent * Z

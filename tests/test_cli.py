@@ -10,7 +10,7 @@ import torch
 
 from conftest import make_conversations, replied_conversations
 from elsi_lib import cli, random_model
-from elsi_lib.conventions import ENGINE_FORMATS, engine_fragment
+from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
 from test_conventions import sglang_captured, speculators_recipe, vllm_captured
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -117,14 +117,14 @@ def test_refusals_and_exit_codes(capsys, folder, data):
 @pytest.fixture
 def no_capture(monkeypatch):
     """The command must refuse before it writes a reply or captures anything."""
-    import elsi_lib.calibration
-    import elsi_lib.responses
+    import elsi_lib.paper.calibration
+    import elsi_lib.hidden.replies
 
     def reached(*args, **kwargs):
         raise AssertionError("the command started its work before refusing")
 
-    for module, name in ((elsi_lib.calibration, "capture_selections"), (elsi_lib.calibration, "calibration_conversations"),
-                         (elsi_lib.responses, "reply_conversations")):
+    for module, name in ((elsi_lib.paper.calibration, "capture_selections"), (elsi_lib.paper.calibration, "calibration_conversations"),
+                         (elsi_lib.hidden.replies, "reply_conversations")):
         monkeypatch.setattr(module, name, reached)
 
 

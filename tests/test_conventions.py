@@ -12,8 +12,8 @@ import itertools
 
 import pytest
 
-from elsi_lib import conventions
-from elsi_lib.conventions import ENGINE_FORMATS, engine_fragment
+from elsi_lib.selection import conventions
+from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
 
 DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")  # deepseek_v2.py's classes
 ARCHITECTURES = (None, "LlamaForCausalLM", "DeepseekV3ForCausalLM", "Qwen2ForCausalLM")

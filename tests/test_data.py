@@ -5,8 +5,8 @@ import pytest
 
 from elsi_lib import (DataFormatError, OverlapError, PROMPT_SETS, calibration_prompts, check_disjoint,
                       load_prompts, load_specbench, sample, specbench_conversations)
-from elsi_lib.data import data_dir, parse_ultrachat_eval
-from elsi_lib import fetch_data
+from elsi_lib.inputs.readers import data_dir, parse_ultrachat_eval
+from elsi_lib.inputs import fetch_data
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +204,7 @@ def test_bad_calibration_sources_are_refused_before_loading(shared, monkeypatch)
         loaded.append(source)
         return real(source, data_dir_path)
 
-    monkeypatch.setattr("elsi_lib.data.load_prompts", recording)
+    monkeypatch.setattr("elsi_lib.inputs.prompts.load_prompts", recording)
     with pytest.raises(ValueError, match=r"unknown prompt set 'nope'"):
         calibration_prompts(5, sources=["arena-hard-v0.1", "nope"])
     with pytest.raises(TypeError, match="sources"):
@@ -217,7 +217,7 @@ def test_bad_calibration_sources_are_refused_before_loading(shared, monkeypatch)
 
 
 def test_calibration_count_and_seed_are_checked(shared, monkeypatch):
-    monkeypatch.setattr("elsi_lib.data.load_prompts", lambda *a, **k: pytest.fail("loaded before the check"))
+    monkeypatch.setattr("elsi_lib.inputs.prompts.load_prompts", lambda *a, **k: pytest.fail("loaded before the check"))
     for bad in (0, -1):
         with pytest.raises(ValueError, match="positive"):
             calibration_prompts(bad)

@@ -6,8 +6,8 @@ import os
 import pytest
 
 from elsi_lib import calibration_prompts, load_prompts, load_specbench
-from elsi_lib import data, fetch_data
-from elsi_lib.data import DataIntegrityError, data_dir
+from elsi_lib.inputs import fetch_data, readers
+from elsi_lib.inputs.readers import DataIntegrityError, data_dir
 
 SPECBENCH = "spec_bench/question.jsonl"
 ARENA = "arena-hard-auto/arena-hard-v0.1/question.jsonl"
@@ -16,7 +16,7 @@ ARENA = "arena-hard-auto/arena-hard-v0.1/question.jsonl"
 @pytest.fixture
 def hash_calls(monkeypatch):
     """A fresh verdict cache, and the files hashed for a blob id since the test began."""
-    monkeypatch.setattr(data, "_PINNED_VERDICTS", {})
+    monkeypatch.setattr(readers, "_PINNED_VERDICTS", {})
     calls = []
     real = fetch_data.git_blob_sha1
 
@@ -131,7 +131,7 @@ def test_every_pinned_file_of_the_shared_folder_verifies(hash_calls):
     except FileNotFoundError as err:
         pytest.skip(f"{err}")
     for source in fetch_data.SOURCES:
-        data.verify_pinned(folder, source.local)
+        readers.verify_pinned(folder, source.local)
     assert len(hash_calls) == len(fetch_data.SOURCES)
 
 

@@ -1,12 +1,12 @@
 """The draft experiments' text: SpecBench's paper columns and the evaluation questions
 (elsi_lib.draft.corpus) on the real SpecBench of the data folder, and the training prompts
-(elsi_lib.data.training_prompts: round robin over sources, length bound, exclusions, disjointness)
+(elsi_lib.inputs.prompts.training_prompts: round robin over sources, length bound, exclusions, disjointness)
 on the real training mix and on small hand-written ShareGPT files."""
 import json
 
 import pytest
 
-from elsi_lib.data import (TRAINING_MIX, OverlapError, check_disjoint, load_prompts, load_specbench,
+from elsi_lib.inputs.prompts import (TRAINING_MIX, OverlapError, check_disjoint, load_prompts, load_specbench,
                            normalized_text, specbench_conversations, training_prompts)
 from elsi_lib.draft.corpus import COLUMNS, column_of, eval_questions
 

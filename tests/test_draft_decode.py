@@ -11,8 +11,8 @@ from scipy import stats
 
 from conftest import make_tiny_tokenizer
 from elsi_lib import random_model
-from elsi_lib.responses import GumbelSampler, generate_responses
-from elsi_lib.draft import Eagle3Draft
+from elsi_lib.hidden.replies import GumbelSampler, generate_responses
+from elsi_lib.draft.model import Eagle3Draft
 from elsi_lib.draft import decode as D
 from elsi_lib.draft.model import FINAL_NORM
 from elsi_lib.draft.tree import DraftTree
@@ -289,9 +289,9 @@ def test_bundled_model_on_specbench_questions_is_token_identical(bundled, tmp_pa
 
     from elsi_lib.draft import corpus
     from elsi_lib.draft.features import build_features
-    from elsi_lib.draft.model import draft_vocabulary, init_lm_head_from_target
+    from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
     from elsi_lib.draft.train import TrainSettings, train_drafts
-    from elsi_lib.formatting import tokenize_conversation
+    from elsi_lib.inputs.chat import tokenize_conversation
 
     model, tokenizer = bundled
     target = copy.deepcopy(model).double()

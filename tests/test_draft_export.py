@@ -9,8 +9,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from elsi_lib import random_model
-from elsi_lib.draft import Eagle3Draft, draft_vocabulary
-from elsi_lib.cachefiles import sha256_file
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.vocabulary import draft_vocabulary
+from elsi_lib.common.cachefiles import sha256_file
 from elsi_lib.draft import export as X
 from elsi_lib.draft.model import FINAL_NORM
 

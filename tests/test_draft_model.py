@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from elsi_lib import random_model
-from elsi_lib.draft import (NOT_IN_DRAFT, DraftConfig, Eagle3Draft, draft_vocabulary, init_lm_head_from_target,
-                            to_draft, to_target)
+from elsi_lib.draft.vocabulary import NOT_IN_DRAFT, draft_vocabulary, init_lm_head_from_target, to_draft, to_target
+from elsi_lib.draft.model import DraftConfig, Eagle3Draft
 
 N_LAYERS, D, VOCAB, DRAFT_VOCAB = 6, 64, 256, 40
 LAYER_SETS = {1: (4,), 2: (1, 4), 3: (1, 3, 5), 4: (0, 2, 3, 5)}

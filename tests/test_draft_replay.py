@@ -9,7 +9,9 @@ import torch
 
 from conftest import module_feature_store
 from elsi_lib import random_model
-from elsi_lib.draft import Eagle3Draft, build_tree_sizes, build_trees, draft_vocabulary
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.vocabulary import draft_vocabulary
+from elsi_lib.draft.tree import build_tree_sizes, build_trees
 from elsi_lib.draft import replay as R
 from elsi_lib.draft.features import FeatureStore
 

@@ -17,7 +17,7 @@ from elsi_lib.draft import tables as T
 from elsi_lib.draft.experiment import (LEVER, Experiment, _groups, beam_overlap, draft_methods, plan)
 from elsi_lib.draft.model import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
-from elsi_lib.study import compartments, regimes
+from elsi_lib.paper.study import compartments, regimes
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

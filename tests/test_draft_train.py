@@ -6,11 +6,12 @@ import pytest
 import torch
 
 from conftest import module_feature_store, replied_conversations
-from elsi_lib.cachefiles import verify_manifest
-from elsi_lib.draft import Eagle3Draft, draft_vocabulary, init_lm_head_from_target
+from elsi_lib.common.cachefiles import verify_manifest
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
 from elsi_lib.draft import features as F
 from elsi_lib.draft import train as T
-from elsi_lib.formatting import tokenize_conversation
+from elsi_lib.inputs.chat import tokenize_conversation
 
 LAYERS = (0, 1, 2, 3)
 DRAFT_VOCAB = 48

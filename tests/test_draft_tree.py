@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from elsi_lib.draft import (DraftTree, Frontier, accepted_length, build_tree, build_trees, max_nodes, tau,
-                            to_target)
+from elsi_lib.draft.vocabulary import to_target
+from elsi_lib.draft.tree import DraftTree, Frontier, accepted_length, build_tree, build_trees, max_nodes, tau
 
 V = 12
 

@@ -5,8 +5,8 @@ from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
 from elsi_lib import matrix_entropy, set_entropy
-from elsi_lib.bounds import shannon_upper_bound, shannon_upper_bound_dominant, top_eigenvalue_bracket
-from elsi_lib.entropy import concat_layers, entropy_of_spectrum, layer_grams
+from elsi_lib.selection.bounds import shannon_upper_bound, shannon_upper_bound_dominant, top_eigenvalue_bracket
+from elsi_lib.selection.entropy import concat_layers, entropy_of_spectrum, layer_grams
 
 from conftest import random_layers
 
@@ -392,7 +392,7 @@ def test_layers_on_very_different_scales():
 
 def test_ordinary_inputs_are_not_rescaled():
     """On ordinary data the Grams are exactly Z_l Z_l^T and the entropies come from them unchanged."""
-    from elsi_lib.scorer import SetScorer
+    from elsi_lib.selection.scorer import SetScorer
 
     Z = random_layers(seed=1)
     grams = Z @ Z.transpose(0, 2, 1)

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from elsi_lib import CacheError, LayerStats, capture, reply_conversations, study
-from elsi_lib.cachefiles import cache_dir
+from elsi_lib import CacheError, LayerStats, reply_conversations
+from elsi_lib import capture
+from elsi_lib.paper import study
+from elsi_lib.common.cachefiles import cache_dir
 
 from conftest import interrupted_then_rerun, make_conversations
 
@@ -58,7 +60,7 @@ def test_a_weight_changed_anywhere_is_a_new_cache_entry(tiny_tokenizer):
 
 
 def test_fingerprint_covers_every_weight_and_no_path(tiny_model, tmp_path):
-    from elsi_lib.identity import model_fingerprint, weights_sha256
+    from elsi_lib.common.identity import model_fingerprint, weights_sha256
 
     before = model_fingerprint(tiny_model)
     assert before == model_fingerprint(tiny_model) and before["weights_sha256"] == weights_sha256(tiny_model)
@@ -74,12 +76,13 @@ def test_fingerprint_covers_every_weight_and_no_path(tiny_model, tmp_path):
 
 
 def test_reply_cache_covers_the_library_versions(tiny_model, tiny_tokenizer, monkeypatch):
-    from elsi_lib import identity, responses
+    from elsi_lib.common import identity
+    from elsi_lib.hidden import replies
 
     prompts = make_conversations(2)
     reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=3, progress=False)
     real = identity.versions()
-    monkeypatch.setattr(responses, "versions", lambda: {**real, "transformers": "0.0.1"})
+    monkeypatch.setattr(replies, "versions", lambda: {**real, "transformers": "0.0.1"})
     calls = []
     original = tiny_model.generate
     monkeypatch.setattr(tiny_model, "generate", lambda *a, **k: calls.append(1) or original(*a, **k))

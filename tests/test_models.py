@@ -5,9 +5,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import elsi_lib.models as models
+import elsi_lib.inputs.models as models
 from elsi_lib import ModelNotFoundError, load_model, random_model
-from elsi_lib.cachefiles import verify_manifest, write_manifest
+from elsi_lib.common.cachefiles import verify_manifest, write_manifest
 
 
 def test_unknown_name_lists_the_choices():

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from elsi_lib.cachefiles import REPO_ROOT
+from elsi_lib.common.cachefiles import REPO_ROOT
 
 from conftest import USER_CACHE_DIR
 

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib import cka_matrix, elsi, elsi_c, plots, transition_scores
+from elsi_lib import cka_matrix, elsi, elsi_c, transition_scores
+from elsi_lib.paper import plots
 
 from conftest import random_layers
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from elsi_lib.cachefiles import REPO_ROOT
+from elsi_lib.common.cachefiles import REPO_ROOT
 
 RESULTS = REPO_ROOT / "data" / "results"
 NUMBER = r"\d+(?:\.\d+)?"

@@ -6,9 +6,9 @@ from hypothesis import given, settings, strategies as st
 
 from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers, elsi, elsi_c, exhaustive,
                       lowest_entropy_layers, set_entropy, single_layer_entropies)
-from elsi_lib.bounds import shannon_upper_bound
-from elsi_lib.scorer import SetScorer
-from elsi_lib.select import conditional_transition_scores
+from elsi_lib.selection.bounds import shannon_upper_bound
+from elsi_lib.selection.scorer import SetScorer
+from elsi_lib.selection.select import conditional_transition_scores
 
 from conftest import random_layers
 
@@ -81,7 +81,7 @@ def test_beam_follows_algorithm_1():
 def test_elsi_c_pool_comes_from_conditional_transitions():
     Z = random_layers(n_layers=9, seed=5)
     result = elsi_c(Z, 2, k_beam=2, k_pool=3)
-    from elsi_lib.cka import centered_gram_products, conditional_cka_matrix
+    from elsi_lib.selection.cka import centered_gram_products, conditional_cka_matrix
     P = centered_gram_products(Z)
     for entry in result.beams[2]:
         delta = conditional_transition_scores(conditional_cka_matrix(P, entry.parent))
@@ -180,7 +180,7 @@ def test_upper_bounds_lie_between_the_entropy_and_the_purity_bound():
 
 
 def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
-    from elsi_lib import scorer
+    from elsi_lib.selection import scorer
     Z = random_layers(n_layers=10, rows=8, dim=32, seed=4, shared=3.0)
     sets = list(itertools.combinations(range(10), 3))
     whole = SetScorer(Z).upper_bounds(sets)
@@ -212,7 +212,7 @@ def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
     (lambda Z: elsi(Z, 2, alpha=True), "alpha"),
 ])
 def test_bad_argument_types_fail_before_any_work(Z, call, message, monkeypatch):
-    from elsi_lib import select
+    from elsi_lib.selection import select
 
     def no_work(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")

@@ -7,8 +7,8 @@ by every draft. Training prompts are disjoint from every calibration prompt and 
 """
 from __future__ import annotations
 
-from ..data import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts)
-from ..responses import generate_responses, with_replies
+from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts)
+from ..hidden.replies import generate_responses, with_replies
 
 # The paper's SpecBench columns; M/R merges MT-bench math and reasoning with GSM8K math_reasoning,
 # MT is the rest of MT-bench (writing, roleplay, coding, extraction, stem, humanities).

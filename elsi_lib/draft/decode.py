@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from ..forward import layer_outputs
-from ..responses import eos_ids
-from ..checks import is_integer
+from ..hidden.forward import layer_outputs
+from ..hidden.replies import eos_ids
+from ..common.checks import is_integer
 from .model import FINAL_NORM, Eagle3Draft, check_source
 from .replay import root_step_fn
 from .tree import DraftTree, check_tree_args, build_trees

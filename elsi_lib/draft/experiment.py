@@ -17,16 +17,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..conventions import eagle3_layers
-from ..entropy import set_entropy
-from ..models import load_model
-from ..progress import progress_bar
-from ..scorer import SetScorer
-from ..study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
+from ..selection.conventions import eagle3_layers
+from ..selection.entropy import set_entropy
+from ..inputs.models import load_model
+from ..common.progress import progress_bar
+from ..selection.scorer import SetScorer
+from ..paper.study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
 from . import corpus
 from . import features
 from .features import build_features
-from .model import FINAL_NORM, Eagle3Draft, draft_vocabulary, init_lm_head_from_target
+from .model import FINAL_NORM, Eagle3Draft
+from .vocabulary import draft_vocabulary, init_lm_head_from_target
 from .replay import question_tau, replay
 from .train import TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, step_accuracy, train_drafts
 
@@ -128,8 +129,8 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
     features are made, and the draft vocabulary. Known before any reply or feature exists (so
     `trained_drafts` finds a checkpoint without rebuilding the data); the evaluation settings are
     left out, so that changing them never retrains a draft."""
-    from ..data import conversations_hash
-    from ..identity import model_fingerprint, tokenizer_fingerprint, versions
+    from ..inputs.prompts import conversations_hash
+    from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
     data = {name: getattr(exp, name) for name in ("n_train", "n_heldout", "train_max_new_tokens", "draft_vocab",
                                                   "max_length")}
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
@@ -319,7 +320,7 @@ def loop_agreement(exp: Experiment, ran: dict, methods: pd.DataFrame, checked, *
     question: rounds and tau of both, whether every round's accepted length agrees (else the first
     round that differs: a floating-point near-tie decided differently by the two computations), and
     whether the loop's tokens are the target's greedy continuation. Cached per question."""
-    from ..identity import weights_sha256
+    from ..common.identity import weights_sha256
     from .decode import speculative_generate
     from .replay import continuation_end, per_question_cache, save_per_question
 

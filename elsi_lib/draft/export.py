@@ -36,10 +36,10 @@ from pathlib import Path
 
 import torch
 
-from ..cachefiles import replace_folder, sha256_file
-from ..checks import is_integer
-from ..conventions import convert_layer_ids
-from ..identity import model_fingerprint, versions
+from ..common.cachefiles import replace_folder, sha256_file
+from ..common.checks import is_integer
+from ..selection.conventions import convert_layer_ids
+from ..common.identity import model_fingerprint, versions
 from .model import DraftConfig, Eagle3Draft
 
 FORMATS = ("speculators", "eagle")

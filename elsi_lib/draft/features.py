@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..cachefiles import cache_dir, check_writable, replace_folder, sha256_text, verify_manifest, write_manifest
-from ..data import conversations_hash
-from ..formatting import tokenize_conversation
-from ..forward import hidden_batches, pad_id, plan_batches, tokenize_samples
-from ..identity import model_fingerprint, tokenizer_fingerprint, versions
-from ..progress import progress_bar
+from ..common.cachefiles import cache_dir, check_writable, replace_folder, sha256_text, verify_manifest, write_manifest
+from ..inputs.prompts import conversations_hash
+from ..inputs.chat import tokenize_conversation
+from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
+from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.progress import progress_bar
 from .model import FINAL_NORM
 
 FORMAT = 1

@@ -32,8 +32,8 @@ import json
 import numpy as np
 import torch
 
-from ..cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
-from ..progress import progress_bar
+from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..common.progress import progress_bar
 from .model import Eagle3Draft
 from .tree import accepted_length, build_tree_sizes
 

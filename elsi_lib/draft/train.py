@@ -26,10 +26,11 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..cachefiles import cache_dir, check_writable, read_checked, sha256_text, write_checked
-from ..forward import plan_batches
-from ..progress import progress_bar
-from .model import NOT_IN_DRAFT, Eagle3Draft, draft_from_record, draft_record
+from ..common.cachefiles import cache_dir, check_writable, read_checked, sha256_text, write_checked
+from ..hidden.forward import plan_batches
+from ..common.progress import progress_bar
+from .vocabulary import NOT_IN_DRAFT
+from .model import Eagle3Draft, draft_from_record, draft_record
 
 
 FORMAT = 1  # bump on any change to training that changes its result: old checkpoints are then not reused

@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..checks import is_integer
+from ..common.checks import is_integer
 
 StepFn = Callable[[Any, "Frontier | None"], tuple[torch.Tensor, Any]]
 

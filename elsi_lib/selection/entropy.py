@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .checks import as_float64, as_layer_stack, check_alpha, check_layers, check_normalize
+from ..common.checks import as_float64, as_layer_stack, check_alpha, check_layers, check_normalize
 from .scale import SAFE_GRAM_PEAK, TINY_TRACE, layer_peaks, peak_shift, power_of_two_shifts, unit_peak
 
 _NEAR_SHANNON = 0.25  # |alpha - 1| up to which `entropy_of_spectrum` uses the expm1 form

@@ -5,10 +5,6 @@ Each algorithm is a sequence of "best k of these sets" questions answered by `Se
 (`scorer`), exact whichever backend ("gram", the default, or "naive", the definition) scores the
 sets; for Shannon entropy the gram backend skips sets whose upper bound (`bounds`) rules them out.
 BLAS is held at one thread during a selection (`threads`).
-
-`SetScorer` and the engines' fixed sets and layer-id conventions (`eagle2_layers`, `eagle3_layers`,
-`convert_layer_ids`, from `conventions`) are re-exported here for callers that import them from
-`select`.
 """
 from __future__ import annotations
 
@@ -18,11 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .conventions import (CONVENTIONS, ENGINE_CONVENTIONS, convert_layer_ids, eagle2_layers,  # re-exported
-                          eagle3_layers)
-from .checks import LayerSet, as_layer_stack, check_alpha, is_integer
+from ..common.checks import LayerSet, as_layer_stack, check_alpha, is_integer
 from .entropy import scaled_layer_grams, spectrum_entropy
-from .scorer import SetScorer  # re-exported
+from .scorer import SetScorer
 from .threads import one_blas_thread
 
 

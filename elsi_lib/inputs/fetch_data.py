@@ -2,7 +2,7 @@
 each file against its git blob id (`SOURCES`, which the loaders in `data` also check before they
 parse a file). Used only outside environments that provide ../shared/data.
 
-    python -m elsi_lib.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else check ../shared/data
+    python -m elsi_lib.inputs.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else check ../shared/data
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cachefiles import REPO_ROOT, atomic_write_bytes
+from ..common.cachefiles import REPO_ROOT, atomic_write_bytes
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
         print(f"using {shared}: " + ("all files match their blob ids" if not problems else "; ".join(problems)))
         if problems:
             print(f"{shared} is provided read-only: fetch verified copies with "
-                  "`python -m elsi_lib.fetch_data data/raw` and set ELSI_DATA_DIR=data/raw")
+                  "`python -m elsi_lib.inputs.fetch_data data/raw` and set ELSI_DATA_DIR=data/raw")
         return 1 if problems else 0
     dest = Path(argv[0]) if argv else Path(env) if env else REPO_ROOT / "data" / "raw"
     written = fetch(dest)

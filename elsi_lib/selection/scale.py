@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .checks import as_layer_stack
+from ..common.checks import as_layer_stack
 
 # Peaks (max |Z_l|, max |X|) inside SAFE_PEAK are used as they are. A Gram's entries are at most
 # peak^2 d; the Grams' inner products (CKA) and the bounds' G_a G_b v at most peak^4 (d B)^2, below

@@ -19,7 +19,7 @@ import numpy as np
 
 from .bounds import layer_bound_terms, set_upper_bounds
 from .cka import _cka_from_products, center_gram, conditional_cka_matrices
-from .checks import LayerSet, as_layer_stack, check_alpha, check_normalize
+from ..common.checks import LayerSet, as_layer_stack, check_alpha, check_normalize
 from .entropy import concat_layers, grams_of, matrix_entropy, spectrum_entropy
 from .scale import power_of_two_shifts
 from .threads import MIN_PARALLEL, WORKERS, parallel_map

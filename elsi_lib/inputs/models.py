@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
+from ..common.cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
                          write_manifest)
 
 

@@ -1,6 +1,6 @@
 """The paper's experiments as functions the numbered notebooks call: the tables and derived
-statistics built from LayerStats. The data they start from comes from `calibration.paper_stats`
-(re-exported here): calibration conversations and one capture of every position selection per model.
+statistics built from LayerStats. The data they start from comes from `calibration.paper_stats`:
+calibration conversations and one capture of every position selection per model.
 
 A notebook cell calls one function per figure or table; the `*_findings` functions give the numbers
 its Findings cell quotes, so that the prose is rendered from the run rather than copied into it.
@@ -14,15 +14,14 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from .calibration import (SELECTIONS, calibration_conversations, capture_selections, describe, model_names,
-                          paper_stats)
-from .cka import cka_matrix, find_boundaries, transition_scores
-from .conventions import eagle3_paper_layers
-from .entropy import set_entropy
-from .layerstats import LayerStats
-from .progress import progress_bar
-from .select import (SetScorer, eagle2_layers, eagle3_layers, elsi, elsi_c, exhaustive,
-                     lowest_entropy_layers, single_layer_entropies)
+from ..selection.cka import cka_matrix, find_boundaries, transition_scores
+from ..selection.conventions import eagle3_paper_layers
+from ..selection.entropy import set_entropy
+from ..hidden.layerstats import LayerStats
+from ..common.progress import progress_bar
+from ..selection.conventions import eagle2_layers, eagle3_layers
+from ..selection.scorer import SetScorer
+from ..selection.select import elsi, elsi_c, exhaustive, lowest_entropy_layers, single_layer_entropies
 
 Stats = dict[str, dict[str, LayerStats]]  # {model: {selection: LayerStats}}, as `paper_stats` returns
 REGIMES = ("early", "middle", "late")

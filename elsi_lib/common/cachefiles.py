@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 MANIFEST = "manifest.json"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def cache_dir() -> Path:

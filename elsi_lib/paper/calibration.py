@@ -6,12 +6,12 @@ default model, greedy), because generating them with each target would dominate 
 """
 from __future__ import annotations
 
-from .capture import capture_variants
-from .data import calibration_prompts
-from .layerstats import LayerStats
-from .models import DEFAULT_MODEL, load_model
-from .responses import reply_conversations
-from .settings import CaptureSettings
+from ..hidden.capture import capture_variants
+from ..inputs.prompts import calibration_prompts
+from ..hidden.layerstats import LayerStats
+from ..inputs.models import DEFAULT_MODEL, load_model
+from ..hidden.replies import reply_conversations
+from ..hidden.settings import CaptureSettings
 
 # Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
 # random control of the same size, and the entropy filter with chat-template positions (where the

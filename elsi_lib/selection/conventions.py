@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from .checks import LayerSet, check_layers, is_integer
+from ..common.checks import LayerSet, check_layers, is_integer
 
 
 def check_n_layers(n_layers) -> int:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .cachefiles import atomic_write_bytes, cache_dir, check_writable, content_checksum, sha256_text
-from .data import conversations_hash
-from .entropy import gram_entropy
+from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, content_checksum, sha256_text
+from ..inputs.prompts import conversations_hash
+from ..selection.entropy import gram_entropy
 from .forward import Sample, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
-from .identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from .layerstats import CacheError, LayerStats
-from .progress import progress_bar
+from ..common.progress import progress_bar
 from .settings import CaptureSettings
 
 COUNT_KEYS = ("samples", "tokens_seen", "tokens_eligible", "retained", "dropped_remainder", "blocks",

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .cachefiles import atomic_write_bytes, content_checksum
-from .entropy import gram_entropy, layer_grams
+from ..common.cachefiles import atomic_write_bytes, content_checksum
+from ..selection.entropy import gram_entropy, layer_grams
 
 ARRAYS = ("Z", "final_norm", "sample_entropy", "sample_index", "abs_max", "abs_sum")
 OPTIONAL_ARRAYS = ("sample_sums", "sample_blocks")  # present when captured with keep_samples=True

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.signal import find_peaks
 
-from .checks import as_float64, as_layer_stack
+from ..common.checks import as_float64, as_layer_stack
 from .entropy import scaled_layer_grams
 from .scale import SAFE_PRODUCT_PEAK, TINY_TRACE, unit_peak
 

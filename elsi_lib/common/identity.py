@@ -72,7 +72,7 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from . import __version__
+    from .. import __version__
 
     return {"elsi": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
             "tokenizers": tokenizers.__version__}

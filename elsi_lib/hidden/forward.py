@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
-from .formatting import tokenize_conversation, truncate
+from ..inputs.chat import tokenize_conversation, truncate
 
 
 @dataclass

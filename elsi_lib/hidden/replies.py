@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
-from .data import conversations_hash
-from .formatting import tokenize_conversation, truncate
+from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..inputs.prompts import conversations_hash
+from ..inputs.chat import tokenize_conversation, truncate
 from .forward import check_conversations
-from .identity import model_fingerprint, tokenizer_fingerprint, versions
-from .progress import progress_bar
+from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.progress import progress_bar
 
 
 def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
