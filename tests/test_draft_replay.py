@@ -13,6 +13,7 @@ from elsi_lib.draft.model import Eagle3Draft
 from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.draft.tree import build_tree_sizes, build_trees
 from elsi_lib.draft import replay as R
+from elsi_lib.draft import runner
 from elsi_lib.draft.features import FeatureStore
 
 LAYERS = (0, 1, 2, 3)
@@ -95,8 +96,8 @@ def naive_step_fn(draft, ids, features, r):
 def assert_fast_trees_equal_naive(draft, ids, features, roots, sizes=(6, 14), depth=4, top_k=3):
     """Returns the fast trees {nodes: [tree per root]} after checking them against the naive ones."""
     with torch.no_grad():
-        hidden, kv = R._prefix_pass(draft, ids, features, autocast=False)
-        step_fn, state = R.root_step_fn(draft, hidden, kv, roots, autocast=False)
+        hidden, kv = runner.prefix_pass(draft, ids, features, autocast=False)
+        step_fn, state = runner.root_step_fn(draft, hidden, kv, roots, autocast=False)
         fast = build_tree_sizes(step_fn, state, sizes=sizes, depth=depth, top_k=top_k, to_target=draft.to_target)
         for q, r in enumerate(roots.tolist()):
             for nodes in sizes:
@@ -141,8 +142,8 @@ def test_root_step_fn_masks_later_prefix_rows(draft, store):
 
     def tree(ids):
         with torch.no_grad():
-            hidden, kv = R._prefix_pass(draft, ids, features, autocast=False)
-            step_fn, state = R.root_step_fn(draft, hidden, kv, torch.tensor([r]), autocast=False)
+            hidden, kv = runner.prefix_pass(draft, ids, features, autocast=False)
+            step_fn, state = runner.root_step_fn(draft, hidden, kv, torch.tensor([r]), autocast=False)
             return build_tree_sizes(step_fn, state, sizes=[10], depth=3, top_k=3, to_target=draft.to_target)[10][0]
 
     before = tree(ids)
@@ -156,8 +157,8 @@ def test_root_step_fn_masks_later_prefix_rows(draft, store):
 
 def single_root_tree(draft, ids, features, r, nodes, depth, top_k):
     with torch.no_grad():
-        hidden, kv = R._prefix_pass(draft, ids[:r + 1], features[:r + 1], autocast=False)
-        step_fn, state = R.root_step_fn(draft, hidden, kv, torch.tensor([r]), autocast=False)
+        hidden, kv = runner.prefix_pass(draft, ids[:r + 1], features[:r + 1], autocast=False)
+        step_fn, state = runner.root_step_fn(draft, hidden, kv, torch.tensor([r]), autocast=False)
         return build_tree_sizes(step_fn, state, sizes=[nodes], depth=depth, top_k=top_k,
                                 to_target=draft.to_target)[nodes][0]
 

@@ -22,6 +22,40 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ELSI_CACHE_DIR", REPO_ROOT / "data" / "cache"))
 
 
+def key_digest(key: dict, digits: int = 24) -> str:
+    """The first `digits` hex digits of the sha256 of `key` as sorted JSON: a cache entry's name."""
+    return sha256_text(json.dumps(key, sort_keys=True))[:digits]
+
+
+def keyed_path(kind: str, key: dict, *, prefix: str = "", suffix: str = "", digits: int = 24) -> Path:
+    """Where the cache entry of `kind` for `key` lives: cache_dir()/kind/[prefix-]digest[suffix]."""
+    return cache_dir() / kind / f"{prefix + '-' if prefix else ''}{key_digest(key, digits)}{suffix}"
+
+
+def per_question_cache(kind: str, key: dict):
+    """(path, {question index: result}) of a per-question JSON cache under cache_dir()/kind keyed by
+    `key` (JSON-normalised); a corrupt, stale or foreign file gives no results (they are recomputed)."""
+    key = json.loads(json.dumps(key, sort_keys=True))
+    path = keyed_path(kind, key, suffix=".json")
+    check_writable(path.parent)
+    done = {}
+    if path.is_file():
+        try:
+            saved = json.loads(path.read_text())
+            if saved.get("key") == key and saved.get("checksum") == sha256_text(json.dumps(saved["results"])):
+                done = {int(i): v for i, v in saved["results"].items()}
+        except (OSError, ValueError, KeyError):
+            done = {}
+    return path, done
+
+
+def save_per_question(path, key: dict, done: dict) -> None:
+    """Write `per_question_cache`'s file atomically, with a checksum over the results."""
+    results = {str(k): v for k, v in sorted(done.items())}
+    atomic_write_bytes(path, json.dumps({"key": json.loads(json.dumps(key, sort_keys=True)), "results": results,
+                                         "checksum": sha256_text(json.dumps(results))}).encode())
+
+
 def check_writable(folder: str | os.PathLike) -> None:
     """Fail before any work when results could not be cached in `folder` (created if missing):
     a read-only cache would otherwise lose a long computation at its end."""

@@ -1,10 +1,10 @@
-"""Speculative decoding with an EAGLE-3 draft and EAGLE-2 dynamic trees: the real loop (issue 13).
+"""Speculative decoding with an EAGLE-3 draft and EAGLE-2 dynamic trees: the real loop.
 
 Batch 1. After the prefill (the prompt through the target, hooks on the draft's layers, the first
 token from the target's last logits), every round:
 
     draft   builds its tree below the root (the last generated token, not yet seen by the target)
-            from its KV cache of the accepted prefix (`replay.root_step_fn`, the replay's own code)
+            from its KV cache of the accepted prefix (`runner.root_step_fn`, the replay's own code)
     target  verifies [root ; nodes] in one forward over its KV cache: each node sees the prefix, the
             root, its ancestors and itself (`DraftTree.attention_mask`), positions by depth
     accept  T = 0: the target's argmax walk down the tree; T > 0: recursive rejection over each
@@ -28,7 +28,7 @@ from ..hidden.forward import layer_outputs
 from ..hidden.replies import eos_ids
 from ..common.checks import is_integer
 from .model import FINAL_NORM, Eagle3Draft, check_source
-from .replay import root_step_fn
+from .runner import draft_device, draft_rows, root_step_fn
 from .tree import DraftTree, check_tree_args, build_trees
 
 
@@ -52,7 +52,7 @@ class Decoded:
 
 def _additive(allowed, dtype):
     """bool (.., q, k) -> float mask (1, 1, q, k): 0 where allowed, the dtype's minimum elsewhere."""
-    mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
     return mask.view(1, 1, *allowed.shape[-2:])
 
 
@@ -119,7 +119,7 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
     children, tokens = children_of(tree), tree.tokens.tolist()
     node, path = -1, []
     while True:
-        p = torch.softmax(logits[node + 1].double() / temperature, dim=-1)  # (V,)
+        p = torch.softmax(logits[node + 1].double().cpu() / temperature, dim=-1)  # (V,), on the generator's device
         for child in children.get(node, []):
             token = tokens[child]
             if float(torch.rand((), generator=generator, dtype=torch.float64)) < float(p[token]):
@@ -146,33 +146,37 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
     prompt_ids = check_generate_args(target, draft, prompt_ids, max_new_tokens=max_new_tokens, nodes=nodes,
                                      depth=depth, top_k=top_k, temperature=temperature)
     source = draft.config.source
-    generator = torch.Generator().manual_seed(seed)
+    device = next(target.parameters()).device  # the draft's weights are checked to live there too
+    if draft_device(draft) != device:
+        raise ValueError(f"the draft is on {draft_device(draft)}, the target on {device}: move both to one device")
+    prompt_ids = prompt_ids.to(device)
+    generator = torch.Generator().manual_seed(seed)  # sampling draws on the CPU: the same stream on any device
     eos = set(eos_ids(target)) if stop_at_eos else set()
     draft.eval()
 
     def pick(row):  # the prefill's token: argmax, or a sample at T > 0
         if temperature == 0:
             return int(row.argmax())
-        return int(torch.multinomial(torch.softmax(row.double() / temperature, -1), 1, generator=generator))
+        return int(torch.multinomial(torch.softmax(row.double().cpu() / temperature, -1), 1, generator=generator))
 
     start = time.perf_counter()
     logits, features, cache = target_forward(target, prompt_ids, source, round_features=round_features)
     out = Decoded(tokens=[pick(logits[-1])])
     P = len(prompt_ids)  # tokens the target has cached; the root sits at position P
-    hidden, kv = draft_rows(draft, features, torch.cat([prompt_ids[1:], torch.tensor(out.tokens)]), 0, None,
+    hidden, kv = draft_rows(draft, features, torch.cat([prompt_ids[1:], torch.tensor(out.tokens, device=device)]), 0, None,
                             autocast=autocast)  # rows 0..P-1: hidden (P, d)
     out.prefill_s = time.perf_counter() - start
     while len(out.tokens) < max_new_tokens and out.tokens[-1] not in eos:
         t0 = time.perf_counter()
-        step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P]), autocast)
+        step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P], device=device), autocast)
         tree = build_trees(step_fn, state, nodes=nodes, depth=depth, top_k=top_k, to_target=draft.to_target)[0]
         t1 = time.perf_counter()
         n = len(tree)
-        ids = torch.cat([torch.tensor(out.tokens[-1:]), tree.tokens])  # (n + 1,) root, then the nodes
-        allowed = torch.ones(n + 1, P + n + 1, dtype=torch.bool)  # the prefix: seen by all
+        ids = torch.cat([torch.tensor(out.tokens[-1:], device=device), tree.tokens])  # (n + 1,) root, then the nodes
+        allowed = torch.ones(n + 1, P + n + 1, dtype=torch.bool, device=device)  # the prefix: seen by all
         allowed[0, P + 1:] = False  # the root sees itself
         allowed[1:, P + 1:] = tree.attention_mask()  # a node: itself and its ancestors
-        positions = torch.cat([torch.tensor([P]), tree.position_ids(P + 1)])  # (n + 1,)
+        positions = torch.cat([torch.tensor([P], device=device), tree.position_ids(P + 1)])  # (n + 1,)
         logits, features, cache = target_forward(target, ids, source, cache=cache, positions=positions,
                                                  allowed=allowed, round_features=round_features)
         path, bonus = accept_greedy(logits, tree) if temperature == 0 else \
@@ -185,10 +189,10 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
         if len(path) > room:  # the next accepted node's token is the target's own choice after path[:room]
             path, bonus = path[:room], int(tree.tokens[path[room]])
         t2 = time.perf_counter()
-        rows = torch.tensor([0] + [node + 1 for node in path])  # verified rows kept: root + accepted
-        keep_cache(cache, torch.cat([torch.arange(P), P + rows]))
+        rows = torch.tensor([0] + [node + 1 for node in path], device=device)  # verified rows kept: root + accepted
+        keep_cache(cache, torch.cat([torch.arange(P, device=device), P + rows]))
         new = [int(tree.tokens[node]) for node in path] + [bonus]
-        more, kv = draft_rows(draft, features[rows], torch.tensor(new), P, kv, autocast=autocast)
+        more, kv = draft_rows(draft, features[rows], torch.tensor(new, device=device), P, kv, autocast=autocast)
         hidden = torch.cat([hidden, more])  # (P + len(rows), d)
         out.draft_s += (t1 - t0) + (time.perf_counter() - t2)
         out.verify_s += t2 - t1
@@ -237,20 +241,6 @@ def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_token
         raise ValueError(f"prompt_ids must lie in 0..{vocab - 1} (the target's vocabulary), got "
                          f"{int(prompt.min())}..{int(prompt.max())}")
     return prompt.long()
-
-
-def draft_rows(draft: Eagle3Draft, features, next_tokens, first: int, kv, *, autocast: bool):
-    """The draft's step-1 rows first..first+k-1 after its cached rows `kv` ((keys, values)
-    (1, KV, first, hd) or None): row j pairs the target features of token j (k, m*d) with the
-    embedding of token j+1 (`next_tokens` (k,)). Returns hidden (k, d) and the extended cache."""
-    k = len(next_tokens)
-    allowed = torch.ones(k, first + k, dtype=torch.bool)
-    allowed[:, first:] = torch.ones(k, k, dtype=torch.bool).tril()  # causal among the new rows
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        _, hidden, new = draft.step(next_tokens[None], features=features[None], positions=torch.arange(first, first + k),
-                                    allowed=allowed[None, None], past=kv, logits=False)
-    kv = new if kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(kv, new))
-    return hidden[0], kv
 
 
 def cut(tokens: list[int], max_new_tokens: int, eos) -> list[int]:

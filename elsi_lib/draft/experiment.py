@@ -322,7 +322,8 @@ def loop_agreement(exp: Experiment, ran: dict, methods: pd.DataFrame, checked, *
     whether the loop's tokens are the target's greedy continuation. Cached per question."""
     from ..common.identity import weights_sha256
     from .decode import speculative_generate
-    from .replay import continuation_end, per_question_cache, save_per_question
+    from .replay import continuation_end
+    from ..common.cachefiles import per_question_cache, save_per_question
 
     nodes = nodes or max(exp.sizes)
     model, store, results = ran["loaded"][0], ran["eval_store"], ran["results"]

@@ -18,14 +18,13 @@ max_length and the library versions. Arrays are read memory-mapped.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..common.cachefiles import cache_dir, check_writable, replace_folder, sha256_text, verify_manifest, write_manifest
+from ..common.cachefiles import check_writable, keyed_path, replace_folder, verify_manifest, write_manifest
 from ..inputs.prompts import conversations_hash
 from ..inputs.chat import tokenize_conversation
 from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
@@ -147,7 +146,7 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
     if not layers or layers[0] < 0 or layers[-1] >= n_layers:
         raise ValueError(f"layers must be a non-empty subset of 0..{n_layers - 1}, got {layers}")
     key = _key(model, tokenizer, conversations, layers, max_length)
-    root = cache_dir() / "features" / sha256_text(json.dumps(key, sort_keys=True))[:24]
+    root = keyed_path("features", key)
     check_writable(root)
     starts = reply_starts(tokenizer, conversations, max_length)
     n_shards = -(-len(conversations) // SHARD)

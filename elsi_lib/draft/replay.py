@@ -1,4 +1,4 @@
-"""Tau at temperature 0 by replay (issue 12).
+"""Tau by replay: the accepted lengths of every round of speculative decoding, without the target.
 
 At T = 0 the target's continuation of a question is fixed: its greedy tokens. A round of
 speculative decoding starts at a root (the last accepted token, known to the target), the draft
@@ -19,7 +19,7 @@ target's own argmax (a reply's re-tokenisation can differ from the generated ids
 `max_tokens`, so that replay scores exactly the target's greedy output.
 
 At T > 0 the same replay runs on a continuation sampled from the target (seeded,
-`responses.GumbelSampler`), cut where the stored sequence parts from the sampled ids. This is exact
+`replies.GumbelSampler`), cut where the stored sequence parts from the sampled ids. This is exact
 in distribution: the tree's candidates are fixed by the draft (its top-k), and recursive rejection
 at a node (`decode.accept_sampling`) emits a token distributed as the target's and accepts the child
 equal to it when there is one; so a round accepts exactly the deepest tree path that spells a target
@@ -32,9 +32,10 @@ import json
 import numpy as np
 import torch
 
-from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..common.cachefiles import per_question_cache, save_per_question, sha256_text
 from ..common.progress import progress_bar
 from .model import Eagle3Draft
+from .runner import prefix_pass, ran_on, root_step_fn
 from .tree import accepted_length, build_tree_sizes
 
 
@@ -53,49 +54,6 @@ def continuation_end(ids, argmax, start: int, max_tokens: int, sampled=None) -> 
     return end
 
 
-def _prefix_pass(draft, ids, features, autocast):
-    """Step-1 pass over rows 0..n-2 (row t: features of token t, embedding of token t+1).
-    Returns hidden (n-1, d) and rotated keys/values (1, KV, n-1, hd)."""
-    n = len(ids)
-    allowed = torch.ones(n - 1, n - 1, dtype=torch.bool).tril()[None, None]  # (1, 1, n-1, n-1)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-        _, hidden, kv = draft.step(ids[None, 1:], features=features[None, :n - 1], positions=torch.arange(n - 1),
-                                   allowed=allowed, logits=False)
-    return hidden[0], kv
-
-
-def _log_probs(draft, hidden):
-    """The draft's next-token log-probs in float32 (lm_head outside autocast: bf16 logits tie often,
-    and ties would decide the tree)."""
-    return torch.log_softmax(draft.lm_head(draft.norm(hidden.float())), dim=-1)
-
-
-def root_step_fn(draft: Eagle3Draft, hidden, kv, roots, autocast: bool):
-    """(step_fn, root_state) for `build_tree_sizes` over all `roots` (R,) of one sequence at once."""
-    R, P = len(roots), kv[0].shape[2]
-    prefix_allowed = torch.arange(P)[None, :] <= (roots - 1)[:, None]  # (R, P): rows <= r-1
-    prefix = tuple(x.expand(R, -1, -1, -1) for x in kv)  # (R, KV, P, hd)
-
-    def step_fn(state, frontier):
-        if frontier is None:
-            last = hidden[roots - 1]  # (R, d): the root row's output
-            return _log_probs(draft, last)[:, None], {"hidden": last[:, None], "kv": None}
-        k = frontier.draft_ids.shape[1]
-        parent_hidden = state["hidden"].gather(1, frontier.rows[..., None].expand(-1, -1, hidden.shape[-1]))
-        tokens = draft.to_target(frontier.draft_ids)  # (R, k)
-        positions = (roots - 1)[:, None] + frontier.depth  # (R, 1): depth-t nodes run at r-1+t
-        nodes_kv = state["kv"]
-        past = prefix if nodes_kv is None else tuple(torch.cat([p, n], 2) for p, n in zip(prefix, nodes_kv))
-        allowed = torch.cat([prefix_allowed[:, None, :].expand(R, k, P), frontier.mask], dim=2)[:, None]
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
-            _, out, new_kv = draft.step(tokens, parent_hidden, positions=positions.expand(R, k),
-                                        allowed=allowed, past=past, logits=False)
-        nodes_kv = new_kv if nodes_kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(nodes_kv, new_kv))
-        return _log_probs(draft, out), {"hidden": out, "kv": nodes_kv}
-
-    return step_fn, None
-
-
 @torch.no_grad()
 def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth: int = 6, top_k: int = 10,
                     max_tokens: int = 128, autocast: bool = True, sampled=None) -> dict[int, list[int]]:
@@ -107,7 +65,7 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth
     end = continuation_end(ids, argmax, start, max_tokens, sampled)
     if end - start < 2:  # the prefill's token alone: no round
         return {n: [] for n in sizes}
-    hidden, kv = _prefix_pass(draft, ids[:end], sequence["features"][:end], autocast)
+    hidden, kv = prefix_pass(draft, ids[:end], sequence["features"][:end], autocast=autocast)
     roots = torch.arange(start, end - 1)  # every root that leaves a token to verify
     step_fn, state = root_step_fn(draft, hidden, kv, roots, autocast)
     trees = build_tree_sizes(step_fn, state, sizes=sizes, depth=depth, top_k=top_k, to_target=draft.to_target)
@@ -132,7 +90,7 @@ def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int =
     if sampled is not None and len(sampled) != len(store):
         raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
     full = {**key, "format": FORMAT, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
-            "autocast": autocast, "source": str(draft.config.source), "store": str(store.folder.name), "n": len(store),
+            "autocast": autocast, **ran_on(draft), "source": str(draft.config.source), "store": str(store.folder.name), "n": len(store),
             **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
     path, done = per_question_cache("replay", full)
@@ -150,30 +108,6 @@ def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int =
         bar.update(1)
     bar.close()
     return [{int(n): v for n, v in done[i].items()} for i in range(len(store))]
-
-
-def per_question_cache(kind: str, key: dict):
-    """(path, {question index: result}) of a per-question JSON cache under cache_dir()/kind keyed by
-    `key` (JSON-normalised); a corrupt, stale or foreign file gives no results (they are recomputed)."""
-    key = json.loads(json.dumps(key, sort_keys=True))
-    path = cache_dir() / kind / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
-    check_writable(path.parent)
-    done = {}
-    if path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-            if saved.get("key") == key and saved.get("checksum") == sha256_text(json.dumps(saved["results"])):
-                done = {int(i): v for i, v in saved["results"].items()}
-        except (OSError, ValueError, KeyError):
-            done = {}
-    return path, done
-
-
-def save_per_question(path, key: dict, done: dict) -> None:
-    """Write `per_question_cache`'s file atomically, with a checksum over the results."""
-    results = {str(k): v for k, v in sorted(done.items())}
-    atomic_write_bytes(path, json.dumps({"key": json.loads(json.dumps(key, sort_keys=True)), "results": results,
-                                         "checksum": sha256_text(json.dumps(results))}).encode())
 
 
 def question_tau(lengths: list[int]) -> float:

@@ -19,10 +19,17 @@ alike (tau_table averages the questions a method has a tau for, paired_differenc
 the baseline on the questions both have one for). A cell, AVG or paired difference estimated from
 fewer than MIN_QUESTIONS questions keeps its estimate but gets NaN low, high and P(ahead);
 `formatted` writes it as '2.51 [no interval: 1 question]'.
+
+Written tables: `tau_long` turns a block into long rows of numbers (TAU_CSV_COLUMNS: one row per
+method, SpecBench column, temperature and tree size, with tau, low, high as floats, the questions
+behind the cell and whether it is the best of its column), `save_tau_tables` writes them as CSV at
+full float precision and, from those same rows, the Markdown table of formatted, bold cells
+(`tau_markdown`); `read_tau_csv` reads the CSV back with its dtypes.
 """
 from __future__ import annotations
 
 import numbers
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -156,14 +163,16 @@ def tau_table(results: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int =
     return tau, low, high
 
 
-def formatted(tau, low, high, *, bold_best: bool = True, markdown: bool = True) -> pd.DataFrame:
+def formatted(tau, low, high, *, bold_best: bool = True, markdown: bool = True, best=None) -> pd.DataFrame:
     """Cells as '2.51 [2.40, 2.62]', the best tau of each column in bold (Markdown); a cell without
     an interval as '2.51 [no interval: 1 question]' (the count from tau.attrs["questions"]), one
-    without questions as 'n/a [no questions]'."""
+    without questions as 'n/a [no questions]'. `best`, a boolean frame like `tau`, names the cells
+    to bold instead of the column maxima of `tau` (tau read back at the precision it was printed
+    at can tie where the run did not)."""
     counts = tau.attrs.get("questions", {})
     out = pd.DataFrame(index=tau.index, columns=tau.columns, dtype=object)
     for col in tau.columns:
-        best = tau[col].max()
+        top = tau[col].max()
         for method in tau.index:
             t, lo, hi = tau.loc[method, col], low.loc[method, col], high.loc[method, col]
             n = counts.get(method, {}).get(col)
@@ -174,8 +183,96 @@ def formatted(tau, low, high, *, bold_best: bool = True, markdown: bool = True) 
                 text = f"{t:.2f} [no interval: {many}]"
             else:
                 text = f"{t:.2f} [{lo:.2f}, {hi:.2f}]"
-            out.loc[method, col] = f"**{text}**" if bold_best and markdown and t == best else text
+            is_best = bool(best.loc[method, col]) if best is not None else t == top
+            out.loc[method, col] = f"**{text}**" if bold_best and markdown and is_best else text
     return out
+
+
+# ---------------------------------------------------------------- the written accepted-token table
+
+# One row per cell: `column` is the SpecBench column or AVG; tau the cell's estimate, low and high its
+# 95% interval (NaN where it has none), questions the questions behind it (empty where unknown), best
+# whether its tau is the highest of its column in its (temperature, nodes) block: the bold cells.
+TAU_CSV_COLUMNS = ("method", "column", "temperature", "nodes", "tau", "low", "high", "questions", "best")
+_TAU_DTYPES = {"method": str, "column": str, "temperature": float, "nodes": int, "tau": float, "low": float,
+               "high": float, "questions": "Int64", "best": bool}
+
+
+def tau_long(tau, low, high, *, temperature: float, nodes: int) -> pd.DataFrame:
+    """A block of `tau_table` (at `temperature` and `nodes`) as long rows of TAU_CSV_COLUMNS, methods
+    in the block's order and, within each, the columns in its order; `best` by the rule `formatted`
+    bolds by (the column's highest tau, ties all best)."""
+    counts = tau.attrs.get("questions", {})
+    rows = []
+    for method in tau.index:
+        for col in tau.columns:
+            t, n = tau.loc[method, col], counts.get(method, {}).get(col)
+            rows.append({"method": method, "column": col, "temperature": temperature, "nodes": nodes,
+                         "tau": t, "low": low.loc[method, col], "high": high.loc[method, col],
+                         "questions": pd.NA if n is None else n, "best": bool(t == tau[col].max())})
+    return _typed(pd.DataFrame(rows, columns=list(TAU_CSV_COLUMNS)))
+
+
+def _typed(long: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in TAU_CSV_COLUMNS if c not in long]
+    if missing:
+        raise ValueError(f"the accepted-token rows lack the column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
+    return long[list(TAU_CSV_COLUMNS)].astype(_TAU_DTYPES)
+
+
+def tau_blocks(long: pd.DataFrame) -> dict:
+    """{(temperature, nodes): (tau, low, high, best)} back from long rows, blocks, methods and columns
+    in the order the rows hold them; tau.attrs["questions"] holds the known counts, as `tau_table`'s."""
+    long = _typed(long)
+    blocks = {}
+    for (temperature, nodes), rows in long.groupby(["temperature", "nodes"], sort=False):
+        twice = rows[rows.duplicated(["method", "column"], keep=False)]
+        if len(twice):
+            raise ValueError(f"method {twice.method.iloc[0]!r} has column {twice.column.iloc[0]!r} more than once "
+                             f"at temperature {temperature}, {nodes} nodes")
+        methods, cols = list(dict.fromkeys(rows.method)), list(dict.fromkeys(rows.column))
+        frames = [rows.pivot(index="method", columns="column", values=v).reindex(index=methods, columns=cols)
+                  for v in ("tau", "low", "high", "best")]
+        tau, low, high = (f.astype(float).rename_axis(index=None, columns=None) for f in frames[:3])
+        best = frames[3].astype("boolean").fillna(False).astype(bool).rename_axis(index=None, columns=None)
+        tau.attrs["questions"] = {m: {c: int(n) for c, n in zip(g.column, g.questions) if not pd.isna(n)}
+                                  for m, g in rows.groupby("method", sort=False)}
+        blocks[float(temperature), int(nodes)] = (tau, low, high, best)
+    return blocks
+
+
+def tau_formatted(long: pd.DataFrame, *, markdown: bool = True) -> pd.DataFrame:
+    """The long rows as the table readers see: one row per (temperature, nodes, method), its cells
+    formatted (`formatted`, the cells marked best in bold), then the temperature and tree size."""
+    return pd.concat([formatted(tau, low, high, best=best, markdown=markdown).rename_axis("method").reset_index()
+                      .assign(temperature=temperature, nodes=nodes)
+                      for (temperature, nodes), (tau, low, high, best) in tau_blocks(long).items()],
+                     ignore_index=True)
+
+
+def tau_markdown(long: pd.DataFrame) -> str:
+    """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals)."""
+    from elsi_lib.paper.plots import markdown_table
+
+    return markdown_table(tau_formatted(long))
+
+
+def save_tau_tables(long: pd.DataFrame, name: str, out_dir) -> list[Path]:
+    """Write the long rows as <out_dir>/<name>.csv (numbers only, floats at full precision: pandas
+    reads back the same floats) and their formatted table as <name>.md (`tau_markdown`)."""
+    long = _typed(long)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
+    long.to_csv(csv, index=False)
+    md.write_text(tau_markdown(long))
+    return [csv, md]
+
+
+def read_tau_csv(path) -> pd.DataFrame:
+    """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
+    count is unknown)."""
+    return _typed(pd.read_csv(path, keep_default_na=False, na_values=[""]))
 
 
 def paired_differences(results: pd.DataFrame, nodes: int, baseline: str = "EAGLE3", *, seed: int = 0,

@@ -17,7 +17,6 @@ the same configuration resumes from the last one.
 from __future__ import annotations
 
 import io
-import json
 import math
 import random
 import sys
@@ -26,9 +25,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from ..common.cachefiles import cache_dir, check_writable, read_checked, sha256_text, write_checked
+from ..common.cachefiles import check_writable, keyed_path, read_checked, write_checked
 from ..hidden.forward import plan_batches
 from ..common.progress import progress_bar
+from .runner import draft_autocast, draft_device
 from .vocabulary import NOT_IN_DRAFT
 from .model import Eagle3Draft, draft_from_record, draft_record
 
@@ -94,6 +94,11 @@ def collate(store, indices, sources: dict) -> dict:
     return out
 
 
+def to_device(batch: dict, device) -> dict:
+    """`collate`'s batch with every tensor on `device` (the drafts')."""
+    return {k: {s: f.to(device) for s, f in v.items()} if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
+
+
 def soft_targets(final, target_rows):
     """The target's next-token distribution restricted to the draft vocabulary and renormalised
     (EAGLE-3's `target_p`): final (b, T, d) after the target's final norm, target_rows (V_draft, d)
@@ -108,7 +113,7 @@ def query_rows(valid, start, K: int):
     n = valid.sum(1)  # (b,)
     first = (start - K - 1).clamp(min=0).minimum(n - 1).clamp(min=0)  # (b,)
     width = int((n - first).max())
-    rows = first[:, None] + torch.arange(width)[None, :]  # (b, Tq)
+    rows = first[:, None] + torch.arange(width, device=valid.device)[None, :]  # (b, Tq)
     ok = rows < n[:, None]
     return torch.minimum(rows, (n - 1).clamp(min=0)[:, None]), ok
 
@@ -117,14 +122,14 @@ def ttt_masks(valid, K: int, rows=None):
     """Attention masks of training-time test. Step 1: (b, 1, T, T), causal over real keys. Step k >= 2
     for the query rows `rows` (b, Tq) (default every row): (b, 1, Tq, T + (k-1)*Tq) over the step-1
     keys (causal: key j <= the row) followed by the keys of steps 2..k at the same row only."""
-    b, T = valid.shape
-    causal = torch.ones(T, T, dtype=torch.bool).tril() & valid[:, None, None, :]  # (b, 1, T, T)
-    causal = causal | torch.eye(T, dtype=torch.bool)  # a padded row sees itself: finite
-    rows = torch.arange(T).expand(b, T) if rows is None else rows
+    (b, T), device = valid.shape, valid.device
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril() & valid[:, None, None, :]  # (b, 1, T, T)
+    causal = causal | torch.eye(T, dtype=torch.bool, device=device)  # a padded row sees itself: finite
+    rows = torch.arange(T, device=device).expand(b, T) if rows is None else rows
     Tq = rows.shape[1]
-    seen = (torch.arange(T)[None, None, :] <= rows[:, :, None]) & valid[:, None, :]  # (b, Tq, T)
+    seen = (torch.arange(T, device=device)[None, None, :] <= rows[:, :, None]) & valid[:, None, :]  # (b, Tq, T)
     seen = seen[:, None]  # (b, 1, Tq, T)
-    eye = torch.eye(Tq, dtype=torch.bool).expand(b, 1, Tq, Tq)
+    eye = torch.eye(Tq, dtype=torch.bool, device=device).expand(b, 1, Tq, Tq)
     return [causal] + [torch.cat([seen] + [eye] * (k - 1), dim=-1) for k in range(2, K + 1)]
 
 
@@ -144,10 +149,11 @@ def ttt_unroll(draft: Eagle3Draft, batch: dict, K: int, *, autocast: bool):
     in_draft = draft.to_draft(batch["argmax"])  # (b, T) draft id of the target's greedy token, or -1
     past, hidden = None, None
     for k in range(1, K + 1):
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with draft_autocast(draft, autocast):
             if k == 1:  # every row, token t+1 at row t
                 shift = torch.cat([ids[:, 1:], ids.new_zeros(b, 1)], dim=1)  # (b, T)
-                _, full, past = draft.step(shift, features=batch["features"][source], positions=torch.arange(T),
+                _, full, past = draft.step(shift, features=batch["features"][source],
+                                           positions=torch.arange(T, device=ids.device),
                                            allowed=masks[0], logits=False)
                 hidden = full.gather(1, rows[..., None].expand(-1, -1, full.shape[-1]))  # (b, Tq, d)
             else:  # the query rows only, token t+k at row t, position t+k-1
@@ -160,9 +166,9 @@ def ttt_unroll(draft: Eagle3Draft, batch: dict, K: int, *, autocast: bool):
         where = scored.nonzero(as_tuple=True)
         chosen = (where[0], rows[where])  # (batch rows, sequence rows)
         label = in_draft[chosen[0], chosen[1] + k]  # (n,)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with draft_autocast(draft, autocast):
             logits = draft.lm_head(draft.norm(hidden[where]))  # (n, V_draft): the scored rows only
-        yield k, logits.float(), chosen, torch.arange(T) + k, label
+        yield k, logits.float(), chosen, torch.arange(T, device=ids.device) + k, label
 
 
 def ttt_losses(draft: Eagle3Draft, batch: dict, targets, K: int, *, autocast: bool):
@@ -187,7 +193,7 @@ def _lr(step: int, total: int, settings: TrainSettings) -> float:
 
 
 def checkpoint_path(name: str, key: dict):
-    return cache_dir() / "drafts" / f"{name}-{sha256_text(json.dumps(key, sort_keys=True))[:24]}.pt"
+    return keyed_path("drafts", key, prefix=name, suffix=".pt")
 
 
 def save_checkpoint(path, state: dict) -> None:
@@ -211,12 +217,13 @@ def read_checkpoint(path) -> tuple[dict | None, str | None]:
     return state, None
 
 
-def checkpoint_key(sources: dict, settings: TrainSettings, key: dict) -> dict:
+def checkpoint_key(sources: dict, settings: TrainSettings, key: dict, device: str = "cpu") -> dict:
     """The full key of a lock-step group's checkpoint: the caller's `key` (target, data, starting
-    point), the training format and settings (not how often to save), and each method's source
-    ({method: layer set or FINAL_NORM})."""
+    point), the training format and settings (not how often to save), each method's source
+    ({method: layer set or FINAL_NORM}) and, off the CPU, the device type training ran on."""
     trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}
-    return {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(s) for m, s in sources.items()}}
+    return {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(s) for m, s in sources.items()},
+            **({} if device == "cpu" else {"device": device})}
 
 
 def finished_drafts(path, full_key: dict, target) -> dict:
@@ -248,7 +255,12 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
     if len(vocabularies) > 1:
         raise ValueError("drafts trained in lock-step share one draft vocabulary (the soft labels use it)")
-    full_key = checkpoint_key({m: d.config.source for m, d in drafts.items()}, settings, key)
+    devices = {draft_device(d) for d in drafts.values()}
+    if len(devices) > 1:
+        raise ValueError(f"drafts trained in lock-step live on one device, got {sorted(map(str, devices))}")
+    device = devices.pop()
+    target_rows = target_rows.to(device)
+    full_key = checkpoint_key({m: d.config.source for m, d in drafts.items()}, settings, key, device.type)
     path = checkpoint_path(name, full_key)
     check_writable(path.parent)
     plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
@@ -280,7 +292,7 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     for d in drafts.values():
         d.train()
     while done < stop_at:
-        batch = collate(store, plan[done], set(d.config.source for d in drafts.values()))
+        batch = to_device(collate(store, plan[done], set(d.config.source for d in drafts.values())), device)
         targets = soft_targets(batch["final"], target_rows)  # (b, T, V_draft), shared
         entry = {"batch": done}
         for m, draft in drafts.items():
@@ -320,7 +332,7 @@ def step_accuracy(draft: Eagle3Draft, store, K: int, *, batch_tokens: int = 4096
     token outside the draft vocabulary counts as a miss."""
     hits, totals = [0] * K, [0] * K
     for indices in batch_plan([store.length(i) for i in range(len(store))], batch_tokens, 1.0, 0):
-        batch = collate(store, indices, {draft.config.source})
+        batch = to_device(collate(store, indices, {draft.config.source}), draft_device(draft))
         for k, logits, _, _, label in ttt_unroll(draft, batch, K, autocast=autocast):
             hits[k - 1] += int((logits.argmax(-1) == label).sum())
             totals[k - 1] += len(label)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, content_checksum, sha256_text
+from ..common.cachefiles import atomic_write_bytes, check_writable, content_checksum, key_digest, keyed_path
 from ..inputs.prompts import conversations_hash
 from ..selection.entropy import gram_entropy
 from .forward import Sample, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
@@ -205,7 +205,7 @@ def capture_variants(model, tokenizer, conversations: list[list[dict]], variants
     shard = [s for s in samples if s.index % world == rank]
     batches = plan_batches([len(s.ids) for s in shard], batch_size, max_batch_tokens)
     shape = (len(model.get_decoder().layers), shared.block, model.config.hidden_size)  # (N, B, d)
-    partials = {name: _path(metadata[name]).with_name(f"{_key(metadata[name])}.rank{rank}of{world}.partial.safetensors")
+    partials = {name: _path(metadata[name]).with_name(f"{key_digest(metadata[name], 32)}.rank{rank}of{world}.partial.safetensors")
                 for name in todo}
     accs, start = _accumulators(specs, metadata, partials, shape, len(batches), resume=cache)
 
@@ -221,7 +221,7 @@ def capture_variants(model, tokenizer, conversations: list[list[dict]], variants
         bar.update(sum(len(s.ids) for s in hidden.samples))
         if cache and checkpoint_every and (number + 1) % checkpoint_every == 0 and number + 1 < len(batches):
             for name in todo:
-                accs[name].save(partials[name], _key(metadata[name]))
+                accs[name].save(partials[name], key_digest(metadata[name], 32))
     bar.close()
 
     for name in todo:
@@ -263,12 +263,8 @@ def _variant_settings(variants: dict[str, dict], settings: CaptureSettings) -> d
     return specs
 
 
-def _key(metadata: dict) -> str:
-    return sha256_text(json.dumps(metadata, sort_keys=True))[:32]
-
-
 def _path(metadata: dict) -> Path:
-    return cache_dir() / "stats" / f"{_key(metadata)}.safetensors"
+    return keyed_path("stats", metadata, suffix=".safetensors", digits=32)
 
 
 def _cached(metadata: dict[str, dict], specs: dict[str, CaptureSettings], cache: bool) -> dict[str, LayerStats]:
@@ -295,7 +291,7 @@ def _accumulators(specs: dict, metadata: dict, partials: dict, shape: tuple, n_b
     accs = fresh()
     if not resume:
         return accs, 0
-    why = {name: accs[name].restore(partials[name], _key(metadata[name])) for name in accs}
+    why = {name: accs[name].restore(partials[name], key_digest(metadata[name], 32)) for name in accs}
     starts = {acc.next_batch for acc in accs.values()}
     if all(reason is None for reason in why.values()) and len(starts) == 1:
         start = starts.pop()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..common.cachefiles import atomic_write_bytes, cache_dir, check_writable, sha256_text
+from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
 from ..inputs.prompts import conversations_hash
 from ..inputs.chat import tokenize_conversation, truncate
 from .forward import check_conversations
@@ -47,7 +47,7 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
            "truncate": "keep_first", "batch_size": batch_size,
            **({"temperature": float(temperature), "seed": int(seed)} if temperature > 0 else {}),
            **({"ids": True} if with_ids else {})}
-    path = cache_dir() / "responses" / f"{sha256_text(json.dumps(key, sort_keys=True))[:24]}.json"
+    path = keyed_path("responses", key, suffix=".json")
     if cache:
         check_writable(path.parent)
     done = _load(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)

@@ -69,7 +69,7 @@ def entropy_summary(stats: Stats, selection: str = "entropy") -> pd.DataFrame:
 
 
 def wave_findings(stats: Stats, trough_fraction: float = 0.1) -> pd.DataFrame:
-    """Notebook 01's findings per model: S_1 of Z at both ends and at its lowest layer, the trough
+    """Notebook 01's findings per model: S_1 of Z at its peak, both ends and lowest layer, the trough
     (layers below `trough_fraction` x the maximum), the median top-row share, the same curve with the
     template positions excluded, and how closely each prompt's curve follows the mean (Fig. 1)."""
     rows = []
@@ -78,7 +78,7 @@ def wave_findings(stats: Stats, trough_fraction: float = 0.1) -> pd.DataFrame:
         per_prompt = by_selection["entropy"].sample_entropy  # (S, N)
         mean = per_prompt.mean(axis=0)
         trough = np.flatnonzero(curve < trough_fraction * curve.max())
-        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)),
+        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)), "max S_1": curve.max(),
                      "S_1 first layer": curve[0], "S_1 last layer": curve[-1], "argmin layer": int(np.argmin(curve)),
                      "min S_1": curve.min(), f"layers below {trough_fraction:g} x max": _runs(trough),
                      "median top-row share": float(np.median(by_selection["entropy"].top_row_energy_share())),
