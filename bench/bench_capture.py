@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import torch
 import elsi_lib
 from elsi_lib.hidden.forward import pad_batch, pad_id, plan_batches, tokenize_samples
 from elsi_lib.common.identity import weights_sha256
+from record import write
 
 BATCH = dict(batch_size=8, max_batch_tokens=4096, max_length=1024)
 
@@ -94,6 +96,7 @@ def main() -> None:
     if args.child:
         return child(args.child, args.child_qwen3)
 
+    load_before = [round(x, 2) for x in os.getloadavg()]
     model, tokenizer = elsi_lib.load_model()
     prompts = elsi_lib.calibration_prompts(args.prompts, seed=0)
     bare_forward_rate(model, tokenizer, prompts[:8], 0)  # warm-up
@@ -111,9 +114,17 @@ def main() -> None:
     print(f"{'hashing every weight for the cache key':<44}{hashing:>9.2f} s       "
           f"({hashing / capture_seconds:.3f}x this capture's {capture_seconds:.0f} s)")
 
-    peak_memory("SmolLM2-135M", args.prompts, args.big, [])
+    rows = [{"measure": "bare forward, logits at every position", "tok/s": round(full), "ratio": 1.0},
+            {"measure": "bare forward, logits_to_keep=1", "tok/s": round(last), "ratio": round(last / full, 2)},
+            {"measure": "capture", "tok/s": round(rate), "ratio": round(rate / full, 2)},
+            {"measure": "hashing every weight (s)", "tok/s": round(hashing, 2), "ratio": round(hashing / capture_seconds, 3)}]
+    peaks = {"SmolLM2-135M": peak_memory("SmolLM2-135M", args.prompts, args.big, [])}
     if args.qwen3:
-        peak_memory("random Qwen3-4B-shaped, bf16, max_length 128", 8, 32, ["--child-qwen3"])
+        peaks["random Qwen3-4B-shaped"] = peak_memory("random Qwen3-4B-shaped, bf16, max_length 128", 8, 32,
+                                                      ["--child-qwen3"])
+    settings = {"prompts": args.prompts, "big": args.big, "batches": BATCH, "tokens": counts["tokens_seen"],
+                "peak memory MiB": peaks}
+    write("bench_capture", settings, rows, load_before=load_before)
 
 
 def peak_memory(label: str, small: int, big: int, flags: list[str]) -> None:
@@ -127,6 +138,7 @@ def peak_memory(label: str, small: int, big: int, flags: list[str]) -> None:
               f"{peaks[n]['peak_mib']:7.0f} MiB (before capture: {peaks[n]['after_load_mib']:.0f} MiB)")
     ratio = peaks[big]["peak_mib"] / peaks[small]["peak_mib"]
     print(f"{label}: peak ratio {big}/{small} prompts: {ratio:.3f}   (target <= 1.10)")
+    return {str(n): round(p["peak_mib"]) for n, p in peaks.items()} | {"ratio": round(ratio, 3)}
 
 
 if __name__ == "__main__":

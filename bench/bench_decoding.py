@@ -1,4 +1,4 @@
-"""Wall clock of speculative decoding on this CPU against plain greedy decoding (issue 13), in one run
+"""Wall clock of speculative decoding on this CPU against plain greedy decoding, in one run
 on the same SpecBench questions (one per paper column unless --questions says fewer), batch 1:
 
 - plain: transformers `generate`, greedy, KV cache: tokens/s;
@@ -10,13 +10,17 @@ on the same SpecBench questions (one per paper column unless --questions says fe
 
 The draft is one of notebook 06's (`--method`, read from `make tables`' finished checkpoints; the
 default had the highest tau at 60 nodes, T = 0, in the committed tables, tied with EAGLE3), or an
-exported folder (`--draft`, e.g. build/engines/ELSIm3-speculators from `make test-engines`).
+exported folder (`--draft`, e.g. build/engines/elsi-m3-speculators from `make test-engines`).
 
-    .venv/bin/python bench/bench_decoding.py [--method NAME | --draft FOLDER] [--questions 6] [--tokens 64]
+    .venv/bin/python bench/bench_decoding.py [--method ID | --draft FOLDER] [--questions 6] [--tokens 64]
+
+Results: bench/results/bench_decoding.json and .md (machine, date, load, settings, plain rate,
+verification costs, one row per shape).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -25,8 +29,10 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.draft.experiment import Experiment, draft_methods, trained_drafts
+from elsi_lib.draft.experiment import Experiment, trained_drafts
+from elsi_lib.draft.methods import draft_methods
 from elsi_lib.draft.export import load_draft
+from record import write
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.inputs.models import load_model
 
@@ -62,12 +68,13 @@ def verification_ms(model, prompt, sizes, repeat):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--method", default="ELSI m=3, template excluded", help="a draft of notebook 06")
+    parser.add_argument("--method", default="elsi-m3-no-template", help="a draft of notebook 06 (its method id)")
     parser.add_argument("--draft", help="an exported draft folder (instead of --method)")
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     torch.manual_seed(0)
     model, tokenizer = load_model("smollm2-135m")
     if args.draft:
@@ -97,6 +104,7 @@ def main() -> None:
     print("\n| shape | nodes | depth | top-k | tau | draft ms/round | verify ms/round | break-even tau | tok/s | "
           "vs plain | lossless |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for kind, nodes, depth, top_k in SHAPES:
         runs, start = [], time.perf_counter()
         for p in prompts:
@@ -111,6 +119,16 @@ def main() -> None:
         print(f"| {kind} | {nodes} | {depth} | {top_k} | {tau:.2f} | {1000 * sum(r.draft_s for r in runs) / rounds:.0f} | "
               f"{1000 * sum(r.verify_s for r in runs) / rounds:.0f} | {break_even:.2f} | {rate:.1f} | "
               f"{rate / plain_rate:.2f} | {lossless} |", flush=True)
+        rows.append({"shape": kind, "nodes": nodes, "depth": depth, "top-k": top_k, "tau": round(tau, 2),
+                     "draft ms/round": round(1000 * sum(r.draft_s for r in runs) / rounds),
+                     "verify ms/round": round(1000 * sum(r.verify_s for r in runs) / rounds),
+                     "break-even tau": round(break_even, 2), "tok/s": round(rate, 1),
+                     "vs plain": round(rate / plain_rate, 2), "lossless": lossless})
+    settings = {"draft": name, "layers_elsi": source if isinstance(source, str) else list(source),
+                "questions": len(prompts), "tokens": args.tokens, "repeat": args.repeat, "batch": 1,
+                "threads": torch.get_num_threads(), "plain tok/s": round(plain_rate, 1),
+                "verify ms by tokens": {str(n): round(ms) for n, ms in costs.items()}}
+    write("bench_decoding", settings, rows, load_before=load_before)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Draft pieces of issue 12, measured in one run on the bundled SmolLM2's shape (randomly initialised
+"""The draft pieces of notebook 06 (training, features, replay), measured in one run on the bundled SmolLM2's shape (randomly initialised
 draft, m = 3, the target's frozen embedding):
 - the draft's forward throughput, and the EAGLE-2 tree's own cost per round (precomputed
   log-probabilities, so only the tree logic is timed);
@@ -22,10 +22,11 @@ import time
 import torch
 
 import elsi_lib
-from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
 from elsi_lib.draft.tree import build_trees
 from elsi_lib.draft import train as training
 from elsi_lib.draft.replay import replay_sequence
+from record import write
 
 TRAIN_VOCAB = 8192  # the experiment's draft vocabulary (elsi_lib.draft.experiment.Experiment)
 
@@ -109,7 +110,7 @@ def replay_cost(repeat: int, prefix: int = 550, tokens: int = 128) -> tuple[floa
     ids = torch.randint(0, TRAIN_VOCAB, (n,), generator=g)
     sequence = {"ids": ids, "argmax": torch.cat([ids[1:], ids[:1]]), "start": prefix,
                 "features": torch.randn(n, 3 * model.config.hidden_size, generator=g)}
-    seconds = best_time(lambda: replay_sequence(draft, sequence, sizes=(30, 60), max_tokens=tokens), repeat)
+    seconds = best_time(lambda: replay_sequence(draft, sequence, tree_nodes=(30, 60), max_tokens=tokens), repeat)
     return seconds, tokens - 1
 
 
@@ -128,7 +129,7 @@ def feature_costs(repeat: int, n_conversations: int = 8) -> tuple[float, float, 
         os.environ["ELSI_CACHE_DIR"] = folder
         store = build_features(model, tokenizer, conversations, layers, progress=False)
         tokens = sum(store.length(i) for i in range(len(store)))
-        read = best_time(lambda: training.collate(store, list(range(len(store))), {tuple(layers), "final"}), repeat)
+        read = best_time(lambda: training.collate(store, list(range(len(store))), {tuple(layers), FINAL_NORM}), repeat)
         samples, _ = tokenize_samples(tokenizer, conversations, 1024)
         batches = plan_batches([len(s.ids) for s in samples], 64, 8192)
         forward = best_time(lambda: list(hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False)),
@@ -145,6 +146,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--draft-vocab", type=int, default=32000)
     args = parser.parse_args()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     rate, shape = draft_forward_rate(args.repeat)
     print(f"{'EAGLE-3 draft forward (SmolLM2 shape, m = 3)':<48}{rate:>9.0f} tok/s   ({shape})")
     ms = tree_round_ms(args.repeat, args.questions, args.nodes, args.depth, args.top_k, args.draft_vocab)
@@ -160,6 +162,17 @@ def main() -> None:
     print(f"{'features: read stored (fp16, 6 layers + final)':<48}{read:>9.0f} tok/s")
     print(f"{'features: recompute (target forward)':<48}{forward:>9.0f} tok/s   read / recompute = "
           f"{read / forward:.1f}x ({tokens} tokens)")
+    rows = [{"measure": "draft forward (SmolLM2 shape, m = 3)", "value": round(rate), "unit": "tok/s", "detail": str(shape)},
+            {"measure": "EAGLE-2 tree logic per round", "value": round(ms, 1), "unit": "ms",
+             "detail": f"{args.questions} questions, {args.nodes} nodes, depth {args.depth}, top_k {args.top_k}, "
+                       f"V_draft {args.draft_vocab}"},
+            {"measure": "training, bf16 autocast", "value": round(rates[True]), "unit": "tok/s per draft", "detail": ""},
+            {"measure": "training, float32", "value": round(rates[False]), "unit": "tok/s per draft", "detail": ""},
+            {"measure": "replay, one question (30 + 60 nodes)", "value": round(seconds, 2), "unit": "s",
+             "detail": f"{roots} roots"},
+            {"measure": "features: read stored", "value": round(read), "unit": "tok/s", "detail": ""},
+            {"measure": "features: recompute", "value": round(forward), "unit": "tok/s", "detail": f"{tokens} tokens"}]
+    write("bench_draft", vars(args), rows, load_before=load_before)
 
 
 if __name__ == "__main__":

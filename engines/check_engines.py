@@ -17,8 +17,8 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
    back and must name exactly the export's ids;
 5. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
 
-Exit status 0 when every check passes; results in build/engines/results.json and a Markdown table
-build/engines/results.md.
+Exit status 0 when every check passes; the engines' logs and every run's tokens in build/engines/, the
+table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, which the README quotes.
 
     VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py
 """
@@ -34,6 +34,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 OUT = Path("build/engines")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from record import write  # noqa: E402  (standalone: no elsi import in this environment)
 TOLERANCE = 0.05  # |vLLM's mean acceptance length - elsi's| (tokens per target forward)
 
 
@@ -127,6 +129,7 @@ def check_speculators(folder: str) -> str:
 
 
 def main() -> int:
+    load_before = [round(x, 2) for x in os.getloadavg()]
     plan = json.loads((OUT / "plan.json").read_text())
     failures, rows, results = [], [], {"plain": None, "drafts": {}}
     for method, entry in plan["drafts"].items():
@@ -137,7 +140,8 @@ def main() -> int:
     plain = run_vllm(plan, None)
     results["plain"] = plain
     plain_rate = plain["generated"] / plain["seconds"]
-    rows.append(("plain decoding", "-", "-", "-", f"{plain_rate:.1f}", "1.00", "-"))
+    rows.append({"draft": "plain decoding", "layout": "", "k": "", "tau vLLM": "", "tau elsi": "",
+                 "tok/s": round(plain_rate, 1), "vs plain": 1.0, "outputs equal to elsi's": ""})
     for method, entry in plan["drafts"].items():
         results["drafts"][method] = {}
         for fmt, folder in entry["folders"].items():
@@ -151,8 +155,9 @@ def main() -> int:
                 rate = r["generated"] / r["seconds"]
                 results["drafts"][method][f"{fmt} k={k}"] = {**r, "tau_vllm": tau_vllm, "tau_elsi": tau_elsi,
                                                             "lossless": lossless, "questions_equal_to_elsi": same_as_elsi}
-                rows.append((method, fmt, k, f"{tau_vllm:.3f} / {tau_elsi:.3f}", f"{rate:.1f}", f"{rate / plain_rate:.2f}",
-                             f"{same_as_elsi}/{len(plan['prompts'])}"))
+                rows.append({"draft": method, "layout": fmt, "k": k, "tau vLLM": round(tau_vllm, 3),
+                             "tau elsi": round(tau_elsi, 3), "tok/s": round(rate, 1),
+                             "vs plain": round(rate / plain_rate, 2), "outputs equal to elsi's": same_as_elsi})
                 print(f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "
                       f"{rate:.1f} tok/s ({rate / plain_rate:.2f}x), elsi's tokens on {same_as_elsi} questions", flush=True)
                 exported = json.loads((Path(folder) / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
@@ -165,9 +170,10 @@ def main() -> int:
                     failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
-    header = "| draft | layout | k | tau vLLM / elsi | tok/s | vs plain | outputs equal to elsi's |\n|---|---|---|---|---|---|---|\n"
-    (OUT / "results.md").write_text(header + "".join("| " + " | ".join(map(str, r)) + " |\n" for r in rows))
-    print((OUT / "results.md").read_text())
+    record = write("engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
+                                    "chains": plan["chains"], "dtype": "float32", "batch": 1}, rows,
+                   load_before=load_before)
+    print(record.with_suffix(".md").read_text())
     for f in failures:
         print("FAILED:", f)
     return 1 if failures else 0

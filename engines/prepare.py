@@ -22,7 +22,8 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.experiment import Experiment, data_key, draft_methods, train_group, training_data
+from elsi_lib.draft.experiment import Experiment, data_key, groups, train_group, training_data
+from elsi_lib.draft.methods import draft_methods
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.inputs.chat import tokenize_conversation
@@ -30,7 +31,7 @@ from elsi_lib.inputs.models import load_model, resolve_model_path
 from elsi_lib.common.progress import progress_bar
 
 MODEL = "smollm2-135m"
-METHODS = ("ELSI m=3", "EAGLE3")
+METHODS = ("elsi-m3", "eagle3")  # method ids
 # notebook 06's pipeline at a small scale: 240 training prompts (all trained on, none held out), 3 epochs
 EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192, seeds=(0,), reseeded=(),
                         lever_lm_head=False, temperatures=(0.0,), train=TrainSettings(epochs=3.0))
@@ -45,11 +46,10 @@ def main() -> None:
     model, tokenizer = load_model(MODEL)
     stats = calibration.paper_stats([MODEL], 200, seed=0)[MODEL]
     methods = draft_methods(stats)
-    methods = methods[methods.method.isin(METHODS)]
-    group = dict(zip(methods.method, methods.source))
+    methods = methods[methods["id"].isin(METHODS)]
     data = training_data(EXPERIMENT, methods, model, tokenizer)
-    drafts, out, _ = train_group(EXPERIMENT, model, data_key(EXPERIMENT, model, tokenizer), data, EXPERIMENT.seeds[0],
-                                 True, group)
+    group = groups(EXPERIMENT, methods)[0]
+    drafts, out = train_group(EXPERIMENT, model, data_key(EXPERIMENT, model, tokenizer), data, group)
     if out["done"] < out["total"]:
         raise RuntimeError(f"training stopped at batch {out['done']} of {out['total']}")
 
@@ -60,8 +60,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     for method in METHODS:
         draft = drafts[method]
-        slug = method.replace(" ", "").replace("=", "")
-        folders = {fmt: str(save_draft(draft, OUT / f"{slug}-{fmt}", target=model, format=fmt,
+        folders = {fmt: str(save_draft(draft, OUT / f"{method}-{fmt}", target=model, format=fmt,
                                        verifier=plan["target"]).resolve())
                    for fmt in ("speculators", "eagle")}
         runs = {}

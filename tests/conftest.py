@@ -82,6 +82,31 @@ def module_feature_store(model, tokenizer, tmp_path_factory, n_conversations: in
         return build_features(model, tokenizer, replied_conversations(n_conversations), layers, progress=False)
 
 
+def peaked_draft(model, store, source, draft_vocab: int, seed: int = 0):
+    """A randomly initialised draft on `source` with a non-trivial vocabulary map (d2t != 0, from the
+    store's tokens) and seeded random norms and a scaled lm_head (peaked, as a trained draft's)."""
+    import torch
+
+    from elsi_lib.draft.model import Eagle3Draft
+    from elsi_lib.draft.vocabulary import draft_vocabulary
+
+    counts = torch.zeros(model.config.vocab_size)
+    for i in range(len(store)):
+        s = store.sequence(i)
+        counts += torch.bincount(torch.cat([s["ids"], s["argmax"]]), minlength=len(counts))
+    d2t, t2d = draft_vocabulary(counts, draft_vocab)
+    assert (d2t != 0).any()
+    draft = Eagle3Draft.from_target(model, source, draft_vocab, seed=seed)
+    draft.set_vocabulary(d2t, t2d)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
+                     draft.midlayer.post_attention_layernorm):
+            norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
+        draft.lm_head.weight.mul_(4)
+    return draft.eval()
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny matrices: one intra-op thread is many times faster on a busy 2-core machine; restored after.

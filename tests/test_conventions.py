@@ -10,10 +10,12 @@ src/speculators/train/data.py); vLLM's EagleModelMixin."""
 import argparse
 import itertools
 
+import numpy as np
 import pytest
 
 from elsi_lib.selection import conventions
-from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
+from elsi_lib.selection.conventions import (ENGINE_FORMATS, convert_layer_ids, eagle2_layers, eagle3_layers,
+                                            eagle3_paper_layers, engine_fragment)
 
 DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")  # deepseek_v2.py's classes
 ARCHITECTURES = (None, "LlamaForCausalLM", "DeepseekV3ForCausalLM", "Qwen2ForCausalLM")
@@ -210,3 +212,53 @@ def test_bad_arguments():
         engine_fragment((1, 2, 30), 30, "vllm")
     assert conventions.engine_reading("sglang", "LlamaForCausalLM").startswith("SGLang llama.py")
     assert set(ENGINE_FORMATS) == {"vllm", "speculators", "sglang", "specforge"}
+
+# ---------------------------------------------------------------- fixed sets and id conversion
+
+def test_baselines():
+    assert eagle2_layers(30) == (29,)
+    assert eagle3_layers(30) == (1, 14, 26)  # EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's ids
+    assert eagle3_layers(36) == (1, 17, 32)
+    assert eagle3_paper_layers(30) == (2, 15, 27)  # the paper's Table 1 reading: outputs
+    assert convert_layer_ids(eagle3_layers(30), "elsi", "vllm", 30) == (2, 15, 27)
+    with pytest.raises(ValueError, match="at least 6"):
+        eagle3_layers(4)
+
+
+def test_convert_layer_ids():
+    assert convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27)
+    assert convert_layer_ids((2, 15, 27), "eagle", "output", 30) == (1, 14, 26)
+    assert convert_layer_ids((29, 3), "output", "sglang", 30) == (3, 29)
+    assert convert_layer_ids((30,), "input", "output", 30) == (29,)
+    with pytest.raises(ValueError, match="out of range"):
+        convert_layer_ids((0,), "vllm", "elsi", 30)  # input of layer 0 is the embeddings
+    with pytest.raises(ValueError, match="out of range"):
+        convert_layer_ids((30,), "elsi", "vllm", 30)
+    with pytest.raises(ValueError, match="unknown convention"):
+        convert_layer_ids((1,), "hf", "elsi", 30)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda: convert_layer_ids((True,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids(("1",), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids((1.0,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+    (lambda: convert_layer_ids("12", "output", "vllm", 30), TypeError, "layers must be"),
+    (lambda: convert_layer_ids(3, "output", "vllm", 30), TypeError, "layers must be"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", 30.0), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", "30"), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", True), TypeError, "n_layers"),
+    (lambda: convert_layer_ids((1,), "output", "vllm", 0), ValueError, "n_layers"),
+    (lambda: convert_layer_ids((), "output", "vllm", 30), ValueError, "empty"),
+    (lambda: convert_layer_ids((1,), 1, "vllm", 30), ValueError, "unknown convention"),
+    (lambda: eagle3_layers(30.0), TypeError, "n_layers"),
+    (lambda: eagle2_layers("30"), TypeError, "n_layers"),
+    (lambda: eagle2_layers(0), ValueError, "n_layers"),
+])
+def test_convert_layer_ids_rejects_bad_types(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
+
+
+def test_convert_layer_ids_accepts_numpy_integers():
+    assert convert_layer_ids(np.array([1, 14, 26]), "elsi", "vllm", np.int64(30)) == (2, 15, 27)
+    assert eagle3_layers(np.int64(30)) == (1, 14, 26)

@@ -169,7 +169,7 @@ def test_the_real_loop_agrees_with_replay_round_by_round(loop_setup, method, aut
         ids, start = sequence["ids"], sequence["start"]
         end = continuation_end(ids, sequence["argmax"], start, REPLY)
         assert ids[start:end].tolist() == reply  # the stored continuation is the target's greedy reply, whole
-        rounds = replay_sequence(draft, sequence, sizes=SIZES, depth=DEPTH, top_k=TOP_K, max_tokens=REPLY,
+        rounds = replay_sequence(draft, sequence, tree_nodes=SIZES, depth=DEPTH, top_k=TOP_K, max_tokens=REPLY,
                                  autocast=autocast)
         for nodes in SIZES:
             out = speculative_generate(target, draft, ids[:start], max_new_tokens=len(reply), nodes=nodes,

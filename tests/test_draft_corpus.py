@@ -7,7 +7,7 @@ import json
 import pytest
 
 from elsi_lib.inputs.prompts import (TRAINING_MIX, OverlapError, check_disjoint, load_prompts, load_specbench,
-                           normalized_text, specbench_conversations, training_prompts)
+                                     normalized_text, specbench_conversations, training_prompts)
 from elsi_lib.draft.corpus import COLUMNS, column_of, eval_questions
 
 MT_CATEGORIES = {"writing", "roleplay", "coding", "extraction", "stem", "humanities"}

@@ -113,7 +113,7 @@ def test_the_loop_reads_the_draft_s_own_layers(monkeypatch):
     D.speculative_generate(target, draft, prompt, max_new_tokens=8, nodes=6, depth=3, top_k=2)
     assert seen and set(seen) == {SOURCE}
     with pytest.raises(ValueError, match="layer set"):
-        D.target_forward(target, prompt, "final_norm")
+        D.target_forward(target, prompt, "final")  # not FINAL_NORM's name
 
 
 BAD_ARGUMENTS = [

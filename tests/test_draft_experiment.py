@@ -1,15 +1,19 @@
-"""`experiment.trained_drafts`: the drafts `run` trained, read back from their checkpoint (what
-bench_decoding and an export take), refused before the training has finished."""
+"""Notebook 06's experiment (elsi_lib.draft.experiment): seed groups, time plan and configuration,
+and the drafts `run` trained, read back from their checkpoint (what bench_decoding and an export
+take), refused before the training has finished."""
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 import torch
 
 from elsi_lib import load_model, random_model
 from elsi_lib.draft import experiment as E
+from elsi_lib.draft.model import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-METHODS = pd.DataFrame({"method": ["EAGLE3", "ELSI m=3"], "source": [(0, 1, 2), (1, 2, 3)]})
+METHODS = pd.DataFrame({"id": ["eagle3", "elsi-m3"], "method": ["EAGLE3", "ELSI m=3"], "source": [(0, 1, 2), (1, 2, 3)]})
 
 
 @pytest.fixture
@@ -18,7 +22,7 @@ def tiny_experiment(tmp_path, tiny_tokenizer):
     random_model(n_layers=4, hidden_size=32, vocab_size=len(tiny_tokenizer), seed=0).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
     exp = E.Experiment(model=str(folder), n_train=6, n_heldout=2, train_max_new_tokens=8, eval_per_column=1,
-                       replay_tokens=6, draft_vocab=64, sizes=(4,), temperatures=(0.0,), depth=2, top_k=2,
+                       replay_tokens=6, draft_vocab=64, tree_nodes=(4,), temperatures=(0.0,), depth=2, top_k=2,
                        seeds=(0,), reseeded=(), lever_lm_head=False,
                        train=TrainSettings(epochs=1.0, batch_tokens=256, warmup=1))
     return exp, load_model(str(folder))
@@ -30,15 +34,15 @@ def test_trained_drafts_are_the_drafts_run_trained(tiny_experiment):
         E.trained_drafts(exp, METHODS, loaded=loaded)
     ran = E.run(exp, METHODS, loaded=loaded, progress=False)
     again = E.trained_drafts(exp, METHODS, loaded=loaded)
-    assert set(again) == set(ran["drafts"]) == {"EAGLE3", "ELSI m=3"}
-    for method, draft in ran["drafts"].items():
+    assert set(again) == set(ran.drafts) == {"eagle3", "elsi-m3"}
+    for method, draft in ran.drafts.items():
         trained, read = draft.state_dict(), again[method].state_dict()
         assert trained.keys() == read.keys()
         assert all(torch.equal(trained[k], read[k]) for k in trained)
     data = E.training_data(exp, METHODS, *loaded, False)
-    fresh = E.make_draft(loaded[0], (0, 1, 2), data["d2t"], data["t2d"], 0)
-    assert not torch.equal(fresh.fc.weight, again["EAGLE3"].fc.weight)  # training moved the weights
-    assert torch.equal(again["EAGLE3"].d2t, data["d2t"]) and again["ELSI m=3"].config.source == (1, 2, 3)
+    fresh = E.make_draft(loaded[0], (0, 1, 2), data.d2t, data.t2d, 0)
+    assert not torch.equal(fresh.fc.weight, again["eagle3"].fc.weight)  # training moved the weights
+    assert torch.equal(again["eagle3"].d2t, data.d2t) and again["elsi-m3"].config.source == (1, 2, 3)
 
 
 def test_trained_drafts_read_the_checkpoint_alone(tiny_experiment, monkeypatch, capsys):
@@ -52,8 +56,8 @@ def test_trained_drafts_read_the_checkpoint_alone(tiny_experiment, monkeypatch, 
             patch.setattr(E.corpus, name, lambda *a, **k: pytest.fail("the training data was rebuilt"))
         patch.setattr(E, "build_features", lambda *a, **k: pytest.fail("the features were rebuilt"))
         drafts = E.trained_drafts(exp, METHODS, loaded=loaded)
-    assert {m: d.config.source for m, d in drafts.items()} == dict(zip(METHODS.method, METHODS.source))
-    path, _, _ = E.group_checkpoint(exp, E.data_key(exp, *loaded), 0, True, dict(zip(METHODS.method, METHODS.source)))
+    assert {m: d.config.source for m, d in drafts.items()} == dict(zip(METHODS["id"], METHODS.source))
+    path, _ = E.group_checkpoint(exp, E.data_key(exp, *loaded), E.groups(exp, METHODS)[0])
     data = bytearray(path.read_bytes())
     data[-3] ^= 0x01
     path.write_bytes(bytes(data))
@@ -62,3 +66,62 @@ def test_trained_drafts_read_the_checkpoint_alone(tiny_experiment, monkeypatch, 
     E.run(exp, METHODS, loaded=loaded, progress=False)
     assert "discarding checkpoint" in capsys.readouterr().err
     assert len(E.trained_drafts(exp, METHODS, loaded=loaded)) == 2
+
+
+THREE = pd.DataFrame({"id": ["eagle2", "eagle3", "elsi-m3"], "method": ["EAGLE2", "EAGLE3", "ELSI m=3"],
+                      "source": [FINAL, (1, 3, 4), (2, 5, 6)]})
+
+
+def test_groups_first_seed_trains_everything_later_seeds_the_reseeded():
+    groups = E.groups(E.Experiment(seeds=(0, 1, 2), reseeded=("eagle3", "elsi-m3"), lever_lm_head=False), THREE)
+    assert [(g.seed, g.lm_head_from_target, g.name) for g in groups] == [(0, True, "seed0"), (1, True, "seed1"),
+                                                                         (2, True, "seed2")]
+    assert groups[0].sources == {"eagle2": FINAL, "eagle3": (1, 3, 4), "elsi-m3": (2, 5, 6)}
+    assert groups[0].labels == {"eagle2": "EAGLE2", "eagle3": "EAGLE3", "elsi-m3": "ELSI m=3"}
+    assert groups[1].sources == groups[2].sources == {"eagle3": (1, 3, 4), "elsi-m3": (2, 5, 6)}
+    groups = E.groups(E.Experiment(seeds=(7, 3), reseeded=("eagle2",), lever_lm_head=False), THREE)
+    assert [(g.seed, g.sources) for g in groups] == [(7, dict(zip(THREE["id"], THREE.source))), (3, {"eagle2": FINAL})]
+    # the lm_head lever: EAGLE3 once more at the first seed, lm_head not from the target, labelled apart
+    groups = E.groups(E.Experiment(seeds=(7, 3), reseeded=("eagle2",)), THREE)
+    lever = groups[-1]
+    assert len(groups) == 3 and (lever.seed, lever.lm_head_from_target, lever.name) == (7, False, "seed7-lever")
+    assert lever.sources == {"eagle3": (1, 3, 4)} and lever.labels == {"eagle3": "EAGLE3, lm_head not from target"}
+
+
+def test_groups_unknown_reseeded_method_raises():
+    with pytest.raises(ValueError, match="elsi-c-m3"):
+        E.groups(E.Experiment(reseeded=("eagle3", "elsi-c-m3")), THREE)
+    with pytest.raises(ValueError, match="EAGLE3"):
+        E.groups(E.Experiment(reseeded=("EAGLE3",)), THREE)  # a label is not an id
+
+
+def test_plan_stages_and_total():
+    exp = E.Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0, 1), reseeded=("eagle3",),
+                     train=TrainSettings(epochs=1.0), lever_lm_head=False, temperatures=(0.0,))
+    rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
+             "tokens_per_conv": 60.0}
+    out = E.plan(exp, THREE, rates)
+    # 4 drafts (3 at seed 0, 1 at seed 1), 30 questions (5 x 6 columns), 130 conversations
+    assert out["stage"].tolist() == ["replies (training prompts + SpecBench)", "target features",
+                                     "training 4 drafts", "replay 4 drafts x 30 questions", "total"]
+    # 130 * 6 s; 130 * 60 / 13 s; 4 * 90 * 60 / 36 s; 4 * 30 * 1.5 s
+    assert out["minutes"].tolist() == pytest.approx([13.0, 10.0, 10.0, 3.0, 36.0])
+    both = E.plan(replace(exp, temperatures=(0.0, 1.0)), THREE, rates)  # T = 1: replies, features, replay again
+    assert both["stage"].tolist()[3] == "replay 4 drafts x 30 questions x 2 temperatures"
+    assert both["minutes"].tolist() == pytest.approx([16.0, 12.3, 10.0, 6.0, 44.3])
+    default = E.plan(E.Experiment(), THREE)
+    assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
+    assert (default["minutes"].iloc[:-1] > 0).all()
+
+
+def test_experiment_from_dict():
+    params = {"tree_nodes": [30], "seeds": [0, 4], "reseeded": ["eagle3"], "n_train": 50,
+              "train": {"epochs": 2.0, "lr": 1e-3}}
+    exp = E.Experiment.from_dict(params)
+    assert exp.tree_nodes == (30,) and exp.seeds == (0, 4) and exp.reseeded == ("eagle3",)
+    assert exp.n_train == 50 and exp.model == E.Experiment().model
+    assert exp.train == TrainSettings(epochs=2.0, lr=1e-3)
+    assert "train" in params and params["tree_nodes"] == [30]  # the caller's dict is left alone
+    hash(exp)  # frozen and made of tuples: usable as a key
+    assert E.Experiment.from_dict({}) == E.Experiment()
+    assert E.Experiment.from_dict({"depth": 4}).train == TrainSettings()

@@ -133,7 +133,7 @@ def test_refusals(target, tmp_path):
         X.load_draft(tmp_path, wider)
 
 
-# --- issue 20: a draft describes itself; exports lose nothing ---------------------------------------------
+# --- a draft describes itself; exports lose nothing ---------------------------------------------
 
 def test_save_draft_takes_no_source_and_checks_the_target(target, tmp_path):
     """The layer set is the draft's own; a target of another shape (layers, width, vocabulary,

@@ -1,23 +1,13 @@
 """Notebook 06's tables (elsi_lib.draft.tables: tau per paper column with stratified bootstrap
 intervals, paired differences, seed spread, rank correlation, summary) on small synthetic
-per-question frames with hand-computed values, and the experiment's layer sets, ranks, seed groups,
-time plan and configuration (elsi_lib.draft.experiment) on small random layer stacks."""
-import itertools
+per-question frames with hand-computed values."""
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
-from dataclasses import replace
 
-from conftest import random_layers
-from elsi_lib import eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
 from elsi_lib.draft import tables as T
-from elsi_lib.draft.experiment import (LEVER, Experiment, _groups, beam_overlap, draft_methods, plan)
-from elsi_lib.draft.model import FINAL_NORM as FINAL
-from elsi_lib.draft.train import TrainSettings
-from elsi_lib.paper.study import compartments, regimes
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -481,156 +471,114 @@ def test_an_absent_tree_size_or_training_seed_lists_those_present():
         T.tau_table(results, 30, n_boot=200, model_seed=3)
 
 
-# ---------------------------------------------------------------- experiment: draft_methods
+# ---------------------------------------------------------------- the written accepted-token table
 
-N = 8
-
-
-def stats_for(Z, Z_no_template=None):
-    return {"entropy": SimpleNamespace(Z=Z), "entropy_no_template": SimpleNamespace(Z=Z if Z_no_template is None
-                                                                                      else Z_no_template)}
-
-
-def single_entropies(Z):
-    return np.array([set_entropy(Z, (l,)) for l in range(Z.shape[0])])
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_draft_methods_rows(seed):
-    Z, Z2 = random_layers(N, 6, 10, seed=seed), random_layers(N, 6, 10, seed=seed + 100)
-    methods = draft_methods(stats_for(Z, Z2))
-    by = methods.set_index("method")
-    assert list(methods.columns) == ["method", "source", "setting", "m", "layers", "entropy"]
-
-    assert by.loc["EAGLE2", "source"] == FINAL and by.loc["EAGLE2", "layers"] == (N - 1,)
-    assert by.loc["EAGLE3", "source"] == eagle3_layers(N) == (1, 3, 4)
-
-    singles = single_entropies(Z)
-    rule = by.loc["ELSI m=1", "source"]
-    assert rule == (N // 2 + int(np.argmax(singles[N // 2:])),)  # the best layer from N // 2 on
-    assert rule[0] >= N // 2
-    best = int(np.argmax(singles))
-    assert ("ELSI m=1, unrestricted" in by.index) == (best < N // 2)  # kept only when it differs
-    if best < N // 2:
-        assert by.loc["ELSI m=1, unrestricted", "source"] == (best,)
-    for m in (2, 3):
-        assert by.loc[f"ELSI m={m}", "source"] == elsi(Z, m).layers
-        assert by.loc[f"ELSI-C m={m}", "source"] == elsi_c(Z, m).layers
-    lowest = tuple(sorted(int(l) for l in np.argsort(singles)[:3]))
-    assert by.loc["lowest-entropy m=3", "source"] == lowest
-
-    variants = {"ELSI m=3, template excluded": ("no_template", elsi(Z2, 3).layers),
-                "ELSI m=3, Frobenius": ("frobenius", elsi(Z, 3, normalize="frobenius").layers)}
-    paper_sources = set(methods.loc[methods.setting == "paper", "source"])
-    for name, (setting, layers) in variants.items():
-        assert (name in by.index) == (layers not in paper_sources)  # a variant on a paper set is dropped
-        if name in by.index:
-            assert by.loc[name, "setting"] == setting and by.loc[name, "source"] == layers
-    non_paper = methods[methods.setting != "paper"]
-    assert not set(non_paper.source) & paper_sources
-    assert non_paper.source.is_unique
-
-    for row in methods.itertuples():
-        layers = (N - 1,) if row.source == FINAL else row.source
-        assert row.layers == layers and row.m == len(layers)
-        assert row.entropy == pytest.approx(set_entropy(Z, layers))  # always the paper setting's Z
+def written_blocks():
+    """Blocks as notebook 06 builds them: two temperatures x two sizes, a column where method B has
+    no question (n/a) and one where A has a single question (no interval)."""
+    rng = np.random.default_rng(5)
+    blocks = {}
+    for temperature in (0.0, 1.0):
+        for nodes in (30, 60):
+            results = frame({"A": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5), "RAG": [2.0]},
+                             "B": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5)}}, nodes=nodes)
+            blocks[temperature, nodes] = T.tau_table(results, nodes, n_boot=200, seed=1)
+    return blocks
 
 
-def test_draft_methods_drops_a_variant_that_chose_the_paper_set():
-    Z = random_layers(N, 6, 10, seed=1)
-    with_own = draft_methods(stats_for(Z, random_layers(N, 6, 10, seed=101)))
-    same = draft_methods(stats_for(Z, Z))  # no-template statistics equal to the paper's: same ELSI m=3
-    assert "ELSI m=3, template excluded" in set(with_own.method)
-    assert "ELSI m=3, template excluded" not in set(same.method)
-    assert len(same) == len(with_own) - 1
+def old_markdown(blocks) -> str:
+    """The Markdown notebook 06 wrote before the CSV held numbers: the formatted blocks, concatenated."""
+    from elsi_lib.paper.plots import markdown_table
+
+    return markdown_table(pd.concat([T.formatted(*b).rename_axis("method").reset_index().assign(temperature=t, nodes=n)
+                                     for (t, n), b in blocks.items()], ignore_index=True))
 
 
-# ---------------------------------------------------------------- experiment: beam_overlap
-
-def test_beam_overlap_ranks_against_brute_force():
-    Z = random_layers(N, 6, 10, seed=3)
-    opt3, opt2 = exhaustive(Z, 3).layers, exhaustive(Z, 2).layers
-    methods = pd.DataFrame({"method": ["opt3", "opt2", "eagle3", "mid", "single"],
-                            "layers": [opt3, opt2, (1, 3, 4), (0, 5, 7), (6,)]})
-    out = beam_overlap(Z, methods).set_index("method")
-    assert out.loc["opt3", "rank"] == 1 and out.loc["opt2", "rank"] == 1
-    bounds = compartments(Z).boundaries
-    for row in methods.itertuples():
-        m = len(row.layers)
-        sets = list(itertools.combinations(range(N), m))
-        entropies = {s: set_entropy(Z, s) for s in sets}
-        mine = entropies[row.layers]
-        rank = 1 + sum(e > mine + 1e-9 for e in entropies.values())
-        got = out.loc[row.method]
-        assert got["entropy"] == pytest.approx(mine)
-        assert got["rank"] == rank and got["of"] == math.comb(N, m)
-        assert got["percentile"] == pytest.approx(100.0 * (1 - (rank - 1) / math.comb(N, m)))
-        top = sorted(sets, key=lambda s: -entropies[s])[:10]
-        assert got["top-10 sets sharing a layer"] == sum(bool(set(s) & set(row.layers)) for s in top)
-        assert len(got["compartments"]) == m
-        assert list(got["compartments"]) == sorted(got["compartments"])
-        assert all(0 <= c <= len(bounds) for c in got["compartments"])
-    assert out.loc["mid", "rank"] > 1  # the brute force can tell the sets apart
+def written_long(blocks):
+    return pd.concat([T.tau_long(*b, temperature=t, nodes=n) for (t, n), b in blocks.items()], ignore_index=True)
 
 
-def test_beam_overlap_compartment_of_a_layer_at_a_boundary():
-    Z = random_layers(N, 6, 10, seed=3)
-    assert compartments(Z).boundaries.tolist() == [1, 3]  # after layer 1, after layer 3
-    labels, _ = regimes(Z)  # the same two boundaries: early 0-1, middle 2-3, late 4-7
-    assert [labels[l] for l in (1, 3, 4)] == ["early", "middle", "late"]
-    out = beam_overlap(Z, pd.DataFrame({"method": ["EAGLE3"], "layers": [(1, 3, 4)]}))
-    assert out.loc[0, "compartments"] == (0, 1, 2)
+def test_tau_long_holds_each_cell_as_numbers():
+    blocks = written_blocks()
+    long = written_long(blocks)
+    assert list(long.columns) == list(T.TAU_CSV_COLUMNS)
+    assert len(long) == 4 * 2 * 4  # blocks x methods x (MT, QA, RAG, AVG)
+    for col in ("temperature", "tau", "low", "high"):
+        assert long[col].dtype == np.float64, col
+    assert long["nodes"].dtype == np.int64 and long["best"].dtype == bool
+    for (t, n), (tau, low, high) in blocks.items():
+        rows = long[(long.temperature == t) & (long.nodes == n)].set_index(["method", "column"])
+        for method in tau.index:
+            for col in tau.columns:
+                got = rows.loc[(method, col)]
+                for name, frame_ in (("tau", tau), ("low", low), ("high", high)):
+                    want = frame_.loc[method, col]
+                    assert (np.isnan(want) and np.isnan(got[name])) or got[name] == want  # exact: no rounding
+                assert got["questions"] == tau.attrs["questions"][method][col]
+        bold = T.formatted(tau, low, high).apply(lambda s: s.str.startswith("**"))
+        assert rows["best"].unstack().loc[tau.index, tau.columns].equals(bold)  # best is what the Markdown bolds
+    a = long[(long.method == "A") & (long.column == "RAG")]
+    assert (a.questions == 1).all() and a.low.isna().all() and a.tau.notna().all()
+    b = long[(long.method == "B") & (long.column == "RAG")]
+    assert (b.questions == 0).all() and b.tau.isna().all() and not b.best.any()
 
 
-# ---------------------------------------------------------------- experiment: groups, plan, configuration
-
-METHODS = pd.DataFrame({"method": ["EAGLE2", "EAGLE3", "ELSI m=3"], "source": [FINAL, (1, 3, 4), (2, 5, 6)]})
-
-
-def test_groups_first_seed_trains_everything_later_seeds_the_reseeded():
-    groups = _groups(Experiment(seeds=(0, 1, 2), reseeded=("EAGLE3", "ELSI m=3"), lever_lm_head=False), METHODS)
-    assert [(seed, init) for seed, init, _ in groups] == [(0, True), (1, True), (2, True)]
-    assert groups[0][2] == {"EAGLE2": FINAL, "EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
-    assert groups[1][2] == groups[2][2] == {"EAGLE3": (1, 3, 4), "ELSI m=3": (2, 5, 6)}
-    groups = _groups(Experiment(seeds=(7, 3), reseeded=("EAGLE2",), lever_lm_head=False), METHODS)
-    assert groups == [(7, True, dict(zip(METHODS.method, METHODS.source))), (3, True, {"EAGLE2": FINAL})]
-    # the lm_head lever: EAGLE3 once more at the first seed, lm_head not from the target
-    groups = _groups(Experiment(seeds=(7, 3), reseeded=("EAGLE2",)), METHODS)
-    assert groups[-1] == (7, False, {LEVER: (1, 3, 4)}) and len(groups) == 3
-
-
-def test_groups_unknown_reseeded_method_raises():
-    with pytest.raises(ValueError, match="ELSI-C m=3"):
-        _groups(Experiment(reseeded=("EAGLE3", "ELSI-C m=3")), METHODS)
+def test_tau_csv_is_numeric_and_round_trips_through_pandas(tmp_path):
+    long = written_long(written_blocks())
+    csv, md = T.save_tau_tables(long, "table2_accepted_tokens_x", tmp_path)
+    assert (csv.name, md.name) == ("table2_accepted_tokens_x.csv", "table2_accepted_tokens_x.md")
+    text = csv.read_text()
+    assert "**" not in text and "[" not in text and "n/a" not in text  # no formatting in the CSV
+    plain = pd.read_csv(csv)  # a pandas user's read, no options
+    assert list(plain.columns) == list(T.TAU_CSV_COLUMNS)
+    for col in ("temperature", "tau", "low", "high", "questions"):
+        assert pd.api.types.is_numeric_dtype(plain[col]), col
+    assert plain["best"].dtype == bool
+    for col in ("tau", "low", "high"):  # full precision: the very same floats come back
+        np.testing.assert_array_equal(plain[col].to_numpy(), long[col].to_numpy())
+    pd.testing.assert_frame_equal(T.read_tau_csv(csv), long)
+    assert plain.tau.between(plain.low, plain.high).sum() == plain.low.notna().sum()  # estimate inside its interval
 
 
-def test_plan_stages_and_total():
-    exp = Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0, 1), reseeded=("EAGLE3",),
-                     train=TrainSettings(epochs=1.0), lever_lm_head=False, temperatures=(0.0,))
-    rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
-             "tokens_per_conv": 60.0}
-    out = plan(exp, METHODS, rates)
-    # 4 drafts (3 at seed 0, 1 at seed 1), 30 questions (5 x 6 columns), 130 conversations
-    assert out["stage"].tolist() == ["replies (training prompts + SpecBench)", "target features",
-                                     "training 4 drafts", "replay 4 drafts x 30 questions", "total"]
-    # 130 * 6 s; 130 * 60 / 13 s; 4 * 90 * 60 / 36 s; 4 * 30 * 1.5 s
-    assert out["minutes"].tolist() == pytest.approx([13.0, 10.0, 10.0, 3.0, 36.0])
-    both = plan(replace(exp, temperatures=(0.0, 1.0)), METHODS, rates)  # T = 1: replies, features, replay again
-    assert both["stage"].tolist()[3] == "replay 4 drafts x 30 questions x 2 temperatures"
-    assert both["minutes"].tolist() == pytest.approx([16.0, 12.3, 10.0, 6.0, 44.3])
-    default = plan(Experiment(), METHODS)
-    assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
-    assert (default["minutes"].iloc[:-1] > 0).all()
+def test_tau_markdown_is_the_formatted_table_as_before(tmp_path):
+    blocks = written_blocks()
+    long = written_long(blocks)
+    _, md = T.save_tau_tables(long, "t", tmp_path)
+    before = old_markdown(blocks)
+    assert md.read_text() == before  # byte for byte what notebook 06 wrote before
+    assert T.tau_markdown(T.read_tau_csv(tmp_path / "t.csv")) == before  # and again from the CSV alone
+    assert "**" in before and "[no interval: 1 question]" in before and "n/a [no questions]" in before
+    assert before.splitlines()[0] == "| method | MT | QA | RAG | AVG | temperature | nodes |"
+    assert "| 0.0000 | 30 |" in before  # temperature to 4 decimals, nodes an integer, as before
 
 
-def test_experiment_from_dict():
-    params = {"sizes": [30], "seeds": [0, 4], "reseeded": ["EAGLE3"], "n_train": 50,
-              "train": {"epochs": 2.0, "lr": 1e-3}}
-    exp = Experiment.from_dict(params)
-    assert exp.sizes == (30,) and exp.seeds == (0, 4) and exp.reseeded == ("EAGLE3",)
-    assert exp.n_train == 50 and exp.model == Experiment().model
-    assert exp.train == TrainSettings(epochs=2.0, lr=1e-3)
-    assert "train" in params and params["sizes"] == [30]  # the caller's dict is left alone
-    hash(exp)  # frozen and made of tuples: usable as a key
-    assert Experiment.from_dict({}) == Experiment()
-    assert Experiment.from_dict({"depth": 4}).train == TrainSettings()
+def test_the_marked_best_is_bolded_where_printed_values_tie():
+    """Read back at 2 decimals, two cells can tie that did not in the run: the CSV's `best` decides."""
+    long = pd.DataFrame({"method": ["A", "B"], "column": ["AVG", "AVG"], "temperature": [0.0, 0.0],
+                         "nodes": [30, 30], "tau": [1.55, 1.55], "low": [1.5, 1.5], "high": [1.61, 1.6],
+                         "questions": [pd.NA, pd.NA], "best": [False, True]})
+    out = T.tau_formatted(long)
+    assert out["AVG"].tolist() == ["1.55 [1.50, 1.61]", "**1.55 [1.50, 1.60]**"]
+    assert T.tau_formatted(long, markdown=False)["AVG"].tolist() == ["1.55 [1.50, 1.61]", "1.55 [1.50, 1.60]"]
+    unknown = long.assign(low=np.nan, high=np.nan)  # count unknown: said so, as `formatted` does
+    assert T.tau_formatted(unknown)["AVG"].iloc[0] == f"1.55 [no interval: fewer than {T.MIN_QUESTIONS} questions]"
+    with pytest.raises(ValueError, match="more than once"):
+        T.tau_blocks(pd.concat([long, long]))
+    with pytest.raises(ValueError, match="lack the column"):
+        T.tau_markdown(long.drop(columns="best"))
+
+
+def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_markdown():
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    paths = sorted((REPO_ROOT / "data" / "results").glob("table2_accepted_tokens_*.csv"))
+    assert paths
+    for path in paths:
+        plain = pd.read_csv(path)
+        assert list(plain.columns) == list(T.TAU_CSV_COLUMNS)
+        for col in ("temperature", "nodes", "tau", "low", "high"):
+            assert pd.api.types.is_numeric_dtype(plain[col]), (path.name, col)
+        assert (plain.low <= plain.tau).all() and (plain.tau <= plain.high).all()
+        best = plain.groupby(["temperature", "nodes", "column"]).best.sum()
+        assert (best >= 1).all()  # every column of every block has its bold cell
+        assert T.tau_markdown(T.read_tau_csv(path)) == path.with_suffix(".md").read_text()

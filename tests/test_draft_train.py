@@ -1,17 +1,13 @@
-"""Draft training (elsi_lib.draft.train) and its target features (elsi_lib.draft.features) on a tiny
-random target: training-time test against the inference chain it imitates, the masks, batch plans,
-determinism and resumption of `train_drafts`, and the stored features against the model itself."""
+"""Draft training (elsi_lib.draft.train) on a tiny random target: training-time test against the
+inference chain it imitates, the masks, batch plans, determinism and resumption of `train_drafts`."""
 import numpy as np
 import pytest
 import torch
 
-from conftest import module_feature_store, replied_conversations
-from elsi_lib.common.cachefiles import verify_manifest
-from elsi_lib.draft.model import Eagle3Draft
+from conftest import module_feature_store
+from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
 from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
-from elsi_lib.draft import features as F
 from elsi_lib.draft import train as T
-from elsi_lib.inputs.chat import tokenize_conversation
 
 LAYERS = (0, 1, 2, 3)
 DRAFT_VOCAB = 48
@@ -77,7 +73,7 @@ def chain_logits(draft, ids, features, t, K):
     return out
 
 
-@pytest.mark.parametrize("source", [(1, 3), "final"])
+@pytest.mark.parametrize("source", [(1, 3), FINAL_NORM])
 def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
     draft = make_draft(tiny_model, vocab, source).eval()
     K, indices = 3, [1, 4]  # two sequences of different lengths: padding in the batch
@@ -142,7 +138,7 @@ def test_ttt_masks_small_example():
 
 SETTINGS = T.TrainSettings(ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=False,
                            seed=3, checkpoint_seconds=1e9)
-SOURCES = {"a": (1, 3), "b": "final"}
+SOURCES = {"a": (1, 3), "b": FINAL_NORM}
 
 
 def fresh_drafts(model, vocab):
@@ -310,87 +306,3 @@ def test_batch_plan():
     assert [i for run in runs for i in run] == order
     for run, following in zip(runs, runs[1:]):
         assert (len(run) + 1) * lengths[following[0]] > batch_tokens
-
-
-# ---------------------------------------------------------------- 10. reply_starts
-
-def test_reply_starts_point_at_the_reply(tiny_tokenizer):
-    conversations = replied_conversations(5, seed=7)
-    starts = F.reply_starts(tiny_tokenizer, conversations, max_length=1024)
-    for conversation, start in zip(conversations, starts):
-        ids = tokenize_conversation(tiny_tokenizer, conversation)[0]
-        reply = conversation[-1]["content"]
-        assert tiny_tokenizer.decode(ids[start:]).startswith(reply)
-        assert tiny_tokenizer.decode(ids[:start]).endswith("<|im_start|>assistant\n")
-    assert F.reply_starts(tiny_tokenizer, conversations, max_length=10) == [10] * 5  # cut to max_length
-    with pytest.raises(ValueError, match="conversation 1 does not end with an assistant reply"):
-        F.reply_starts(tiny_tokenizer, [conversations[0], conversations[1][:-1]], max_length=1024)
-
-
-# ---------------------------------------------------------------- 11. stored features
-
-def reference_states(model, ids):
-    """Output of every decoder layer, via transformers' output_hidden_states (layers 0..N-2: index
-    l+1; the last entry is after the final norm, so the last layer's output comes from a hook)."""
-    captured = {}
-    layers = model.get_decoder().layers
-    handle = layers[-1].register_forward_hook(
-        lambda module, args, output: captured.update(last=output[0] if isinstance(output, tuple) else output))
-    try:
-        with torch.no_grad():
-            out = model(ids[None], output_hidden_states=True)
-    finally:
-        handle.remove()
-    states = [out.hidden_states[l + 1][0] for l in range(len(layers) - 1)] + [captured["last"][0]]
-    return states, out.hidden_states[-1][0], out.logits[0]
-
-
-def test_feature_store_matches_the_model(tiny_model, store):
-    assert len(store) == 6
-    for i in range(len(store)):
-        states, final, logits = reference_states(tiny_model, store.sequence(i)["ids"])
-        for layer_ids in [(1,), (0, 3), (1, 2, 3), LAYERS]:
-            s = store.sequence(i, layer_ids)
-            n = len(s["ids"])
-            assert s["features"].shape == (n, len(layer_ids) * 32)
-            for j, l in enumerate(layer_ids):
-                torch.testing.assert_close(s["features"][:, j * 32:(j + 1) * 32], states[l], atol=2e-3, rtol=2e-3)
-        s = store.sequence(i, "final")
-        torch.testing.assert_close(s["features"], final, atol=2e-3, rtol=2e-3)
-        torch.testing.assert_close(s["final"], final, atol=2e-3, rtol=2e-3)
-        assert s["argmax"].tolist() == logits.argmax(-1).tolist()
-        assert store.length(i) == n
-
-
-def test_features_rebuild_a_corrupt_shard(tiny_model, tiny_tokenizer, monkeypatch):
-    monkeypatch.setattr(F, "SHARD", 2)  # 3 shards of 2 conversations
-    conversations = replied_conversations(6, seed=1, reply_words=(2, 5))
-    forwards = []
-    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda m, a: forwards.append(a[0].shape[0]))
-    try:
-        store = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
-        assert sum(forwards) == 6
-        original = [store.sequence(i, (1, 2)) for i in range(6)]
-        forwards.clear()
-        F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
-        assert forwards == []  # everything reused
-
-        shard = store.folder / "shard_00001"
-        path = shard / "hidden.npy"
-        data = bytearray(path.read_bytes())
-        data[-5] ^= 0xFF  # same size, different content
-        path.write_bytes(bytes(data))
-        key = F._key(tiny_model, tiny_tokenizer, conversations, (1, 2), 1024)
-        assert "checksum mismatch" in verify_manifest(shard, {**key, "index": 1})
-        with pytest.raises(RuntimeError, match="shard_00001"):
-            F.open_features(store.folder, key, (1, 2), 3)
-
-        rebuilt = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
-        assert sum(forwards) == 2  # only the corrupt shard's two conversations
-        assert verify_manifest(shard, {**key, "index": 1}) is None
-        for i in range(6):
-            again = rebuilt.sequence(i, (1, 2))
-            assert torch.equal(again["features"], original[i]["features"])
-            assert torch.equal(again["ids"], original[i]["ids"]) and again["start"] == original[i]["start"]
-    finally:
-        handle.remove()

@@ -1,5 +1,5 @@
 """No silent wrong answers from caches, checkpoints and inputs: each fault gives the right answer
-or a clear error (issue 11). Each test here failed on the code before its fix."""
+or a clear error."""
 from __future__ import annotations
 
 import copy

@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from elsi_lib import (convert_layer_ids, eagle2_layers, eagle3_layers, eagle3_paper_layers, elsi, elsi_c, exhaustive,
-                      lowest_entropy_layers, set_entropy, single_layer_entropies)
+from elsi_lib import elsi, elsi_c, exhaustive, lowest_entropy_layers, set_entropy, single_layer_entropies
 from elsi_lib.selection.bounds import shannon_upper_bound
 from elsi_lib.selection.scorer import SetScorer
 from elsi_lib.selection.select import conditional_transition_scores
@@ -101,30 +100,10 @@ def test_min_single_layer_rule():
     assert free.entropy >= ruled.entropy
 
 
-def test_baselines_and_negative_control():
-    assert eagle2_layers(30) == (29,)
-    assert eagle3_layers(30) == (1, 14, 26)  # EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's ids
-    assert eagle3_layers(36) == (1, 17, 32)
-    assert eagle3_paper_layers(30) == (2, 15, 27)  # the paper's Table 1 reading: outputs
-    assert convert_layer_ids(eagle3_layers(30), "elsi", "vllm", 30) == (2, 15, 27)
+def test_negative_control_is_the_lowest_entropy_layers():
     Z = random_layers(n_layers=9, seed=3)
     low = lowest_entropy_layers(Z, 3)
     assert set(low) == set(np.argsort(single_layer_entropies(Z))[:3])
-    with pytest.raises(ValueError, match="at least 6"):
-        eagle3_layers(4)
-
-
-def test_convert_layer_ids():
-    assert convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27)
-    assert convert_layer_ids((2, 15, 27), "eagle", "output", 30) == (1, 14, 26)
-    assert convert_layer_ids((29, 3), "output", "sglang", 30) == (3, 29)
-    assert convert_layer_ids((30,), "input", "output", 30) == (29,)
-    with pytest.raises(ValueError, match="out of range"):
-        convert_layer_ids((0,), "vllm", "elsi", 30)  # input of layer 0 is the embeddings
-    with pytest.raises(ValueError, match="out of range"):
-        convert_layer_ids((30,), "elsi", "vllm", 30)
-    with pytest.raises(ValueError, match="unknown convention"):
-        convert_layer_ids((1,), "hf", "elsi", 30)
 
 
 @pytest.mark.parametrize("call, message", [
@@ -228,32 +207,6 @@ def test_integer_like_arguments_still_work(Z):
     assert numpy_counts.layers == elsi(Z, 2, k_beam=3, k_expand=2).layers
     assert exhaustive(Z, 2, keep=np.int64(3)).beams[2] == exhaustive(Z, 2, keep=3).beams[2]
     assert len(exhaustive(Z, 2, keep=100).beams[2]) == 28  # keep beyond C(8, 2): every set
-
-
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: convert_layer_ids((True,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids(("1",), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids((1.0,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids("12", "output", "vllm", 30), TypeError, "layers must be"),
-    (lambda: convert_layer_ids(3, "output", "vllm", 30), TypeError, "layers must be"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", 30.0), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", "30"), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", True), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", 0), ValueError, "n_layers"),
-    (lambda: convert_layer_ids((), "output", "vllm", 30), ValueError, "empty"),
-    (lambda: convert_layer_ids((1,), 1, "vllm", 30), ValueError, "unknown convention"),
-    (lambda: eagle3_layers(30.0), TypeError, "n_layers"),
-    (lambda: eagle2_layers("30"), TypeError, "n_layers"),
-    (lambda: eagle2_layers(0), ValueError, "n_layers"),
-])
-def test_convert_layer_ids_rejects_bad_types(call, error, message):
-    with pytest.raises(error, match=message):
-        call()
-
-
-def test_convert_layer_ids_accepts_numpy_integers():
-    assert convert_layer_ids(np.array([1, 14, 26]), "elsi", "vllm", np.int64(30)) == (2, 15, 27)
-    assert eagle3_layers(np.int64(30)) == (1, 14, 26)
 
 
 @settings(max_examples=20, deadline=None)

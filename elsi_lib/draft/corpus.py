@@ -1,7 +1,7 @@
 """The draft experiments' text: training conversations (prompts + the target's own greedy replies)
-and SpecBench evaluation questions with the target's greedy continuations (issue 12).
+and SpecBench evaluation questions with the target's greedy continuations.
 
-Both go through the notebooks' reply step (`responses.generate_responses`: batched, cached after
+Both go through the notebooks' reply step (`replies.generate_responses`: batched, cached after
 every batch, keyed by the model's weights and every setting), so they are generated once and shared
 by every draft. Training prompts are disjoint from every calibration prompt and from SpecBench.
 """
@@ -27,9 +27,9 @@ def column_of(category: str) -> str:
 
 
 def training_prompt_list(n_prompts: int, *, seed: int = 0) -> list[list[dict]]:
-    """`n_prompts` training prompts (`data.training_prompts`), disjoint from the whole calibration
+    """`n_prompts` training prompts (`prompts.training_prompts`), disjoint from the whole calibration
     mix and from SpecBench."""
-    calibration = [c for source in CALIBRATION_MIX for c in load_prompts(source)]
+    calibration = [c for prompt_set in CALIBRATION_MIX for c in load_prompts(prompt_set)]
     return training_prompts(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
 
 

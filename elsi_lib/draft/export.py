@@ -1,4 +1,4 @@
-"""Trained drafts in the layouts the EAGLE-3 ecosystem loads, and back (issue 13).
+"""Trained drafts in the layouts the EAGLE-3 ecosystem loads, and back.
 
 Two layouts, one folder each (config.json + model.safetensors, plus elsi.json with elsi's own
 provenance, which no engine reads):

@@ -1,4 +1,4 @@
-"""Target features for draft training and replay, stored once and shared by every draft (issue 12).
+"""Target features for draft training and replay, stored once and shared by every draft.
 
 One teacher-forced target forward (`forward.hidden_batches`, the capture forward) per batch of
 conversations (prompt + the target's own reply) writes, per token:
@@ -34,7 +34,7 @@ from .model import FINAL_NORM
 
 FORMAT = 1
 SHARD = 64  # sequences per shard
-ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")
+ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")  # "final": the final-norm state
 
 
 def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
@@ -96,16 +96,16 @@ class FeatureStore:
         return np.concatenate([self.ids(i)[self.start(i):] for i in range(len(self))] or [np.zeros(0, np.int64)])
 
     def sequence(self, i: int, layer_ids=None, *, features: bool = True) -> dict:
-        """ids (T,), start, final (T, d) float32, argmax (T,) and (unless `features` is False)
+        """ids (T,), start, final_norm (T, d) float32, argmax (T,) and (unless `features` is False)
         features (T, m*d) float32 of `layer_ids` (see `features`)."""
         k, j = self._where[i]
         shard = self.shards[k]
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
         out = {"ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)), "start": int(shard["starts"][j]),
-               "final": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
+               "final_norm": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
                "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
         if features:
-            out["features"] = out["final"] if _is_final(layer_ids) else self.features(i, layer_ids)
+            out["features"] = out["final_norm"] if _is_final_norm(layer_ids) else self.features(i, layer_ids)
         return out
 
     def features(self, i: int, layer_ids=None) -> torch.Tensor:
@@ -114,7 +114,7 @@ class FeatureStore:
         k, j = self._where[i]
         shard = self.shards[k]
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
-        if _is_final(layer_ids):
+        if _is_final_norm(layer_ids):
             return torch.from_numpy(shard["final"][a:b].astype(np.float32))
         wanted = list(layer_ids) if layer_ids is not None else list(self.layers)
         absent = [l for l in wanted if l not in self.layers]
@@ -125,7 +125,7 @@ class FeatureStore:
         return torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
 
 
-def _is_final(source) -> bool:
+def _is_final_norm(source) -> bool:
     if isinstance(source, str) and source != FINAL_NORM:
         raise ValueError(f"features are a layer set or {FINAL_NORM!r}, got {source!r}")
     return isinstance(source, str)

@@ -38,7 +38,7 @@ FAMILIES = ("llama", "qwen2")
 # A draft's feature source that is not a layer set: the target's last hidden state after its final
 # norm (EAGLE-2's feature, and the input of the target's lm_head). It has no layer id: elsi's layer
 # N-1 is the same state *before* the norm. The one definition, used by every module.
-FINAL_NORM = "final"
+FINAL_NORM = "final_norm"
 # What a draft must share with its target, field by field (`DraftConfig.check_target`).
 TARGET_FIELDS = ("family", "num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads",
                  "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_parameters")

@@ -55,7 +55,7 @@ def continuation_end(ids, argmax, start: int, max_tokens: int, sampled=None) -> 
 
 
 @torch.no_grad()
-def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth: int = 6, top_k: int = 10,
+def replay_sequence(draft: Eagle3Draft, sequence: dict, *, tree_nodes=(30, 60), depth: int = 6, top_k: int = 10,
                     max_tokens: int = 128, autocast: bool = True, sampled=None) -> dict[int, list[int]]:
     """Accepted lengths of every round of one question, per tree size: {nodes: [a_1, a_2, ...]}
     (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's own features
@@ -64,11 +64,11 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth
     ids, argmax, start = sequence["ids"], sequence["argmax"], sequence["start"]
     end = continuation_end(ids, argmax, start, max_tokens, sampled)
     if end - start < 2:  # the prefill's token alone: no round
-        return {n: [] for n in sizes}
+        return {n: [] for n in tree_nodes}
     hidden, kv = prefix_pass(draft, ids[:end], sequence["features"][:end], autocast=autocast)
     roots = torch.arange(start, end - 1)  # every root that leaves a token to verify
     step_fn, state = root_step_fn(draft, hidden, kv, roots, autocast)
-    trees = build_tree_sizes(step_fn, state, sizes=sizes, depth=depth, top_k=top_k, to_target=draft.to_target)
+    trees = build_tree_sizes(step_fn, state, tree_nodes=tree_nodes, depth=depth, top_k=top_k, to_target=draft.to_target)
     lengths = {}
     for nodes, per_root in trees.items():
         r, out = start, []
@@ -81,7 +81,7 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, sizes=(30, 60), depth
     return lengths
 
 
-def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int = 6, top_k: int = 10,
+def replay(draft: Eagle3Draft, store, *, key: dict, tree_nodes=(30, 60), depth: int = 6, top_k: int = 10,
            max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay",
            sampled: list | None = None) -> list[dict]:
     """`replay_sequence` for every question of `store`, each read at the draft's own source
@@ -89,7 +89,7 @@ def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int =
     per question, the sampled reply ids of a T > 0 continuation (None: greedy)."""
     if sampled is not None and len(sampled) != len(store):
         raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
-    full = {**key, "format": FORMAT, "sizes": sorted(sizes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
+    full = {**key, "format": FORMAT, "tree_nodes": sorted(tree_nodes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
             "autocast": autocast, **ran_on(draft), "source": str(draft.config.source), "store": str(store.folder.name), "n": len(store),
             **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
@@ -100,7 +100,7 @@ def replay(draft: Eagle3Draft, store, *, key: dict, sizes=(30, 60), depth: int =
     for i in range(len(store)):
         if i in done:
             continue
-        result = replay_sequence(draft, store.sequence(i, draft.config.source), sizes=sizes, depth=depth, top_k=top_k,
+        result = replay_sequence(draft, store.sequence(i, draft.config.source), tree_nodes=tree_nodes, depth=depth, top_k=top_k,
                                  max_tokens=max_tokens, autocast=autocast,
                                  sampled=None if sampled is None else sampled[i])
         done[i] = {str(n): v for n, v in result.items()}

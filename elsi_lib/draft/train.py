@@ -1,4 +1,4 @@
-"""Training EAGLE-3 drafts with training-time test, several drafts in lock-step (issue 12).
+"""Training EAGLE-3 drafts with training-time test, several drafts in lock-step.
 
 EAGLE-3 (arXiv 2503.01840, Sec. 3.2 "training-time test"): step 1 reads the target's features; at
 steps k = 2..K the draft's own (pre-norm) hidden output replaces them, so training sees what a tree
@@ -72,18 +72,18 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
 
 
 def collate(store, indices, sources: dict) -> dict:
-    """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final (b, T, d),
+    """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final_norm (b, T, d),
     argmax (b, T) and, per source (a layer tuple or FINAL_NORM), features (b, T, m*d)."""
     first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)
     out = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
            "argmax": torch.zeros(b, T, dtype=torch.long), "start": torch.tensor([s["start"] for s in first]),
-           "final": torch.zeros(b, T, first[0]["final"].shape[-1])}
+           "final_norm": torch.zeros(b, T, first[0]["final_norm"].shape[-1])}
     for row, s in enumerate(first):
         n = len(s["ids"])
         out["ids"][row, :n], out["valid"][row, :n] = s["ids"], True
-        out["argmax"][row, :n], out["final"][row, :n] = s["argmax"], s["final"]
+        out["argmax"][row, :n], out["final_norm"][row, :n] = s["argmax"], s["final_norm"]
     out["features"] = {}
     for src in sources:
         items = [store.features(i, src) for i in indices]
@@ -99,11 +99,11 @@ def to_device(batch: dict, device) -> dict:
     return {k: {s: f.to(device) for s, f in v.items()} if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
 
 
-def soft_targets(final, target_rows):
+def soft_targets(final_norm, target_rows):
     """The target's next-token distribution restricted to the draft vocabulary and renormalised
-    (EAGLE-3's `target_p`): final (b, T, d) after the target's final norm, target_rows (V_draft, d)
+    (EAGLE-3's `target_p`): final_norm (b, T, d), the target's last state after its final norm, target_rows (V_draft, d)
     the target lm_head's rows of the draft vocabulary -> (b, T, V_draft) float32."""
-    return torch.softmax(final @ target_rows.T, dim=-1)
+    return torch.softmax(final_norm @ target_rows.T, dim=-1)
 
 
 def query_rows(valid, start, K: int):
@@ -267,16 +267,7 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
                       settings.seed)
     optimisers = {m: torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=settings.lr,
                                        weight_decay=settings.weight_decay, betas=(0.9, 0.95)) for m, d in drafts.items()}
-    done, log = 0, []
-    state, problem = read_checkpoint(path)
-    if state is None and path.is_file():  # a corrupt or foreign file is discarded, never resumed
-        print(f"discarding checkpoint {path.name} ({problem}); training from the start", file=sys.stderr)
-        path.unlink()
-    if state is not None and state["key"] == full_key:
-        for m in drafts:
-            drafts[m].load_state_dict(state["drafts"][m]["weights"])
-            optimisers[m].load_state_dict(state["optimisers"][m])
-        done, log = state["done"], state["log"]
+    done, log = _resume(path, full_key, drafts, optimisers)
     torch.manual_seed(settings.seed)
     bar = progress_bar(total=len(plan), initial=done, desc=f"training {len(drafts)} drafts", unit="batch",
                        disable=not progress or done >= len(plan))
@@ -293,23 +284,12 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
         d.train()
     while done < stop_at:
         batch = to_device(collate(store, plan[done], set(d.config.source for d in drafts.values())), device)
-        targets = soft_targets(batch["final"], target_rows)  # (b, T, V_draft), shared
-        entry = {"batch": done}
-        for m, draft in drafts.items():
-            for group in optimisers[m].param_groups:
-                group["lr"] = _lr(done, len(plan), settings)
-            losses, correct, counts = ttt_losses(draft, batch, targets, settings.ttt_steps,
-                                                 autocast=settings.autocast_bf16)
-            loss = sum(settings.step_decay ** k * l for k, l in enumerate(losses))
-            optimisers[m].zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.grad_clip)
-            optimisers[m].step()
-            entry[m] = {"loss": loss.item(), "acc": [c / max(1, n) for c, n in zip(correct, counts)]}
-        log.append(entry)
+        targets = soft_targets(batch["final_norm"], target_rows)  # (b, T, V_draft), shared
+        log.append({"batch": done, **_train_step(drafts, optimisers, batch, targets, settings, _lr(done, len(plan),
+                                                                                                  settings))})
         done += 1
         tokens += int(batch["valid"].sum())
-        mean_loss = sum(entry[m]["loss"] for m in drafts) / len(drafts)
+        mean_loss = sum(log[-1][m]["loss"] for m in drafts) / len(drafts)
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(1e-9, time.monotonic() - t0):.0f}")
         bar.update(1)
         over_budget = time_budget_s is not None and time.monotonic() - started > time_budget_s
@@ -322,6 +302,37 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     for d in drafts.values():
         d.eval()
     return {"done": done, "total": len(plan), "log": log, "path": path}
+
+
+def _resume(path, full_key: dict, drafts: dict, optimisers: dict) -> tuple[int, list]:
+    """(batches done, log) from the checkpoint at `path`, loaded into `drafts` and `optimisers`; (0, [])
+    without one. A corrupt or foreign file is discarded (with a message), never resumed."""
+    state, problem = read_checkpoint(path)
+    if state is None and path.is_file():
+        print(f"discarding checkpoint {path.name} ({problem}); training from the start", file=sys.stderr)
+        path.unlink()
+    if state is None or state["key"] != full_key:
+        return 0, []
+    for m in drafts:
+        drafts[m].load_state_dict(state["drafts"][m]["weights"])
+        optimisers[m].load_state_dict(state["optimisers"][m])
+    return state["done"], state["log"]
+
+
+def _train_step(drafts: dict, optimisers: dict, batch: dict, targets, settings: TrainSettings, lr: float) -> dict:
+    """One optimiser step of every draft on the same batch: {method: {"loss", "acc" per step}}."""
+    entry = {}
+    for m, draft in drafts.items():
+        for group in optimisers[m].param_groups:
+            group["lr"] = lr
+        losses, correct, counts = ttt_losses(draft, batch, targets, settings.ttt_steps, autocast=settings.autocast_bf16)
+        loss = sum(settings.step_decay ** k * l for k, l in enumerate(losses))
+        optimisers[m].zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.grad_clip)
+        optimisers[m].step()
+        entry[m] = {"loss": loss.item(), "acc": [c / max(1, n) for c, n in zip(correct, counts)]}
+    return entry
 
 
 @torch.no_grad()

@@ -1,4 +1,4 @@
-"""EAGLE-2 dynamic draft trees and acceptance by replay at temperature 0 (issue 12).
+"""EAGLE-2 dynamic draft trees and acceptance by replay at temperature 0.
 
 Li et al., "EAGLE-2: Faster Inference of Language Models with Dynamic Draft Trees", arXiv 2406.16858,
 Sec. 4: *expansion* grows the tree one depth at a time from the top_k frontier nodes ranked by
@@ -19,7 +19,7 @@ The draft model is abstracted by `step_fn(state, frontier) -> (log_probs, next_s
   log_probs (b, top_k, V_draft), one row per frontier node in the Frontier's order.
 `state` is opaque to the tree code (tests pass token paths; the draft passes its hidden states and KV).
 
-Wiring the draft model (`replay.root_step_fn`, with `Eagle3Draft.step` as documented in `model.py`):
+Wiring the draft model (`runner.root_step_fn`, with `Eagle3Draft.step` as documented in `model.py`):
 - root call: the draft's step-1 row of the root over the accepted prefix (EAGLE-3 alignment:
   features of token t with the embedding of token t+1); the prefix's keys/values are kept.
 - frontier call at depth t: input_ids = `frontier.draft_ids` mapped `to_target` (the target
@@ -236,22 +236,22 @@ def build_trees(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: i
     order among siblings), so the result is deterministic and ancestor-closed.
     `to_target` maps draft ids to target ids (e.g. `draft.to_target`); identity when None.
     Raises ValueError when `nodes` exceeds `max_nodes(depth, top_k)` (no silent cap)."""
-    return build_tree_sizes(step_fn, root_state, sizes=[nodes], depth=depth, top_k=top_k, to_target=to_target)[nodes]
+    return build_tree_sizes(step_fn, root_state, tree_nodes=[nodes], depth=depth, top_k=top_k, to_target=to_target)[nodes]
 
 
 @torch.no_grad()
-def build_tree_sizes(step_fn: StepFn, root_state, *, sizes, depth: int, top_k: int,
+def build_tree_sizes(step_fn: StepFn, root_state, *, tree_nodes, depth: int, top_k: int,
                      to_target: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[int, list[DraftTree]]:
     """`build_trees` for several `nodes` values from one expansion: EAGLE-2's expansion does not
     depend on `nodes` (only reranking does), so {nodes: trees} equals separate `build_trees` calls."""
-    sizes = sorted(set(sizes))
-    if not sizes:
-        raise ValueError("sizes must name at least one tree size")
-    for nodes in sizes:
+    tree_nodes = sorted(set(tree_nodes))
+    if not tree_nodes:
+        raise ValueError("tree_nodes must name at least one tree size")
+    for nodes in tree_nodes:
         check_tree_args(nodes, depth, top_k)
     scores, draft_ids, parents, depths = _expand(step_fn, root_state, depth, top_k)  # each (b, C)
     return {nodes: [_rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target)
-                    for q in range(scores.shape[0])] for nodes in sizes}
+                    for q in range(scores.shape[0])] for nodes in tree_nodes}
 
 
 def build_tree(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: int,

@@ -6,7 +6,7 @@ Eq. 9); per sample keep the top fraction rho of positions by entropy (Eq. 10) an
 of B to running per-layer float64 sums (`_accumulate`, `Accumulator`; Eq. 11); finish and cache
 (`_finish`). Memory is O(N B d) in the number of prompts. Long runs checkpoint and resume; under
 torch.distributed, prompts are sharded and the sums all-reduced. Conversations are captured as
-given: to cover the model's own replies, write them first (`responses.reply_conversations`).
+given: to cover the model's own replies, write them first (`replies.reply_conversations`).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The reply step: a model's own greedy replies to prompts, batched and cached.
 
 Capture then covers the tokens a draft will actually predict, and the draft experiments reuse the
-replies as training data. Prompts follow capture's truncation rule (`formatting.truncate`: the
+replies as training data. Prompts follow capture's truncation rule (`chat.truncate`: the
 first `max_length` tokens). The cache is one JSON file per (model, prompts, settings), written
 atomically after every batch, so an interrupted run resumes where it stopped.
 """

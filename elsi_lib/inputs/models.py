@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
-                         write_manifest)
+                                 write_manifest)
 
 
 @dataclass(frozen=True)

@@ -41,17 +41,17 @@ TRAINING_MIX = ("arena-hard-v2.0", "self-instruct-seed", "ifeval", "gpteacher-co
                 "gsm8k-train")
 
 
-def load_prompts(source: str | os.PathLike, data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
+def load_prompts(prompt_set: str | os.PathLike, data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """Conversations of a named prompt set (see PROMPT_SETS) or of a ShareGPT-format file."""
-    if not isinstance(source, (str, os.PathLike)):
-        raise TypeError(f"source must be a prompt-set name or a file path, got {type(source).__name__} {source!r}")
-    if isinstance(source, str) and source in PROMPT_SETS:
-        relative, parser = PROMPT_SETS[source]
+    if not isinstance(prompt_set, (str, os.PathLike)):
+        raise TypeError(f"prompt_set must be a prompt-set name or a file path, got {type(prompt_set).__name__} {prompt_set!r}")
+    if isinstance(prompt_set, str) and prompt_set in PROMPT_SETS:
+        relative, parser = PROMPT_SETS[prompt_set]
         return parser(verify_pinned(data_dir(data_dir_path), relative))
-    path = Path(source)
+    path = Path(prompt_set)
     if path.is_file():
         return parse_sharegpt(path)
-    raise ValueError(f"unknown prompt set {source!r}: pass one of {sorted(PROMPT_SETS)} "
+    raise ValueError(f"unknown prompt set {prompt_set!r}: pass one of {sorted(PROMPT_SETS)} "
                      "or the path of a ShareGPT-format JSON/JSONL file")
 
 
@@ -84,67 +84,67 @@ def sample(items: list, n: int, seed: int = 0) -> list:
     return random.Random(int(seed)).sample(list(items), int(n))
 
 
-def _checked_sources(sources) -> list:
-    """`sources` as a list of prompt-set names and file paths, each checked before any is loaded;
-    a single name or path is one source."""
-    if isinstance(sources, (str, os.PathLike)):
-        sources = [sources]
+def _checked_prompt_sets(prompt_sets) -> list:
+    """`prompt_sets` as a list of prompt-set names and file paths, each checked before any is loaded;
+    a single name or path is one set."""
+    if isinstance(prompt_sets, (str, os.PathLike)):
+        prompt_sets = [prompt_sets]
     try:
-        sources = list(sources)
+        prompt_sets = list(prompt_sets)
     except TypeError:
-        raise TypeError(f"sources must be a prompt-set name, a file path or a list of them, "
-                        f"got {type(sources).__name__} {sources!r}") from None
-    if not sources:
-        raise ValueError(f"no sources to draw calibration prompts from: pass names from "
+        raise TypeError(f"prompt_sets must be a prompt-set name, a file path or a list of them, "
+                        f"got {type(prompt_sets).__name__} {prompt_sets!r}") from None
+    if not prompt_sets:
+        raise ValueError(f"no prompt sets to draw calibration prompts from: pass names from "
                          f"{sorted(PROMPT_SETS)} or ShareGPT-format file paths")
-    for source in sources:
-        if not isinstance(source, (str, os.PathLike)):
-            raise TypeError(f"sources must hold prompt-set names or file paths, got {type(source).__name__} "
-                            f"{source!r}")
-        if not (isinstance(source, str) and source in PROMPT_SETS) and not Path(source).is_file():
-            raise ValueError(f"unknown prompt set {source!r}: pass names from {sorted(PROMPT_SETS)} "
+    for prompt_set in prompt_sets:
+        if not isinstance(prompt_set, (str, os.PathLike)):
+            raise TypeError(f"prompt_sets must hold prompt-set names or file paths, got {type(prompt_set).__name__} "
+                            f"{prompt_set!r}")
+        if not (isinstance(prompt_set, str) and prompt_set in PROMPT_SETS) and not Path(prompt_set).is_file():
+            raise ValueError(f"unknown prompt set {prompt_set!r}: pass names from {sorted(PROMPT_SETS)} "
                              "or paths of ShareGPT-format JSON/JSONL files")
-    return sources
+    return prompt_sets
 
 
-def calibration_prompts(n: int = 200, seed: int = 0, sources: Iterable[str] = CALIBRATION_MIX,
+def calibration_prompts(n: int = 200, seed: int = 0, prompt_sets: Iterable[str] = CALIBRATION_MIX,
                         data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """A seeded sample of `n` distinct conversations from the calibration mix (default: the
-    clean-licence mix of the data README; pass ShareGPT file paths to follow the paper). `sources`
+    clean-licence mix of the data README; pass ShareGPT file paths to follow the paper). `prompt_sets`
     is a list of prompt-set names and file paths, or one of them."""
     _check_count(n)
     _check_seed(seed)
-    sources = _checked_sources(sources)
+    prompt_sets = _checked_prompt_sets(prompt_sets)
     pool, seen = [], set()
-    for source in sources:
-        for conversation in load_prompts(source, data_dir_path):
+    for prompt_set in prompt_sets:
+        for conversation in load_prompts(prompt_set, data_dir_path):
             text = normalized_text(conversation)
             if text and text not in seen:
                 seen.add(text)
                 pool.append(conversation)
     if n > len(pool):
-        raise ValueError(f"cannot draw {n} calibration prompts: the sources "
-                         f"{[str(s) for s in sources]} hold only {len(pool)} distinct conversations")
+        raise ValueError(f"cannot draw {n} calibration prompts: the prompt sets "
+                         f"{[str(s) for s in prompt_sets]} hold only {len(pool)} distinct conversations")
     return sample(pool, n, seed)
 
 
-def training_prompts(n: int, seed: int = 0, sources: Iterable[str] = TRAINING_MIX, *,
+def training_prompts(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAINING_MIX, *,
                      exclude: Iterable[list[Conversation]] = (), max_chars: int = 2000,
                      data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
-    """`n` distinct single-turn prompts for distilling drafts: each source shuffled (seeded), then
-    taken in turn (round robin), so that no source dominates (gsm8k-train alone holds 7473).
+    """`n` distinct single-turn prompts for distilling drafts: each prompt set shuffled (seeded), then
+    taken in turn (round robin), so that no prompt set dominates (gsm8k-train alone holds 7473).
     Prompts whose whitespace-collapsed text (`normalized_text`) is longer than `max_chars` are
     dropped (truncating them would cut off the generation prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
     (calibration prompts, SpecBench); `check_disjoint` then confirms it."""
     _check_count(n)
     _check_seed(seed)
-    sources = _checked_sources(sources)
+    prompt_sets = _checked_prompt_sets(prompt_sets)
     excluded = [c for group in exclude for c in _checked_conversations(group, "exclude")]
     banned = {normalized_text([m]) for c in excluded for m in c if m["role"] == "user"}
     queues, seen = [], set()
-    for index, source in enumerate(sources):
+    for index, prompt_set in enumerate(prompt_sets):
         queue = []
-        for conversation in load_prompts(source, data_dir_path):
+        for conversation in load_prompts(prompt_set, data_dir_path):
             text = normalized_text(conversation)
             if text and text not in seen and text not in banned and len(text) <= max_chars:
                 seen.add(text)
@@ -152,7 +152,7 @@ def training_prompts(n: int, seed: int = 0, sources: Iterable[str] = TRAINING_MI
         queues.append(random.Random(int(seed) * 1000 + index).sample(queue, len(queue)))
     pool = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
     if n > len(pool):
-        raise ValueError(f"cannot draw {n} training prompts: {len(pool)} remain in {[str(s) for s in sources]}")
+        raise ValueError(f"cannot draw {n} training prompts: {len(pool)} remain in {[str(s) for s in prompt_sets]}")
     chosen = pool[:n]
     check_disjoint(chosen, excluded)
     return chosen

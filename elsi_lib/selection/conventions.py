@@ -53,7 +53,7 @@ ENGINE_CONVENTIONS = {"elsi": "output", "paper": "output", "sglang": "output", "
                       "eagle": "input", "vllm": "input", "speculators": "input"}
 
 
-def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerSet:
+def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers: int) -> LayerSet:
     """Convert a layer set between id conventions (see CONVENTIONS; engine names are accepted).
 
     e.g. convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27).
@@ -72,13 +72,13 @@ def convert_layer_ids(layers, source: str, target: str, n_layers: int) -> LayerS
     for layer in ids:
         if not is_integer(layer):
             raise TypeError(f"layer ids must be integers, got {layer!r}")
-    shift, target_shift = offset(source), offset(target)
+    shift, to_shift = offset(from_convention), offset(to_convention)
     for layer in ids:
         if not shift <= layer < n_layers + shift:
-            raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {source!r} "
+            raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {from_convention!r} "
                              f"convention ({shift}..{n_layers - 1 + shift})")
     as_output = check_layers([l - shift for l in ids], n_layers)
-    return tuple(l + target_shift for l in as_output)
+    return tuple(l + to_shift for l in as_output)
 
 
 ENGINE_FORMATS = ("vllm", "speculators", "sglang", "specforge")

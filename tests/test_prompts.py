@@ -191,9 +191,9 @@ def test_check_disjoint_names_the_malformed_argument_and_conversation():
 
 def test_calibration_sources_as_one_string(shared):
     arena = {json.dumps(c) for c in load_prompts("arena-hard-v0.1")}
-    chosen = calibration_prompts(5, sources="arena-hard-v0.1")
+    chosen = calibration_prompts(5, prompt_sets="arena-hard-v0.1")
     assert len(chosen) == 5 and all(json.dumps(c) in arena for c in chosen)
-    assert chosen == calibration_prompts(5, sources=["arena-hard-v0.1"])
+    assert chosen == calibration_prompts(5, prompt_sets=["arena-hard-v0.1"])
 
 
 def test_bad_calibration_sources_are_refused_before_loading(shared, monkeypatch):
@@ -206,13 +206,13 @@ def test_bad_calibration_sources_are_refused_before_loading(shared, monkeypatch)
 
     monkeypatch.setattr("elsi_lib.inputs.prompts.load_prompts", recording)
     with pytest.raises(ValueError, match=r"unknown prompt set 'nope'"):
-        calibration_prompts(5, sources=["arena-hard-v0.1", "nope"])
-    with pytest.raises(TypeError, match="sources"):
-        calibration_prompts(5, sources=3)
-    with pytest.raises(TypeError, match="sources"):
-        calibration_prompts(5, sources=["arena-hard-v0.1", 3])
-    with pytest.raises(ValueError, match="no sources"):
-        calibration_prompts(5, sources=[])
+        calibration_prompts(5, prompt_sets=["arena-hard-v0.1", "nope"])
+    with pytest.raises(TypeError, match="prompt_sets"):
+        calibration_prompts(5, prompt_sets=3)
+    with pytest.raises(TypeError, match="prompt_sets"):
+        calibration_prompts(5, prompt_sets=["arena-hard-v0.1", 3])
+    with pytest.raises(ValueError, match="no prompt sets"):
+        calibration_prompts(5, prompt_sets=[])
     assert loaded == []
 
 
@@ -229,9 +229,9 @@ def test_calibration_count_and_seed_are_checked(shared, monkeypatch):
             calibration_prompts(5, seed=bad)
     monkeypatch.undo()
     import numpy as np
-    assert len(calibration_prompts(np.int64(3), seed=np.int64(0), sources="oasst-lottery")) == 3
+    assert len(calibration_prompts(np.int64(3), seed=np.int64(0), prompt_sets="oasst-lottery")) == 3
     with pytest.raises(ValueError, match=r"oasst-lottery.*only \d+ distinct conversations"):
-        calibration_prompts(10_000, sources="oasst-lottery")
+        calibration_prompts(10_000, prompt_sets="oasst-lottery")
 
 
 def test_sample_checks_its_arguments():

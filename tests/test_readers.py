@@ -70,7 +70,7 @@ def test_truncated_prompt_set_is_refused_by_every_loader(copy_of_shared, hash_ca
     with pytest.raises(DataIntegrityError, match=r"arena-hard-v0\.1/question\.jsonl.*make data"):
         load_prompts("arena-hard-v0.1", folder)
     with pytest.raises(DataIntegrityError, match=r"arena-hard-v0\.1/question\.jsonl.*make data"):
-        calibration_prompts(10, sources=["arena-hard-v0.1"], data_dir_path=folder)
+        calibration_prompts(10, prompt_sets=["arena-hard-v0.1"], data_dir_path=folder)
 
 
 def test_a_same_size_change_is_refused(copy_of_shared, hash_calls):
@@ -93,7 +93,7 @@ def test_intact_copies_load_and_are_hashed_once_per_file(copy_of_shared, hash_ca
     for _ in range(3):
         load_specbench(data_dir_path=folder)
         load_prompts("arena-hard-v0.1", folder)
-        calibration_prompts(5, sources=["arena-hard-v0.1"], data_dir_path=folder)
+        calibration_prompts(5, prompt_sets=["arena-hard-v0.1"], data_dir_path=folder)
     assert len(hash_calls) == 2  # the verdict is cached per process, keyed by path, size and mtime
     path = folder / ARENA
     stat = path.stat()
@@ -116,7 +116,7 @@ def test_users_own_files_are_not_checked(tmp_path, hash_calls):
     sharegpt = tmp_path / "mine.json"
     sharegpt.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}]}]))
     assert len(load_prompts(sharegpt)) == 1
-    assert len(calibration_prompts(1, sources=[sharegpt])) == 1
+    assert len(calibration_prompts(1, prompt_sets=[sharegpt])) == 1
     # a file at a pinned relative path, passed by path, is the user's own (not a data-folder file)
     own = tmp_path / "mine" / SPECBENCH
     own.parent.mkdir(parents=True)

@@ -1,0 +1,91 @@
+"""The layer sets notebook 06 trains a draft on, each with an identity apart from its label.
+
+A method's `id` (e.g. "elsi-m3") names how its set was chosen and is what code and cache keys use;
+its `method` column is the label tables and figures show (e.g. "ELSI m=3"), free to change.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from ..paper.study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
+from ..selection.conventions import eagle3_layers
+from ..selection.entropy import set_entropy
+from ..selection.scorer import SetScorer
+from .model import FINAL_NORM
+
+# how notebook 05's settings are named in method ids and labels
+VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("frobenius", "Frobenius")}
+COLUMNS = ["id", "method", "source", "setting", "m", "layers", "entropy"]
+
+
+def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
+    """The layer sets of notebook 06 from one model's calibration statistics ({selection: LayerStats}):
+    EAGLE2 (the normed last hidden state), EAGLE3 (EAGLE's [2, N//2, N-3] as inputs of those layers,
+    converted to elsi's output convention), ELSI m=1 under the paper's rule and unrestricted, ELSI and
+    ELSI-C m=2, 3, the lowest-entropy control (m=3), and ELSI m=3 under notebook 05's variants when
+    they choose a different set. Columns: id (the method's identity), method (its label), source
+    (layer tuple or FINAL_NORM), setting, m, layers (for entropy), entropy (set entropy on the paper
+    setting's Z). The unrestricted m = 1 set and a variant are kept only when they add a new set."""
+    Z = stats["entropy"].Z
+    N = n_layers or Z.shape[0]
+    tables = {name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
+              for name, (sel, norm) in TABLE1_SETTINGS.items()}
+    paper = tables["paper"]
+    # (id, label, source, setting, layers for entropy, kept only when new)
+    rows = [("eagle2", "EAGLE2", FINAL_NORM, "paper", (N - 1,), False),
+            ("eagle3", "EAGLE3", eagle3_layers(N), "paper", None, False),
+            ("elsi-m1-rule", "ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None, False),
+            ("elsi-m1", "ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None, True)]
+    for m in (2, 3):
+        rows += [(f"elsi-m{m}", f"ELSI m={m}", paper.loc[("ELSI", m), "layers"], "paper", None, False),
+                 (f"elsi-c-m{m}", f"ELSI-C m={m}", paper.loc[("ELSI-C", m), "layers"], "paper", None, False)]
+    rows.append(("lowest-entropy-m3", "lowest-entropy m=3", paper.loc[("lowest-entropy control", 3), "layers"],
+                 "paper", None, False))
+    for setting, (slug, label) in VARIANTS.items():
+        rows.append((f"elsi-m3-{slug}", f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting,
+                     None, True))
+    out, seen = [], set()
+    for method_id, label, source, setting, layers, only_if_new in rows:
+        source = source if source == FINAL_NORM else tuple(int(l) for l in source)
+        if only_if_new and source in seen:
+            continue  # the same set as a method above adds nothing
+        seen.add(source)
+        layers = layers or source
+        out.append({"id": method_id, "method": label, "source": source, "setting": setting, "m": len(layers),
+                    "layers": layers, "entropy": set_entropy(Z, layers)})
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def method_row(methods: pd.DataFrame, method_id: str) -> pd.Series:
+    """The row of `methods` with this id; KeyError naming the ids there are."""
+    rows = methods[methods["id"] == method_id]
+    if len(rows) != 1:
+        raise KeyError(f"no method {method_id!r} among {list(methods['id'])}")
+    return rows.iloc[0]
+
+
+def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
+    """For each method's set (paper setting's Z): its rank and percentile among all C(N, m) sets by
+    set entropy (exact: every set scored), how many of the `top` best m-sets share a layer with it,
+    and the CKA compartment (0 = first) of each of its layers."""
+    scorer = SetScorer(Z)
+    N = Z.shape[0]
+    bounds = list(compartments(Z).boundaries)
+    rows, scored = [], {}  # scored: {m: (every m-set, its entropy)}, each m scored once
+    for row in methods.itertuples():
+        layers = tuple(row.layers)
+        if len(layers) not in scored:
+            sets = list(itertools.combinations(range(N), len(layers)))
+            scored[len(layers)] = sets, scorer.entropies(sets)
+        sets, values = scored[len(layers)]
+        mine = values[sets.index(layers)]
+        rank = int((values > mine + 1e-12).sum()) + 1
+        best = [set(sets[i]) for i in np.argsort(-values, kind="stable")[:top]]
+        rows.append({"method": row.method, "layers": layers, "entropy": mine, "rank": rank, "of": len(sets),
+                     "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
+                     f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
+                     "compartments": tuple(int(np.searchsorted(bounds, l, side="left")) for l in layers)})
+    return pd.DataFrame(rows)

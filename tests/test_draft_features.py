@@ -1,0 +1,99 @@
+"""Stored target features (elsi_lib.draft.features) on a tiny random target: where each reply
+starts, the stored states against the model itself, and a corrupt shard rebuilt alone."""
+import pytest
+import torch
+
+from conftest import module_feature_store, replied_conversations
+from elsi_lib.common.cachefiles import verify_manifest
+from elsi_lib.draft import features as F
+from elsi_lib.draft.model import FINAL_NORM
+from elsi_lib.inputs.chat import tokenize_conversation
+
+LAYERS = (0, 1, 2, 3)
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def store(tiny_model, tiny_tokenizer, tmp_path_factory):
+    return module_feature_store(tiny_model, tiny_tokenizer, tmp_path_factory, 6, LAYERS)
+
+
+def test_reply_starts_point_at_the_reply(tiny_tokenizer):
+    conversations = replied_conversations(5, seed=7)
+    starts = F.reply_starts(tiny_tokenizer, conversations, max_length=1024)
+    for conversation, start in zip(conversations, starts):
+        ids = tokenize_conversation(tiny_tokenizer, conversation)[0]
+        reply = conversation[-1]["content"]
+        assert tiny_tokenizer.decode(ids[start:]).startswith(reply)
+        assert tiny_tokenizer.decode(ids[:start]).endswith("<|im_start|>assistant\n")
+    assert F.reply_starts(tiny_tokenizer, conversations, max_length=10) == [10] * 5  # cut to max_length
+    with pytest.raises(ValueError, match="conversation 1 does not end with an assistant reply"):
+        F.reply_starts(tiny_tokenizer, [conversations[0], conversations[1][:-1]], max_length=1024)
+
+
+def reference_states(model, ids):
+    """Output of every decoder layer, via transformers' output_hidden_states (layers 0..N-2: index
+    l+1; the last entry is after the final norm, so the last layer's output comes from a hook)."""
+    captured = {}
+    layers = model.get_decoder().layers
+    handle = layers[-1].register_forward_hook(
+        lambda module, args, output: captured.update(last=output[0] if isinstance(output, tuple) else output))
+    try:
+        with torch.no_grad():
+            out = model(ids[None], output_hidden_states=True)
+    finally:
+        handle.remove()
+    states = [out.hidden_states[l + 1][0] for l in range(len(layers) - 1)] + [captured["last"][0]]
+    return states, out.hidden_states[-1][0], out.logits[0]
+
+
+def test_feature_store_matches_the_model(tiny_model, store):
+    assert len(store) == 6
+    for i in range(len(store)):
+        states, final, logits = reference_states(tiny_model, store.sequence(i)["ids"])
+        for layer_ids in [(1,), (0, 3), (1, 2, 3), LAYERS]:
+            s = store.sequence(i, layer_ids)
+            n = len(s["ids"])
+            assert s["features"].shape == (n, len(layer_ids) * 32)
+            for j, l in enumerate(layer_ids):
+                torch.testing.assert_close(s["features"][:, j * 32:(j + 1) * 32], states[l], atol=2e-3, rtol=2e-3)
+        s = store.sequence(i, FINAL_NORM)
+        torch.testing.assert_close(s["features"], final, atol=2e-3, rtol=2e-3)
+        torch.testing.assert_close(s["final_norm"], final, atol=2e-3, rtol=2e-3)
+        assert s["argmax"].tolist() == logits.argmax(-1).tolist()
+        assert store.length(i) == n
+
+
+def test_features_rebuild_a_corrupt_shard(tiny_model, tiny_tokenizer, monkeypatch):
+    monkeypatch.setattr(F, "SHARD", 2)  # 3 shards of 2 conversations
+    conversations = replied_conversations(6, seed=1, reply_words=(2, 5))
+    forwards = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda m, a: forwards.append(a[0].shape[0]))
+    try:
+        store = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert sum(forwards) == 6
+        original = [store.sequence(i, (1, 2)) for i in range(6)]
+        forwards.clear()
+        F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert forwards == []  # everything reused
+
+        shard = store.folder / "shard_00001"
+        path = shard / "hidden.npy"
+        data = bytearray(path.read_bytes())
+        data[-5] ^= 0xFF  # same size, different content
+        path.write_bytes(bytes(data))
+        key = F._key(tiny_model, tiny_tokenizer, conversations, (1, 2), 1024)
+        assert "checksum mismatch" in verify_manifest(shard, {**key, "index": 1})
+        with pytest.raises(RuntimeError, match="shard_00001"):
+            F.open_features(store.folder, key, (1, 2), 3)
+
+        rebuilt = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+        assert sum(forwards) == 2  # only the corrupt shard's two conversations
+        assert verify_manifest(shard, {**key, "index": 1}) is None
+        for i in range(6):
+            again = rebuilt.sequence(i, (1, 2))
+            assert torch.equal(again["features"], original[i]["features"])
+            assert torch.equal(again["ids"], original[i]["ids"]) and again["start"] == original[i]["start"]
+    finally:
+        handle.remove()
