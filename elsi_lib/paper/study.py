@@ -269,9 +269,9 @@ def variance_findings(stats: Stats, regimes_by_model: dict[str, tuple[np.ndarray
 
 # ---------------------------------------------------------------- notebook 05: selection (Table 1, Fig. 7)
 
-def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_layer: int | None = None):
+def selection_table(Z, *, set_sizes=(1, 2, 3), normalize: str = "none", min_single_layer: int | None = None):
     """Table 1 rows: layer sets and set entropies of EAGLE2, EAGLE3, ELSI, ELSI-C, the exhaustive
-    optimum and the lowest-entropy control, for each m in `sizes` (fixed baselines at their own m).
+    optimum and the lowest-entropy control, for each m in `set_sizes` (fixed baselines at their own m).
     EAGLE3 is the set EAGLE-3 drafts read (`eagle3_layers`: (1, 14, 26) on 30 layers); the paper's
     reading of EAGLE's rule, (2, N//2, N-3) as outputs (`eagle3_paper_layers`), is the separate row
     EAGLE3_PAPER_READING.
@@ -288,7 +288,7 @@ def selection_table(Z, *, sizes=(1, 2, 3), normalize: str = "none", min_single_l
     add("EAGLE2", 1, eagle2_layers(n_layers))
     add("EAGLE3", 3, eagle3_layers(n_layers))
     add(EAGLE3_PAPER_READING, 3, eagle3_paper_layers(n_layers))
-    for m in sizes:
+    for m in set_sizes:
         add("ELSI", m, *_pair(elsi(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
         if m == 1:
             add(SINGLE_LAYER_RULE, 1, *_pair(elsi(Z, 1, normalize=normalize, min_single_layer=n_layers // 2)))
@@ -302,10 +302,11 @@ def _pair(selection):
     return selection.layers, selection.entropy
 
 
-def table1(stats: Stats, sizes=(1, 2, 3), settings: dict = TABLE1_SETTINGS) -> pd.DataFrame:
+def table1(stats: Stats, set_sizes=(1, 2, 3), settings: dict = TABLE1_SETTINGS) -> pd.DataFrame:
     """Table 1 over models and `settings` ({name: (selection, normalization)}): `selection_table`
     of each, with columns model, setting, method, m, layers, entropy."""
-    tables = [selection_table(by_selection[selection].Z, sizes=sizes, normalize=normalize).assign(model=name, setting=setting)
+    tables = [selection_table(by_selection[selection].Z, set_sizes=set_sizes, normalize=normalize)
+              .assign(model=name, setting=setting)
               for name, by_selection in stats.items() for setting, (selection, normalize) in settings.items()]
     return pd.concat(tables, ignore_index=True)[["model", "setting", "method", "m", "layers", "entropy"]]
 
