@@ -171,7 +171,7 @@ def main() -> int:
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     record = write("engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
-                                    "chains": plan["chains"], "dtype": "float32", "batch": 1}, rows,
+                                    "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE}, rows,
                    load_before=load_before)
     print(record.with_suffix(".md").read_text())
     for f in failures:

@@ -1,6 +1,8 @@
 """The README's benchmark and engine numbers come from the committed runs in bench/results/: each table
-the README shows is a results file's table row for row, and every decimal number its prose quotes
-in those sections is a value of that section's own results file, at the precision quoted."""
+the README shows there is a results file's table row for row, and every decimal number its prose
+quotes in those sections is tied by its sentence to one value of one results file (`CLAIMS`), which
+it must equal at the precision quoted. A decimal no claim ties fails, as does a claim whose sentence
+is gone."""
 from __future__ import annotations
 
 import json
@@ -12,59 +14,101 @@ from elsi_lib.common.cachefiles import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
 README = REPO_ROOT / "README.md"
-# README section (heading) -> the results files it quotes
-SECTIONS = {"### Wall clock of elsi's own loop": ["bench_decoding"],
-            "## Speculative decoding, and drafts that engines load": ["engines_vllm"],
-            "## Benchmarks": ["bench_selection", "bench_draft", "bench_capture"]}
-DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?!\w|\.\w)")
+LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative decoding, and drafts that engines load",
+                        "## Benchmarks")
+SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
+            BENCH: ["bench_selection", "bench_draft", "bench_capture"]}
+DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
+V = r"(?P<v>\d+\.\d+)"
+
+
+def row(name: str, **match):
+    """The one row of a results file whose fields equal `match`."""
+    rows = [r for r in json.loads((RESULTS / f"{name}.json").read_text())["rows"]
+            if all(r.get(k) == v for k, v in match.items())]
+    assert len(rows) == 1, (name, match, len(rows))
+    return rows[0]
+
+
+def record(name: str) -> dict:
+    return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def best(name: str, column: str, **match):
+    return max(r[column] for r in record(name)["rows"] if all(r.get(k) == v for k, v in match.items()))
+
+
+# (section, pattern with the quoted number as group v, the value it must be)
+CLAIMS = [
+    (LOOP, rf"this 2-core CPU, load {V}\s+when it began", lambda: record("bench_decoding")["machine"]["load_1_5_15"][0]),
+    (LOOP, rf"KV cache\): {V} tok/s", lambda: record("bench_decoding")["settings"]["plain tok/s"]),
+    (LOOP, rf"the best, a chain of 1, runs at {V}x",
+     lambda: row("bench_decoding", shape="chain", nodes=1)["vs plain"]),
+    (LOOP, rf"draft included, costs {V} plain steps", lambda: min(r["break-even tau"] for r in record("bench_decoding")["rows"])),
+    (LOOP, rf"tau {V} for a chain of 1", lambda: row("bench_decoding", shape="chain", nodes=1)["tau"]),
+    (LOOP, rf"at most {V} for 60 nodes", lambda: best("bench_decoding", "tau")),
+    (LOOP, rf"needs tau above {V} at a chain of 1", lambda: row("bench_decoding", shape="chain", nodes=1)["break-even tau"]),
+    (ENGINES, rf"1 \+ accepted / drafts, within {V}", lambda: record("engines_vllm")["settings"]["tolerance"]),
+    (ENGINES, rf"\n?{V} against [\d.]+ at k = 1", lambda: row("engines_vllm", draft="ELSI m=3", layout="speculators", k=1)["tau vLLM"]),
+    (ENGINES, rf"[\d.]+ against {V} at k = 1", lambda: row("engines_vllm", draft="EAGLE3", layout="speculators", k=1)["tau vLLM"]),
+    (ENGINES, rf"and {V} against [\d.]+ from k = 3 on", lambda: row("engines_vllm", draft="ELSI m=3", layout="speculators", k=3)["tau vLLM"]),
+    (ENGINES, rf"against {V} from k = 3 on", lambda: row("engines_vllm", draft="EAGLE3", layout="speculators", k=3)["tau vLLM"]),
+    (ENGINES, rf"the best speed-up is\s+{V}x \(ELSI m = 3, k = 1\)",
+     lambda: row("engines_vllm", draft="ELSI m=3", layout="speculators", k=1)["vs plain"]),
+    (BENCH, rf"capture at {V}x\s+a bare forward", lambda: row("bench_capture", measure="capture")["ratio"]),
+    (BENCH, rf"a run that began at load {V}", lambda: record("bench_capture")["machine"]["load_1_5_15"][0]),
+    (BENCH, rf"a ratio of {V}, inside", lambda: record("bench_capture")["settings"]["peak memory MiB"]["SmolLM2-135M"]["ratio"]),
+    (BENCH, rf"`bench/results/bench_draft.md`, 2026-12-01, load {V}", lambda: record("bench_draft")["machine"]["load_1_5_15"][0]),
+    (BENCH, rf"; {V} ms per\s+round", lambda: row("bench_draft", measure="EAGLE-2 tree logic per round")["value"]),
+    (BENCH, rf"replay {V} s per question", lambda: row("bench_draft", measure="replay, one question (30 + 60 nodes)")["value"]),
+    (BENCH, rf"this\s+2-core CPU, load {V} when it began", lambda: record("bench_selection")["machine"]["load_1_5_15"][0]),
+]
 
 
 def section(text: str, heading: str) -> str:
+    """The text under `heading` up to the next heading of any level."""
     start = text.index(heading)
-    level = heading.split(" ")[0]
-    ends = [m.start() for m in re.finditer(rf"^#{{1,{len(level)}}} ", text[start + len(heading):], re.M)]
+    ends = [m.start() for m in re.finditer(r"^#+ ", text[start + len(heading):], re.M)]
     return text[start:start + len(heading) + ends[0]] if ends else text[start:]
-
-
-def values(record) -> list[float]:
-    """Every number in a results record (rows, settings, machine), nested structures flattened."""
-    if isinstance(record, bool):
-        return []
-    if isinstance(record, (int, float)):
-        return [float(record)]
-    if isinstance(record, str):
-        return [float(x) for x in re.findall(r"\d+(?:\.\d+)?", record)]
-    if isinstance(record, dict):
-        return [v for x in record.values() for v in values(x)]
-    if isinstance(record, list):
-        return [v for x in record for v in values(x)]
-    return []
 
 
 def table_rows(markdown: str) -> list[str]:
     return [line for line in markdown.splitlines() if line.startswith("| ") and not line.startswith("|---")]
 
 
+def agrees(quoted: str, value: float) -> bool:
+    digits = len(quoted.split(".")[1])
+    return abs(round(float(value), digits) - float(quoted)) < 10 ** -(digits + 3)
+
+
 def problems(readme: str) -> list[str]:
     out = []
     for heading, names in SECTIONS.items():
         text = section(readme, heading)
-        prose = "\n".join(line for line in text.splitlines() if not line.startswith("|"))
-        pool = []
-        for name in names:
-            record = json.loads((RESULTS / f"{name}.json").read_text())
-            pool += values(record)
-            rows = table_rows((RESULTS / f"{name}.md").read_text())
+        tables = {name: table_rows((RESULTS / f"{name}.md").read_text()) for name in names}
+        for name, rows in tables.items():
             shown = [r for r in rows[1:] if r in text]
             if shown and len(shown) != len(rows) - 1:
                 out.append(f"{heading}: shows {len(shown)} of the {len(rows) - 1} rows of {name}.md")
-        for table_row in table_rows(text):
-            if not any(table_row in (RESULTS / f"{name}.md").read_text() for name in names):
-                out.append(f"{heading}: table row not in {names}: {table_row}")
-        for quoted in DECIMAL.findall(prose):
-            digits = len(quoted.split(".")[1])
-            if not any(abs(round(v, digits) - float(quoted)) < 10 ** -(digits + 3) for v in pool):
-                out.append(f"{heading}: {quoted} is no value of {names}")
+        for line in table_rows(text):
+            if not any(line in rows for rows in tables.values()):
+                out.append(f"{heading}: table row in no results file of {names}: {line}")
+        prose = "\n".join(line for line in text.splitlines() if not line.startswith("|"))
+        claimed = {}
+        for where, pattern, value in CLAIMS:
+            if where != heading:
+                continue
+            found = list(re.finditer(pattern, prose))
+            if len(found) != 1:
+                out.append(f"{heading}: {len(found)} sentences match {pattern!r} (want one)")
+                continue
+            m = found[0]
+            claimed[m.start("v")] = m.group("v")
+            if not agrees(m.group("v"), value()):
+                out.append(f"{heading}: {m.group('v')} quoted, the results say {value()} ({pattern!r})")
+        for m in DECIMAL.finditer(prose):
+            if m.start() not in claimed:
+                out.append(f"{heading}: {m.group()} is tied to no results value (add it to CLAIMS)")
     return out
 
 
@@ -72,22 +116,32 @@ def test_readme_benchmark_numbers_come_from_the_committed_runs():
     assert problems(README.read_text()) == []
 
 
-def test_a_changed_benchmark_number_fails():
+def test_every_shifted_benchmark_number_fails():
+    """Each quoted decimal of those sections shifted by one in its last digit, one at a time, and a
+    table cell changed: every change is caught."""
     readme = README.read_text()
-    text = section(readme, "### Wall clock of elsi's own loop")
-    rows = table_rows(text)
-    assert len(rows) > 2, "the loop's table moved"
-    row = rows[2]
-    cells = row.split(" | ")
-    cells[4] = f"{float(cells[4]) + 0.01:.2f}"  # tau of the first shape
-    assert problems(readme.replace(row, " | ".join(cells)))
-    prose = next(q for q in DECIMAL.findall("\n".join(l for l in text.splitlines() if not l.startswith("|"))))
-    shifted = f"{float(prose) + 10 ** -len(prose.split('.')[1]) * 7:.{len(prose.split('.')[1])}f}"
-    assert problems(readme.replace(prose, shifted, 1)), (prose, shifted)
+    survivors = []
+    for heading in SECTIONS:
+        text = section(readme, heading)
+        prose_lines = [line for line in text.splitlines() if not line.startswith("|")]
+        for line in prose_lines:
+            for m in DECIMAL.finditer(line):
+                q = m.group()
+                digits = len(q.split(".")[1])
+                for step in (1, -1):
+                    shifted = f"{float(q) + step * 10 ** -digits:.{digits}f}"
+                    changed = line[:m.start()] + shifted + line[m.end():]
+                    if not problems(readme.replace(line, changed, 1)):
+                        survivors.append((heading, q, shifted))
+    assert not survivors
+    line = table_rows(section(readme, LOOP))[2]
+    cells = line.split(" | ")
+    cells[4] = f"{float(cells[4]) + 0.01:g}"  # tau of the first shape
+    assert problems(readme.replace(line, " | ".join(cells)))
 
 
 @pytest.mark.parametrize("name", ["bench_decoding", "engines_vllm", "bench_selection", "bench_draft",
                                   "bench_capture"])
 def test_every_results_file_says_where_and_when_it_ran(name):
-    record = json.loads((RESULTS / f"{name}.json").read_text())
-    assert {"date", "cpu", "cores", "load_1_5_15"} <= set(record["machine"]) and record["rows"]
+    result = record(name)
+    assert {"date", "cpu", "cores", "load_1_5_15"} <= set(result["machine"]) and result["rows"]
