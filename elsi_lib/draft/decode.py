@@ -182,12 +182,7 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
         path, bonus = accept_greedy(logits, tree) if temperature == 0 else \
             accept_sampling(logits, tree, temperature, generator)
         out.accepted_full.append(len(path))  # before the cuts below (what an engine's counters see)
-        ends = [j for j, node in enumerate(path) if int(tree.tokens[node]) in eos]
-        if ends:  # an accepted end-of-sequence token ends the generation: it becomes the round's last token
-            path, bonus = path[:ends[0]], int(tree.tokens[path[ends[0]]])
-        room = max_new_tokens - len(out.tokens) - 1
-        if len(path) > room:  # the next accepted node's token is the target's own choice after path[:room]
-            path, bonus = path[:room], int(tree.tokens[path[room]])
+        path, bonus = cut_path(path, bonus, tree, eos, room=max_new_tokens - len(out.tokens) - 1)
         t2 = time.perf_counter()
         rows = torch.tensor([0] + [node + 1 for node in path], device=device)  # verified rows kept: root + accepted
         keep_cache(cache, torch.cat([torch.arange(P, device=device), P + rows]))
@@ -241,6 +236,19 @@ def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_token
         raise ValueError(f"prompt_ids must lie in 0..{vocab - 1} (the target's vocabulary), got "
                          f"{int(prompt.min())}..{int(prompt.max())}")
     return prompt.long()
+
+
+def cut_path(path: list[int], bonus: int, tree: DraftTree, eos, room: int) -> tuple[list[int], int]:
+    """A round's accepted path and bonus token after the generation's two limits: an accepted
+    end-of-sequence token ends the generation (it becomes the round's last token), and at most
+    `room` accepted nodes fit before `max_new_tokens` (the next node's token, the target's own
+    choice after them, becomes the bonus)."""
+    ends = [j for j, node in enumerate(path) if int(tree.tokens[node]) in eos]
+    if ends:
+        path, bonus = path[:ends[0]], int(tree.tokens[path[ends[0]]])
+    if len(path) > room:
+        path, bonus = path[:room], int(tree.tokens[path[room]])
+    return path, bonus
 
 
 def cut(tokens: list[int], max_new_tokens: int, eos) -> list[int]:

@@ -28,8 +28,6 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     Returns the reply texts, and with `with_ids` also the generated token ids (through the first
     end-of-sequence token). Cached, keyed by the model's weights, the tokenizer and its chat
     template, the library versions, the conversations and every setting."""
-    import torch
-
     for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -63,20 +61,11 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
                        disable=not progress or not todo)
     for start in range(0, len(todo), batch_size):
         batch = todo[start:start + batch_size]
-        width = max(len(prompts[i]) for i in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, i in enumerate(batch):  # left padding: every prompt ends where generation starts
-            ids[row, width - len(prompts[i]):] = torch.tensor(prompts[i])
-            mask[row, width - len(prompts[i]):] = 1
-        sampler = [] if temperature == 0 else [GumbelSampler(temperature, [seed * 1_000_003 + i for i in batch], width)]
-        with torch.no_grad():  # greedy over Gumbel-perturbed logits is an exact sample from softmax(logits / T)
-            out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                                 max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
-                                 logits_processor=sampler)
+        out = _generate_batch(model, [prompts[i] for i in batch], pad, max_new_tokens,
+                              temperature, [seed * 1_000_003 + i for i in batch])  # (b, new tokens)
         for row, i in enumerate(batch):
-            replies[i] = tokenizer.decode(out[row, width:], skip_special_tokens=True).strip()
-            generated = out[row, width:].tolist()
+            replies[i] = tokenizer.decode(out[row], skip_special_tokens=True).strip()
+            generated = out[row].tolist()
             ends = [j for j, t in enumerate(generated) if t in eos]
             token_ids[i] = generated[:ends[0] + 1] if ends else generated
         if cache:
@@ -86,6 +75,27 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     bar.close()
     texts = [replies[i] for i in range(len(conversations))]
     return (texts, [token_ids[i] for i in range(len(conversations))]) if with_ids else texts
+
+
+def _generate_batch(model, prompts: list[list[int]], pad: int, max_new_tokens: int, temperature: float,
+                    seeds: list[int]):
+    """`generate` on one batch of prompt ids, left-padded so that every prompt ends where generation
+    starts: greedy at temperature 0, else an exact seeded sample per row (`GumbelSampler`). Returns
+    the generated ids (b, new tokens), padding included after an end-of-sequence token."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    sampler = [] if temperature == 0 else [GumbelSampler(temperature, seeds, width)]
+    with torch.no_grad():  # greedy over Gumbel-perturbed logits is an exact sample from softmax(logits / T)
+        out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
+                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
+                             logits_processor=sampler)
+    return out[:, width:]
 
 
 class GumbelSampler:
