@@ -19,7 +19,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables lab data bench clean test-engines
+.PHONY: venv models test figures tables lab data bench clean test-engines replies-strong
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -74,6 +74,10 @@ test-engines: venv $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py
 	VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so \
 	  $(ENGINES_VENV)/bin/python engines/check_engines.py
+
+# the strong drafts' training replies through vLLM (hours; resumable: rerun to continue)
+replies-strong: venv $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python engines/training_replies.py
 
 test: venv
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider

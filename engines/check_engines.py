@@ -15,7 +15,10 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
    default layers (later versions: "Using Eagle3 auxiliary layers from config / from model"; vLLM
    PR #50170 adds the missing warning). The log of each engine start (build/engines/logs/) is read
    back and must name exactly the export's ids;
-5. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1).
+5. wall clock: vLLM's tokens/s with and without each draft, questions one at a time (batch 1);
+6. the reply step through vLLM (`elsi_lib.hidden.engine_replies`, run by prepare.py on 64 training
+   prompts) against transformers' greedy replies: how many are equal token for token (a count, not a
+   failure: float32 near-ties may part them), recorded with the results.
 
 Exit status 0 when every check passes; the engines' logs and every run's tokens in build/engines/, the
 table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, which the README quotes.
@@ -170,8 +173,10 @@ def main() -> int:
                     failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    replies = plan["reply_check"]
     record = write("engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
-                                    "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE}, rows,
+                                    "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE,
+                                    "greedy replies equal to transformers'": replies}, rows,
                    load_before=load_before)
     print(record.with_suffix(".md").read_text())
     for f in failures:

@@ -8,7 +8,9 @@ real acceptance, not the best draft). Each draft is written in both layouts (`el
 questions (`PER_COLUMN` per paper column, first turn) elsi's own loop (`elsi_lib.draft.decode`,
 float32 draft on float32 features, as vLLM runs it with dtype float32) decodes with chains of
 k = 1..5 draft tokens: its tokens, accepted counts and rounds go to build/engines/plan.json, which
-`engines/check_engines.py` reads in the engine's environment.
+`engines/check_engines.py` reads in the engine's environment. Last, the reply step through vLLM
+(`elsi_lib.hidden.engine_replies`) and through transformers write greedy replies to the same 64
+training prompts, and plan.json records how many agree token for token.
 
     .venv/bin/python engines/prepare.py
 """
@@ -26,6 +28,8 @@ from elsi_lib.draft.experiment import Experiment, data_key, groups, train_group,
 from elsi_lib.draft.methods import draft_methods
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
+from elsi_lib.hidden.engine_replies import engine_replies
+from elsi_lib.hidden.replies import generate_responses
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.inputs.models import load_model, resolve_model_path
 from elsi_lib.common.progress import progress_bar
@@ -38,6 +42,7 @@ EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192,
 PER_COLUMN = 2  # SpecBench questions per paper column
 MAX_TOKENS = 64  # generated tokens per question
 CHAINS = (1, 2, 3, 4, 5)
+REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 OUT = Path("build/engines")
 
 
@@ -78,9 +83,23 @@ def main() -> None:
                        "rounds": sum(len(d.accepted) for d in decoded)}
         bar.close()
         plan["drafts"][method] = {"layers_elsi": list(draft.config.layer_ids), "folders": folders, "elsi": runs}
+    plan["reply_check"] = reply_check(model, tokenizer)
     (OUT / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():
         print(method, entry["layers_elsi"], {k: round(1 + r["accepted"] / r["rounds"], 3) for k, r in entry["elsi"].items()})
+
+
+def reply_check(model, tokenizer) -> dict:
+    """vLLM's greedy replies (elsi's reply step through the engine) against transformers' on the same
+    prompts: how many are token for token equal, and where the others first part (float32 near-ties)."""
+    prompts = corpus.training_prompt_list(REPLY_SAMPLE)
+    _, hf = generate_responses(model, tokenizer, prompts, max_new_tokens=128, batch_size=16, with_ids=True)
+    _, vllm, _ = engine_replies(model, tokenizer, prompts, max_new_tokens=128)
+    parted = [next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
+              for x, y in zip(hf, vllm) if x != y]
+    print(f"replies: vLLM equals transformers on {len(prompts) - len(parted)} of {len(prompts)} prompts; the others "
+          f"part at tokens {parted}")
+    return {"prompts": len(prompts), "equal": len(prompts) - len(parted), "parted_at": parted}
 
 
 if __name__ == "__main__":

@@ -191,3 +191,13 @@ def test_training_prompts_max_chars_bounds_the_whitespace_collapsed_text(tmp_pat
     assert len(training_prompts(2, 0, [path], max_chars=200)) == 2  # 129 collapsed characters are within 200
     with pytest.raises(ValueError, match="1 remain"):  # 129 > 100: only "short prompt" is left
         training_prompts(2, 0, [path], max_chars=100)
+
+
+def test_the_reply_engine_is_part_of_a_drafts_training_key(monkeypatch):
+    from elsi_lib.draft import corpus
+
+    assert corpus.reply_identity("hf") == {"batch": corpus.REPLY_BATCH}  # as before engines could write replies
+    monkeypatch.setattr(corpus, "vllm_version", lambda: "9.9")
+    assert corpus.reply_identity("vllm") == {"engine": "vllm", "version": "9.9"}
+    with pytest.raises(ValueError, match="engine"):
+        corpus.training_conversations(None, None, 1, engine="sglang")

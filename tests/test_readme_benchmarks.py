@@ -16,8 +16,9 @@ RESULTS = REPO_ROOT / "bench" / "results"
 README = REPO_ROOT / "README.md"
 LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative decoding, and drafts that engines load",
                         "## Benchmarks")
+REPLIES = "### Training replies through vLLM"
 SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
-            BENCH: ["bench_selection", "bench_draft", "bench_capture"]}
+            BENCH: ["bench_selection", "bench_draft", "bench_capture"], REPLIES: ["bench_replies"]}
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
 V = r"(?P<v>\d+\.\d+)"
 
@@ -32,6 +33,13 @@ def row(name: str, **match):
 
 def record(name: str) -> dict:
     return json.loads((RESULTS / f"{name}.json").read_text())
+
+
+def engine_row(words: str) -> dict:
+    """The one bench_replies row whose engine names `words`."""
+    rows = [r for r in record("bench_replies")["rows"] if words in r["engine"]]
+    assert len(rows) == 1, (words, len(rows))
+    return rows[0]
 
 
 def best(name: str, column: str, **match):
@@ -62,6 +70,9 @@ CLAIMS = [
     (BENCH, rf"; {V} ms per\s+round", lambda: row("bench_draft", measure="EAGLE-2 tree logic per round")["value"]),
     (BENCH, rf"replay {V} s per question", lambda: row("bench_draft", measure="replay, one question (30 + 60 nodes)")["value"]),
     (BENCH, rf"this\s+2-core CPU, load {V} when it began", lambda: record("bench_selection")["machine"]["load_1_5_15"][0]),
+    (REPLIES, rf"this 2-core CPU, load {V} when it began", lambda: record("bench_replies")["machine"]["load_1_5_15"][0]),
+    (REPLIES, rf"on all 128 prompts, {V}x as fast", lambda: engine_row("less its start-up")["vs batch 16"]),
+    (REPLIES, rf"\({V}x with it", lambda: engine_row("start-up included")["vs batch 16"]),
 ]
 
 
@@ -141,7 +152,7 @@ def test_every_shifted_benchmark_number_fails():
 
 
 @pytest.mark.parametrize("name", ["bench_decoding", "engines_vllm", "bench_selection", "bench_draft",
-                                  "bench_capture"])
+                                  "bench_capture", "bench_replies"])
 def test_every_results_file_says_where_and_when_it_ran(name):
     result = record(name)
     assert {"date", "cpu", "cores", "load_1_5_15"} <= set(result["machine"]) and result["rows"]

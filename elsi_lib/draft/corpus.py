@@ -3,11 +3,14 @@ and SpecBench evaluation questions with the target's greedy continuations.
 
 Both go through the notebooks' reply step (`replies.generate_responses`: batched, cached after
 every batch, keyed by the model's weights and every setting), so they are generated once and shared
-by every draft. Training prompts are disjoint from every calibration prompt and from SpecBench.
+by every draft; training replies can instead be written by vLLM (`engine_replies`, the same greedy
+replies about three times faster). Training prompts are disjoint from every calibration prompt and
+from SpecBench.
 """
 from __future__ import annotations
 
 from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts)
+from ..hidden.engine_replies import engine_replies, vllm_version
 from ..hidden.replies import generate_responses, with_replies
 
 # The paper's SpecBench columns; M/R merges MT-bench math and reasoning with GSM8K math_reasoning,
@@ -34,12 +37,26 @@ def training_prompt_list(n_prompts: int, *, seed: int = 0) -> list[list[dict]]:
 
 
 def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, max_new_tokens: int = 256,
-                           max_length: int = 1024, progress: bool = True) -> list[list[dict]]:
-    """`training_prompt_list(n_prompts)`, each followed by the target's greedy reply of up to `max_new_tokens`."""
+                           max_length: int = 1024, progress: bool = True, engine: str = "hf") -> list[list[dict]]:
+    """`training_prompt_list(n_prompts)`, each followed by the target's greedy reply of up to
+    `max_new_tokens`, written by `engine`: "hf" (the reply step, transformers `generate` in batches of
+    REPLY_BATCH) or "vllm" (`engine_replies`, in the engines' environment)."""
+    if engine not in ("hf", "vllm"):
+        raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
     prompts = training_prompt_list(n_prompts, seed=seed)
-    replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
-                                 batch_size=REPLY_BATCH, progress=progress)
+    if engine == "vllm":
+        replies = engine_replies(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length)[0]
+    else:
+        replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
+                                     batch_size=REPLY_BATCH, progress=progress)
     return with_replies(prompts, replies)
+
+
+def reply_identity(engine: str) -> dict:
+    """What a draft's training key records about who wrote its training replies."""
+    if engine == "vllm":
+        return {"engine": "vllm", "version": vllm_version()}
+    return {"batch": REPLY_BATCH}
 
 
 def eval_questions(per_column: int, *, seed: int = 0):

@@ -54,6 +54,7 @@ class Experiment:
     lever_lm_head: bool = True  # also train EAGLE3 without the lm_head initialisation (what that lever buys)
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
+    reply_engine: str = "hf"  # who writes the training replies: "hf" (transformers) or "vllm" (engines' env)
     eval_seed: int = 0  # which SpecBench questions
     eval_max_length: int = 2048  # SpecBench prompts reach 1,343 tokens (summarization): none is cut
 
@@ -129,7 +130,7 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
                                                   "max_length")}
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
             "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
-            "replies": {"batch": corpus.REPLY_BATCH}, "features_format": features.FORMAT}
+            "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT}
 
 
 def feature_layers(methods: pd.DataFrame, n_layers: int) -> list[int]:
@@ -160,7 +161,7 @@ def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, prog
     """Replies to the training prompts (the `n_heldout` last ones held out), the training feature
     store over every layer any method reads, and the draft vocabulary of the training replies."""
     convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
-                                          max_length=exp.max_length, progress=progress)
+                                          max_length=exp.max_length, progress=progress, engine=exp.reply_engine)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = feature_layers(methods, len(model.get_decoder().layers))
     store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,

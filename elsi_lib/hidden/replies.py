@@ -48,7 +48,7 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     path = keyed_path("responses", key, suffix=".json")
     if cache:
         check_writable(path.parent)
-    done = _load(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
+    done = read_cache(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
     prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
                for c in conversations]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # similar lengths batch together
@@ -70,7 +70,7 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
             token_ids[i] = generated[:ends[0] + 1] if ends else generated
         if cache:
             entries = [(i, replies[i], token_ids[i]) if with_ids else (i, replies[i]) for i in sorted(replies)]
-            atomic_write_bytes(path, _payload(key, entries))
+            atomic_write_bytes(path, cache_payload(key, entries))
         bar.update(len(batch))
     bar.close()
     texts = [replies[i] for i in range(len(conversations))]
@@ -140,12 +140,13 @@ def eos_ids(model) -> list[int]:
     return []
 
 
-def _payload(key: dict, replies: list) -> bytes:
+def cache_payload(key: dict, replies: list) -> bytes:
+    """The reply cache file: the key and the replies, behind a sha256 of both."""
     body = json.dumps({"key": key, "replies": replies}, sort_keys=True)
     return json.dumps({"sha256": sha256_text(body), "body": body}).encode()
 
 
-def _load(path: Path, key: dict) -> list[tuple]:
+def read_cache(path: Path, key: dict) -> list[tuple]:
     """Replies cached for exactly `key`; a missing, unreadable, corrupt or stale file gives none
     (and says why, unless it is simply missing). The checksum covers every byte that is used."""
     if not path.is_file():

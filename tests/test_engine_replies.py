@@ -1,0 +1,126 @@
+"""Replies through the engine (elsi_lib.hidden.engine_replies and engines/replies.py) without vLLM: the
+real engine script runs in a subprocess against a stand-in `vllm` package that writes known ids, so
+the protocol, the cache key, resumption after an interruption and the decoding are tested here; the
+engine's own greedy tokens against Hugging Face's are checked by `make test-engines`."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import make_conversations
+from elsi_lib.hidden import engine_replies as E
+from elsi_lib.hidden.replies import eos_ids
+from elsi_lib.inputs.chat import tokenize_conversation, truncate
+
+FAKE_VLLM = '''
+import json, os
+__version__ = "0.0-test"
+
+class SamplingParams:
+    def __init__(self, temperature, max_tokens):
+        assert temperature == 0.0
+        self.max_tokens = max_tokens
+
+class _Out:
+    def __init__(self, ids):
+        self.outputs = [type("C", (), {"token_ids": ids})()]
+
+class LLM:
+    def __init__(self, model, dtype, max_model_len, seed, enforce_eager):
+        assert os.path.isfile(os.path.join(model, "config.json"))
+        self.calls = 0
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.calls += 1
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps([len(p["prompt_token_ids"]) for p in prompts]) + "\\n")
+        if self.calls > int(os.environ.get("FAKE_FAIL_AFTER", "1000000")):
+            raise RuntimeError("interrupted")
+        eos = int(os.environ["FAKE_EOS"])
+        return [_Out([(p["prompt_token_ids"][-1] + k) % 50 + 10 for k in range(3)] + [eos, 7]) for p in prompts]
+'''
+
+
+@pytest.fixture
+def engine(tmp_path, monkeypatch, tiny_model):
+    package = tmp_path / "fake" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(textwrap.dedent(FAKE_VLLM))
+    folder = tmp_path / "model"
+    tiny_model.save_pretrained(folder)
+    monkeypatch.setattr(tiny_model.config, "_name_or_path", str(folder))
+    monkeypatch.setenv("ELSI_ENGINES_PYTHON", sys.executable)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "fake"))
+    monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.log"))
+    monkeypatch.setenv("FAKE_EOS", str(eos_ids(tiny_model)[0]))
+    monkeypatch.setattr(E, "vllm_version", lambda python=None: "0.0-test")
+    return tmp_path / "calls.log"
+
+
+def expected(tokenizer, model, conversations, max_length=1024):
+    out = []
+    for c in conversations:
+        prompt = truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
+        ids = [(prompt[-1] + k) % 50 + 10 for k in range(3)] + [eos_ids(model)[0]]  # cut after the eos
+        out.append(tokenizer.decode(ids, skip_special_tokens=True).strip())
+    return out
+
+
+def test_engine_replies_decode_cache_and_key(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    conversations = make_conversations(5)
+    texts, ids, key = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+    assert all(len(i) == 4 and i[-1] == eos_ids(tiny_model)[0] for i in ids)  # cut after the eos
+    assert key["engine"] == {"name": "vllm", "version": "0.0-test", "dtype": "float32"} and "batch_size" not in key
+    assert [len(json.loads(line)) for line in engine.read_text().splitlines()] == [2, 2, 1]  # chunks of 2
+    with monkeypatch.context() as patch:  # the second call reads the cache: no engine
+        patch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran again"))
+        again, again_ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert again == texts and again_ids == ids
+    other, _, other_key = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=9, chunk=2)
+    assert other_key != key and other == texts  # another setting, another entry (the stand-in ignores it)
+
+
+def test_an_interrupted_engine_run_resumes(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    conversations = make_conversations(5)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
+    with pytest.raises(subprocess.CalledProcessError):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+    calls = [len(json.loads(line)) for line in engine.read_text().splitlines()]
+    assert calls == [2, 2, 2, 1]  # the first run's finished chunk was kept: 2 + 3 prompts generated
+
+
+def test_a_torn_last_line_is_dropped_and_regenerated(tmp_path):
+    sys.path.insert(0, str(E.SCRIPT.parent))
+    try:
+        import replies as script
+    finally:
+        sys.path.pop(0)
+    header = {"engine": "vllm", "version": "x", "request": "r"}
+    path = tmp_path / "out.jsonl"
+    path.write_bytes((json.dumps(header) + "\n" + json.dumps({"i": 0, "ids": [1]}) + "\n" + '{"i": 1, "id').encode())
+    assert script.done_indices(path, header) == {0}
+    assert path.read_text().endswith('"ids": [1]}\n')  # the torn tail is cut
+    with pytest.raises(SystemExit, match="another request"):
+        script.done_indices(path, {**header, "request": "other"})
+
+
+def test_bad_arguments_are_refused_before_the_engine(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+    conversations = make_conversations(2)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=0)
+    with pytest.raises(ValueError, match="positions"):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=1500, max_length=1024)
+    with pytest.raises(ValueError, match="user turn"):
+        E.engine_replies(tiny_model, tiny_tokenizer, [conversations[0] + [{"role": "assistant", "content": "x"}]])
+    monkeypatch.setattr(tiny_model.config, "_name_or_path", "not-a-folder")
+    with pytest.raises(ValueError, match="model folder"):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations)
