@@ -198,6 +198,26 @@ def test_train_drafts_deterministic_and_resumable(tiny_model, vocab, store):
     assert not torch.equal(states(drafts)["a"]["fc.weight"], trained["a"]["fc.weight"])
 
 
+def test_snapshots_are_the_drafts_as_they_were_after_so_many_batches(tiny_model, vocab, store):
+    """One run with snapshots after batches 1 and 2 keeps the drafts of a run stopped there, and trains
+    on to the same end as a run without them (a learning curve from one run)."""
+    rows, key = target_rows(tiny_model, vocab), {"test": "snapshots"}
+    drafts = fresh_drafts(tiny_model, vocab)
+    stopped = T.train_drafts(drafts, store, rows, SETTINGS, key={"test": "stopped"}, progress=False, max_batches=2)
+    at_two = states(drafts)
+    drafts = fresh_drafts(tiny_model, vocab)
+    full = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, snapshots=(1, 2))
+    assert full["done"] == full["total"] > 2
+    full_key = T.read_checkpoint(full["path"])[0]["key"]
+    kept = T.finished_drafts(T.snapshot_path("drafts", full_key, 2), T.snapshot_key(full_key, 2), tiny_model)
+    assert_same_states(states(kept), at_two)
+    assert T.read_checkpoint(T.snapshot_path("drafts", full_key, 2))[0]["log"] == stopped["log"]
+    assert T.snapshot_path("drafts", full_key, 1).is_file() and not T.snapshot_path("drafts", full_key, 3).is_file()
+    plain = fresh_drafts(tiny_model, vocab)
+    T.train_drafts(plain, store, rows, SETTINGS, key={"test": "no snapshots"}, progress=False)
+    assert_same_states(states(drafts), states(plain))  # snapshots change nothing of the training
+
+
 def test_train_drafts_ignores_a_corrupt_checkpoint(tiny_model, vocab, store, capsys):
     rows, key = target_rows(tiny_model, vocab), {"test": "corrupt"}
     drafts = fresh_drafts(tiny_model, vocab)

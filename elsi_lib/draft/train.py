@@ -195,6 +195,15 @@ def checkpoint_path(name: str, key: dict):
     return keyed_path("drafts", key, prefix=name, suffix=".pt")
 
 
+def snapshot_key(full_key: dict, at: int) -> dict:
+    """The key of a group's drafts as they were after `at` batches (`train_drafts(snapshots=...)`)."""
+    return {**full_key, "snapshot_at": int(at)}
+
+
+def snapshot_path(name: str, full_key: dict, at: int):
+    return checkpoint_path(f"{name}-at{int(at)}", snapshot_key(full_key, at))
+
+
 def save_checkpoint(path, state: dict) -> None:
     """Write a training checkpoint atomically, behind a sha256 of its bytes (`read_checkpoint`)."""
     buffer = io.BytesIO()
@@ -243,13 +252,15 @@ def finished_drafts(path, full_key: dict, target) -> dict:
 
 def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = TrainSettings(), *,
                  key: dict, name: str = "drafts", progress: bool = True, max_batches: int | None = None,
-                 time_budget_s: float | None = None) -> dict:
+                 time_budget_s: float | None = None, snapshots: tuple[int, ...] = ()) -> dict:
     """Train `drafts` ({method: Eagle3Draft}, each reading its own `config.source`) in lock-step on
     `store`. `target_rows` (V_draft, d): the target lm_head's rows of the (shared) draft vocabulary.
     `key` describes everything that produced the drafts' starting point and data (the caller's part
     of the checkpoint key; `checkpoint_key` adds the rest). A checkpoint whose checksum or key does
     not hold is discarded, with a message, and training starts over. Stops early after
     `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a rerun continues).
+    `snapshots`: batch counts after which the drafts are also kept as they are then, in checkpoints
+    of their own (`snapshot_path`, read with `finished_drafts`): a learning curve from one run.
     Returns the log: per batch, per method loss and per-step accuracy."""
     vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
     if len(vocabularies) > 1:
@@ -287,6 +298,11 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
         log.append({"batch": done, **_train_step(drafts, optimisers, batch, targets, settings, _lr(done, len(plan),
                                                                                                   settings))})
         done += 1
+        if done in snapshots:
+            at = snapshot_key(full_key, done)
+            save_checkpoint(checkpoint_path(f"{name}-at{done}", at),
+                            {"key": at, "done": done, "total": done, "log": list(log),
+                             "drafts": {m: draft_record(d) for m, d in drafts.items()}})
         tokens += int(batch["valid"].sum())
         mean_loss = sum(log[-1][m]["loss"] for m in drafts) / len(drafts)
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(1e-9, time.monotonic() - t0):.0f}")
