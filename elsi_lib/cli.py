@@ -89,10 +89,10 @@ def _check(args) -> None:
     if getattr(args, "format", None) == "specforge" and args.method in MEASURED and args.m != 3:
         raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
                          f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
-    for source in args.data or []:
+    for prompt_set in args.data or []:
         from .inputs.prompts import PROMPT_SETS
-        if source not in PROMPT_SETS and not Path(source).is_file():
-            raise UsageError(f"--data {source!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+        if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
+            raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
     if getattr(args, "out", None) is not None:
         _check_writable_file(args.out, "--out")
     if getattr(args, "figures", None) is not None and Path(args.figures).exists() and not Path(args.figures).is_dir():
@@ -128,14 +128,14 @@ def _prompts(args) -> list:
         except ValueError as err:
             raise UsageError(f"--prompts {args.prompts}: {err}") from None
     pool = []
-    for source in args.data:
-        conversations = load_prompts(source)
+    for prompt_set in args.data:
+        conversations = load_prompts(prompt_set)
         if not conversations:
-            raise UsageError(f"--data {source}: no usable conversation (each needs a user turn: ShareGPT "
+            raise UsageError(f"--data {prompt_set}: no usable conversation (each needs a user turn: ShareGPT "
                              "'from': 'human' or 'user')")
         for i, conversation in enumerate(conversations, 1):
             if conversation[-1]["role"] not in ("user", "assistant"):
-                raise UsageError(f"--data {source}: conversation {i} ends with a {conversation[-1]['role']} turn; "
+                raise UsageError(f"--data {prompt_set}: conversation {i} ends with a {conversation[-1]['role']} turn; "
                                  "end it with a user turn (the reply model answers it) or an assistant reply")
         pool += conversations
     if args.prompts > len(pool):

@@ -158,7 +158,7 @@ def main() -> int:
                 rate = r["generated"] / r["seconds"]
                 results["drafts"][method][f"{fmt} k={k}"] = {**r, "tau_vllm": tau_vllm, "tau_elsi": tau_elsi,
                                                             "lossless": lossless, "questions_equal_to_elsi": same_as_elsi}
-                rows.append({"draft": method, "layout": fmt, "k": k, "tau vLLM": round(tau_vllm, 3),
+                rows.append({"draft": entry.get("label", method), "layout": fmt, "k": k, "tau vLLM": round(tau_vllm, 3),
                              "tau elsi": round(tau_elsi, 3), "tok/s": round(rate, 1),
                              "vs plain": round(rate / plain_rate, 2), "outputs equal to elsi's": same_as_elsi})
                 print(f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "

@@ -82,7 +82,9 @@ def main() -> None:
             runs[k] = {"tokens": [d.tokens for d in decoded], "accepted": sum(sum(d.accepted_full) for d in decoded),
                        "rounds": sum(len(d.accepted) for d in decoded)}
         bar.close()
-        plan["drafts"][method] = {"layers_elsi": list(draft.config.layer_ids), "folders": folders, "elsi": runs}
+        label = methods.set_index("id").method[method]
+        plan["drafts"][method] = {"label": label, "layers_elsi": list(draft.config.layer_ids), "folders": folders,
+                                  "elsi": runs}
     plan["reply_check"] = reply_check(model, tokenizer)
     (OUT / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():

@@ -1,4 +1,4 @@
-"""Greedy replies through vLLM (CPU), for elsi's reply step (`elsi_lib.hidden.replies`, engine "vllm").
+"""Greedy replies through vLLM (CPU), for elsi's reply step through an engine (`elsi_lib.hidden.engine_replies`).
 
 Runs in the engines' environment (.venv-engines); elsi starts it as a subprocess and never imports
 vLLM. Reads a request (JSON: the model folder, dtype, max_new_tokens, max_model_len and the prompts

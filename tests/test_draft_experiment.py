@@ -85,7 +85,7 @@ def test_groups_first_seed_trains_everything_later_seeds_the_reseeded():
     groups = E.groups(E.Experiment(seeds=(7, 3), reseeded=("eagle2",)), THREE)
     lever = groups[-1]
     assert len(groups) == 3 and (lever.seed, lever.lm_head_from_target, lever.name) == (7, False, "seed7-lever")
-    assert lever.sources == {"eagle3": (1, 3, 4)} and lever.labels == {"eagle3": "EAGLE3, lm_head not from target"}
+    assert lever.sources == {E.LEVER_ID: (1, 3, 4)} and lever.labels == {E.LEVER_ID: "EAGLE3, lm_head not from target"}
 
 
 def test_groups_unknown_reseeded_method_raises():

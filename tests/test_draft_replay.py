@@ -72,14 +72,15 @@ def known_acceptance_sequence(draft, store, script, nodes, depth, top_k):
 
 
 def test_replay_sequence_known_acceptance(draft, store):
-    depth, top_k, sizes = 4, 2, (10, 14)
+    depth, top_k, tree_nodes = 4, 2, (10, 14)
     script = [2, 0, 3, 1, 4, 0, 1]
-    sequence, end, accepted = known_acceptance_sequence(draft, store, script, min(sizes), depth, top_k)
+    sequence, end, accepted = known_acceptance_sequence(draft, store, script, min(tree_nodes), depth, top_k)
     assert R.continuation_end(sequence["ids"], sequence["argmax"], sequence["start"], 1000) == end
     assert sum(accepted) >= 6 and max(accepted) >= 3  # the script was mostly realisable
-    out = R.replay_sequence(draft, sequence, tree_nodes=sizes, depth=depth, top_k=top_k, max_tokens=1000, autocast=False)
-    assert set(out) == set(sizes)
-    for nodes in sizes:  # a larger tree contains the smaller one; the breaking token is in neither
+    out = R.replay_sequence(draft, sequence, tree_nodes=tree_nodes, depth=depth, top_k=top_k, max_tokens=1000,
+                            autocast=False)
+    assert set(out) == set(tree_nodes)
+    for nodes in tree_nodes:  # a larger tree contains the smaller one; the breaking token is in neither
         assert out[nodes] == accepted
         assert sum(a + 1 for a in out[nodes]) == end - sequence["start"] - 1
         assert all(0 <= a <= depth for a in out[nodes])
@@ -91,13 +92,13 @@ def test_replay_sequence_known_acceptance(draft, store):
                 break
             expected.append(min(a, last - r - 1))
             r += expected[-1] + 1
-        cut = R.replay_sequence(draft, sequence, tree_nodes=sizes, depth=depth, top_k=top_k, max_tokens=max_tokens,
+        cut = R.replay_sequence(draft, sequence, tree_nodes=tree_nodes, depth=depth, top_k=top_k, max_tokens=max_tokens,
                                 autocast=False)
-        assert cut == {nodes: expected for nodes in sizes}
+        assert cut == {nodes: expected for nodes in tree_nodes}
         assert sum(a + 1 for a in expected) == max_tokens - 1
-    assert accepted[:3] == [2, 0, 3] and cut[min(sizes)][:3] == [2, 0, 3]  # max_tokens=9 ...
-    assert R.replay_sequence(draft, sequence, tree_nodes=sizes, depth=depth, top_k=top_k, max_tokens=7,
-                             autocast=False)[min(sizes)] == [2, 0, 1]  # ... and 7: the third round is capped
+    assert accepted[:3] == [2, 0, 3] and cut[min(tree_nodes)][:3] == [2, 0, 3]  # max_tokens=9 ...
+    assert R.replay_sequence(draft, sequence, tree_nodes=tree_nodes, depth=depth, top_k=top_k, max_tokens=7,
+                             autocast=False)[min(tree_nodes)] == [2, 0, 1]  # ... and 7: the third round is capped
 
 
 def test_replay_sequence_walk_with_scripted_acceptance(draft, store, monkeypatch):
@@ -262,7 +263,7 @@ def test_replay_caches_and_ignores_a_corrupt_cache(draft, greedy_store, monkeypa
 
 
 def test_replay_cache_reused_for_a_key_with_tuples(draft, greedy_store, monkeypatch):
-    options = dict(key={"experiment": {"sizes": (4, 8), "seeds": (0, 1)}}, tree_nodes=(4, 8), depth=3, top_k=2,
+    options = dict(key={"experiment": {"tree_nodes": (4, 8), "seeds": (0, 1)}}, tree_nodes=(4, 8), depth=3, top_k=2,
                    max_tokens=6, autocast=False, progress=False)
     first = R.replay(draft, greedy_store, **options)
 

@@ -2,7 +2,7 @@
 chat template, and the library versions. Nothing here depends on where a model or the checkout
 lives, so caches survive a move; everything that can change a result is in.
 
-The weights hash reads every parameter and buffer once (about 0.3 s for SmolLM2's 540 MB on this
+The weights hash reads every parameter and buffer once (well under a second for SmolLM2's 540 MB on this
 CPU) and is remembered on the model until a tensor is replaced or changed in place (torch counts
 in-place writes in each tensor's `_version`).
 """

@@ -6,8 +6,9 @@ config, which carries its feature source (a layer set, or FINAL_NORM for EAGLE-2
 `vocabulary`: its reduced vocabulary maps and the lm_head initialisation from the target.
 `tree`: EAGLE-2 dynamic draft trees (arXiv 2406.16858) and accepted length / tau.
 `corpus`, `features`, `train`: the training data (the target's replies, its hidden states) and training.
-`runner`: the draft's causal step-1 pass over a sequence, shared by `replay` (tau from recorded
+`runner`: the draft's causal step-1 pass and its tree step, shared by `replay` (tau from recorded
 sequences) and `decode` (the real speculative decoding loop, T = 0 and T > 0).
-`tables`, `experiment`: notebook 06's accepted-token experiment and its tables.
+`methods`, `experiment`, `agreement`, `tables`: notebook 06's layer sets (ids apart from labels,
+entropy ranks), its stages, the loop against replay, and its tables.
 `export`: drafts in the speculators and EAGLE layouts that vLLM and speculators load, and back.
 """

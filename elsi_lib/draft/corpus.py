@@ -4,7 +4,7 @@ and SpecBench evaluation questions with the target's greedy continuations.
 Both go through the notebooks' reply step (`replies.generate_responses`: batched, cached after
 every batch, keyed by the model's weights and every setting), so they are generated once and shared
 by every draft; training replies can instead be written by vLLM (`engine_replies`, the same greedy
-replies about three times faster). Training prompts are disjoint from every calibration prompt and
+replies about twice as fast here, `bench/bench_replies.py`). Training prompts are disjoint from every calibration prompt and
 from SpecBench.
 """
 from __future__ import annotations

@@ -31,7 +31,8 @@ from .replay import question_tau, replay
 from .train import TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, step_accuracy, train_drafts
 from .vocabulary import draft_vocabulary, init_lm_head_from_target
 
-LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random
+LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
+LEVER_ID = "eagle3-random-lm-head"  # ... and the id of EAGLE3's, the lever's ablation
 
 
 @dataclass(frozen=True)
@@ -92,13 +93,13 @@ def groups(exp: Experiment, methods: pd.DataFrame) -> list[Group]:
         ids = list(sources) if i == 0 else list(exp.reseeded)
         out.append(Group(seed, True, {m: sources[m] for m in ids}, {m: labels[m] for m in ids}))
     if exp.lever_lm_head:
-        out.append(Group(exp.seeds[0], False, {"eagle3": sources["eagle3"]}, {"eagle3": labels["eagle3"] + LEVER_SUFFIX}))
+        out.append(Group(exp.seeds[0], False, {LEVER_ID: sources["eagle3"]}, {LEVER_ID: labels["eagle3"] + LEVER_SUFFIX}))
     return out
 
 
 def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
-    """Estimated time of each stage from per-unit costs measured on this 2-core machine
-    (`bench/bench_draft.py`; pass `rates` to override): minutes per stage, before anything runs."""
+    """Estimated time of each stage from per-unit costs measured on this 2-core machine (pass `rates`
+    to override): minutes per stage, before anything runs."""
     # Measured in the first paper-scale runs (2026-11-30): replies 1.9 s each (batches of 16, up to 256
     # tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
     # 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes).
@@ -285,15 +286,17 @@ class Run:
     """What `run` measured. `results`: per-question tau (id, method label, seed, temperature, nodes,
     question_id, category, column, tau, rounds, accepted) of the drafts with the target's lm_head
     rows; `lever`: the same for the lm_head lever's drafts; `accuracy`: held-out step accuracy per
-    draft; `training`: per-batch logs per group; `drafts`: the first seed's {method id: draft};
-    `stage_times`: wall-clock seconds of each stage in this run (near zero where a cache answered)."""
+    draft; `training`: per-batch logs per group; `questions`: the SpecBench questions; `corpus`: the
+    sizes of the training data; `drafts`: the first seed's {method id: draft}; `model`, `tokenizer`,
+    `evaluation`: the target and the evaluation data, for the real loop; `stage_times`: wall-clock
+    seconds of each stage in this run (near zero where a cache answered)."""
 
     results: pd.DataFrame
     lever: pd.DataFrame
     accuracy: pd.DataFrame
     training: dict
     questions: pd.DataFrame
-    data: dict
+    corpus: dict
     drafts: dict
     model: object = field(repr=False)
     tokenizer: object = field(repr=False)
@@ -351,10 +354,10 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                     label=label, seed=group.seed, progress=progress)
             (results if group.lm_head_from_target else lever).extend(
                 {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows)
-    sizes = {"training conversations": len(data.train_convs), "held-out conversations": len(data.heldout_convs),
+    corpus_sizes = {"training conversations": len(data.train_convs), "held-out conversations": len(data.heldout_convs),
              "training reply tokens": len(data.reply_tokens), "SpecBench questions": len(evaluation.questions),
              "draft vocabulary": exp.draft_vocab,
              "draft vocabulary coverage of reply tokens": data.vocabulary_coverage(model.config.vocab_size)}
     return Run(pd.DataFrame(results), pd.DataFrame(lever), pd.DataFrame(accuracy), logs,
-               evaluation.questions.drop(columns="conversation"), sizes, first_drafts, model, tokenizer, evaluation,
+               evaluation.questions.drop(columns="conversation"), corpus_sizes, first_drafts, model, tokenizer, evaluation,
                clock.frame())

@@ -54,10 +54,10 @@ def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
 
 
 @torch.no_grad()
-def greedy_next(final, lm_head, chunk: int = 512):
-    """The target's argmax next token at each position: final (n, d) -> (n,) int64, in chunks."""
-    return torch.cat([lm_head(final[i:i + chunk]).argmax(-1) for i in range(0, len(final), chunk)]) \
-        if len(final) else torch.zeros(0, dtype=torch.long)
+def greedy_next(final_norm, lm_head, chunk: int = 512):
+    """The target's argmax next token at each position: final_norm (n, d) -> (n,) int64, in chunks."""
+    return torch.cat([lm_head(final_norm[i:i + chunk]).argmax(-1) for i in range(0, len(final_norm), chunk)]) \
+        if len(final_norm) else torch.zeros(0, dtype=torch.long)
 
 
 @dataclass
@@ -162,12 +162,12 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
         for batch in hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False):
             for row, sample in enumerate(batch.samples):
                 T = len(sample.ids)
-                final = batch.final[row, :T]  # (T, d)
+                final_norm = batch.final_norm[row, :T]  # (T, d)
                 rows[sample.index] = {
                     "ids": np.asarray(sample.ids, dtype=np.int32),
                     "hidden": torch.stack([batch.layers[l][row, :T] for l in layers], 1).to(torch.float16).numpy(),
-                    "final": final.to(torch.float16).numpy(),
-                    "argmax": greedy_next(final, lm_head).numpy().astype(np.int32)}
+                    "final": final_norm.to(torch.float16).numpy(),
+                    "argmax": greedy_next(final_norm, lm_head).numpy().astype(np.int32)}
             bar.update(len(batch.samples))
         order = [rows[i] for i in range(len(part))]
         for r, sample_index in zip(order, range(k * SHARD, k * SHARD + len(part))):

@@ -1,4 +1,5 @@
-"""The layer sets notebook 06 trains a draft on, each with an identity apart from its label.
+"""The layer sets notebook 06 trains a draft on, each with an identity apart from its label, and their
+ranks among all sets by entropy (`beam_overlap`).
 
 A method's `id` (e.g. "elsi-m3") names how its set was chosen and is what code and cache keys use;
 its `method` column is the label tables and figures show (e.g. "ELSI m=3"), free to change.
@@ -73,7 +74,7 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     and the CKA compartment (0 = first) of each of its layers."""
     scorer = SetScorer(Z)
     N = Z.shape[0]
-    bounds = list(compartments(Z).boundaries)
+    boundaries = list(compartments(Z).boundaries)
     rows, scored = [], {}  # scored: {m: (every m-set, its entropy)}, each m scored once
     for row in methods.itertuples():
         layers = tuple(row.layers)
@@ -87,5 +88,5 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
         rows.append({"method": row.method, "layers": layers, "entropy": mine, "rank": rank, "of": len(sets),
                      "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
                      f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
-                     "compartments": tuple(int(np.searchsorted(bounds, l, side="left")) for l in layers)})
+                     "compartments": tuple(int(np.searchsorted(boundaries, l, side="left")) for l in layers)})
     return pd.DataFrame(rows)

@@ -1,4 +1,5 @@
-"""The draft's own passes, shared by replay (`replay`), the real loop (`decode`) and training (`train`).
+"""The draft's own passes, shared by replay (`replay`) and the real loop (`decode`); training (`train`)
+takes its autocast and device from here too.
 
 - `draft_rows`: the causal step-1 pass. Row j pairs the target features of token j with the
   embedding of token j+1 (EAGLE-3's alignment); rows run after the draft's cached rows, causal among

@@ -95,10 +95,10 @@ def _block(results: pd.DataFrame, nodes: int, *, model_seed=None, temperature=No
     elif temperature is not None:
         raise ValueError(f"temperature={temperature!r} was asked for but the results have no 'temperature' "
                          "column: pass temperature=None for results of one (unrecorded) temperature")
-    sizes = _present(results["nodes"])
-    if nodes not in sizes:
+    tree_nodes = _present(results["nodes"])
+    if nodes not in tree_nodes:
         raise ValueError(f"no results at {nodes} nodes" + (f" (baseline {baseline!r})" if baseline else "")
-                         + f": the tree sizes present are {sizes}")
+                         + f": the tree sizes present are {tree_nodes}")
     block = results[results["nodes"] == nodes]
     if model_seed is not None:
         if model_seed not in (seeds := _present(block["seed"])):
@@ -322,7 +322,7 @@ def rank_correlation(x, y) -> float:
 def summary(results: pd.DataFrame, methods: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int = 1000,
             baseline: str = "EAGLE3", model_seed: int = 0, temperature: float | None = None) -> pd.DataFrame:
     """Per method at one tree size: AVG tau with its interval, the set entropy of its layers and the
-    paired difference from `baseline`: the rows the scatter, the findings and the note quote."""
+    paired difference from `baseline`: the rows the scatter and the findings quote."""
     tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed,
                                temperature=temperature)
     diffs = paired_differences(results, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed,

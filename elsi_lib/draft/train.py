@@ -70,7 +70,7 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
     return plan
 
 
-def collate(store, indices, sources: dict) -> dict:
+def collate(store, indices, sources) -> dict:
     """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final_norm (b, T, d),
     argmax (b, T) and, per source (a layer tuple or FINAL_NORM), features (b, T, m*d)."""
     first = [store.sequence(i, features=False) for i in indices]
@@ -261,7 +261,8 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     `max_batches` batches or `time_budget_s` seconds (a checkpoint is written, a rerun continues).
     `snapshots`: batch counts after which the drafts are also kept as they are then, in checkpoints
     of their own (`snapshot_path`, read with `finished_drafts`): a learning curve from one run.
-    Returns the log: per batch, per method loss and per-step accuracy."""
+    Returns {"done": batches trained, "total": batches planned, "log": per batch, per method loss and
+    per-step accuracy, "path": the checkpoint}."""
     vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
     if len(vocabularies) > 1:
         raise ValueError("drafts trained in lock-step share one draft vocabulary (the soft labels use it)")

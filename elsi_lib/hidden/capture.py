@@ -312,9 +312,9 @@ def _accumulate(acc: "Accumulator", spec: CaptureSettings, sample: Sample, hidde
     eligible = torch.tensor(sample.eligible(spec.exclude), dtype=torch.bool)
     generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + sample.index)
     kept = select_positions(hidden.entropies[row], eligible, spec.rho, spec.select, generator)
-    kept = kept.to(hidden.final.device)
+    kept = kept.to(hidden.final_norm.device)
     layers_kept = torch.stack([h[row].index_select(0, kept) for h in hidden.layers]).cpu()  # (N, k, d)
-    acc.add_sample(sample.index, layers_kept, hidden.final[row].index_select(0, kept).cpu(), spec.block)
+    acc.add_sample(sample.index, layers_kept, hidden.final_norm[row].index_select(0, kept).cpu(), spec.block)
     acc.counts["tokens_seen"] += len(sample.ids)
     acc.counts["tokens_eligible"] += int(eligible.sum())
     acc.counts["samples"] += 1

@@ -1,5 +1,6 @@
 """The reply step through vLLM: the same greedy replies as `replies.generate_responses`, written by a
-real engine with continuous batching (about three times faster on this CPU), for draft training data.
+real engine with continuous batching (about twice as fast on this CPU, `bench/bench_replies.py`), for
+draft training data.
 
 elsi never imports vLLM: `engine_replies` renders and truncates the prompts itself (the reply step's
 rule), writes them as token ids to a request file, and runs `engines/replies.py` in the engines'

@@ -38,7 +38,7 @@ class HiddenBatch:
 
     samples: list[Sample]
     layers: list  # N tensors (b, T, d): output of each decoder layer, right-padded rows
-    final: object  # (b, T, d): the last layer after the final norm
+    final_norm: object  # (b, T, d): the last layer after the final norm
     entropies: list  # per sample, (T_i,) float32 next-token entropies on the CPU
 
 
@@ -169,16 +169,16 @@ def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: 
         for positions in batches:
             batch = [samples[i] for i in positions]
             ids, mask = pad_batch(batch, pad)
-            final = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
+            final_norm = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
             for layer, hidden in enumerate(captured):
                 check_finite(hidden, f"layer {layer}", batch)
-            check_finite(final, "the final norm", batch)
+            check_finite(final_norm, "the final norm", batch)
             per_sample = []
             if entropies:  # row-major over the real positions: row 0's tokens first
-                per_sample = token_entropy(final[mask.bool().to(device)], lm_head, softcap).cpu()
+                per_sample = token_entropy(final_norm[mask.bool().to(device)], lm_head, softcap).cpu()
                 per_sample = list(per_sample.split([len(s.ids) for s in batch]))
                 for sample, values in zip(batch, per_sample):
                     if not torch.isfinite(values).all():
                         raise FloatingPointError(f"NaN or Inf in the next-token entropies of sample {sample.index} "
                                                  "(the LM head's logits are not finite)")
-            yield HiddenBatch(batch, list(captured), final, per_sample)
+            yield HiddenBatch(batch, list(captured), final_norm, per_sample)

@@ -1,4 +1,4 @@
-"""The reply step: a model's own greedy replies to prompts, batched and cached.
+"""The reply step: a model's own replies to prompts (greedy, or seeded samples at T > 0), batched and cached.
 
 Capture then covers the tokens a draft will actually predict, and the draft experiments reuse the
 replies as training data. Prompts follow capture's truncation rule (`chat.truncate`: the

@@ -1,6 +1,6 @@
 """`make data`: fetch the prompt sets from their public repositories at pinned commits and check
-each file against its git blob id (`SOURCES`, which the loaders in `data` also check before they
-parse a file). Used only outside environments that provide ../shared/data.
+each file against its git blob id (`SOURCES`, which `readers.verify_pinned` also checks before a
+loader parses a file). Used only outside environments that provide ../shared/data.
 
     python -m elsi_lib.inputs.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else check ../shared/data
 """
@@ -126,7 +126,7 @@ def fetch(dest: str | Path, download=None) -> list[str]:
 
 def main(argv: list[str]) -> int:
     """`make data`: fetch into DEST, else into $ELSI_DATA_DIR, else check the provided
-    ../shared/data, else fetch into data/raw (the loaders read the same folder, see data.data_dir)."""
+    ../shared/data, else fetch into data/raw (set ELSI_DATA_DIR=data/raw for the loaders to read it)."""
     shared = REPO_ROOT.parent / "shared" / "data"
     env = os.environ.get("ELSI_DATA_DIR")
     if not argv and not env and shared.is_dir():

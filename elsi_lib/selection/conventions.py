@@ -72,12 +72,12 @@ def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers
     for layer in ids:
         if not is_integer(layer):
             raise TypeError(f"layer ids must be integers, got {layer!r}")
-    shift, to_shift = offset(from_convention), offset(to_convention)
+    from_shift, to_shift = offset(from_convention), offset(to_convention)
     for layer in ids:
-        if not shift <= layer < n_layers + shift:
+        if not from_shift <= layer < n_layers + from_shift:
             raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {from_convention!r} "
-                             f"convention ({shift}..{n_layers - 1 + shift})")
-    as_output = check_layers([l - shift for l in ids], n_layers)
+                             f"convention ({from_shift}..{n_layers - 1 + from_shift})")
+    as_output = check_layers([l - from_shift for l in ids], n_layers)
     return tuple(l + to_shift for l in as_output)
 
 
