@@ -9,6 +9,7 @@ import torch
 
 from elsi_lib import load_model, random_model
 from elsi_lib.draft import experiment as E
+from elsi_lib.draft.curve import snapshot_batches
 from elsi_lib.draft.model import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
 
@@ -125,3 +126,16 @@ def test_experiment_from_dict():
     hash(exp)  # frozen and made of tuples: usable as a key
     assert E.Experiment.from_dict({}) == E.Experiment()
     assert E.Experiment.from_dict({"depth": 4}).train == TrainSettings()
+
+
+def test_the_learning_curve_scores_the_first_seeds_drafts_part_way(tiny_experiment):
+    exp, loaded = tiny_experiment
+    exp = replace(exp, curve_prompts=(2, 4, 100))  # of 4 training prompts: a snapshot at 2 only
+    ran = E.run(exp, METHODS, loaded=loaded, progress=False)
+    curve = ran.curve
+    total = len(ran.training["seed0"])
+    assert set(curve["id"]) == {"eagle3", "elsi-m3"} and set(curve.prompts) == {2}
+    assert set(curve.batches) == {round(total * 2 / 4)} and set(curve.of_batches) == {total}
+    assert len(curve) == len(ran.results)  # every question and tree size, as the finished drafts
+    assert curve["step 1"].between(0, 1).all() and curve.tau.dropna().ge(1).all()
+    assert snapshot_batches(exp, 4, total) == (round(total / 2),)

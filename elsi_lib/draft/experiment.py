@@ -28,7 +28,9 @@ from . import corpus, features
 from .features import FeatureStore, build_features
 from .model import FINAL_NORM, Eagle3Draft
 from .replay import question_tau, replay
-from .train import TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, step_accuracy, train_drafts
+from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches
+from .train import (TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, read_checkpoint, snapshot_path,
+                    step_accuracy, train_drafts)
 from .vocabulary import draft_vocabulary, init_lm_head_from_target
 
 LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
@@ -56,6 +58,7 @@ class Experiment:
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
     reply_engine: str = "hf"  # who writes the training replies: "hf" (transformers) or "vllm" (engines' env)
+    curve_prompts: tuple[int, ...] = ()  # learning curve: the first seed's drafts also after about this many prompts
     eval_seed: int = 0  # which SpecBench questions
     eval_max_length: int = 2048  # SpecBench prompts reach 1,343 tokens (summarization): none is cut
 
@@ -224,16 +227,17 @@ def group_checkpoint(exp: Experiment, key: dict, group: Group, device: str = "cp
 
 
 def train_group(exp: Experiment, model, key: dict, data: TrainingData, group: Group, *, progress: bool = True,
-                max_batches: int | None = None) -> tuple[dict, dict]:
-    """One lock-step group's drafts, trained or resumed from their checkpoint (`group_checkpoint`).
-    Returns ({method id: draft}, train_drafts' output)."""
+                max_batches: int | None = None, snapshots: tuple[int, ...] = ()) -> tuple[dict, dict]:
+    """One lock-step group's drafts, trained or resumed from their checkpoint (`group_checkpoint`),
+    kept also after the `snapshots` batch counts. Returns ({method id: draft}, train_drafts' output)."""
     drafts = {m: make_draft(model, src, data.d2t, data.t2d, group.seed, group.lm_head_from_target)
               for m, src in group.sources.items()}
     target_rows = model.get_output_embeddings().weight[data.t2d].detach().float()
     device = next(model.parameters()).device.type
     path, _ = group_checkpoint(exp, key, group, device)
     out = train_drafts(drafts, data.store, target_rows, replace(exp.train, seed=group.seed),
-                       key=_group_key(key, group), name=group.name, progress=progress, max_batches=max_batches)
+                       key=_group_key(key, group), name=group.name, progress=progress, max_batches=max_batches,
+                       snapshots=snapshots)
     assert out["path"] == path, "the checkpoint key is built in group_checkpoint only"
     return drafts, out
 
@@ -302,6 +306,7 @@ class Run:
     tokenizer: object = field(repr=False)
     evaluation: Evaluation = field(repr=False)
     stage_times: pd.DataFrame = field(default_factory=pd.DataFrame)
+    curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # the learning curve's rows (`score_snapshot`)
 
 
 class StageClock:
@@ -336,10 +341,12 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
         data = training_data(exp, methods, model, tokenizer, progress)
         heldout = build_features(model, tokenizer, data.heldout_convs, layers, max_length=exp.max_length,
                                  progress=progress, desc="target features (held-out)")
-    results, lever, accuracy, logs, first_drafts = [], [], [], {}, {}
-    for group in groups(exp, methods):
+    results, lever, accuracy, logs, first_drafts, curve = [], [], [], {}, {}, []
+    for i, group in enumerate(groups(exp, methods)):
+        total = planned_batches(exp, data.store, group.seed)
+        at = snapshot_batches(exp, len(data.train_convs), total) if i == 0 else ()
         with clock(f"training {group.name} ({len(group.sources)} draft{'s' * (len(group.sources) > 1)})"):
-            drafts, out = train_group(exp, model, key, data, group, progress=progress)
+            drafts, out = train_group(exp, model, key, data, group, progress=progress, snapshots=at)
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {group.name} stopped at batch {out['done']} of {out['total']}")
         logs[group.name] = out["log"]
@@ -354,10 +361,28 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                     label=label, seed=group.seed, progress=progress)
             (results if group.lm_head_from_target else lever).extend(
                 {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows)
+        with clock("learning curve"):
+            curve += [score_snapshot(exp, model, group, out, k, heldout, evaluation, len(data.train_convs),
+                                     progress) for k in at]
     corpus_sizes = {"training conversations": len(data.train_convs), "held-out conversations": len(data.heldout_convs),
              "training reply tokens": len(data.reply_tokens), "SpecBench questions": len(evaluation.questions),
              "draft vocabulary": exp.draft_vocab,
              "draft vocabulary coverage of reply tokens": data.vocabulary_coverage(model.config.vocab_size)}
     return Run(pd.DataFrame(results), pd.DataFrame(lever), pd.DataFrame(accuracy), logs,
                evaluation.questions.drop(columns="conversation"), corpus_sizes, first_drafts, model, tokenizer, evaluation,
-               clock.frame())
+               clock.frame(), pd.concat(curve, ignore_index=True) if curve else pd.DataFrame())
+
+
+def score_snapshot(exp: Experiment, model, group: Group, out: dict, at: int, heldout, evaluation, n_prompts: int,
+                   progress: bool = True) -> pd.DataFrame:
+    """Held-out step accuracy and tau by replay of a group's drafts after `at` of its batches, with
+    where on the curve they sit (`curve.curve_rows`)."""
+    full_key = read_checkpoint(out["path"])[0]["key"]
+    rows = []
+    for method_id, draft in curve_drafts(model, group.name, full_key, at).items():
+        accuracy = heldout_accuracy(exp, draft, heldout)
+        key = {"checkpoint": snapshot_path(group.name, full_key, at).name, "method": method_id}
+        rows += [{"id": method_id, "method": group.labels[method_id], "seed": group.seed, **accuracy, **row}
+                 for row in replay_draft(exp, draft, evaluation, key, label=f"{group.labels[method_id]} at {at}",
+                                         seed=group.seed, progress=progress)]
+    return curve_rows(rows, at=at, total=out["total"], n_prompts=n_prompts)
