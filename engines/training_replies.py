@@ -20,3 +20,6 @@ if __name__ == "__main__":
     conversations = corpus.training_conversations(model, tokenizer, N_PROMPTS, max_new_tokens=256, max_length=1024,
                                                   engine="vllm")
     print(f"{len(conversations)} conversations with replies in {time.time() - start:.0f} s")
+    counts = corpus.reply_tokens_by_set(tokenizer, conversations, corpus.training_prompt_sets(N_PROMPTS))
+    for prompt_set, tokens in counts.items():
+        print(f"  {prompt_set:<20} {tokens:>10,} reply tokens")

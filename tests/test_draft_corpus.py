@@ -201,3 +201,15 @@ def test_the_reply_engine_is_part_of_a_drafts_training_key(monkeypatch):
     assert corpus.reply_identity("vllm") == {"engine": "vllm", "version": "9.9"}
     with pytest.raises(ValueError, match="engine"):
         corpus.training_conversations(None, None, 1, engine="sglang")
+
+
+def test_training_prompts_name_their_prompt_set_and_replies_count_by_set(tiny_tokenizer):
+    from elsi_lib.draft import corpus
+
+    sets = corpus.training_prompt_sets(12)
+    assert sets[:6] == list(TRAINING_MIX) and sets[6:] == list(TRAINING_MIX)  # round robin, none exhausted yet
+    prompts = corpus.training_prompt_list(12)
+    replied = [p + [{"role": "assistant", "content": "one two three"}] for p in prompts]
+    counts = corpus.reply_tokens_by_set(tiny_tokenizer, replied, sets)
+    per_reply = len(tiny_tokenizer("one two three", add_special_tokens=False)["input_ids"])
+    assert counts == {**{s: 2 * per_reply for s in TRAINING_MIX}, "total": 12 * per_reply}

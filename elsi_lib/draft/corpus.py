@@ -9,7 +9,8 @@ from SpecBench.
 """
 from __future__ import annotations
 
-from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts)
+from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts,
+                              training_prompts_with_sets)
 from ..hidden.engine_replies import engine_replies, vllm_version
 from ..hidden.replies import generate_responses, with_replies
 
@@ -34,6 +35,22 @@ def training_prompt_list(n_prompts: int, *, seed: int = 0) -> list[list[dict]]:
     mix and from SpecBench."""
     calibration = [c for prompt_set in CALIBRATION_MIX for c in load_prompts(prompt_set)]
     return training_prompts(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+
+
+def training_prompt_sets(n_prompts: int, *, seed: int = 0) -> list[str]:
+    """The prompt set each of `training_prompt_list(n_prompts)` comes from, in the same order."""
+    calibration = [c for prompt_set in CALIBRATION_MIX for c in load_prompts(prompt_set)]
+    chosen = training_prompts_with_sets(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+    return [prompt_set for _, prompt_set in chosen]
+
+
+def reply_tokens_by_set(tokenizer, conversations: list[list[dict]], prompt_sets: list[str]) -> dict[str, int]:
+    """Tokens of the replies (each conversation's last turn) per prompt set, and their total."""
+    counts: dict[str, int] = {}
+    for conversation, prompt_set in zip(conversations, prompt_sets, strict=True):
+        n = len(tokenizer(conversation[-1]["content"], add_special_tokens=False)["input_ids"])
+        counts[prompt_set] = counts.get(prompt_set, 0) + n
+    return {**counts, "total": sum(counts.values())}
 
 
 def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, max_new_tokens: int = 256,

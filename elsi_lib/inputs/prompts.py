@@ -136,6 +136,14 @@ def training_prompts(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAININ
     Prompts whose whitespace-collapsed text (`normalized_text`) is longer than `max_chars` are
     dropped (truncating them would cut off the generation prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
     (calibration prompts, SpecBench); `check_disjoint` then confirms it."""
+    return [conversation for conversation, _ in training_prompts_with_sets(
+        n, seed, prompt_sets, exclude=exclude, max_chars=max_chars, data_dir_path=data_dir_path)]
+
+
+def training_prompts_with_sets(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAINING_MIX, *,
+                               exclude: Iterable[list[Conversation]] = (), max_chars: int = 2000,
+                               data_dir_path: str | os.PathLike | None = None) -> list[tuple[Conversation, str]]:
+    """`training_prompts`, each with the name of the prompt set it came from."""
     _check_count(n)
     _check_seed(seed)
     prompt_sets = _checked_prompt_sets(prompt_sets)
@@ -148,13 +156,13 @@ def training_prompts(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAININ
             text = normalized_text(conversation)
             if text and text not in seen and text not in banned and len(text) <= max_chars:
                 seen.add(text)
-                queue.append(conversation)
+                queue.append((conversation, str(prompt_set)))
         queues.append(random.Random(int(seed) * 1000 + index).sample(queue, len(queue)))
     pool = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
     if n > len(pool):
         raise ValueError(f"cannot draw {n} training prompts: {len(pool)} remain in {[str(s) for s in prompt_sets]}")
     chosen = pool[:n]
-    check_disjoint(chosen, excluded)
+    check_disjoint([conversation for conversation, _ in chosen], excluded)
     return chosen
 
 
