@@ -98,13 +98,21 @@ def peaked_draft(model, store, source, draft_vocab: int, seed: int = 0):
     assert (d2t != 0).any()
     draft = Eagle3Draft.from_target(model, source, draft_vocab, seed=seed)
     draft.set_vocabulary(d2t, t2d)
+    perturb_norms(draft, seed)
+    with torch.no_grad():
+        draft.lm_head.weight.mul_(4)
+    return draft.eval()
+
+
+def perturb_norms(draft, seed: int) -> None:
+    """The draft's norms seeded away from 1, so that every weight matters."""
+    import torch
+
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
                      draft.midlayer.post_attention_layernorm):
             norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
-        draft.lm_head.weight.mul_(4)
-    return draft.eval()
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ through public functions only:
 import pytest
 import torch
 
-from conftest import CHAT_TEMPLATE, CORPUS, make_conversations, module_feature_store
+from conftest import CHAT_TEMPLATE, CORPUS, make_conversations, module_feature_store, perturb_norms
 from elsi_lib import random_model
 from elsi_lib.draft.decode import speculative_generate
 from elsi_lib.draft.features import build_features
@@ -34,11 +34,7 @@ def new_draft(target, source, vocabulary, size, seed, perturb=True):
     draft.set_vocabulary(*vocabulary)
     init_lm_head_from_target(draft, target.get_output_embeddings())
     if perturb:
-        g = torch.Generator().manual_seed(seed + 1)
-        with torch.no_grad():
-            for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
-                         draft.midlayer.post_attention_layernorm):
-                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
+        perturb_norms(draft, seed)
     return draft
 
 

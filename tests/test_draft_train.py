@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import module_feature_store
+from conftest import module_feature_store, perturb_norms
 from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
 from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
 from elsi_lib.draft import train as T
@@ -32,12 +32,8 @@ def make_draft(model, vocab, source, seed=0, perturb=True):
     draft = Eagle3Draft.from_target(model, source, DRAFT_VOCAB, seed=seed)
     draft.set_vocabulary(*vocab)
     init_lm_head_from_target(draft, model.get_output_embeddings())
-    if perturb:  # norms away from 1 so that every weight matters
-        g = torch.Generator().manual_seed(seed + 1)
-        with torch.no_grad():
-            for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
-                         draft.midlayer.post_attention_layernorm):
-                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
+    if perturb:
+        perturb_norms(draft, seed)
     return draft
 
 
