@@ -134,8 +134,61 @@ def test_the_learning_curve_scores_the_first_seeds_drafts_part_way(tiny_experime
     ran = E.run(exp, METHODS, loaded=loaded, progress=False)
     curve = ran.curve
     total = len(ran.training["seed0"])
-    assert set(curve["id"]) == {"eagle3", "elsi-m3"} and set(curve.prompts) == {2}
-    assert set(curve.batches) == {round(total * 2 / 4)} and set(curve.of_batches) == {total}
-    assert len(curve) == len(ran.results)  # every question and tree size, as the finished drafts
+    assert set(curve["id"]) == {"eagle3", "elsi-m3"} and set(curve.prompts) == {2, 4}
+    snapshot, finished = curve[curve.prompts == 2], curve[curve.prompts == 4]
+    assert set(snapshot.batches) == {round(total * 2 / 4)} and set(curve.of_batches) == {total}
+    assert len(snapshot) == len(finished) == len(ran.results)  # every question and tree size, as the finished drafts
     assert curve["step 1"].between(0, 1).all() and curve.tau.dropna().ge(1).all()
     assert snapshot_batches(exp, 4, total) == (round(total / 2),)
+    # the last point is the finished drafts: their own tau and held-out accuracy
+    merged = finished.merge(ran.results, on=["id", "temperature", "nodes", "question_id"], suffixes=("", "_run"))
+    assert len(merged) == len(ran.results) and (merged.tau.fillna(-1) == merged.tau_run.fillna(-1)).all()
+    assert dict(zip(finished.method, finished["step 1"])) == dict(zip(ran.accuracy.method, ran.accuracy["step 1"]))
+    # reply tokens: all of them at the end, part of them at the snapshot
+    data = E.training_data(exp, METHODS, *loaded, False)
+    everything = sum(data.store.length(i) - data.store.start(i) for i in range(len(data.store)))
+    assert set(finished.reply_tokens) == {everything} and 0 < snapshot.reply_tokens.iloc[0] < everything
+
+
+def test_live_features_train_the_same_drafts_under_their_own_key(tiny_experiment):
+    """features="live" forwards the target per training batch instead of storing it: a key of its
+    own (the stored run's key is unchanged), and drafts within float16 noise of the stored run's."""
+    exp, loaded = tiny_experiment
+    live = replace(exp, features="live")
+    stored_key, live_key = E.data_key(exp, *loaded), E.data_key(live, *loaded)
+    assert "features" not in stored_key and live_key == {**stored_key, "features": "live"}
+    data = E.training_data(live, METHODS, *loaded, False)
+    assert type(data.store).__name__ == "LiveFeatures"
+    ran_stored, ran_live = E.run(exp, METHODS, loaded=loaded, progress=False), E.run(live, METHODS, loaded=loaded,
+                                                                                     progress=False)
+    for method in ("eagle3", "elsi-m3"):
+        a, b = ran_stored.drafts[method].state_dict(), ran_live.drafts[method].state_dict()
+        assert all(torch.allclose(a[k], b[k], atol=1e-3, rtol=1e-3) for k in a)
+    assert ran_live.accuracy["step 1"].to_numpy() == pytest.approx(ran_stored.accuracy["step 1"].to_numpy(), abs=0.05)
+
+
+def test_experiment_refuses_unknown_engines_and_feature_modes():
+    with pytest.raises(ValueError, match="reply_engine must be"):
+        E.Experiment(reply_engine="sglang")
+    with pytest.raises(ValueError, match="features 'store' or 'live'"):
+        E.Experiment.from_dict({"features": "disk"})
+
+
+def test_stage_log_sums_interrupted_and_resumed_runs(tiny_experiment, tmp_path):
+    from elsi_lib.common.progress import StageClock, stage_history
+
+    exp, loaded = tiny_experiment
+    log = tmp_path / "times.jsonl"
+    clock = StageClock(log)
+    with pytest.raises(KeyboardInterrupt):
+        with clock("training"):
+            raise KeyboardInterrupt  # a run stopped part way: its time is kept, marked interrupted
+    E.run(exp, METHODS, loaded=loaded, progress=False, stage_log=log)
+    with open(log, "a") as f:
+        f.write('{"stage": "replay", "seco')  # a torn last line
+    history = stage_history(log).set_index("stage")
+    lines = [__import__("json").loads(l) for l in log.read_text().splitlines()[:-1]]
+    assert history.loc["training", "interrupted"] == 1 and history.loc["training", "runs"] == 1
+    assert history.loc["replay", "seconds"] == pytest.approx(sum(l["seconds"] for l in lines if l["stage"] == "replay"))
+    assert history.loc["total", "seconds"] == pytest.approx(sum(l["seconds"] for l in lines))
+    assert {"load the target", "held-out step accuracy", "training seed0 (2 drafts)"} <= set(history.index)

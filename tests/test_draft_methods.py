@@ -119,3 +119,13 @@ def test_method_row_finds_a_method_by_id_and_names_the_others():
     assert method_row(methods, "eagle3").method == "EAGLE3"
     with pytest.raises(KeyError, match="eagle2"):
         method_row(methods, "EAGLE3")  # a label is not an id
+
+
+def test_select_methods_keeps_the_order_given_and_names_a_missing_id():
+    from elsi_lib.draft.methods import select_methods
+
+    methods = pd.DataFrame({"id": ["eagle2", "eagle3", "elsi-m3"], "method": ["EAGLE2", "EAGLE3", "ELSI m=3"]})
+    chosen = select_methods(methods, ["elsi-m3", "eagle2"])
+    assert list(chosen["id"]) == ["elsi-m3", "eagle2"] and list(chosen.columns) == ["id", "method"]
+    with pytest.raises(KeyError, match="no method 'elsi-c-m3'"):
+        select_methods(methods, ["eagle3", "elsi-c-m3"])

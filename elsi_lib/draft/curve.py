@@ -1,18 +1,30 @@
 """The learning curve of one training run: the drafts as they were after about `Experiment.curve_prompts`
 training prompts' worth of batches (one epoch of shuffled batches: after k of its B batches a draft
 has seen about k / B of the data), kept by `train_drafts(snapshots=...)`, scored like the finished
-drafts (held-out step accuracy, tau by replay)."""
+drafts (held-out step accuracy, tau by replay), and tabulated per point (`learning_curve`).
+"""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
+from .tables import AVG, paired_differences, tau_table
 from .train import batch_plan, finished_drafts, snapshot_key, snapshot_path
+
+
+def _plan(exp, store, seed: int) -> list[list[int]]:
+    return batch_plan([store.length(i) for i in range(len(store))], exp.train.batch_tokens, exp.train.epochs, seed)
 
 
 def planned_batches(exp, store, seed: int) -> int:
     """How many batches `train_drafts` plans for `store` at this seed."""
-    return len(batch_plan([store.length(i) for i in range(len(store))], exp.train.batch_tokens, exp.train.epochs,
-                          seed))
+    return len(_plan(exp, store, seed))
+
+
+def trained_reply_tokens(exp, store, seed: int) -> np.ndarray:
+    """(B,) reply tokens (the positions a draft is scored on, from each reply's start) seen after each
+    of the B planned batches, cumulative."""
+    return np.cumsum([sum(store.length(i) - store.start(i) for i in batch) for batch in _plan(exp, store, seed)])
 
 
 def snapshot_batches(exp, n_prompts: int, total: int) -> tuple[int, ...]:
@@ -26,7 +38,38 @@ def curve_drafts(model, group_name: str, full_key: dict, at: int) -> dict:
     return finished_drafts(snapshot_path(group_name, full_key, at), snapshot_key(full_key, at), model)
 
 
-def curve_rows(rows: list[dict], *, at: int, total: int, n_prompts: int) -> pd.DataFrame:
-    """Rows of a snapshot's scores with where on the curve they sit: batches trained and about how
-    many training prompts' data that is."""
-    return pd.DataFrame(rows).assign(batches=at, of_batches=total, prompts=round(n_prompts * at / total))
+def curve_rows(rows, *, at: int, total: int, n_prompts: int, reply_tokens: int | None = None) -> pd.DataFrame:
+    """Rows of a snapshot's scores with where on the curve they sit: batches trained, about how many
+    training prompts' data that is and (when given) the reply tokens trained on."""
+    frame = pd.DataFrame(rows).assign(batches=at, of_batches=total, prompts=round(n_prompts * at / total))
+    return frame if reply_tokens is None else frame.assign(reply_tokens=int(reply_tokens))
+
+
+CURVE_COLUMNS = ["prompts", "reply_tokens", "batches", "temperature", "nodes", "method"]
+
+
+def learning_curve(points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3", seed: int = 0,
+                   n_boot: int = 1000) -> pd.DataFrame:
+    """One row per (point of the curve, temperature, method) at `nodes`: the held-out step-k accuracy,
+    AVG tau with its 95% bootstrap interval and the paired difference from `baseline` on the same
+    questions with its interval (`tables.tau_table`, `tables.paired_differences`). `points`: per-question
+    rows of `curve_rows` (columns method, seed, temperature, nodes, question_id, column, tau,
+    "step k", prompts, reply_tokens, batches), every point with one training seed."""
+    steps = [c for c in points.columns if c.startswith("step ")]
+    rows = []
+    for (prompts, temperature), part in points.groupby(["prompts", "temperature"], sort=True):
+        model_seed = int(part.seed.iloc[0])
+        tau, low, high = tau_table(part, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed,
+                                   temperature=temperature)
+        diffs = paired_differences(part, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed,
+                                   temperature=temperature).set_index("method")
+        accuracy = part.groupby("method")[steps].first()
+        for method in tau.index:
+            d = diffs.loc[method] if method in diffs.index else None
+            rows.append({"prompts": int(prompts), "reply_tokens": int(part.reply_tokens.iloc[0]),
+                         "batches": int(part.batches.iloc[0]), "temperature": float(temperature), "nodes": nodes,
+                         "method": method, **accuracy.loc[method].to_dict(), "tau": tau.loc[method, AVG],
+                         "low": low.loc[method, AVG], "high": high.loc[method, AVG],
+                         f"minus {baseline}": 0.0 if d is None else d["diff"],
+                         "diff low": np.nan if d is None else d["low"], "diff high": np.nan if d is None else d["high"]})
+    return pd.DataFrame(rows)

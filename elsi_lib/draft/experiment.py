@@ -15,20 +15,20 @@ their id (`methods.draft_methods`) in code and cache keys, by their label in tab
 """
 from __future__ import annotations
 
-import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ..common.progress import StageClock
 from ..inputs.models import load_model
 from . import corpus, features
 from .features import FeatureStore, build_features
+from .live import LiveFeatures
 from .model import FINAL_NORM, Eagle3Draft
 from .replay import question_tau, replay
-from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches
+from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches, trained_reply_tokens
 from .train import (TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, read_checkpoint, snapshot_path,
                     step_accuracy, train_drafts)
 from .vocabulary import draft_vocabulary, init_lm_head_from_target
@@ -59,8 +59,14 @@ class Experiment:
     max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
     reply_engine: str = "hf"  # who writes the training replies: "hf" (transformers) or "vllm" (engines' env)
     curve_prompts: tuple[int, ...] = ()  # learning curve: the first seed's drafts also after about this many prompts
+    features: str = "store"  # training features: "store" (float16 shards, built once) or "live" (`live.LiveFeatures`)
     eval_seed: int = 0  # which SpecBench questions
     eval_max_length: int = 2048  # SpecBench prompts reach 1,343 tokens (summarization): none is cut
+
+    def __post_init__(self):
+        if self.reply_engine not in ("hf", "vllm") or self.features not in ("store", "live"):
+            raise ValueError(f"reply_engine must be 'hf' or 'vllm' and features 'store' or 'live', got "
+                             f"{self.reply_engine!r} and {self.features!r}")
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -134,7 +140,8 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
                                                   "max_length")}
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
             "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
-            "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT}
+            "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT,
+            **({"features": "live"} if exp.features == "live" else {})}
 
 
 def feature_layers(methods: pd.DataFrame, n_layers: int) -> list[int]:
@@ -150,7 +157,7 @@ class TrainingData:
     train_convs: list
     heldout_convs: list
     layers: list[int]
-    store: FeatureStore
+    store: FeatureStore | LiveFeatures
     reply_tokens: np.ndarray
     d2t: torch.Tensor
     t2d: torch.Tensor
@@ -168,8 +175,11 @@ def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, prog
                                           max_length=exp.max_length, progress=progress, engine=exp.reply_engine)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = feature_layers(methods, len(model.get_decoder().layers))
-    store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
-                           desc="target features (train)")
+    if exp.features == "live":
+        store = LiveFeatures(model, tokenizer, train_convs, layers, max_length=exp.max_length)
+    else:
+        store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
+                               desc="target features (train)")
     reply_tokens = store.reply_tokens()
     counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
     d2t, t2d = draft_vocabulary(torch.from_numpy(counts), exp.draft_vocab)
@@ -306,31 +316,15 @@ class Run:
     tokenizer: object = field(repr=False)
     evaluation: Evaluation = field(repr=False)
     stage_times: pd.DataFrame = field(default_factory=pd.DataFrame)
-    curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # the learning curve's rows (`score_snapshot`)
+    curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # the learning curve's rows: snapshots, then the finished drafts
 
 
-class StageClock:
-    """Wall-clock seconds per stage, summed over the times a stage runs."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, stage: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - start
-
-    def frame(self) -> pd.DataFrame:
-        rows = [{"stage": s, "seconds": round(v, 1)} for s, v in self.seconds.items()]
-        return pd.DataFrame(rows + [{"stage": "total", "seconds": round(sum(self.seconds.values()), 1)}])
-
-
-def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None) -> Run:
-    """Run (or resume from the caches) the whole experiment: the five stages of the module docstring."""
-    clock = StageClock()
+def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None,
+        stage_log=None) -> Run:
+    """Run (or resume from the caches) the whole experiment: the five stages of the module docstring.
+    `stage_log`: a JSONL file each stage's time is appended to as it ends (`progress.stage_history`
+    sums a run interrupted and resumed over several sessions)."""
+    clock = StageClock(stage_log)
     with clock("load the target"):
         model, tokenizer = loaded or load_model(exp.model)
         key = data_key(exp, model, tokenizer)
@@ -361,9 +355,15 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                                     label=label, seed=group.seed, progress=progress)
             (results if group.lm_head_from_target else lever).extend(
                 {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows)
-        with clock("learning curve"):
-            curve += [score_snapshot(exp, model, group, out, k, heldout, evaluation, len(data.train_convs),
-                                     progress) for k in at]
+        if at:  # the learning curve: the snapshots, then the finished drafts as its last point
+            tokens = trained_reply_tokens(exp, data.store, group.seed)
+            with clock("learning curve"):
+                curve += [score_snapshot(exp, model, group, out, k, heldout, evaluation, len(data.train_convs),
+                                         progress, reply_tokens=tokens[k - 1]) for k in at]
+            scores = {a["method"]: a for a in accuracy if a["seed"] == group.seed}
+            curve.append(curve_rows([{**r, **scores[r["method"]]} for r in results if r["seed"] == group.seed],
+                                    at=out["total"], total=out["total"], n_prompts=len(data.train_convs),
+                                    reply_tokens=tokens[-1]))
     corpus_sizes = {"training conversations": len(data.train_convs), "held-out conversations": len(data.heldout_convs),
              "training reply tokens": len(data.reply_tokens), "SpecBench questions": len(evaluation.questions),
              "draft vocabulary": exp.draft_vocab,
@@ -374,7 +374,7 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
 
 
 def score_snapshot(exp: Experiment, model, group: Group, out: dict, at: int, heldout, evaluation, n_prompts: int,
-                   progress: bool = True) -> pd.DataFrame:
+                   progress: bool = True, reply_tokens: int | None = None) -> pd.DataFrame:
     """Held-out step accuracy and tau by replay of a group's drafts after `at` of its batches, with
     where on the curve they sit (`curve.curve_rows`)."""
     full_key = read_checkpoint(out["path"])[0]["key"]
@@ -385,4 +385,4 @@ def score_snapshot(exp: Experiment, model, group: Group, out: dict, at: int, hel
         rows += [{"id": method_id, "method": group.labels[method_id], "seed": group.seed, **accuracy, **row}
                  for row in replay_draft(exp, draft, evaluation, key, label=f"{group.labels[method_id]} at {at}",
                                          seed=group.seed, progress=progress)]
-    return curve_rows(rows, at=at, total=out["total"], n_prompts=n_prompts)
+    return curve_rows(rows, at=at, total=out["total"], n_prompts=n_prompts, reply_tokens=reply_tokens)

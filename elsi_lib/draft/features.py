@@ -105,7 +105,7 @@ class FeatureStore:
                "final_norm": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
                "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
         if features:
-            out["features"] = out["final_norm"] if _is_final_norm(layer_ids) else self.features(i, layer_ids)
+            out["features"] = out["final_norm"] if is_final_norm(layer_ids) else self.features(i, layer_ids)
         return out
 
     def features(self, i: int, layer_ids=None) -> torch.Tensor:
@@ -114,7 +114,7 @@ class FeatureStore:
         k, j = self._where[i]
         shard = self.shards[k]
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
-        if _is_final_norm(layer_ids):
+        if is_final_norm(layer_ids):
             return torch.from_numpy(shard["final"][a:b].astype(np.float32))
         wanted = list(layer_ids) if layer_ids is not None else list(self.layers)
         absent = [l for l in wanted if l not in self.layers]
@@ -125,7 +125,8 @@ class FeatureStore:
         return torch.from_numpy(block.astype(np.float32).reshape(b - a, -1))  # (T, m*d)
 
 
-def _is_final_norm(source) -> bool:
+def is_final_norm(source) -> bool:
+    """Whether a draft's source is FINAL_NORM (True) or a layer set (False); any other string is an error."""
     if isinstance(source, str) and source != FINAL_NORM:
         raise ValueError(f"features are a layer set or {FINAL_NORM!r}, got {source!r}")
     return isinstance(source, str)

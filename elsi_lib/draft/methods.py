@@ -68,6 +68,12 @@ def method_row(methods: pd.DataFrame, method_id: str) -> pd.Series:
     return rows.iloc[0]
 
 
+def select_methods(methods: pd.DataFrame, ids) -> pd.DataFrame:
+    """The rows of `methods` with these ids, in the order given; KeyError naming an id not there
+    (a variant's set that equals another method's is not a row of its own)."""
+    return pd.DataFrame([method_row(methods, i) for i in ids], columns=methods.columns).reset_index(drop=True)
+
+
 def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     """For each method's set (paper setting's Z): its rank and percentile among all C(N, m) sets by
     set entropy (exact: every set scored), how many of the `top` best m-sets share a layer with it,

@@ -72,7 +72,10 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
 
 def collate(store, indices, sources) -> dict:
     """Right-padded batch tensors: ids (b, T), valid (b, T), start (b,), final_norm (b, T, d),
-    argmax (b, T) and, per source (a layer tuple or FINAL_NORM), features (b, T, m*d)."""
+    argmax (b, T) and, per source (a layer tuple or FINAL_NORM), features (b, T, m*d). A source of
+    features that builds its own batches (`live.LiveFeatures`, one target forward) is asked for it."""
+    if hasattr(store, "collate"):
+        return store.collate(indices, sources)
     first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)

@@ -288,6 +288,33 @@ def tau_vs_entropy(frame, title: str):
     return fig
 
 
+def learning_curve(table, title: str, baseline: str = "EAGLE3"):
+    """Fig. 9: per method, AVG tau (95% interval) and held-out step-1 accuracy against the reply
+    tokens its draft was trained on, one column of panels per temperature. table: rows of
+    `curve.learning_curve` (reply_tokens, temperature, method, tau, low, high, "step 1")."""
+    plt = _plt()
+    temperatures = sorted(table.temperature.unique())
+    fig, axes = plt.subplots(2, len(temperatures), figsize=(5.6 * len(temperatures), 7), squeeze=False,
+                             sharex=True, constrained_layout=True)
+    for j, T in enumerate(temperatures):
+        part = table[table.temperature == T]
+        for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
+            rows = rows.sort_values("reply_tokens")
+            style = {"color": plt.cm.tab10(i % 10), "lw": 2.2 if method == baseline else 1.2, "marker": "o", "ms": 3}
+            axes[0, j].errorbar(rows.reply_tokens, rows.tau, yerr=[rows.tau - rows.low, rows.high - rows.tau],
+                                capsize=2, label=method, **style)
+            axes[1, j].plot(rows.reply_tokens, rows["step 1"], **style)  # the same at every T: one draft
+        axes[0, j].set_title(f"{int(part.nodes.iloc[0])}-node trees, T = {T:g}")
+        axes[0, j].set_ylabel(r"AVG $\tau$")
+        axes[1, j].set_ylabel("held-out step-1 accuracy")
+        axes[1, j].set_xlabel("reply tokens trained on")
+        axes[1, j].set_xscale("log")
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, ncol=4, fontsize=8, loc="outside lower center")
+    fig.suptitle(title)
+    return fig
+
+
 def layer_profile(entropy, top_row_energy, boundaries, title: str):
     """`elsi report`'s figure: per-layer entropy (Eq. 5) and the share of Z_l's energy in its largest
     block row (an attention-sink block), CKA compartment boundaries as dashed lines."""
