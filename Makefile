@@ -12,14 +12,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.elsi-installed
 MODELS_STAMP := $(VENV)/.elsi-models
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
-# notebook 06 trains drafts for hours: `make tables` runs it, `make figures` the others
-FIGURE_NOTEBOOKS := $(filter-out notebooks/06_%,$(NOTEBOOKS))
+# notebooks 06 and 07 train drafts for hours: `make tables` and `make tables-strong` run them,
+# `make figures` the others
+FIGURE_NOTEBOOKS := $(filter-out notebooks/06_% notebooks/07_%,$(NOTEBOOKS))
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables lab data bench clean test-engines replies-strong
+.PHONY: venv models test figures tables tables-strong lab data bench clean test-engines replies-strong
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -100,6 +101,14 @@ tables: venv
 	mkdir -p build figures data/results
 	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_scale.yaml \
 	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens.ipynb
+
+# Notebook 07: the strong drafts (every training prompt, replies by vLLM, live features) and their
+# learning curve. Many hours on 2 cores, over several sessions: every stage resumes from its caches
+# and checkpoints (rerun to continue), and each stage's time is appended to a log as it ends.
+tables-strong: venv $(ENGINES_STAMP)
+	mkdir -p build figures data/results
+	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_strong.yaml \
+	  notebooks/07_strong_drafts.ipynb build/07_strong_drafts.ipynb
 
 # JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
 # root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'

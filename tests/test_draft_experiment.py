@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from elsi_lib import load_model, random_model
+from elsi_lib.draft import budget
 from elsi_lib.draft import experiment as E
 from elsi_lib.draft.curve import snapshot_batches
 from elsi_lib.draft.model import FINAL_NORM as FINAL
@@ -101,16 +102,25 @@ def test_plan_stages_and_total():
                      train=TrainSettings(epochs=1.0), lever_lm_head=False, temperatures=(0.0,))
     rates = {"reply_s": 6.0, "feature_tok_s": 13.0, "train_tok_s": 36.0, "replay_s_per_q": 1.5,
              "tokens_per_conv": 60.0}
-    out = E.plan(exp, THREE, rates)
+    out = budget.plan(exp, THREE, rates)
     # 4 drafts (3 at seed 0, 1 at seed 1), 30 questions (5 x 6 columns), 130 conversations
-    assert out["stage"].tolist() == ["replies (training prompts + SpecBench)", "target features",
+    assert out["stage"].tolist() == ["replies (100 training prompts, hf; SpecBench)", "stored target features",
                                      "training 4 drafts", "replay 4 drafts x 30 questions", "total"]
     # 130 * 6 s; 130 * 60 / 13 s; 4 * 90 * 60 / 36 s; 4 * 30 * 1.5 s
     assert out["minutes"].tolist() == pytest.approx([13.0, 10.0, 10.0, 3.0, 36.0])
-    both = E.plan(replace(exp, temperatures=(0.0, 1.0)), THREE, rates)  # T = 1: replies, features, replay again
+    both = budget.plan(replace(exp, temperatures=(0.0, 1.0)), THREE, rates)  # T = 1: replies, features, replay again
     assert both["stage"].tolist()[3] == "replay 4 drafts x 30 questions x 2 temperatures"
     assert both["minutes"].tolist() == pytest.approx([16.0, 12.3, 10.0, 6.0, 44.3])
-    default = E.plan(E.Experiment(), THREE)
+    # live features and vLLM replies: only the held-out and SpecBench features are stored, the target
+    # runs once more per training run (2 groups), and the curve's snapshot (3 drafts) is replayed too
+    live = replace(exp, features="live", reply_engine="vllm", curve_prompts=(50,))
+    out = budget.plan(live, THREE, {**rates, "vllm_reply_s": 2.0, "live_tok_s": 18.0, "replay_s_per_q": 2.0})
+    assert out["stage"].tolist() == ["replies (100 training prompts, vllm; SpecBench)", "stored target features",
+                                     "live target forward (2 training runs)", "training 4 drafts",
+                                     "replay 7 drafts x 30 questions", "total"]
+    # 100 * 2 + 30 * 6 s; (10 + 30) * 60 / 13 s; 2 * 90 * 60 / 18 s; as above; 7 * 30 * 2 s
+    assert out["minutes"].tolist() == pytest.approx([6.3, 3.1, 10.0, 10.0, 7.0, 36.4])
+    default = budget.plan(E.Experiment(), THREE)
     assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
     assert (default["minutes"].iloc[:-1] > 0).all()
 

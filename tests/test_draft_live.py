@@ -78,3 +78,11 @@ def test_drafts_trained_live_match_drafts_trained_on_the_store(tiny_model, store
         acc_store = step_accuracy(trained["store"][m], store, 2, autocast=False)
         acc_live = step_accuracy(trained["live"][m], store, 2, autocast=False)
         assert acc_store == pytest.approx(acc_live, abs=0.02)
+
+
+def test_a_bf16_forward_is_close_but_not_the_same(tiny_model, tiny_tokenizer, live):
+    bf16 = LiveFeatures(tiny_model, tiny_tokenizer, replied_conversations(N), LAYERS, bf16=True)
+    full, half = live.collate([0, 1], {(0, 3)}), bf16.collate([0, 1], {(0, 3)})
+    assert torch.equal(full["ids"], half["ids"]) and half["features"][(0, 3)].dtype == torch.float32
+    difference = (full["features"][(0, 3)] - half["features"][(0, 3)]).abs().max()
+    assert 0 < difference < 0.1 * full["features"][(0, 3)].abs().max()

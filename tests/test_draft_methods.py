@@ -129,3 +129,4 @@ def test_select_methods_keeps_the_order_given_and_names_a_missing_id():
     assert list(chosen["id"]) == ["elsi-m3", "eagle2"] and list(chosen.columns) == ["id", "method"]
     with pytest.raises(KeyError, match="no method 'elsi-c-m3'"):
         select_methods(methods, ["eagle3", "elsi-c-m3"])
+    assert list(select_methods(methods, ["elsi-c-m3", "eagle3"], present_only=True)["id"]) == ["eagle3"]

@@ -322,3 +322,46 @@ def test_batch_plan():
     assert [i for run in runs for i in run] == order
     for run, following in zip(runs, runs[1:]):
         assert (len(run) + 1) * lengths[following[0]] > batch_tokens
+
+
+def test_feature_noise_is_seeded_per_batch_keyed_and_survives_a_resume(tiny_model, vocab, store):
+    """Noise on the features (feature_noise > 0) changes the training, is the same whether training
+    ran through or was interrupted and resumed, and enters the checkpoint key only when it is on
+    (checkpoints trained before the setting existed keep their key)."""
+    rows, key = target_rows(tiny_model, vocab), {"test": "noise"}
+    noisy = T.TrainSettings(**{**SETTINGS.__dict__, "feature_noise": 0.5})
+    sources = {"a": (0, 1)}
+    assert "feature_noise" not in T.checkpoint_key(sources, SETTINGS, key)["settings"]
+    assert T.checkpoint_key(sources, noisy, key)["settings"]["feature_noise"] == 0.5
+    features = {(0, 1): torch.zeros(2, 3, 4)}
+    assert T.with_noise(features, 0.0, 0, 0) is features
+    once, twice = T.with_noise(features, 0.5, 0, 3), T.with_noise(features, 0.5, 0, 3)
+    assert torch.equal(once[(0, 1)], twice[(0, 1)]) and once[(0, 1)].std() == pytest.approx(0.5, rel=0.5)
+    assert not torch.equal(once[(0, 1)], T.with_noise(features, 0.5, 0, 4)[(0, 1)])
+
+    drafts = fresh_drafts(tiny_model, vocab)
+    through = T.train_drafts(drafts, store, rows, noisy, key=key, progress=False)
+    noisy_states = states(drafts)
+    clean = fresh_drafts(tiny_model, vocab)
+    T.train_drafts(clean, store, rows, SETTINGS, key=key, progress=False)
+    assert not torch.equal(states(clean)["a"]["fc.weight"], noisy_states["a"]["fc.weight"])
+    through["path"].unlink()
+    T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, noisy, key=key, progress=False, max_batches=2)
+    drafts = fresh_drafts(tiny_model, vocab)
+    rest = T.train_drafts(drafts, store, rows, noisy, key=key, progress=False)
+    assert rest["log"] == through["log"]
+    assert_same_states(states(drafts), noisy_states)
+    with pytest.raises(ValueError, match="invalid training settings"):
+        T.TrainSettings(feature_noise=-0.1)
+
+
+def test_training_seconds_add_up_over_a_resume(tiny_model, vocab, store):
+    rows, key = target_rows(tiny_model, vocab), {"test": "seconds"}
+    part = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False,
+                          max_batches=2)
+    saved = T.read_checkpoint(part["path"])[0]["seconds"]
+    assert 0 < saved <= part["seconds"] + 1e-9
+    rest = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False)
+    assert rest["seconds"] > saved
+    again = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False)
+    assert again["seconds"] == pytest.approx(T.read_checkpoint(rest["path"])[0]["seconds"])  # nothing trained: no time added

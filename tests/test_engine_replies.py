@@ -124,3 +124,30 @@ def test_bad_arguments_are_refused_before_the_engine(engine, tiny_model, tiny_to
     monkeypatch.setattr(tiny_model.config, "_name_or_path", "not-a-folder")
     with pytest.raises(ValueError, match="model folder"):
         E.engine_replies(tiny_model, tiny_tokenizer, conversations)
+
+
+def test_replies_written_so_far_are_read_without_an_engine(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    """`replies_written` reads the first replies of a request the engine has not finished (the
+    partial file, a torn last line skipped), refuses more than are there, and reads the cache once
+    the request is complete; it never starts the engine."""
+    conversations = make_conversations(5)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
+    with pytest.raises(subprocess.CalledProcessError):  # one chunk of 2 written, then interrupted
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    want = expected(tiny_tokenizer, tiny_model, conversations)
+    with monkeypatch.context() as patch:
+        patch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+        assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == want[:2]
+        partial = next(engine.parent.rglob("*.partial.jsonl"))  # under the test's own cache folder
+        with open(partial, "a") as f:
+            f.write('{"i": 2, "ids": [1')  # an engine in the middle of a line
+        assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == want[:2]
+        with pytest.raises(RuntimeError, match="2 of the first 3 replies are written"):
+            E.replies_written(tiny_model, tiny_tokenizer, conversations, 3, max_new_tokens=8)
+        with pytest.raises(RuntimeError, match="no replies of this request"):
+            E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=9)
+    partial.write_text(partial.read_text()[:partial.read_text().rindex("\n") + 1])  # the engine cuts its torn tail too
+    E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert not partial.exists()
+    assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 4, max_new_tokens=8) == want[:4]

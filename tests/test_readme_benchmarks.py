@@ -17,8 +17,9 @@ README = REPO_ROOT / "README.md"
 LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative decoding, and drafts that engines load",
                         "## Benchmarks")
 REPLIES = "### Training replies through vLLM"
+LIVE = "### Stored or live features"
 SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
-            BENCH: ["bench_selection", "bench_draft", "bench_capture"], REPLIES: ["bench_replies"]}
+            BENCH: ["bench_selection", "bench_draft", "bench_capture"], REPLIES: ["bench_replies"], LIVE: ["bench_live"]}
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
 V = r"(?P<v>\d+\.\d+)"
 
@@ -40,6 +41,15 @@ def engine_row(words: str) -> dict:
     rows = [r for r in record("bench_replies")["rows"] if words in r["engine"]]
     assert len(rows) == 1, (words, len(rows))
     return rows[0]
+
+
+def live(measure: str) -> float:
+    return row("bench_live", measure=measure)["value"]
+
+
+def live_note(label: str) -> float:
+    """A number bench_live's note states (per-token costs and their ratio)."""
+    return float(re.search(label + r" (\d+\.\d+)", record("bench_live")["notes"]).group(1))
 
 
 def best(name: str, column: str, **match):
@@ -73,6 +83,16 @@ CLAIMS = [
     (REPLIES, rf"this 2-core CPU, load {V} when it began", lambda: record("bench_replies")["machine"]["load_1_5_15"][0]),
     (REPLIES, rf"on all 128 prompts, {V}x as fast", lambda: engine_row("less its start-up")["vs batch 16"]),
     (REPLIES, rf"\({V}x with it", lambda: engine_row("start-up included")["vs batch 16"]),
+    (LIVE, rf"load {V} when it began", lambda: record("bench_live")["machine"]["load_1_5_15"][0]),
+    (LIVE, rf"a store costs {V} ms", lambda: live_note("store")),
+    (LIVE, rf"live\s+features {V} ms", lambda: live_note("live")),
+    (LIVE, rf"ms \({V}x\)", lambda: live_note("store / live")),
+    (LIVE, rf"runs\s+at {V}x the float32 one",
+     lambda: live("live bf16 autocast, batches of 2048") / live("live float32, batches of 2048")),
+    (LIVE, rf"features within {V} of", lambda: live("bf16 forward: relative feature difference")),
+    (LIVE, rf"equal at {V} of positions", lambda: live("bf16 forward: target argmax agreement")),
+    (LIVE, rf"seven drafts {V}x faster",
+     lambda: live("training 7 drafts in lock-step, batches of 2048") / live("training 7 drafts in lock-step, batches of 512")),
 ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts,
                               training_prompts_with_sets)
-from ..hidden.engine_replies import engine_replies, vllm_version
+from ..hidden.engine_replies import engine_replies, replies_written, vllm_version
 from ..hidden.replies import generate_responses, with_replies
 
 # The paper's SpecBench columns; M/R merges MT-bench math and reasoning with GSM8K math_reasoning,
@@ -67,6 +67,16 @@ def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, m
         replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
                                      batch_size=REPLY_BATCH, progress=progress)
     return with_replies(prompts, replies)
+
+
+def training_conversations_written(model, tokenizer, n_prompts: int, first: int, *, seed: int = 0,
+                                   max_new_tokens: int = 256, max_length: int = 1024) -> list[list[dict]]:
+    """The first `first` of `training_conversations(..., n_prompts, engine="vllm")` from the replies
+    vLLM has written so far (finished or still running; `engine_replies.replies_written`): probes on
+    a prefix of the data while the rest is written. Runs no engine."""
+    prompts = training_prompt_list(n_prompts, seed=seed)
+    replies = replies_written(model, tokenizer, prompts, first, max_new_tokens=max_new_tokens, max_length=max_length)
+    return with_replies(prompts[:first], replies)
 
 
 def reply_identity(engine: str) -> dict:

@@ -60,6 +60,7 @@ class Experiment:
     reply_engine: str = "hf"  # who writes the training replies: "hf" (transformers) or "vllm" (engines' env)
     curve_prompts: tuple[int, ...] = ()  # learning curve: the first seed's drafts also after about this many prompts
     features: str = "store"  # training features: "store" (float16 shards, built once) or "live" (`live.LiveFeatures`)
+    live_bf16: bool = False  # live features from a bfloat16-autocast target forward
     eval_seed: int = 0  # which SpecBench questions
     eval_max_length: int = 2048  # SpecBench prompts reach 1,343 tokens (summarization): none is cut
 
@@ -67,6 +68,8 @@ class Experiment:
         if self.reply_engine not in ("hf", "vllm") or self.features not in ("store", "live"):
             raise ValueError(f"reply_engine must be 'hf' or 'vllm' and features 'store' or 'live', got "
                              f"{self.reply_engine!r} and {self.features!r}")
+        if self.live_bf16 and self.features != "live":
+            raise ValueError("live_bf16 applies to features='live' only")
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -106,28 +109,6 @@ def groups(exp: Experiment, methods: pd.DataFrame) -> list[Group]:
     return out
 
 
-def plan(exp: Experiment, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
-    """Estimated time of each stage from per-unit costs measured on this 2-core machine (pass `rates`
-    to override): minutes per stage, before anything runs."""
-    # Measured in the first paper-scale runs (2026-11-30): replies 1.9 s each (batches of 16, up to 256
-    # tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
-    # 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes).
-    r = {"reply_s": 1.9, "feature_tok_s": 370.0, "train_tok_s": 1550.0, "replay_s_per_q": 0.7,
-         "tokens_per_conv": 283.0, **(rates or {})}
-    n_drafts = sum(len(g.sources) for g in groups(exp, methods))
-    n_eval = exp.eval_per_column * len(corpus.COLUMNS)
-    train_tokens = (exp.n_train - exp.n_heldout) * r["tokens_per_conv"] * exp.train.epochs
-    n_T = len(exp.temperatures)
-    rows = [("replies (training prompts + SpecBench)", (exp.n_train + n_T * n_eval) * r["reply_s"]),
-            ("target features", (exp.n_train + n_T * n_eval) * r["tokens_per_conv"] / r["feature_tok_s"]),
-            (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
-            (f"replay {n_drafts} drafts x {n_eval} questions" + (f" x {n_T} temperatures" if n_T > 1 else ""),
-             n_drafts * n_eval * n_T * r["replay_s_per_q"])]
-    frame = pd.DataFrame(rows, columns=["stage", "minutes"])
-    frame["minutes"] = (frame["minutes"] / 60).round(1)
-    return pd.concat([frame, pd.DataFrame([{"stage": "total", "minutes": frame["minutes"].sum()}])], ignore_index=True)
-
-
 def data_key(exp: Experiment, model, tokenizer) -> dict:
     """What the drafts' training depends on besides TrainSettings (which `train_drafts` adds): the
     target (fingerprint, not its name or path), the training prompts and how their replies and
@@ -141,7 +122,7 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
             "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
             "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT,
-            **({"features": "live"} if exp.features == "live" else {})}
+            **({"features": "live"} if exp.features == "live" else {}), **({"live_bf16": True} if exp.live_bf16 else {})}
 
 
 def feature_layers(methods: pd.DataFrame, n_layers: int) -> list[int]:
@@ -176,7 +157,7 @@ def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, prog
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = feature_layers(methods, len(model.get_decoder().layers))
     if exp.features == "live":
-        store = LiveFeatures(model, tokenizer, train_convs, layers, max_length=exp.max_length)
+        store = LiveFeatures(model, tokenizer, train_convs, layers, max_length=exp.max_length, bf16=exp.live_bf16)
     else:
         store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
                                desc="target features (train)")

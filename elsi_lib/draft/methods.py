@@ -68,9 +68,11 @@ def method_row(methods: pd.DataFrame, method_id: str) -> pd.Series:
     return rows.iloc[0]
 
 
-def select_methods(methods: pd.DataFrame, ids) -> pd.DataFrame:
-    """The rows of `methods` with these ids, in the order given; KeyError naming an id not there
-    (a variant's set that equals another method's is not a row of its own)."""
+def select_methods(methods: pd.DataFrame, ids, *, present_only: bool = False) -> pd.DataFrame:
+    """The rows of `methods` with these ids, in the order given; KeyError naming an id not there,
+    unless `present_only` (then it is left out: a variant whose set equals another method's has no
+    row of its own)."""
+    ids = [i for i in ids if not present_only or i in set(methods["id"])]
     return pd.DataFrame([method_row(methods, i) for i in ids], columns=methods.columns).reset_index(drop=True)
 
 

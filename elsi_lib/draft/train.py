@@ -51,9 +51,10 @@ class TrainSettings:
     autocast_bf16: bool = True  # draft matmuls in bfloat16 (fp32 master weights)
     seed: int = 0  # batch order and draft initialisation
     checkpoint_seconds: float = 240.0  # a checkpoint at least this often (and at the end)
+    feature_noise: float = 0.0  # std of Gaussian noise added to the step-1 features in training (0: none)
 
     def __post_init__(self):
-        if self.ttt_steps < 1 or self.epochs <= 0 or self.batch_tokens < 1 or self.lr <= 0:
+        if self.ttt_steps < 1 or self.epochs <= 0 or self.batch_tokens < 1 or self.lr <= 0 or self.feature_noise < 0:
             raise ValueError(f"invalid training settings {self}")
 
 
@@ -228,11 +229,26 @@ def read_checkpoint(path) -> tuple[dict | None, str | None]:
     return state, None
 
 
+# settings added after checkpoints existed: at their default they stay out of the key, so that those
+# checkpoints (trained without them) are still found
+UNKEYED_DEFAULTS = {"feature_noise": 0.0}
+
+
+def with_noise(features: dict, std: float, seed: int, batch_index: int) -> dict:
+    """{source: features + N(0, std^2)}, drawn from a generator seeded by (seed, batch index): the same
+    noise whether training ran through or resumed."""
+    if not std:
+        return features
+    g = torch.Generator().manual_seed(seed * 1_000_003 + batch_index)
+    return {src: f + std * torch.randn(f.shape, generator=g).to(f.device) for src, f in features.items()}
+
+
 def checkpoint_key(sources: dict, settings: TrainSettings, key: dict, device: str = "cpu") -> dict:
     """The full key of a lock-step group's checkpoint: the caller's `key` (target, data, starting
     point), the training format and settings (not how often to save), each method's source
     ({method: layer set or FINAL_NORM}) and, off the CPU, the device type training ran on."""
-    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"}
+    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"
+                  and not (k in UNKEYED_DEFAULTS and v == UNKEYED_DEFAULTS[k])}
     return {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(s) for m, s in sources.items()},
             **({} if device == "cpu" else {"device": device})}
 
@@ -265,7 +281,8 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     `snapshots`: batch counts after which the drafts are also kept as they are then, in checkpoints
     of their own (`snapshot_path`, read with `finished_drafts`): a learning curve from one run.
     Returns {"done": batches trained, "total": batches planned, "log": per batch, per method loss and
-    per-step accuracy, "path": the checkpoint}."""
+    per-step accuracy, "path": the checkpoint, "seconds": training time over every run that trained
+    them (interrupted runs count up to their last checkpoint)}."""
     vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
     if len(vocabularies) > 1:
         raise ValueError("drafts trained in lock-step share one draft vocabulary (the soft labels use it)")
@@ -281,7 +298,8 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
                       settings.seed)
     optimisers = {m: torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=settings.lr,
                                        weight_decay=settings.weight_decay, betas=(0.9, 0.95)) for m, d in drafts.items()}
-    done, log = _resume(path, full_key, drafts, optimisers)
+    done, log, seconds_before = _resume(path, full_key, drafts, optimisers)
+    resumed_at = done
     torch.manual_seed(settings.seed)
     bar = progress_bar(total=len(plan), initial=done, desc=f"training {len(drafts)} drafts", unit="batch",
                        disable=not progress or done >= len(plan))
@@ -291,6 +309,7 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
 
     def save():
         save_checkpoint(path, {"key": full_key, "done": done, "total": len(plan), "log": log,
+                               "seconds": seconds_before + time.monotonic() - started,
                                "drafts": {m: draft_record(d) for m, d in drafts.items()},
                                "optimisers": {m: o.state_dict() for m, o in optimisers.items()}})
 
@@ -298,6 +317,7 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
         d.train()
     while done < stop_at:
         batch = to_device(collate(store, plan[done], set(d.config.source for d in drafts.values())), device)
+        batch["features"] = with_noise(batch["features"], settings.feature_noise, settings.seed, done)
         targets = soft_targets(batch["final_norm"], target_rows)  # (b, T, V_draft), shared
         log.append({"batch": done, **_train_step(drafts, optimisers, batch, targets, settings, _lr(done, len(plan),
                                                                                                   settings))})
@@ -320,22 +340,24 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     bar.close()
     for d in drafts.values():
         d.eval()
-    return {"done": done, "total": len(plan), "log": log, "path": path}
+    return {"done": done, "total": len(plan), "log": log, "path": path,
+            "seconds": seconds_before + (time.monotonic() - started if done > resumed_at else 0.0)}
 
 
-def _resume(path, full_key: dict, drafts: dict, optimisers: dict) -> tuple[int, list]:
-    """(batches done, log) from the checkpoint at `path`, loaded into `drafts` and `optimisers`; (0, [])
+def _resume(path, full_key: dict, drafts: dict, optimisers: dict) -> tuple[int, list, float]:
+    """(batches done, log, training seconds so far) from the checkpoint at `path`, loaded into `drafts`
+    and `optimisers`; (0, [], 0.0)
     without one. A corrupt or foreign file is discarded (with a message), never resumed."""
     state, problem = read_checkpoint(path)
     if state is None and path.is_file():
         print(f"discarding checkpoint {path.name} ({problem}); training from the start", file=sys.stderr)
         path.unlink()
     if state is None or state["key"] != full_key:
-        return 0, []
+        return 0, [], 0.0
     for m in drafts:
         drafts[m].load_state_dict(state["drafts"][m]["weights"])
         optimisers[m].load_state_dict(state["optimisers"][m])
-    return state["done"], state["log"]
+    return state["done"], state["log"], float(state.get("seconds", 0.0))
 
 
 def _train_step(drafts: dict, optimisers: dict, batch: dict, targets, settings: TrainSettings, lr: float) -> dict:

@@ -103,17 +103,51 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
         partial.unlink(missing_ok=True)  # written for another request
     subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
                    check=True, env={**engine_environment(python), **(env or {})})
-    ids = read_partial(partial, len(prompts))
+    entries = _decoded(model, tokenizer, read_partial(partial, len(prompts)))
+    atomic_write_bytes(path, cache_payload(key, entries))
+    request_path.unlink(missing_ok=True)
+    partial.unlink(missing_ok=True)
+    return [e[1] for e in entries], [e[2] for e in entries], key
+
+
+def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
+    """(index, text, ids through the first end-of-sequence token) per reply, decoded as the reply
+    step decodes its own (special tokens skipped, stripped)."""
     eos = set(eos_ids(model))
     entries = []
     for i, generated in enumerate(ids):
         ends = [j for j, t in enumerate(generated) if t in eos]
         generated = generated[:ends[0] + 1] if ends else generated
         entries.append((i, tokenizer.decode(generated, skip_special_tokens=True).strip(), generated))
-    atomic_write_bytes(path, cache_payload(key, entries))
-    request_path.unlink(missing_ok=True)
-    partial.unlink(missing_ok=True)
-    return [e[1] for e in entries], [e[2] for e in entries], key
+    return entries
+
+
+def replies_written(model, tokenizer, conversations: list[list[dict]], first: int, *, max_new_tokens: int = 128,
+                    max_length: int = 1024) -> list[str]:
+    """The replies to `conversations[:first]` of an `engine_replies` request (the same conversations
+    and settings) that the engine has already written, finished or still running: for work on a
+    prefix of the data while the rest is written. Runs no engine; RuntimeError when fewer than
+    `first` replies are there."""
+    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                     version=vllm_version(engines_python()))
+    path = keyed_path("responses", key, suffix=".json")
+    cached = read_cache(path, key)
+    if len(cached) == len(conversations):
+        return [entry[1] for entry in cached[:first]]
+    partial = path.with_suffix(".partial.jsonl")
+    if not partial.is_file():
+        raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
+    written = {}
+    for line in partial.read_text().splitlines()[1:]:
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a running or interrupted engine
+        written[int(entry["i"])] = [int(t) for t in entry["ids"]]
+    if any(i not in written for i in range(first)):
+        raise RuntimeError(f"{partial.name}: {sum(i in written for i in range(first))} of the first {first} replies "
+                           "are written; wait for the engine or ask for fewer")
+    return [text for _, text, _ in _decoded(model, tokenizer, [written[i] for i in range(first)])]
 
 
 def read_partial(path: Path, n: int) -> list[list[int]]:
