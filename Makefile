@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-strong lab data bench clean test-engines replies-strong
+.PHONY: venv models test figures tables tables-strong lab data bench clean test-engines test-engines-strong replies-strong
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -75,6 +75,12 @@ test-engines: venv $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py
 	VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so \
 	  $(ENGINES_VENV)/bin/python engines/check_engines.py
+
+# the same check on notebook 07's strong drafts (after `make tables-strong`): bench/results/engines_vllm_strong
+test-engines-strong: venv $(ENGINES_STAMP)
+	$(BIN)/python engines/prepare.py --strong
+	VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so \
+	  $(ENGINES_VENV)/bin/python engines/check_engines.py --strong
 
 # the strong drafts' training replies through vLLM (hours; resumable: rerun to continue)
 replies-strong: venv $(ENGINES_STAMP)

@@ -23,7 +23,7 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
 Exit status 0 when every check passes; the engines' logs and every run's tokens in build/engines/, the
 table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, which the README quotes.
 
-    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py
+    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py [--strong]
 """
 from __future__ import annotations
 
@@ -132,8 +132,10 @@ def check_speculators(folder: str) -> str:
 
 
 def main() -> int:
+    strong = "--strong" in sys.argv[1:]  # notebook 07's strong drafts (engines/prepare.py --strong)
+    out = Path("build/engines-strong") if strong else OUT
     load_before = [round(x, 2) for x in os.getloadavg()]
-    plan = json.loads((OUT / "plan.json").read_text())
+    plan = json.loads((out / "plan.json").read_text())
     failures, rows, results = [], [], {"plain": None, "drafts": {}}
     for method, entry in plan["drafts"].items():
         problem = check_speculators(entry["folders"]["speculators"])
@@ -172,9 +174,9 @@ def main() -> int:
                 if abs(tau_vllm - tau_elsi) > TOLERANCE:
                     failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
-    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.json").write_text(json.dumps(results, indent=1))
     replies = plan["reply_check"]
-    record = write("engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
+    record = write("engines_vllm_strong" if strong else "engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
                                     "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE,
                                     "greedy replies equal to transformers'": replies}, rows,
                    load_before=load_before)

@@ -12,20 +12,29 @@ k = 1..5 draft tokens: its tokens, accepted counts and rounds go to build/engine
 (`elsi_lib.hidden.engine_replies`) and through transformers write greedy replies to the same 64
 training prompts, and plan.json records how many agree token for token.
 
-    .venv/bin/python engines/prepare.py
+With --strong (`make test-engines-strong`) the drafts are instead notebook 07's strong drafts, read
+from its finished checkpoint (`make tables-strong`; refused before it has finished): EAGLE3's and the
+entropy-chosen set's with the highest AVG tau at 60 nodes, T = 0, in its committed table. Its files
+go to build/engines-strong.
+
+    .venv/bin/python engines/prepare.py [--strong]
 """
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
+
+import yaml
 
 import torch
 
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.experiment import Experiment, data_key, groups, train_group, training_data
-from elsi_lib.draft.methods import draft_methods
+from elsi_lib.draft.experiment import Experiment, data_key, groups, train_group, trained_drafts, training_data
+from elsi_lib.draft.methods import draft_methods, select_methods
+from elsi_lib.draft.tables import AVG, read_tau_csv
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.hidden.engine_replies import engine_replies
@@ -44,28 +53,55 @@ MAX_TOKENS = 64  # generated tokens per question
 CHAINS = (1, 2, 3, 4, 5)
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 OUT = Path("build/engines")
+STRONG_OUT = Path("build/engines-strong")
+STRONG_PARAMS = Path("notebooks/tables_strong.yaml")  # notebook 07's paper-scale parameters
+STRONG_TABLE = Path("data/results/table2_strong_accepted_tokens_smollm2-135m.csv")
 
 
-def main() -> None:
-    torch.manual_seed(0)
-    model, tokenizer = load_model(MODEL)
-    stats = calibration.paper_stats([MODEL], 200, seed=0)[MODEL]
-    methods = draft_methods(stats)
+def small_drafts(model, tokenizer, methods) -> dict:
+    """The two drafts of the engine check, trained here (notebook 06's pipeline at a small scale)."""
     methods = methods[methods["id"].isin(METHODS)]
     data = training_data(EXPERIMENT, methods, model, tokenizer)
     group = groups(EXPERIMENT, methods)[0]
     drafts, out = train_group(EXPERIMENT, model, data_key(EXPERIMENT, model, tokenizer), data, group)
     if out["done"] < out["total"]:
         raise RuntimeError(f"training stopped at batch {out['done']} of {out['total']}")
+    return drafts
+
+
+def strong_drafts(model, tokenizer, methods) -> dict:
+    """EAGLE3's strong draft and the best entropy-chosen one (AVG tau, 60 nodes, T = 0, notebook 07's
+    table), from notebook 07's finished checkpoint."""
+    params = yaml.safe_load(STRONG_PARAMS.read_text())
+    exp = Experiment.from_dict({"model": params["MODEL"], **params["EXPERIMENT"]})
+    methods = select_methods(methods, params["METHOD_IDS"], present_only=True)
+    table = read_tau_csv(STRONG_TABLE)
+    cells = table[(table.column == AVG) & (table.temperature == 0) & (table.nodes == 60)].set_index("method").tau
+    labels = dict(zip(methods.method, methods["id"]))
+    chosen = max((label for label in cells.index if labels.get(label, "").startswith("elsi")), key=cells.get)
+    drafts = trained_drafts(exp, methods, loaded=(model, tokenizer))
+    print(f"strong drafts: EAGLE3 (AVG tau {cells['EAGLE3']:.3f}) and {chosen} ({cells[chosen]:.3f})")
+    return {"eagle3": drafts["eagle3"], labels[chosen]: drafts[labels[chosen]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strong", action="store_true", help="notebook 07's strong drafts instead")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    model, tokenizer = load_model(MODEL)
+    stats = calibration.paper_stats([MODEL], 200, seed=0)[MODEL]
+    methods = draft_methods(stats)
+    drafts = (strong_drafts if args.strong else small_drafts)(model, tokenizer, methods)
+    out_dir = STRONG_OUT if args.strong else OUT
 
     questions = corpus.eval_questions(PER_COLUMN, seed=0)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
     plan = {"target": resolve_model_path(MODEL)[0], "max_tokens": MAX_TOKENS, "chains": list(CHAINS),
             "questions": questions.question_id.tolist(), "prompts": prompts, "drafts": {}}
-    OUT.mkdir(parents=True, exist_ok=True)
-    for method in METHODS:
-        draft = drafts[method]
-        folders = {fmt: str(save_draft(draft, OUT / f"{method}-{fmt}", target=model, format=fmt,
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for method, draft in drafts.items():
+        folders = {fmt: str(save_draft(draft, out_dir / f"{method}-{fmt}", target=model, format=fmt,
                                        verifier=plan["target"]).resolve())
                    for fmt in ("speculators", "eagle")}
         runs = {}
@@ -86,7 +122,7 @@ def main() -> None:
         plan["drafts"][method] = {"label": label, "layers_elsi": list(draft.config.layer_ids), "folders": folders,
                                   "elsi": runs}
     plan["reply_check"] = reply_check(model, tokenizer)
-    (OUT / "plan.json").write_text(json.dumps(plan, indent=1))
+    (out_dir / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():
         print(method, entry["layers_elsi"], {k: round(1 + r["accepted"] / r["rounds"], 3) for k, r in entry["elsi"].items()})
 
