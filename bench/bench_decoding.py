@@ -29,7 +29,7 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.draft.experiment import Experiment, trained_drafts
+from elsi_lib.draft.experiment import Experiment, from_parameters, trained_drafts
 from elsi_lib.draft.methods import draft_methods
 from elsi_lib.draft.export import load_draft
 from record import write
@@ -69,6 +69,8 @@ def verification_ms(model, prompt, sizes, repeat):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--method", default="elsi-m3-no-template", help="a draft of notebook 06 (its method id)")
+    parser.add_argument("--params", help="a notebook parameter file whose run trained the draft (default: notebook "
+                                         "06's paper scale; notebooks/tables_strong.yaml: notebook 07's strong drafts)")
     parser.add_argument("--draft", help="an exported draft folder (instead of --method)")
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
@@ -81,7 +83,8 @@ def main() -> None:
         draft, name = load_draft(args.draft, model), args.draft
     else:
         methods = draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
-        draft, name = trained_drafts(Experiment(), methods, loaded=(model, tokenizer))[args.method], args.method
+        exp = from_parameters(args.params)[0] if args.params else Experiment()
+        draft, name = trained_drafts(exp, methods, loaded=(model, tokenizer))[args.method], args.method
     source = draft.config.source  # a layer tuple, or FINAL_NORM (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]

@@ -25,14 +25,14 @@ import argparse
 import json
 from pathlib import Path
 
-import yaml
 
 import torch
 
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.experiment import Experiment, data_key, groups, train_group, trained_drafts, training_data
+from elsi_lib.draft.experiment import (Experiment, data_key, from_parameters, groups, train_group, trained_drafts,
+                                      training_data)
 from elsi_lib.draft.methods import draft_methods, select_methods
 from elsi_lib.draft.tables import AVG, read_tau_csv
 from elsi_lib.draft.export import save_draft
@@ -72,9 +72,8 @@ def small_drafts(model, tokenizer, methods) -> dict:
 def strong_drafts(model, tokenizer, methods) -> dict:
     """EAGLE3's strong draft and the best entropy-chosen one (AVG tau, 60 nodes, T = 0, notebook 07's
     table), from notebook 07's finished checkpoint."""
-    params = yaml.safe_load(STRONG_PARAMS.read_text())
-    exp = Experiment.from_dict({"model": params["MODEL"], **params["EXPERIMENT"]})
-    methods = select_methods(methods, params["METHOD_IDS"], present_only=True)
+    exp, method_ids = from_parameters(STRONG_PARAMS)
+    methods = select_methods(methods, method_ids, present_only=True)
     table = read_tau_csv(STRONG_TABLE)
     cells = table[(table.column == AVG) & (table.temperature == 0) & (table.nodes == 60)].set_index("method").tau
     labels = dict(zip(methods.method, methods["id"]))

@@ -202,3 +202,20 @@ def test_stage_log_sums_interrupted_and_resumed_runs(tiny_experiment, tmp_path):
     assert history.loc["replay", "seconds"] == pytest.approx(sum(l["seconds"] for l in lines if l["stage"] == "replay"))
     assert history.loc["total", "seconds"] == pytest.approx(sum(l["seconds"] for l in lines))
     assert {"load the target", "held-out step accuracy", "training seed0 (2 drafts)"} <= set(history.index)
+
+
+def test_the_notebooks_parameter_files_are_experiments():
+    """`make tables` and `make tables-strong` pass these files to papermill: each must name valid
+    Experiment fields (from_dict refuses others), and notebook 07's its methods."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    small, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_scale.yaml")
+    assert small == E.Experiment(model="smollm2-135m") and ids is None
+    strong, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_strong.yaml")
+    assert ids == ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3"]
+    assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
+                                                                                           (1000, 3000))
+    assert strong.train.batch_tokens == 2048 and strong.seeds == (0,) and not strong.lever_lm_head
+    seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(6)]})
+    plan = budget.plan(strong, seven)
+    assert plan.stage.str.startswith("live target forward").any() and plan.minutes.iloc[-1] > 600  # hours

@@ -79,6 +79,17 @@ class Experiment:
         return cls(train=train, **params)
 
 
+def from_parameters(path) -> tuple[Experiment, list | None]:
+    """The experiment of a notebook parameter file (the YAML `make tables` / `make tables-strong` pass
+    to papermill: MODEL, EXPERIMENT and, for notebook 07, METHOD_IDS): (Experiment, method ids or None)."""
+    import yaml
+
+    params = yaml.safe_load(open(path).read()) or {}
+    experiment = Experiment.from_dict({**({"model": params["MODEL"]} if "MODEL" in params else {}),
+                                       **(params.get("EXPERIMENT") or {})})
+    return experiment, params.get("METHOD_IDS")
+
+
 @dataclass(frozen=True)
 class Group:
     """Drafts trained in lock-step: one seed, one lm_head start, {method id: source} and their labels."""

@@ -260,12 +260,12 @@ def finished_drafts(path, full_key: dict, target) -> dict:
     missing, corrupt, of another configuration or unfinished."""
     state, problem = read_checkpoint(path)
     if state is None:
-        raise RuntimeError(f"{path}: {problem}; train the drafts first (`make tables`, notebook 06)")
+        raise RuntimeError(f"{path}: {problem}; train the drafts first (`make tables`: notebook 06; `make tables-strong`: 07)")
     if state["key"] != full_key:
         raise RuntimeError(f"{path} holds drafts of another configuration; train these first")
     if state["done"] < state["total"]:
         raise RuntimeError(f"{path}: the drafts are trained to batch {state['done']} of {state['total']}; "
-                           "finish them with `make tables` (notebook 06) first")
+                           "finish them first (`make tables`: notebook 06; `make tables-strong`: 07)")
     return {m: draft_from_record(record, target) for m, record in state["drafts"].items()}
 
 
