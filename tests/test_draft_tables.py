@@ -93,6 +93,22 @@ def test_tau_table_avg_bootstrap_is_stratified_by_column():
     assert high.loc["A", "AVG"] == pytest.approx(1.8)
 
 
+def test_avg_interval_of_one_question_per_column_is_not_zero_width():
+    """One question per column: every stratum resamples to itself, so a stratified AVG interval would
+    have zero width however the questions differ. AVG then resamples all questions together: an
+    interval with width that holds the estimate, while each one-question cell has none; the paired
+    difference does the same."""
+    columns = ["MT", "Trans", "Sum", "QA", "M/R", "RAG"]
+    taus = [1.0, 1.2, 1.0, 1.6, 1.1, 1.0]
+    results = frame({"A": {c: [t] for c, t in zip(columns, taus)},
+                     "B": {c: [t + d] for c, t, d in zip(columns, taus, [0.0, 0.3, 0.0, 0.0, 0.1, 0.0])}})
+    tau, low, high = T.tau_table(results, 30, n_boot=500)
+    assert low.loc["A", "AVG"] < tau.loc["A", "AVG"] < high.loc["A", "AVG"]
+    assert low.loc["A", columns].isna().all()
+    paired = T.paired_differences(results, 30, baseline="A", n_boot=500).set_index("method")
+    assert paired.loc["B", "low"] < paired.loc["B", "diff"] < paired.loc["B", "high"]
+
+
 def test_tau_table_interval_shrinks_as_questions_are_added():
     taus = {"MT": [1.0, 2.0, 3.5, 4.0], "QA": [1.5, 2.5, 3.0, 5.0]}
     few = frame({"A": taus})
@@ -193,12 +209,12 @@ def test_paired_share_ahead_is_one_when_better_on_every_question_and_zero_when_w
 
 
 def test_paired_bootstrap_is_stratified_by_column():
-    """Differences +1 on the 3 MT questions and -1 on the QA one: stratified, every draw's mean is
-    (3 - 1) / 4 = 0.5; unstratified, draws with more QA questions would go down to -1."""
-    results = frame({"base": {"MT": [1.0, 2.0, 3.0], "QA": [5.0]}, "X": {"MT": [2.0, 3.0, 4.0], "QA": [4.0]}})
+    """Differences +1 on the 3 MT questions and -1 on the 2 QA ones: stratified, every draw's mean is
+    (3 - 2) / 5 = 0.2; unstratified, draws with more QA questions would go down to -1."""
+    results = frame({"base": {"MT": [1.0, 2.0, 3.0], "QA": [5.0, 6.0]}, "X": {"MT": [2.0, 3.0, 4.0], "QA": [4.0, 5.0]}})
     row = T.paired_differences(results, 30, "base", n_boot=500).iloc[0]
-    assert row["diff"] == pytest.approx(0.5)
-    assert row["low"] == pytest.approx(0.5) and row["high"] == pytest.approx(0.5)
+    assert row["diff"] == pytest.approx(0.2)
+    assert row["low"] == pytest.approx(0.2) and row["high"] == pytest.approx(0.2)
     assert row["P(ahead)"] == 1.0
 
 

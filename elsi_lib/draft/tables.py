@@ -7,7 +7,8 @@ rounds), plus rounds and, from the experiment, temperature. A cell is the mean o
 weighs questions by their rounds: with continuations of one fixed length the two differ little). AVG
 is sample-weighted: the mean over all questions, as the paper's AVG over SpecBench's questions.
 Intervals are percentile bootstraps over questions (seeded), resampled within each column so that
-the column sizes stay fixed; paired differences resample the same questions for both methods.
+the column sizes stay fixed (AVG across all questions together when a column holds fewer than
+MIN_QUESTIONS); paired differences resample the same questions for both methods.
 
 What the tables refuse (ValueError) rather than estimate: missing required columns; a tree size,
 training seed or temperature that is not in the results; results holding several temperatures when
@@ -52,11 +53,16 @@ def _columns(results) -> list[str]:
 
 def _resample(frame, n_boot: int, seed: int) -> dict[str, np.ndarray]:
     """{column: (n_boot, Q_c) bootstrap row indices of `frame` within that column}, plus AVG: their
-    concatenation (n_boot, Q), a bootstrap stratified by column."""
+    concatenation (n_boot, Q), a bootstrap stratified by column, or, when a column holds fewer than
+    MIN_QUESTIONS questions, a resample of all Q rows together (a stratum of one question never varies:
+    strata of one each would give AVG a zero-width interval)."""
     rng = np.random.default_rng(seed)
     draws = {col: rng.choice(rows, size=(n_boot, len(rows)), replace=True)
              for col, rows in frame.groupby("column", sort=False).indices.items()}
-    draws[AVG] = np.concatenate(list(draws.values()), axis=1)
+    if min(d.shape[1] for d in draws.values()) >= MIN_QUESTIONS:
+        draws[AVG] = np.concatenate(list(draws.values()), axis=1)
+    else:
+        draws[AVG] = rng.choice(len(frame), size=(n_boot, len(frame)), replace=True)
     return draws
 
 
