@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-strong lab data bench clean test-engines test-engines-strong replies-strong
+.PHONY: venv models test figures tables tables-qwen tables-strong lab data bench clean test-engines test-engines-strong replies-strong
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -107,6 +107,13 @@ tables: venv
 	mkdir -p build figures data/results
 	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_scale.yaml \
 	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens.ipynb
+
+# Notebook 06 on the second family (the paper's Table 3 protocol on Qwen2.5-Coder-0.5B, replies by
+# vLLM): data/results/table3_*. Hours on 2 cores, resumable as `make tables`.
+tables-qwen: venv models $(ENGINES_STAMP)
+	mkdir -p build figures data/results
+	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_qwen.yaml \
+	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens_qwen.ipynb
 
 # Notebook 07: the strong drafts (every training prompt, replies by vLLM, live features) and their
 # learning curve. Many hours on 2 cores, over several sessions: every stage resumes from its caches

@@ -211,6 +211,8 @@ def test_the_notebooks_parameter_files_are_experiments():
 
     small, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_scale.yaml")
     assert small == E.Experiment(model="smollm2-135m") and ids is None
+    qwen, _ = E.from_parameters(REPO_ROOT / "notebooks" / "tables_qwen.yaml")
+    assert qwen == E.Experiment(model="qwen2.5-coder-0.5b", reply_engine="vllm", lever_lm_head=False)
     strong, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_strong.yaml")
     assert ids == ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3"]
     assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
