@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 
 FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
-METHODS = ("elsi", "elsi-c", "exhaustive", "eagle3", "eagle2")
-MEASURED = ("elsi", "elsi-c", "exhaustive")  # the methods whose set comes from the capture
+METHODS = ("elsi", "elsi-c", "exhaustive", "probe", "eagle3", "eagle2")
+MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set comes from the capture
 
 
 class UsageError(Exception):
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json")
     _capture_options(select)
     select.add_argument("--m", type=int, default=3, help="layers in the set (default 3)")
-    select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1)")
+    select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1); probe: "
+                        "the task probe (ridge map from the set's states to the target's next-token state)")
     select.add_argument("--k-beam", type=int, default=10, help="beam width (default 10)")
     select.add_argument("--k-expand", type=int, default=5, help="expansion pool (default 5)")
     select.add_argument("--format", choices=FORMATS, default="text", help="default text")
@@ -83,6 +84,8 @@ def _check(args) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     if getattr(args, "stability", 0) < 0:
         raise UsageError(f"--stability must be >= 0, got {args.stability}")
+    if getattr(args, "stability", 0) and args.method == "probe":
+        raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
     if getattr(args, "stability", 0) and args.method not in MEASURED:
         raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
                          f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
@@ -187,6 +190,7 @@ def _stats(args, job: _Job):
         described = {"data": "calibration mix"}
     described.update({"prompts": len(conversations), "conversations_sha256": conversations_hash(conversations),
                       "reply_model": args.reply_model})
+    job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
     stats = capture_selections(args.model, conversations, settings, loaded=job.loaded)["entropy"]
     if stats.Z.shape[0] != job.n_layers:
         raise RuntimeError(f"the capture has {stats.Z.shape[0]} layers, the model {job.n_layers}")
@@ -222,10 +226,19 @@ def _check_select(args, job: _Job) -> None:
             raise UsageError(f"--format {args.format} cannot express --method {args.method}'s set {layers}: {err}") from None
 
 
-def _selection(Z, args):
+def _selection(Z, args, job=None):
     from .selection import select
 
     N = Z.shape[0]
+    if args.method == "probe":
+        from .hidden.probe_capture import cached_probe
+        from .selection.probe import probe_choice
+
+        if args.m > N:
+            raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+        job.probe = probe_choice(cached_probe(*job.loaded, job.conversations, max_length=job.max_length),
+                                 args.m, k_beam=args.k_beam)
+        return job.probe.layers
     if args.m > N and args.method in MEASURED:
         raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
     if args.method == "elsi":
@@ -258,7 +271,7 @@ def cmd_select(args) -> str:
     stats, described = _stats(args, job)
     model = job.loaded[0]
     Z, N = stats.Z, stats.Z.shape[0]
-    layers = tuple(int(l) for l in _selection(Z, args))
+    layers = tuple(int(l) for l in _selection(Z, args, job))
     fragment = None
     if args.format not in ("text", "json"):
         try:
@@ -275,6 +288,9 @@ def cmd_select(args) -> str:
                              **described, "rho": args.rho, "block": args.block, "seed": args.seed,
                              "k_beam": args.k_beam, "k_expand": args.k_expand, "elsi_version": __version__,
                              "n_layers": N, "convention": "elsi: layer l = output of decoder layer l"}}
+    if args.method == "probe":
+        result["probe"] = {"heldout_relative_error": job.probe.error, "ridge": job.probe.ridge,
+                           "search": job.probe.search}
     if args.stability:
         from .paper.study import bootstrap_choices
         methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
@@ -305,6 +321,9 @@ def cmd_select(args) -> str:
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
     except ValueError as err:
         lines.append(f"SGLang: none: {err}")
+    if args.method == "probe":
+        lines.append(f"probe: held-out relative error {job.probe.error:.4f} (ridge {job.probe.ridge:g}, "
+                     f"{job.probe.search} search)")
     if args.stability:
         lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
                      f"{args.stability} bootstrap resamples of the prompts")

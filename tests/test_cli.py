@@ -181,6 +181,25 @@ def test_help_has_examples(capsys):
         assert exit_info.value.code == 0 and "example:" in capsys.readouterr().out
 
 
+def test_probe_selects_by_the_cached_probe(capsys, folder, data, monkeypatch):
+    """--method probe: a set and its held-out error in the JSON and the text; later runs (any m) read the
+    probe's cache; --stability is refused for it (selection itself: tests/test_probe.py)."""
+    from elsi_lib.hidden import probe_capture
+
+    code, out, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 2, "--format", "json")
+    result = json.loads(out)
+    assert code == 0 and result["method"] == "probe" and len(result["layers"]) == 2
+    assert 0 < result["probe"]["heldout_relative_error"] and result["probe"]["search"] == "exhaustive"
+    with monkeypatch.context() as patch:
+        patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
+        code, text, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 2)
+        assert code == 0 and "probe: held-out relative error" in text
+        code, out, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 3, "--format", "json")
+        assert code == 0 and len(json.loads(out)["layers"]) == 3  # another m: the same cached statistics
+    code, _, err = run(capsys, "select", *base(folder, data), "--method", "probe", "--stability", 3)
+    assert code == 2 and "--method probe" in err
+
+
 def test_capture_report_and_stability(capsys, folder, data, tmp_path):
     code, out, _ = run(capsys, "capture", *base(folder, data))
     assert code == 0 and "Z (8, 4," in out

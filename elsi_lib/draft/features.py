@@ -26,7 +26,7 @@ import torch
 
 from ..common.cachefiles import check_writable, keyed_path, replace_folder, verify_manifest, write_manifest
 from ..inputs.prompts import conversations_hash
-from ..inputs.chat import tokenize_conversation
+from ..inputs.chat import reply_starts
 from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
@@ -35,22 +35,6 @@ from .model import FINAL_NORM
 FORMAT = 1
 SHARD = 64  # sequences per shard
 ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")  # "final": the final-norm state
-
-
-def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
-    """Index of each conversation's first reply token: the length of its prompt rendered with the
-    generation prompt (which must be a prefix of the full rendering), cut to `max_length`."""
-    starts = []
-    for i, conversation in enumerate(conversations):
-        if conversation[-1]["role"] != "assistant":
-            raise ValueError(f"conversation {i} does not end with an assistant reply")
-        full = tokenize_conversation(tokenizer, conversation)[0]
-        prompt = tokenize_conversation(tokenizer, conversation[:-1], add_generation_prompt=True)[0]
-        if full[:len(prompt)] != prompt:
-            raise ValueError(f"conversation {i}: the prompt with its generation prompt is not a prefix of the "
-                             "rendered conversation; replies cannot be located")
-        starts.append(min(len(prompt), max_length))
-    return starts
 
 
 @torch.no_grad()

@@ -15,7 +15,8 @@ import numpy as np
 import torch
 
 from ..hidden.forward import hidden_batches, pad_id, tokenize_samples
-from .features import is_final_norm, greedy_next, reply_starts
+from ..inputs.chat import reply_starts
+from .features import greedy_next, is_final_norm
 
 
 class LiveFeatures:

@@ -45,3 +45,19 @@ def truncate(ids: list, max_length: int) -> list:
     attention sink that the statistics depend on; a reply to a prompt that already fills
     `max_length` lies past the cut and never enters them."""
     return ids[:max_length]
+
+
+def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
+    """Index of each conversation's first reply token: the length of its prompt rendered with the
+    generation prompt (which must be a prefix of the full rendering), cut to `max_length`."""
+    starts = []
+    for i, conversation in enumerate(conversations):
+        if conversation[-1]["role"] != "assistant":
+            raise ValueError(f"conversation {i} does not end with an assistant reply")
+        full = tokenize_conversation(tokenizer, conversation)[0]
+        prompt = tokenize_conversation(tokenizer, conversation[:-1], add_generation_prompt=True)[0]
+        if full[:len(prompt)] != prompt:
+            raise ValueError(f"conversation {i}: the prompt with its generation prompt is not a prefix of the "
+                             "rendered conversation; replies cannot be located")
+        starts.append(min(len(prompt), max_length))
+    return starts

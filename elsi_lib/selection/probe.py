@@ -1,0 +1,204 @@
+"""A task probe of a layer set: how well a ridge map from what EAGLE-3's first draft step sees predicts
+what decides the target's next token, scored for every set from per-block Gram statistics.
+
+At a reply position t the draft's first step reads the states of its layers L at t and the embedding
+of token t+1, and must predict token t+2, which the target decides from its last state after the
+final norm at t+1. The probe fits
+
+    y_t ~ [x_{a,t} | x_{b,t} | ... | e_{t+1}] W        (a ridge regression, one W per set L)
+
+on training tokens and scores L by the held-out relative error ||Y_h - X_h W||^2 / ||Y_h||^2 (both
+centred by the training means); lower is better. `agreement` adds, for a few sets, the held-out
+share of tokens where the target's lm_head on the prediction picks the target's own next token.
+
+Choices (every one a parameter): each block (a layer's output, or the embedding) is centred and
+scaled to unit mean square per coordinate, then reduced to its top `rank` principal components on the
+training tokens (`fit_probe`), so that a set's system is (m + 1) * rank wide whatever d is; the
+ridge penalty is `ridge` * n_train on those components. With the reduced features z, every set's
+fit needs only blocks of G = Z^T Z and C = Z^T Y (training) and G_h, C_h, ||Y_h||^2 (held-out):
+
+    W = (G_SS + ridge * n I)^-1 C_S,   error = ||Y_h||^2 - 2 tr(W^T C_h,S) + tr(W^T G_h,SS W)
+
+so all C(N, m) sets are scored without the model (`set_errors`). Float64 throughout.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ProbeStats:
+    """Sufficient statistics of the probe on reduced features: blocks 0..N-1 the layers, block N the
+    embedding of the next token; every array float64."""
+
+    gram: np.ndarray           # (K, K) training Z^T Z, K = (N + 1) * rank
+    cross: np.ndarray          # (K, d) training Z^T Y
+    heldout_gram: np.ndarray   # (K, K)
+    heldout_cross: np.ndarray  # (K, d)
+    heldout_yy: float          # ||Y_h||^2 (centred by the training mean)
+    n_train: int
+    n_heldout: int
+    rank: int
+    kept_variance: np.ndarray  # (N + 1,) share of each block's variance its components keep
+    heldout_z: np.ndarray      # (n_h, K) float32 held-out reduced features (for `agreement`)
+    heldout_next: np.ndarray   # (n_h,) the target's own next token at each held-out row (-1: unknown)
+    y_mean: np.ndarray         # (d,) the training targets' mean
+
+    @property
+    def n_layers(self) -> int:
+        return self.gram.shape[0] // self.rank - 1
+
+    def columns(self, layers) -> np.ndarray:
+        """Columns of Z for `layers` and the embedding block, in that order."""
+        blocks = [*layers, self.n_layers]
+        return np.concatenate([np.arange(b * self.rank, (b + 1) * self.rank) for b in blocks])
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """How raw features become Z: per block (N + 1) the training mean (d,), scale () and components
+    (d, rank), the share of the block's variance those components keep, and the targets' mean."""
+
+    means: np.ndarray       # (N + 1, d)
+    scales: np.ndarray      # (N + 1,)
+    components: np.ndarray  # (N + 1, d, rank)
+    kept_variance: np.ndarray  # (N + 1,)
+    y_mean: np.ndarray      # (d,)
+
+    def apply(self, x: np.ndarray, chunk: int = 1024) -> np.ndarray:
+        """x (n, N + 1, d) raw -> Z (n, (N + 1) * rank) float64, in chunks of rows."""
+        out = np.empty((len(x), self.components.shape[0] * self.components.shape[2]))
+        for i in range(0, len(x), chunk):
+            part = (np.asarray(x[i:i + chunk], np.float64) - self.means) / self.scales[:, None]  # (c, N + 1, d)
+            out[i:i + chunk] = np.einsum("nbd,bdr->nbr", part, self.components).reshape(len(part), -1)
+        return out
+
+
+def fit_reduction(x: np.ndarray, y: np.ndarray, rank: int) -> Reduction:
+    """Centring, scaling and top-`rank` principal components of each block of training features
+    x (n, N + 1, d), one block at a time; y (n, d) only gives its mean."""
+    n, blocks, d = x.shape
+    if not 1 <= rank <= d:
+        raise ValueError(f"rank must be in 1..{d} (the features' width), got {rank}")
+    means, scales = np.empty((blocks, d)), np.empty(blocks)
+    components, kept = np.empty((blocks, d, rank)), np.empty(blocks)
+    for b in range(blocks):
+        block = np.array(x[:, b], np.float64)  # (n, d), a copy: the caller's x stays as it is
+        means[b] = block.mean(0)
+        block -= means[b]
+        values, vectors = np.linalg.eigh(block.T @ block)  # ascending
+        if values[-1] <= 0:
+            raise ValueError(f"block {b} is constant over the training tokens")
+        scales[b] = np.sqrt(max(values.sum(), 0.0) / (n * d))  # root mean square per coordinate
+        components[b], kept[b] = vectors[:, ::-1][:, :rank], values[::-1][:rank].sum() / values.sum()
+    return Reduction(means, scales, components, kept, np.asarray(y, np.float64).mean(0))
+
+
+def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
+    """ProbeStats of training features x (n, N + 1, d) -> targets y (n, d) and held-out ones (with the
+    target's own next token at each held-out row, for `agreement`), each block reduced to `rank`
+    components (`fit_reduction` on the training tokens)."""
+    reduction = fit_reduction(x, y, rank)
+    z, zh = reduction.apply(x), reduction.apply(heldout_x)
+    yc, yhc = np.asarray(y, np.float64) - reduction.y_mean, np.asarray(heldout_y, np.float64) - reduction.y_mean
+    following = np.full(len(zh), -1) if heldout_next is None else np.asarray(heldout_next, np.int64)
+    stats = ProbeStats(z.T @ z, z.T @ yc, zh.T @ zh, zh.T @ yhc, float(np.sum(yhc ** 2)), len(z), len(zh), rank,
+                       reduction.kept_variance, zh.astype(np.float32), following, reduction.y_mean)
+    return stats, reduction
+
+
+def fit_set(stats: ProbeStats, layers, ridge: float) -> np.ndarray:
+    """W ((m + 1) * rank, d) of the ridge map for `layers` (their blocks and the embedding's)."""
+    S = stats.columns(layers)
+    A = stats.gram[np.ix_(S, S)] + ridge * stats.n_train * np.eye(len(S))
+    return np.linalg.solve(A, stats.cross[S])
+
+
+def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
+    """Held-out relative error of each set's ridge map (module docstring), (len(sets),) float64."""
+    if ridge <= 0:
+        raise ValueError(f"ridge must be positive, got {ridge}")
+    out = np.empty(len(sets))
+    for i, layers in enumerate(sets):
+        S = stats.columns(layers)
+        A = stats.gram[np.ix_(S, S)] + ridge * stats.n_train * np.eye(len(S))
+        factor = np.linalg.cholesky(A)
+        W = np.linalg.solve(factor.T, np.linalg.solve(factor, stats.cross[S]))  # ((m+1) r, d)
+        fitted = np.sum(W * (stats.heldout_gram[np.ix_(S, S)] @ W))
+        out[i] = (stats.heldout_yy - 2 * np.sum(W * stats.heldout_cross[S]) + fitted) / stats.heldout_yy
+    return out
+
+
+def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> tuple[float, dict]:
+    """The ridge of `grid` with the lowest mean held-out error over `sets`, and {ridge: that mean}."""
+    means = {float(r): float(set_errors(stats, sets, r).mean()) for r in grid}
+    return min(means, key=means.get), means
+
+
+def probe_ranking(stats: ProbeStats, m: int, ridge: float, *, limit: int = 20000):
+    """Every m-set of the N layers with its held-out error, best (lowest) first: (sets, errors).
+    Refuses more than `limit` sets (use `probe_beam`)."""
+    N = stats.n_layers
+    if not 1 <= m <= N:
+        raise ValueError(f"m must be in 1..{N}, got {m}")
+    sets = list(itertools.combinations(range(N), m))
+    if len(sets) > limit:
+        raise ValueError(f"{len(sets)} sets of {m} layers exceed limit={limit}: use probe_beam")
+    errors = set_errors(stats, sets, ridge)
+    order = np.argsort(errors, kind="stable")
+    return [sets[i] for i in order], errors[order]
+
+
+def probe_beam(stats: ProbeStats, m: int, ridge: float, k_beam: int = 10) -> tuple[tuple, float]:
+    """Beam search by held-out error (the sets of size k + 1 extend the `k_beam` best of size k by one
+    layer each), for when C(N, m) is too many to score: (best set, its error)."""
+    N = stats.n_layers
+    beam = [()]
+    for _ in range(m):
+        children = sorted({tuple(sorted(s + (l,))) for s in beam for l in range(N) if l not in s})
+        errors = set_errors(stats, children, ridge)
+        order = np.argsort(errors, kind="stable")[:k_beam]
+        beam, best = [children[i] for i in order], float(errors[order[0]])
+    return beam[0], best
+
+
+def agreement(stats: ProbeStats, layers, ridge: float, lm_head: np.ndarray) -> float:
+    """Held-out share of rows where the target's lm_head (V, d) on the set's ridge prediction picks
+    the target's own next token (`heldout_next`)."""
+    if (stats.heldout_next < 0).any():
+        raise ValueError("these probe statistics hold no next tokens: pass heldout_next to probe_stats")
+    W = fit_set(stats, layers, ridge)
+    prediction = stats.heldout_z[:, stats.columns(layers)].astype(np.float64) @ W + stats.y_mean  # (n_h, d)
+    return float(np.mean(np.argmax(prediction @ np.asarray(lm_head, np.float64).T, axis=1) == stats.heldout_next))
+
+
+@dataclass(frozen=True)
+class ProbeChoice:
+    """The probe's set of m layers, its held-out error, the ridge chosen, and how it was searched."""
+
+    layers: tuple
+    error: float
+    ridge: float
+    search: str  # "exhaustive" or "beam"
+    ridge_errors: dict  # {ridge: mean held-out error over the sets it was chosen on}
+
+
+def probe_choice(stats: ProbeStats, m: int, *, k_beam: int = 10, exhaustive_limit: int = 5000,
+                 ridge_sets: int = 64, seed: int = 0, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> ProbeChoice:
+    """Select m layers by the probe: the ridge of `grid` with the lowest mean held-out error over
+    `ridge_sets` seeded random m-sets, then every m-set scored when there are at most
+    `exhaustive_limit` of them, else beam search (`probe_beam`)."""
+    N = stats.n_layers
+    if not 1 <= m <= N:
+        raise ValueError(f"m must be in 1..{N}, got {m}")
+    rng = np.random.default_rng(seed)
+    sample = sorted({tuple(sorted(rng.choice(N, m, replace=False).tolist())) for _ in range(ridge_sets)})
+    ridge, means = choose_ridge(stats, sample, grid)
+    if len(list(itertools.islice(itertools.combinations(range(N), m), exhaustive_limit + 1))) <= exhaustive_limit:
+        sets, errors = probe_ranking(stats, m, ridge, limit=exhaustive_limit)
+        return ProbeChoice(sets[0], float(errors[0]), ridge, "exhaustive", means)
+    layers, error = probe_beam(stats, m, ridge, k_beam)
+    return ProbeChoice(layers, error, ridge, "beam", means)

@@ -1,0 +1,58 @@
+"""The probe's rows and cached statistics (elsi_lib.hidden.probe_capture) on a tiny random target."""
+import numpy as np
+import pytest
+import torch
+
+from conftest import replied_conversations
+from elsi_lib.common.cachefiles import cache_dir
+from elsi_lib.hidden import probe_capture as C
+from elsi_lib.inputs.chat import reply_starts, tokenize_conversation
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_rows_are_what_the_first_draft_step_sees(tiny_model, tiny_tokenizer):
+    conversations = replied_conversations(4)
+    rows = C.probe_rows(tiny_model, tiny_tokenizer, conversations, progress=False)
+    N, d = len(tiny_model.get_decoder().layers), tiny_model.config.hidden_size
+    assert rows["x"].shape[1:] == (N + 1, d) and rows["y"].shape[1:] == (d,)
+    starts = reply_starts(tiny_tokenizer, conversations, 1024)
+    for i, conversation in enumerate(conversations):
+        ids = torch.tensor(tokenize_conversation(tiny_tokenizer, conversation)[0])
+        mine = rows["conversation"] == i
+        assert mine.sum() == len(ids) - starts[i]  # t = start - 1 .. T - 2
+        with torch.no_grad():
+            out = tiny_model(ids[None], output_hidden_states=True)
+        t = np.arange(starts[i] - 1, len(ids) - 1)
+        for layer in range(N - 1):  # hidden_states[l + 1] is the output of layer l (the last is after the norm)
+            assert rows["x"][mine][:, layer] == pytest.approx(out.hidden_states[layer + 1][0, t].numpy(), abs=1e-4)
+        embedding = tiny_model.get_input_embeddings().weight[ids[t + 1]].detach().numpy()
+        assert rows["x"][mine][:, N] == pytest.approx(embedding, abs=1e-6)
+        assert rows["y"][mine] == pytest.approx(out.hidden_states[-1][0, t + 1].numpy(), abs=1e-4)
+        assert (rows["next"][mine] == out.logits[0, t + 1].argmax(-1).numpy()).all()
+
+
+def test_heldout_conversations_are_a_seeded_share():
+    held = C.heldout_conversations(20, 0.25, seed=3)
+    assert len(held) == 5 and (held == C.heldout_conversations(20, 0.25, seed=3)).all()
+    assert not (held == C.heldout_conversations(20, 0.25, seed=4)).all()
+    assert len(C.heldout_conversations(3, 0.01, 0)) == 1 and len(C.heldout_conversations(3, 0.99, 0)) == 2
+    with pytest.raises(ValueError, match="heldout_share"):
+        C.heldout_conversations(1, 0.5, 0)
+
+
+def test_cached_probe_is_reused_and_a_corrupt_cache_rebuilt(tiny_model, tiny_tokenizer, monkeypatch):
+    conversations = replied_conversations(8)
+    stats = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+    assert stats.n_train + stats.n_heldout == len(C.probe_rows(tiny_model, tiny_tokenizer, conversations,
+                                                               progress=False)["y"])
+    with monkeypatch.context() as patch:
+        patch.setattr(C, "probe_rows", lambda *a, **k: pytest.fail("recomputed"))
+        again = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+    assert all(np.array_equal(getattr(stats, f), getattr(again, f)) for f in C.FIELDS)
+    path = next((cache_dir() / "probe").iterdir())
+    path.write_bytes(path.read_bytes()[:-10])  # truncated
+    rebuilt = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+    assert np.array_equal(rebuilt.gram, stats.gram)
+    other = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=3, progress=False)
+    assert other.gram.shape != stats.gram.shape  # another configuration, another entry
