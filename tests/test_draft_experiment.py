@@ -214,10 +214,11 @@ def test_the_notebooks_parameter_files_are_experiments():
     qwen, _ = E.from_parameters(REPO_ROOT / "notebooks" / "tables_qwen.yaml")
     assert qwen == E.Experiment(model="qwen2.5-coder-0.5b", reply_engine="vllm", lever_lm_head=False)
     strong, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_strong.yaml")
-    assert ids == ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3"]
+    assert ids == ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3",
+                   "probe-m3"]
     assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
                                                                                            (1000, 3000))
     assert strong.train.batch_tokens == 2048 and strong.seeds == (0,) and not strong.lever_lm_head
-    seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(6)]})
+    seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(7)]})
     plan = budget.plan(strong, seven)
     assert plan.stage.str.startswith("live target forward").any() and plan.minutes.iloc[-1] > 600  # hours

@@ -130,3 +130,16 @@ def test_select_methods_keeps_the_order_given_and_names_a_missing_id():
     with pytest.raises(KeyError, match="no method 'elsi-c-m3'"):
         select_methods(methods, ["eagle3", "elsi-c-m3"])
     assert list(select_methods(methods, ["elsi-c-m3", "eagle3"], present_only=True)["id"]) == ["eagle3"]
+
+
+def test_the_probes_sets_join_the_methods_unless_another_method_has_them():
+    Z = random_layers(N, 6, 10, seed=1)
+    stats = stats_for(Z, random_layers(N, 6, 10, seed=101))
+    base = draft_methods(stats)
+    fresh = next(s for s in itertools.combinations(range(N), 3) if s not in set(base.source))
+    with_probe = draft_methods(stats, probe={3: SimpleNamespace(layers=fresh)})  # a ProbeChoice, or its layers
+    row = method_row(with_probe, "probe-m3")
+    assert row.source == fresh and row.method == "probe m=3" and row.setting == "probe" and row.m == 3
+    assert row.entropy == pytest.approx(set_entropy(Z, fresh)) and len(with_probe) == len(base) + 1
+    taken = draft_methods(stats, probe={3: base.set_index("id").source["eagle3"]})
+    assert "probe-m3" not in set(taken["id"]) and len(taken) == len(base)  # EAGLE3's set: the same draft

@@ -22,14 +22,17 @@ VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("
 COLUMNS = ["id", "method", "source", "setting", "m", "layers", "entropy"]
 
 
-def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
+def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None = None) -> pd.DataFrame:
     """The layer sets of notebook 06 from one model's calibration statistics ({selection: LayerStats}):
     EAGLE2 (the normed last hidden state), EAGLE3 (EAGLE's [2, N//2, N-3] as inputs of those layers,
     converted to elsi's output convention), ELSI m=1 under the paper's rule and unrestricted, ELSI and
     ELSI-C m=2, 3, the lowest-entropy control (m=3), and ELSI m=3 under notebook 05's variants when
     they choose a different set. Columns: id (the method's identity), method (its label), source
     (layer tuple or FINAL_NORM), setting, m, layers (for entropy), entropy (set entropy on the paper
-    setting's Z). The unrestricted m = 1 set and a variant are kept only when they add a new set."""
+    setting's Z). The unrestricted m = 1 set and a variant are kept only when they add a new set.
+    `probe` ({m: layers}, e.g. from `calibration.probe_choices`) adds the task probe's sets as
+    "probe-m<m>", kept (as the variants) only when another method has not the same set: a second draft on
+    the same set would be the same draft."""
     Z = stats["entropy"].Z
     N = n_layers or Z.shape[0]
     tables = {name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
@@ -48,6 +51,8 @@ def draft_methods(stats: dict, n_layers: int | None = None) -> pd.DataFrame:
     for setting, (slug, label) in VARIANTS.items():
         rows.append((f"elsi-m3-{slug}", f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting,
                      None, True))
+    for m, layers in sorted((probe or {}).items()):
+        rows.append((f"probe-m{m}", f"probe m={m}", getattr(layers, "layers", layers), "probe", None, True))
     out, seen = [], set()
     for method_id, label, source, setting, layers, only_if_new in rows:
         source = source if source == FINAL_NORM else tuple(int(l) for l in source)

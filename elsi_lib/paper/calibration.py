@@ -95,3 +95,17 @@ def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
                      f"tokens, {counts['blocks']} blocks of {block} ({counts['samples_without_block']} "
                      "conversations too short for a block)")
     return "\n".join(lines)
+
+
+def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
+                  progress: bool = True, loaded: tuple | None = None) -> dict:
+    """{m: `selection.probe.ProbeChoice`}: the task probe's sets for one model on the same calibration
+    conversations as `paper_stats` (its statistics cached, `hidden.probe_capture.cached_probe`)."""
+    from ..hidden.probe_capture import cached_probe
+    from ..selection.probe import probe_choice
+
+    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
+                                              loaded=loaded if model_name == reply_model else None)
+    model, tokenizer = loaded or load_model(model_name)
+    stats = cached_probe(model, tokenizer, conversations, max_length=CaptureSettings.max_length, progress=progress)
+    return {m: probe_choice(stats, m) for m in set_sizes}
