@@ -231,13 +231,12 @@ def _selection(Z, args, job=None):
 
     N = Z.shape[0]
     if args.method == "probe":
-        from .hidden.probe_capture import cached_probe
-        from .selection.probe import probe_choice
+        from .hidden.probe_capture import cached_probe_choice
 
         if args.m > N:
             raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
-        job.probe = probe_choice(cached_probe(*job.loaded, job.conversations, max_length=job.max_length),
-                                 args.m, k_beam=args.k_beam)
+        job.probe = cached_probe_choice(*job.loaded, job.conversations, args.m, k_beam=args.k_beam,
+                                        max_length=job.max_length)
         return job.probe.layers
     if args.m > N and args.method in MEASURED:
         raise UsageError(f"--m {args.m} exceeds the model's {N} layers")

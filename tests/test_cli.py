@@ -192,8 +192,12 @@ def test_probe_selects_by_the_cached_probe(capsys, folder, data, monkeypatch):
     assert 0 < result["probe"]["heldout_relative_error"] and result["probe"]["search"] == "exhaustive"
     with monkeypatch.context() as patch:
         patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
+        patch.setattr(probe_capture, "probe_choice", lambda *a, **k: pytest.fail("the choice was recomputed"))
         code, text, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 2)
         assert code == 0 and "probe: held-out relative error" in text
+        assert f"{result['probe']['heldout_relative_error']:.4f}" in text  # the cached choice
+    with monkeypatch.context() as patch:
+        patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
         code, out, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 3, "--format", "json")
         assert code == 0 and len(json.loads(out)["layers"]) == 3  # another m: the same cached statistics
     code, _, err = run(capsys, "select", *base(folder, data), "--method", "probe", "--stability", 3)

@@ -56,3 +56,18 @@ def test_cached_probe_is_reused_and_a_corrupt_cache_rebuilt(tiny_model, tiny_tok
     assert np.array_equal(rebuilt.gram, stats.gram)
     other = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=3, progress=False)
     assert other.gram.shape != stats.gram.shape  # another configuration, another entry
+
+
+def test_the_probes_choice_is_cached_beside_its_statistics(tiny_model, tiny_tokenizer, monkeypatch):
+    from elsi_lib.selection.probe import probe_choice
+
+    conversations = replied_conversations(8)
+    choice = C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 2, rank=4, progress=False)
+    assert choice == probe_choice(C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4), 2)
+    with monkeypatch.context() as patch:
+        patch.setattr(C, "probe_choice", lambda *a, **k: pytest.fail("chosen again"))
+        assert C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 2, rank=4) == choice
+    for path in (cache_dir() / "probe").glob("*.json"):
+        path.write_text("{}")  # foreign content: chosen again, not used
+    assert C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 2, rank=4) == choice
+    assert len(C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 3, rank=4).layers) == 3

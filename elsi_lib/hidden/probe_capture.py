@@ -20,7 +20,7 @@ from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from ..inputs.chat import reply_starts
 from ..inputs.prompts import conversations_hash
-from ..selection.probe import ProbeStats, probe_stats
+from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats
 from .forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 
 FORMAT = 1
@@ -67,12 +67,34 @@ def heldout_conversations(n: int, share: float, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:count])
 
 
+def cached_probe_choice(model, tokenizer, conversations, m: int, *, k_beam: int = 10, **probe) -> ProbeChoice:
+    """`selection.probe.probe_choice` of `cached_probe(..., **probe)` for m layers, itself cached (a
+    JSON beside the statistics: scoring every set takes minutes on 2 cores, reading it a moment)."""
+    stats, key = cached_probe(model, tokenizer, conversations, with_key=True, **probe)
+    choice_key = {**key, "m": m, "k_beam": k_beam, "choice_format": 1}
+    path = keyed_path("probe", choice_key, suffix=".json")
+    if path.is_file():
+        try:
+            entry = json.loads(read_checked(path))
+            if entry["key"] == choice_key:
+                c = entry["choice"]
+                return ProbeChoice(tuple(c["layers"]), c["error"], c["ridge"], c["search"],
+                                   {float(r): e for r, e in c["ridge_errors"].items()})
+        except (ValueError, KeyError, TypeError):
+            pass  # corrupt or foreign: chosen again below
+    choice = probe_choice(stats, m, k_beam=k_beam)
+    entry = {"key": choice_key, "choice": {"layers": list(choice.layers), "error": choice.error, "ridge": choice.ridge,
+                                           "search": choice.search, "ridge_errors": choice.ridge_errors}}
+    write_checked(path, json.dumps(entry).encode())
+    return choice
+
+
 def cached_probe(model, tokenizer, conversations, *, rank: int | None = None, heldout_share: float = 0.25,
-                 seed: int = 0, max_length: int = 1024, progress: bool = True) -> ProbeStats:
+                 seed: int = 0, max_length: int = 1024, progress: bool = True, with_key: bool = False):
     """The probe's statistics of `conversations` on `model` (`selection.probe.probe_stats`, `rank`
     components per block, default RANK or the model's width if smaller), from the cache when one of
     this exact configuration is there and intact (a corrupt or foreign file is rebuilt), else computed
-    and cached."""
+    and cached. With `with_key`: (stats, its cache key)."""
     rank = rank or min(RANK, model.config.hidden_size)
     key = {"format": FORMAT, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
            "library": versions(), "conversations": conversations_hash(conversations), "rank": rank,
@@ -83,7 +105,7 @@ def cached_probe(model, tokenizer, conversations, *, rank: int | None = None, he
         try:
             with np.load(io.BytesIO(read_checked(path))) as data:
                 if json.loads(str(data["key"])) == key:
-                    return _stats(data)
+                    return (_stats(data), key) if with_key else _stats(data)
         except (ValueError, KeyError, OSError):
             pass  # corrupt, truncated or of another layout: rebuilt below
     rows = probe_rows(model, tokenizer, conversations, max_length=max_length, progress=progress)
@@ -93,7 +115,7 @@ def cached_probe(model, tokenizer, conversations, *, rank: int | None = None, he
     buffer = io.BytesIO()
     np.savez(buffer, key=json.dumps(key), **{name: np.asarray(getattr(stats, name)) for name in FIELDS})
     write_checked(path, buffer.getvalue())
-    return stats
+    return (stats, key) if with_key else stats
 
 
 FIELDS = ("gram", "cross", "heldout_gram", "heldout_cross", "heldout_yy", "n_train", "n_heldout", "rank",

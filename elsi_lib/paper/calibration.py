@@ -101,11 +101,10 @@ def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int 
                   progress: bool = True, loaded: tuple | None = None) -> dict:
     """{m: `selection.probe.ProbeChoice`}: the task probe's sets for one model on the same calibration
     conversations as `paper_stats` (its statistics cached, `hidden.probe_capture.cached_probe`)."""
-    from ..hidden.probe_capture import cached_probe
-    from ..selection.probe import probe_choice
+    from ..hidden.probe_capture import cached_probe_choice
 
     conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
                                               loaded=loaded if model_name == reply_model else None)
     model, tokenizer = loaded or load_model(model_name)
-    stats = cached_probe(model, tokenizer, conversations, max_length=CaptureSettings.max_length, progress=progress)
-    return {m: probe_choice(stats, m) for m in set_sizes}
+    return {m: cached_probe_choice(model, tokenizer, conversations, m, max_length=CaptureSettings.max_length,
+                                   progress=progress) for m in set_sizes}

@@ -27,6 +27,7 @@ import itertools
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import cho_factor, cho_solve
 
 
 @dataclass(frozen=True)
@@ -125,8 +126,7 @@ def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
     for i, layers in enumerate(sets):
         S = stats.columns(layers)
         A = stats.gram[np.ix_(S, S)] + ridge * stats.n_train * np.eye(len(S))
-        factor = np.linalg.cholesky(A)
-        W = np.linalg.solve(factor.T, np.linalg.solve(factor, stats.cross[S]))  # ((m+1) r, d)
+        W = cho_solve(cho_factor(A), stats.cross[S])  # ((m + 1) r, d)
         fitted = np.sum(W * (stats.heldout_gram[np.ix_(S, S)] @ W))
         out[i] = (stats.heldout_yy - 2 * np.sum(W * stats.heldout_cross[S]) + fitted) / stats.heldout_yy
     return out
