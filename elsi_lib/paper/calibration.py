@@ -98,13 +98,14 @@ def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
 
 
 def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
-                  progress: bool = True, loaded: tuple | None = None) -> dict:
+                  rank: int | None = None, progress: bool = True, loaded: tuple | None = None) -> dict:
     """{m: `selection.probe.ProbeChoice`}: the task probe's sets for one model on the same calibration
-    conversations as `paper_stats` (its statistics cached, `hidden.probe_capture.cached_probe`)."""
+    conversations as `paper_stats` (statistics and choices cached, `hidden.probe_capture`); `rank`
+    components per block (default `probe_capture.RANK`)."""
     from ..hidden.probe_capture import cached_probe_choice
 
     conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
                                               loaded=loaded if model_name == reply_model else None)
     model, tokenizer = loaded or load_model(model_name)
     return {m: cached_probe_choice(model, tokenizer, conversations, m, max_length=CaptureSettings.max_length,
-                                   progress=progress) for m in set_sizes}
+                                   rank=rank, progress=progress) for m in set_sizes}
