@@ -45,9 +45,6 @@ def curve_rows(rows, *, at: int, total: int, n_prompts: int, reply_tokens: int |
     return frame if reply_tokens is None else frame.assign(reply_tokens=int(reply_tokens))
 
 
-CURVE_COLUMNS = ["prompts", "reply_tokens", "batches", "temperature", "nodes", "method"]
-
-
 def learning_curve(points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3", seed: int = 0,
                    n_boot: int = 1000) -> pd.DataFrame:
     """One row per (point of the curve, temperature, method) at `nodes`: the held-out step-k accuracy,

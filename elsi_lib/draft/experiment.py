@@ -16,6 +16,7 @@ their id (`methods.draft_methods`) in code and cache keys, by their label in tab
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,8 +30,8 @@ from .live import LiveFeatures
 from .model import FINAL_NORM, Eagle3Draft
 from .replay import question_tau, replay
 from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches, trained_reply_tokens
-from .train import (TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, read_checkpoint, snapshot_path,
-                    step_accuracy, train_drafts)
+from .train import (TrainSettings, checkpoint_key, checkpoint_path, finished_drafts, snapshot_path, step_accuracy,
+                    train_drafts)
 from .vocabulary import draft_vocabulary, init_lm_head_from_target
 
 LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
@@ -84,7 +85,7 @@ def from_parameters(path) -> tuple[Experiment, list | None]:
     to papermill: MODEL, EXPERIMENT and, for notebook 07, METHOD_IDS): (Experiment, method ids or None)."""
     import yaml
 
-    params = yaml.safe_load(open(path).read()) or {}
+    params = yaml.safe_load(Path(path).read_text()) or {}
     experiment = Experiment.from_dict({**({"model": params["MODEL"]} if "MODEL" in params else {}),
                                        **(params.get("EXPERIMENT") or {})})
     return experiment, params.get("METHOD_IDS")
@@ -349,9 +350,10 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                 {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows)
         if at:  # the learning curve: the snapshots, then the finished drafts as its last point
             tokens = trained_reply_tokens(exp, data.store, group.seed)
+            full_key = group_checkpoint(exp, key, group, next(model.parameters()).device.type)[1]
             with clock("learning curve"):
-                curve += [score_snapshot(exp, model, group, out, k, heldout, evaluation, len(data.train_convs),
-                                         progress, reply_tokens=tokens[k - 1]) for k in at]
+                curve += [score_snapshot(exp, model, group, full_key, out["total"], k, heldout, evaluation,
+                                         len(data.train_convs), progress, reply_tokens=tokens[k - 1]) for k in at]
             scores = {a["method"]: a for a in accuracy if a["seed"] == group.seed}
             curve.append(curve_rows([{**r, **scores[r["method"]]} for r in results if r["seed"] == group.seed],
                                     at=out["total"], total=out["total"], n_prompts=len(data.train_convs),
@@ -365,11 +367,11 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
                clock.frame(), pd.concat(curve, ignore_index=True) if curve else pd.DataFrame())
 
 
-def score_snapshot(exp: Experiment, model, group: Group, out: dict, at: int, heldout, evaluation, n_prompts: int,
-                   progress: bool = True, reply_tokens: int | None = None) -> pd.DataFrame:
-    """Held-out step accuracy and tau by replay of a group's drafts after `at` of its batches, with
-    where on the curve they sit (`curve.curve_rows`)."""
-    full_key = read_checkpoint(out["path"])[0]["key"]
+def score_snapshot(exp: Experiment, model, group: Group, full_key: dict, total: int, at: int, heldout, evaluation,
+                   n_prompts: int, progress: bool = True, reply_tokens: int | None = None) -> pd.DataFrame:
+    """Held-out step accuracy and tau by replay of a group's drafts after `at` of its `total` batches
+    (`full_key`: the group's checkpoint key, `group_checkpoint`), with where on the curve they sit
+    (`curve.curve_rows`)."""
     rows = []
     for method_id, draft in curve_drafts(model, group.name, full_key, at).items():
         accuracy = heldout_accuracy(exp, draft, heldout)
@@ -377,4 +379,4 @@ def score_snapshot(exp: Experiment, model, group: Group, out: dict, at: int, hel
         rows += [{"id": method_id, "method": group.labels[method_id], "seed": group.seed, **accuracy, **row}
                  for row in replay_draft(exp, draft, evaluation, key, label=f"{group.labels[method_id]} at {at}",
                                          seed=group.seed, progress=progress)]
-    return curve_rows(rows, at=at, total=out["total"], n_prompts=n_prompts, reply_tokens=reply_tokens)
+    return curve_rows(rows, at=at, total=total, n_prompts=n_prompts, reply_tokens=reply_tokens)

@@ -122,14 +122,20 @@ def _key(model, tokenizer, conversations, layers, max_length) -> dict:
             "max_length": max_length, "shard": SHARD}
 
 
-def build_features(model, tokenizer, conversations, layers, *, max_length: int = 1024, batch_tokens: int = 8192,
-                   progress: bool = True, desc: str = "target features") -> FeatureStore:
-    """Stored target features of `conversations` at `layers` (elsi convention), built shard by
-    shard and reused when every shard's manifest matches (a corrupt or stale shard is rebuilt)."""
+def checked_layers(model, layers) -> tuple[int, ...]:
+    """`layers` sorted and unique; ValueError unless a non-empty subset of the model's decoder layers."""
     layers = tuple(sorted(set(int(l) for l in layers)))
     n_layers = len(model.get_decoder().layers)
     if not layers or layers[0] < 0 or layers[-1] >= n_layers:
         raise ValueError(f"layers must be a non-empty subset of 0..{n_layers - 1}, got {layers}")
+    return layers
+
+
+def build_features(model, tokenizer, conversations, layers, *, max_length: int = 1024, batch_tokens: int = 8192,
+                   progress: bool = True, desc: str = "target features") -> FeatureStore:
+    """Stored target features of `conversations` at `layers` (elsi convention), built shard by
+    shard and reused when every shard's manifest matches (a corrupt or stale shard is rebuilt)."""
+    layers = checked_layers(model, layers)
     key = _key(model, tokenizer, conversations, layers, max_length)
     root = keyed_path("features", key)
     check_writable(root)

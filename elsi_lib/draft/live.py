@@ -16,7 +16,7 @@ import torch
 
 from ..hidden.forward import hidden_batches, pad_id, tokenize_samples
 from ..inputs.chat import reply_starts
-from .features import greedy_next, is_final_norm
+from .features import checked_layers, greedy_next, is_final_norm
 
 
 class LiveFeatures:
@@ -24,10 +24,7 @@ class LiveFeatures:
     at `layers` (elsi convention: layer l = output of decoder layer l)."""
 
     def __init__(self, model, tokenizer, conversations, layers, *, max_length: int = 1024, bf16: bool = False):
-        n_layers = len(model.get_decoder().layers)
-        self.layers = tuple(sorted(set(int(l) for l in layers)))
-        if not self.layers or self.layers[0] < 0 or self.layers[-1] >= n_layers:
-            raise ValueError(f"layers must be a non-empty subset of 0..{n_layers - 1}, got {self.layers}")
+        self.layers = checked_layers(model, layers)
         self.model, self._pad, self.bf16 = model, pad_id(tokenizer), bf16
         self.samples, _ = tokenize_samples(tokenizer, conversations, max_length)
         self.starts = reply_starts(tokenizer, conversations, max_length)

@@ -137,25 +137,29 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     partial = path.with_suffix(".partial.jsonl")
     if not partial.is_file():
         raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
-    written = {}
-    for line in partial.read_text().splitlines()[1:]:
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a running or interrupted engine
-        written[int(entry["i"])] = [int(t) for t in entry["ids"]]
+    written = written_ids(partial)
     if any(i not in written for i in range(first)):
         raise RuntimeError(f"{partial.name}: {sum(i in written for i in range(first))} of the first {first} replies "
                            "are written; wait for the engine or ask for fewer")
     return [text for _, text, _ in _decoded(model, tokenizer, [written[i] for i in range(first)])]
 
 
-def read_partial(path: Path, n: int) -> list[list[int]]:
-    """The generated ids of prompts 0..n-1 from the engine's output; every one must be there."""
+def written_ids(path: Path) -> dict[int, list[int]]:
+    """{prompt index: generated ids} of the engine's output (after its header line); a torn line, as a
+    running or interrupted engine leaves last, is skipped."""
     found = {}
     for line in path.read_text().splitlines()[1:]:
-        entry = json.loads(line)
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue
         found[int(entry["i"])] = [int(t) for t in entry["ids"]]
+    return found
+
+
+def read_partial(path: Path, n: int) -> list[list[int]]:
+    """The generated ids of prompts 0..n-1 from the engine's output; every one must be there."""
+    found = written_ids(path)
     missing = [i for i in range(n) if i not in found]
     if missing:
         raise RuntimeError(f"{path}: the engine wrote no reply for {len(missing)} prompts (first {missing[:5]}); "

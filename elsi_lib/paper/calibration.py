@@ -104,8 +104,8 @@ def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int 
     components per block (default `probe_capture.RANK`)."""
     from ..hidden.probe_capture import cached_probe_choice
 
-    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
-                                              loaded=loaded if model_name == reply_model else None)
     model, tokenizer = loaded or load_model(model_name)
+    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
+                                              loaded=(model, tokenizer) if model_name == reply_model else None)
     return {m: cached_probe_choice(model, tokenizer, conversations, m, max_length=CaptureSettings.max_length,
                                    rank=rank, progress=progress) for m in set_sizes}
