@@ -38,3 +38,26 @@ def test_committed_notebook_is_what_the_git_filter_writes(path, tmp_path):
     assert stripped == path.read_bytes(), (
         f"{path.name} is not what the git filter writes (a cell without an id, or metadata it strips): "
         f"run `.venv/bin/nbstripout {shlex.join(filter_args())} notebooks/{path.name}` once")
+
+
+# each parameter file and the notebook(s) `make` injects it into (Makefile's papermill -f lines)
+PARAMETER_FILES = {"paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08")],
+                   "tables_scale.yaml": ["06_accepted_tokens.ipynb"], "tables_qwen.yaml": ["06_accepted_tokens.ipynb"],
+                   "tables_strong.yaml": ["07_strong_drafts.ipynb"], "criteria_scale.yaml": ["08_selection_criteria.ipynb"]}
+
+
+def declared_parameters(path) -> set:
+    cells = [c for c in json.loads(path.read_text())["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, f"{path.name}: {len(cells)} cells tagged parameters"
+    return set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*=", "".join(cells[0]["source"]), re.M))
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETER_FILES))
+def test_parameter_files_set_only_what_their_notebooks_declare(name):
+    import yaml
+
+    given = set(yaml.safe_load((ROOT / "notebooks" / name).read_text()))
+    assert f"-f notebooks/{name}" in (ROOT / "Makefile").read_text(), f"no make target passes {name}"
+    # paper_scale.yaml is shared by notebooks 00-05: each takes what it declares
+    declared = set().union(*(declared_parameters(ROOT / "notebooks" / n) for n in PARAMETER_FILES[name]))
+    assert given <= declared, f"{name} sets {sorted(given - declared)}, which no notebook it is passed to declares"

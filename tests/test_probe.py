@@ -113,6 +113,7 @@ def test_agreement_is_the_share_of_matching_next_tokens():
     assert share == pytest.approx(np.mean(np.argmax((Zh @ W + reduction.y_mean) @ lm_head.T, 1) == target_next),
                                   abs=1 / len(xh))  # float32 held-out features: a near-tie may flip
     assert share > 0.5  # the planted layers predict well
+    assert P.agreement(stats, (1, 4), 1e-3, lm_head, chunk=7) == share  # chunks of rows count the same
     assert P.agreement(stats, (0,), 1e-3, lm_head) < share
     with pytest.raises(ValueError, match="no next tokens"):
         P.agreement(P.probe_stats(x, y, xh, yh, 8)[0], (1, 4), 1e-3, lm_head)

@@ -109,3 +109,16 @@ def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int 
                                               loaded=(model, tokenizer) if model_name == reply_model else None)
     return {m: cached_probe_choice(model, tokenizer, conversations, m, max_length=CaptureSettings.max_length,
                                    rank=rank, progress=progress) for m in set_sizes}
+
+
+def probe_statistics(model_name: str, n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
+                     rank: int | None = None, progress: bool = True, loaded: tuple | None = None):
+    """The task probe's statistics (`selection.probe.ProbeStats`, cached) of one model on the calibration
+    conversations `probe_choices` chooses from: what scores any set without the model."""
+    from ..hidden.probe_capture import cached_probe
+
+    model, tokenizer = loaded or load_model(model_name)
+    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
+                                              loaded=(model, tokenizer) if model_name == reply_model else None)
+    return cached_probe(model, tokenizer, conversations, max_length=CaptureSettings.max_length, rank=rank,
+                        progress=progress)

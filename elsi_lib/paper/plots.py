@@ -36,14 +36,17 @@ def save_figure(fig, name: str, out_dir) -> list[Path]:
 CSV_FLOAT_FORMAT = "%.6g"  # 6 significant digits: round-off below that never changes a written table
 
 
-def save_table(df, name: str, out_dir) -> list[Path]:
+def save_table(df, name: str, out_dir, *, markdown: bool = True) -> list[Path]:
     """Write `df` as <out_dir>/<name>.csv, floats to 6 significant digits (CSV_FLOAT_FORMAT, so a
-    rerun that differs only in round-off writes the same file), and a Markdown table <name>.md,
-    floats to 4 decimals (`markdown_table`)."""
+    rerun that differs only in round-off writes the same file), and (unless `markdown` is False: data
+    no one reads as a table, such as per-question rows) a Markdown table <name>.md, floats to 4
+    decimals (`markdown_table`)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
     df.to_csv(csv, index=False, float_format=CSV_FLOAT_FORMAT)
+    if not markdown:
+        return [csv]
     md.write_text(markdown_table(df))
     return [csv, md]
 
@@ -311,6 +314,37 @@ def learning_curve(table, title: str, baseline: str = "EAGLE3"):
         axes[1, j].set_xscale("log")
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, ncol=4, fontsize=8, loc="outside lower center")
+    fig.suptitle(title)
+    return fig
+
+
+def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy", "probe error")):
+    """Fig. 10: each criterion's score of a draft's layer set (rows) against what the draft measured
+    (columns: held-out step-1 accuracy, AVG tau), one colour per protocol and curve point, Spearman's
+    signed rho with its interval over sets in each legend. drafts: `validation.draft_table` rows
+    (protocol, prompts, method, criteria columns, "step 1", tau) with the probe's columns joined;
+    correlations: `validation.rank_correlations` rows."""
+    plt = _plt()
+    criteria = [c for c in criteria if c in drafts]
+    outcomes = [("step 1", "held-out step-1 accuracy"), ("tau", r"AVG $\tau$")]
+    fig, axes = plt.subplots(len(criteria), 2, figsize=(11, 4.2 * len(criteria)), squeeze=False,
+                             constrained_layout=True)
+    points = list(drafts.groupby(["protocol", "prompts"], sort=False))
+    for i, criterion in enumerate(criteria):
+        for j, (outcome, label) in enumerate(outcomes):
+            ax = axes[i, j]
+            for k, ((protocol, prompts), part) in enumerate(points):
+                r = correlations[(correlations.protocol == protocol) & (correlations.prompts == prompts)
+                                 & (correlations.criterion == criterion) & (correlations.outcome == outcome)]
+                rho = (f": rho {r.rho.iloc[0]:+.2f} [{r['low (sets)'].iloc[0]:+.2f}, {r['high (sets)'].iloc[0]:+.2f}]"
+                       if len(r) else "")
+                ax.plot(part[criterion], part[outcome], "o", color=plt.cm.tab10(k % 10), ms=5,
+                        label=f"{protocol}, {int(prompts):,} prompts{rho}")
+                for method, x, y in zip(part.method, part[criterion], part[outcome]):
+                    ax.annotate(method, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
+            ax.set_xlabel(criterion + (" (lower is predicted better)" if criterion == "probe error" else ""))
+            ax.set_ylabel(label)
+            ax.legend(fontsize=7)
     fig.suptitle(title)
     return fig
 

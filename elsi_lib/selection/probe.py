@@ -172,14 +172,18 @@ def probe_beam(stats: ProbeStats, m: int, ridge: float, k_beam: int = 10) -> tup
     return beam[0], best
 
 
-def agreement(stats: ProbeStats, layers, ridge: float, lm_head: np.ndarray) -> float:
+def agreement(stats: ProbeStats, layers, ridge: float, lm_head: np.ndarray, chunk: int = 512) -> float:
     """Held-out share of rows where the target's lm_head (V, d) on the set's ridge prediction picks
     the target's own next token (`heldout_next`)."""
     if (stats.heldout_next < 0).any():
         raise ValueError("these probe statistics hold no next tokens: pass heldout_next to probe_stats")
     W = fit_set(stats, layers, ridge)
-    prediction = stats.heldout_z[:, stats.columns(layers)].astype(np.float64) @ W + stats.y_mean  # (n_h, d)
-    return float(np.mean(np.argmax(prediction @ np.asarray(lm_head, np.float64).T, axis=1) == stats.heldout_next))
+    z, head = stats.heldout_z[:, stats.columns(layers)], np.asarray(lm_head, np.float64).T  # (n_h, K_S), (d, V)
+    hits = 0
+    for i in range(0, len(z), chunk):  # (chunk, V) logits at a time: all rows at once would be n_h x V floats
+        prediction = z[i:i + chunk].astype(np.float64) @ W + stats.y_mean  # (chunk, d)
+        hits += int(np.sum(np.argmax(prediction @ head, axis=1) == stats.heldout_next[i:i + chunk]))
+    return hits / len(z)
 
 
 @dataclass(frozen=True)

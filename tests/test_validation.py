@@ -1,0 +1,118 @@
+"""Rank correlations of selection criteria with trained drafts (elsi_lib.paper.validation): Spearman
+against scipy, the sign convention of each criterion, intervals that hold their estimate, and the
+refusals."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import spearmanr
+
+from elsi_lib.paper import validation as V
+from elsi_lib.selection import probe as P
+
+
+def drafts_rows(taus, entropies, steps, *, questions=30, protocol="p", prompts=100, noise=0.05, seed=0):
+    """Per-question rows of len(taus) drafts: draft i's tau on each question is taus[i] plus seeded noise."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, (tau, h, s) in enumerate(zip(taus, entropies, steps)):
+        for q in range(questions):
+            rows.append({"protocol": protocol, "prompts": prompts, "id": f"m{i}", "method": f"M{i}", "seed": 0,
+                         "layers": V.layers_text((i, i + 1)), "set entropy": h, "step 1": s, "temperature": 0.0,
+                         "nodes": 60, "question_id": q, "column": "MT" if q % 2 else "QA",
+                         "tau": tau + noise * rng.standard_normal()})
+    return pd.DataFrame(rows)
+
+
+def test_spearman_rows_matches_scipy_with_ties():
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 4, size=(20, 9)).astype(float)  # many ties
+    y = rng.normal(size=(20, 9))
+    got = V.spearman_rows(x, y)
+    for row, value in zip(range(20), got):
+        expected = spearmanr(x[row], y[row]).statistic
+        assert (np.isnan(value) and np.isnan(expected)) or value == pytest.approx(expected)
+    assert np.isnan(V.spearman_rows(np.ones((1, 5)), y[:1, :5])[0])
+
+
+def test_signs_intervals_and_a_criterion_that_predicts_nothing():
+    taus = [1.2, 1.4, 1.6, 1.8, 2.0, 2.2]
+    rows = drafts_rows(taus, entropies=[0.9, 0.1, 0.5, 0.3, 0.7, 0.2], steps=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(6)],
+                           "probe error": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]})  # lower error, better draft
+    table = V.rank_correlations(rows, scores, temperature=0.0, nodes=60, n_boot=300).set_index(["criterion", "outcome"])
+    assert table.loc[("probe error", "tau"), "rho"] == pytest.approx(1.0)  # signed: a perfect predictor is +1
+    assert table.loc[("probe error", "step 1"), "rho"] == pytest.approx(1.0)
+    entropy = spearmanr([0.9, 0.1, 0.5, 0.3, 0.7, 0.2], taus).statistic
+    assert table.loc[("set entropy", "tau"), "rho"] == pytest.approx(entropy)
+    assert (table.drafts == 6).all()
+    for _, row in table.iterrows():
+        assert row["low (sets)"] <= row.rho + 1e-12 <= row["high (sets)"] + 2e-12
+    assert table.loc[("set entropy", "tau"), "low (sets)"] < 0 < table.loc[("set entropy", "tau"), "high (sets)"]
+    # questions resampled with the sets: noisy per-question tau widens the interval, never for step accuracy
+    noisy = drafts_rows(taus, [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], noise=2.0)
+    wide = V.rank_correlations(noisy, scores, temperature=0.0, nodes=60, n_boot=300).set_index(["criterion", "outcome"])
+    assert (wide.loc[("probe error", "tau"), "low (questions and sets)"]
+            < table.loc[("probe error", "tau"), "low (questions and sets)"])
+    assert np.isnan(table.loc[("probe error", "step 1"), "low (questions and sets)"])
+
+
+def test_only_the_first_seed_and_one_row_per_point():
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    reseed = rows[rows.id == "m0"].assign(seed=1, tau=9.0)  # a second seed of m0 must not count
+    later = drafts_rows([1.6, 1.4, 1.2], [0.1, 0.2, 0.3], [0.3, 0.2, 0.1], prompts=300)
+    table = V.rank_correlations(pd.concat([rows, reseed, later]), temperature=0.0, nodes=60, n_boot=200)
+    by_point = table[table.outcome == "tau"].set_index("prompts").rho
+    assert by_point[100] == pytest.approx(1.0) and by_point[300] == pytest.approx(-1.0)
+    with pytest.raises(ValueError, match="at least 3"):
+        V.rank_correlations(rows[rows.id != "m2"], temperature=0.0, nodes=60, n_boot=200)
+    with pytest.raises(ValueError, match="no rows at temperature"):
+        V.rank_correlations(rows, temperature=1.0, nodes=60, n_boot=200)
+
+
+def test_question_rows_join_layers_entropy_and_accuracy():
+    results = pd.DataFrame([{"id": i, "method": m, "seed": 0, "temperature": 0.0, "nodes": 60, "question_id": q,
+                             "column": "MT", "tau": 1.5, "category": "x", "rounds": 3, "accepted": [1]}
+                            for i, m in [("eagle2", "EAGLE2"), ("eagle3", "EAGLE3")] for q in range(2)])
+    accuracy = pd.DataFrame([{"method": "EAGLE2", "seed": 0, "step 1": 0.3}, {"method": "EAGLE3", "seed": 0, "step 1": 0.4}])
+    methods = pd.DataFrame([{"id": "eagle2", "layers": (29,), "entropy": 0.6},
+                            {"id": "eagle3", "layers": (1, 14, 26), "entropy": 0.05}])
+    rows = V.question_rows(results, accuracy, methods, protocol="small", prompts=1000)
+    first = rows.drop_duplicates("id").set_index("id")
+    assert first.loc["eagle3", "layers"] == "1 14 26" and first.loc["eagle2", "step 1"] == 0.3
+    assert first.loc["eagle3", "set entropy"] == 0.05 and (rows.prompts == 1000).all() and (rows.protocol == "small").all()
+    with pytest.raises(ValueError, match="not in `methods`"):
+        V.question_rows(results, accuracy, methods[methods.id == "eagle3"], protocol="small", prompts=1)
+    with pytest.raises(ValueError, match="no held-out step accuracy"):
+        V.question_rows(results, accuracy[accuracy.method == "EAGLE3"], methods, protocol="small", prompts=1)
+    with pytest.raises(ValueError, match="pass prompts="):
+        V.question_rows(results, accuracy, methods, protocol="small")
+
+
+def test_probe_scores_are_the_probes_errors_per_distinct_set():
+    rng = np.random.default_rng(0)
+    x, xh = rng.normal(size=(200, 4, 6)), rng.normal(size=(80, 4, 6))
+    y, yh = x[:, 1] @ rng.normal(size=(6, 6)), xh[:, 1] @ rng.normal(size=(6, 6))
+    stats, _ = P.probe_stats(x, y, xh, yh, 4)
+    scores = V.probe_scores(["0 1", (0, 1), "2"], stats, 0.1)
+    assert list(scores.layers) == ["0 1", "2"]
+    assert scores["probe error"].tolist() == pytest.approx(P.set_errors(stats, [(0, 1), (2,)], 0.1).tolist())
+
+
+def test_fig10_draws_every_point_with_its_rho(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from elsi_lib.paper import plots
+
+    rows = pd.concat([drafts_rows([1.2, 1.4, 1.6], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
+                      drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50)])
+    scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(3)], "probe error": [0.9, 0.5, 0.4]})
+    drafts = V.draft_table(rows, temperature=0.0, nodes=60).merge(scores, on="layers")
+    correlations = V.rank_correlations(rows, scores, temperature=0.0, nodes=60, n_boot=200)
+    fig = plots.criteria_vs_drafts(drafts, correlations, "criteria")
+    assert len(fig.axes) == 4 and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
+    legend = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]  # probe error against step 1
+    assert legend == ["p, 100 prompts: rho +1.00 [+1.00, +1.00]", "q, 50 prompts: rho +1.00 [+1.00, +1.00]"]
+    assert plots.save_table(drafts, "d", tmp_path, markdown=False) == [tmp_path / "d.csv"]
+    assert not (tmp_path / "d.md").exists()
+    plt.close("all")
