@@ -16,11 +16,20 @@ def drafts_rows(taus, entropies, steps, *, questions=30, protocol="p", prompts=1
     rows = []
     for i, (tau, h, s) in enumerate(zip(taus, entropies, steps)):
         for q in range(questions):
-            rows.append({"protocol": protocol, "prompts": prompts, "id": f"m{i}", "method": f"M{i}", "seed": 0,
+            rows.append({"protocol": protocol, "prompts": prompts, "id": f"m{i}", "method": "EAGLE3" if i == 0 else f"M{i}", "seed": 0,
                          "layers": V.layers_text((i, i + 1)), "set entropy": h, "step 1": s, "temperature": 0.0,
                          "nodes": 60, "question_id": q, "column": "MT" if q % 2 else "QA",
                          "tau": tau + noise * rng.standard_normal()})
     return pd.DataFrame(rows)
+
+
+TAU = "tau minus EAGLE3"
+
+
+def correlations(rows, scores=None, n_boot=200, temperature=0.0):
+    drafts = V.draft_table(rows, temperature=temperature, nodes=60)
+    drafts = drafts if scores is None else drafts.merge(scores, on="layers", how="left")
+    return V.rank_correlations(drafts, rows, temperature=temperature, nodes=60, n_boot=n_boot)
 
 
 def test_spearman_rows_matches_scipy_with_ties():
@@ -39,20 +48,20 @@ def test_signs_intervals_and_a_criterion_that_predicts_nothing():
     rows = drafts_rows(taus, entropies=[0.9, 0.1, 0.5, 0.3, 0.7, 0.2], steps=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(6)],
                            "probe error": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]})  # lower error, better draft
-    table = V.rank_correlations(rows, scores, temperature=0.0, nodes=60, n_boot=300).set_index(["criterion", "outcome"])
-    assert table.loc[("probe error", "tau"), "rho"] == pytest.approx(1.0)  # signed: a perfect predictor is +1
+    table = correlations(rows, scores, 300).set_index(["criterion", "outcome"])
+    assert table.loc[("probe error", "tau minus EAGLE3"), "rho"] == pytest.approx(1.0)  # signed: a perfect predictor is +1
     assert table.loc[("probe error", "step 1"), "rho"] == pytest.approx(1.0)
     entropy = spearmanr([0.9, 0.1, 0.5, 0.3, 0.7, 0.2], taus).statistic
-    assert table.loc[("set entropy", "tau"), "rho"] == pytest.approx(entropy)
+    assert table.loc[("set entropy", "tau minus EAGLE3"), "rho"] == pytest.approx(entropy)
     assert (table.drafts == 6).all()
     for _, row in table.iterrows():
         assert row["low (sets)"] <= row.rho + 1e-12 <= row["high (sets)"] + 2e-12
-    assert table.loc[("set entropy", "tau"), "low (sets)"] < 0 < table.loc[("set entropy", "tau"), "high (sets)"]
+    assert table.loc[("set entropy", "tau minus EAGLE3"), "low (sets)"] < 0 < table.loc[("set entropy", "tau minus EAGLE3"), "high (sets)"]
     # questions resampled with the sets: noisy per-question tau widens the interval, never for step accuracy
     noisy = drafts_rows(taus, [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], noise=2.0)
-    wide = V.rank_correlations(noisy, scores, temperature=0.0, nodes=60, n_boot=300).set_index(["criterion", "outcome"])
-    assert (wide.loc[("probe error", "tau"), "low (questions and sets)"]
-            < table.loc[("probe error", "tau"), "low (questions and sets)"])
+    wide = correlations(noisy, scores, 300).set_index(["criterion", "outcome"])
+    assert (wide.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"]
+            < table.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"])
     assert np.isnan(table.loc[("probe error", "step 1"), "low (questions and sets)"])
 
 
@@ -60,13 +69,17 @@ def test_only_the_first_seed_and_one_row_per_point():
     rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
     reseed = rows[rows.id == "m0"].assign(seed=1, tau=9.0)  # a second seed of m0 must not count
     later = drafts_rows([1.6, 1.4, 1.2], [0.1, 0.2, 0.3], [0.3, 0.2, 0.1], prompts=300)
-    table = V.rank_correlations(pd.concat([rows, reseed, later]), temperature=0.0, nodes=60, n_boot=200)
-    by_point = table[table.outcome == "tau"].set_index("prompts").rho
+    table = correlations(pd.concat([rows, reseed, later]))
+    by_point = table[table.outcome == TAU].set_index("prompts").rho
     assert by_point[100] == pytest.approx(1.0) and by_point[300] == pytest.approx(-1.0)
     with pytest.raises(ValueError, match="at least 3"):
-        V.rank_correlations(rows[rows.id != "m2"], temperature=0.0, nodes=60, n_boot=200)
+        correlations(rows[rows.id != "m2"])
     with pytest.raises(ValueError, match="no rows at temperature"):
-        V.rank_correlations(rows, temperature=1.0, nodes=60, n_boot=200)
+        correlations(rows, temperature=1.0)
+    with pytest.raises(ValueError, match="one row per draft"):
+        V.rank_correlations(rows, temperature=0.0, nodes=60, n_boot=200)  # per-question rows, not drafts
+    with pytest.raises(ValueError, match="no EAGLE3 draft"):
+        correlations(rows[rows.id != "m0"])
 
 
 def test_question_rows_join_layers_entropy_and_accuracy():
@@ -108,11 +121,26 @@ def test_fig10_draws_every_point_with_its_rho(tmp_path):
                       drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50)])
     scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(3)], "probe error": [0.9, 0.5, 0.4]})
     drafts = V.draft_table(rows, temperature=0.0, nodes=60).merge(scores, on="layers")
-    correlations = V.rank_correlations(rows, scores, temperature=0.0, nodes=60, n_boot=200)
-    fig = plots.criteria_vs_drafts(drafts, correlations, "criteria")
+    fig = plots.criteria_vs_drafts(drafts, correlations(rows, scores), "criteria")
     assert len(fig.axes) == 4 and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
     legend = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]  # probe error against step 1
     assert legend == ["p, 100 prompts: rho +1.00 [+1.00, +1.00]", "q, 50 prompts: rho +1.00 [+1.00, +1.00]"]
     assert plots.save_table(drafts, "d", tmp_path, markdown=False) == [tmp_path / "d.csv"]
     assert not (tmp_path / "d.md").exists()
     plt.close("all")
+
+
+def test_drafts_from_the_committed_small_protocol_tables():
+    from pathlib import Path
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    read = lambda name: pd.read_csv(results / f"table2_{name}_smollm2-135m.csv")  # noqa: E731
+    drafts = V.drafts_from_tables(read("step_accuracy"), read("paired"), read("beam_overlap"), protocol="table2",
+                                  prompts=936)
+    at = drafts[(drafts.temperature == 0) & (drafts.nodes == 60)].set_index("method")
+    assert len(at) == 11 and at.loc["EAGLE3", TAU] == 0.0 and at.loc["EAGLE3", "layers"] == "1 14 26"
+    assert at.loc["EAGLE3", "step 1"] == pytest.approx(0.331614) and at.loc["EAGLE2", "layers"] == "29"
+    assert "EAGLE3, lm_head not from target" not in at.index  # the lever's draft is no layer set
+    assert set(drafts.groupby(["temperature", "nodes"]).size()) == {11}
+    table = V.rank_correlations(drafts, temperature=0.0, nodes=60, n_boot=200)
+    assert table["low (questions and sets)"].isna().all()  # no per-question rows: the interval over sets only
+    assert table["low (sets)"].notna().all()

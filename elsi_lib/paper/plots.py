@@ -320,13 +320,14 @@ def learning_curve(table, title: str, baseline: str = "EAGLE3"):
 
 def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy", "probe error")):
     """Fig. 10: each criterion's score of a draft's layer set (rows) against what the draft measured
-    (columns: held-out step-1 accuracy, AVG tau), one colour per protocol and curve point, Spearman's
-    signed rho with its interval over sets in each legend. drafts: `validation.draft_table` rows
-    (protocol, prompts, method, criteria columns, "step 1", tau) with the probe's columns joined;
+    (columns: held-out step-1 accuracy, AVG tau minus EAGLE3's), one colour per protocol and curve
+    point, Spearman's signed rho with its interval over sets in each legend. drafts:
+    `validation.draft_table` rows (protocol, prompts, method, criteria columns, "step 1", "tau minus
+    EAGLE3") with the probe's columns joined;
     correlations: `validation.rank_correlations` rows."""
     plt = _plt()
     criteria = [c for c in criteria if c in drafts]
-    outcomes = [("step 1", "held-out step-1 accuracy"), ("tau", r"AVG $\tau$")]
+    outcomes = [("step 1", "held-out step-1 accuracy"), ("tau minus EAGLE3", r"AVG $\tau$ minus EAGLE3's (paired)")]
     fig, axes = plt.subplots(len(criteria), 2, figsize=(11, 4.2 * len(criteria)), squeeze=False,
                              constrained_layout=True)
     points = list(drafts.groupby(["protocol", "prompts"], sort=False))

@@ -1,16 +1,19 @@
 """Does a selection criterion predict the trained draft? Rank correlations of set scores (set entropy,
 Eq. 4-6; the task probe's held-out error and lm_head agreement, `selection.probe`) with what the
-drafts trained on those sets measured: held-out step-1 accuracy and AVG tau.
+drafts trained on those sets measured: held-out step-1 accuracy, and AVG tau as the paired difference
+from EAGLE3's draft on the same questions (ranking the drafts by it ranks them by AVG tau on the
+questions they share; EAGLE3 itself scores 0).
 
 Input: per-question rows of trained drafts (`question_rows`: the tables' per-question tau with each
 draft's layer set, its set entropy and its held-out step accuracy; notebooks 06 and 07 write them as
-`*_question_tau_*.csv`), and the probe's score of each set (`probe_scores`). Output
-(`rank_correlations`): per protocol and curve point, Spearman's rank correlation of each criterion,
-signed so that a positive rho means "the criterion ranks the better drafts higher", with each
-outcome across the drafts of the first training seed, and two percentile bootstrap intervals: over
-the sets (drafts resampled with replacement), and, for tau, over the SpecBench questions and the
-sets together. Each draft's tau is the mean over the questions it has a round on, as in the tables'
-AVG (`draft.tables`)."""
+`*_question_tau_*.csv`) turned into one row per draft (`draft_table`), or, for a protocol run before
+those rows were written, the drafts rebuilt from its committed tables (`drafts_from_tables`); and the
+probe's score of each set (`probe_scores`). Output (`rank_correlations`): per protocol and curve
+point, Spearman's rank correlation of each criterion, signed so that a positive rho means "the
+criterion ranks the better drafts higher", with each outcome across the drafts of the first training
+seed, and two percentile bootstrap intervals: over the sets (drafts resampled with replacement),
+and, for tau where per-question rows exist, over the SpecBench questions (all together, not by
+column) and the sets together."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +24,8 @@ from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does
 CRITERIA = {"set entropy": 1, "probe error": -1, "probe agreement": 1}
-OUTCOMES = ("step 1", "tau")
+BASELINE = "EAGLE3"
+OUTCOMES = ("step 1", f"tau minus {BASELINE}")  # the paired AVG tau difference: EAGLE3 itself scores 0
 KEY = ["protocol", "prompts", "id", "seed"]  # one trained draft (at one point of its learning curve)
 
 
@@ -72,18 +76,67 @@ def probe_scores(layer_sets, probe: ProbeStats, ridge: float, lm_head=None) -> p
     return frame
 
 
-def draft_table(rows: pd.DataFrame, *, temperature: float, nodes: int) -> pd.DataFrame:
+def draft_table(rows: pd.DataFrame, *, temperature: float, nodes: int, baseline: str = BASELINE) -> pd.DataFrame:
     """One row per trained draft of the first training seed at each (protocol, prompts): its layers,
-    set entropy, step accuracy and AVG tau at `temperature` and `nodes`."""
+    set entropy, step accuracy, AVG tau at `temperature` and `nodes` (the mean over the questions it
+    has a round on, as the tables' AVG) and its paired difference from `baseline` (the mean over the
+    questions both have a round on, as `tables.paired_differences`)."""
+    part = _first_seed(rows, temperature, nodes)
+    steps = [c for c in part.columns if c.startswith("step ")]
+    drafts = part.groupby(KEY, sort=False).agg(method=("method", "first"), layers=("layers", "first"),
+                                               **{c: (c, "first") for c in ["set entropy", *steps]},
+                                               tau=("tau", "mean"), questions=("tau", "count")).reset_index()
+    diffs = []
+    for point, group in part.groupby(["protocol", "prompts"], sort=False):
+        matrix = _differences(group, baseline, point)  # (Q, S) question x draft
+        diffs += [pd.DataFrame({"protocol": point[0], "prompts": point[1], "id": matrix.columns,
+                                OUTCOMES[1]: np.nanmean(matrix.to_numpy(), axis=0)})]
+    drafts = drafts.merge(pd.concat(diffs), on=["protocol", "prompts", "id"])
+    return drafts.assign(temperature=temperature, nodes=nodes)
+
+
+def _first_seed(rows, temperature, nodes):
     part = rows[(rows.temperature == temperature) & (rows.nodes == nodes)]
     if part.empty:
         raise ValueError(f"no rows at temperature {temperature} and {nodes} nodes")
-    first = part.groupby(["protocol", "prompts"]).seed.transform("min")
-    part = part[part.seed == first]
-    steps = [c for c in part.columns if c.startswith("step ")]
-    return part.groupby(KEY, sort=False).agg(method=("method", "first"), layers=("layers", "first"),
-                                             **{c: (c, "first") for c in ["set entropy", *steps]},
-                                             tau=("tau", "mean"), questions=("tau", "count")).reset_index()
+    return part[part.seed == part.groupby(["protocol", "prompts"]).seed.transform("min")]
+
+
+def _differences(group: pd.DataFrame, baseline: str, point) -> pd.DataFrame:
+    """(questions x draft ids) tau minus the baseline's tau on the same question (NaN where either has
+    no round)."""
+    tau = group.pivot_table(index="question_id", columns="id", values="tau", aggfunc="first")
+    labels = group.drop_duplicates("id").set_index("id").method
+    if baseline not in set(labels):
+        raise ValueError(f"{point[0]} at {point[1]} prompts has no {baseline} draft to pair the others with")
+    base = tau[labels.index[labels == baseline][0]]
+    return tau.sub(base, axis=0)[labels.index.tolist()]
+
+
+def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd.DataFrame, *, protocol: str,
+                       prompts: int, baseline: str = BASELINE) -> pd.DataFrame:
+    """The drafts of a protocol run before its per-question rows were written, from the tables it
+    committed: the step accuracy CSV (method, seed, step k), the paired differences from `baseline`
+    (method, nodes, temperature, diff) and the beam-overlap table (method, layers, entropy). One row
+    per (draft of the first seed, temperature, nodes); no per-question tau, so `rank_correlations`
+    gives these only the interval over sets. The method label serves as the id."""
+    first = accuracy[accuracy.seed == accuracy.seed.min()].drop_duplicates("method")
+    sets = overlap.assign(layers=overlap["layers"].map(lambda t: layers_text(str(t).strip("()").replace(",", " ").split())))
+    base = first[first.method == baseline]
+    if base.empty:
+        raise ValueError(f"the step accuracy table has no {baseline} row")
+    out = []
+    for (temperature, nodes), block in paired.groupby(["temperature", "nodes"]):
+        diffs = {**dict(zip(block.method, block["diff"])), baseline: 0.0}
+        for row in first.itertuples(index=False):
+            if row.method not in diffs or row.method not in set(sets.method):
+                continue  # a lever's draft (not in the paired table) or a set the overlap table lacks
+            s = sets[sets.method == row.method].iloc[0]
+            out.append({"protocol": protocol, "prompts": int(prompts), "id": row.method, "seed": row.seed,
+                        "method": row.method, "layers": s["layers"], "set entropy": float(s["entropy"]),
+                        **first[first.method == row.method].filter(like="step ").iloc[0].to_dict(),
+                        OUTCOMES[1]: float(diffs[row.method]), "temperature": float(temperature), "nodes": int(nodes)})
+    return pd.DataFrame(out)
 
 
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -101,37 +154,42 @@ def _interval(draws) -> tuple[float, float]:
     return tuple(float(v) for v in np.percentile(draws, [2.5, 97.5])) if len(draws) else (np.nan, np.nan)
 
 
-def rank_correlations(rows: pd.DataFrame, scores: pd.DataFrame | None = None, *, temperature: float, nodes: int,
-                      n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """Per (protocol, prompts), criterion and outcome: the drafts, Spearman's signed rho (module
-    docstring) and its 95% bootstrap intervals over sets and, for tau, over questions and sets.
-    `scores`: `probe_scores` rows (layers, probe error[, probe agreement]) joined on the layers; set
-    entropy comes with the rows."""
-    drafts = draft_table(rows, temperature=temperature, nodes=nodes)
-    if scores is not None:
-        drafts = drafts.merge(scores, on="layers", how="left")
-    criteria = [c for c in CRITERIA if c in drafts and drafts[c].notna().all()]
+def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *, temperature: float, nodes: int,
+                      n_boot: int = 1000, seed: int = 0, baseline: str = BASELINE) -> pd.DataFrame:
+    """Per (protocol, prompts), criterion and outcome at `temperature` and `nodes`: the drafts,
+    Spearman's signed rho (module docstring) and its 95% bootstrap intervals over the sets and, for
+    the paired tau difference of a point whose per-question `rows` are given, over the questions and
+    sets together. `drafts`: `draft_table` or `drafts_from_tables` rows, with the probe's columns
+    (`probe_scores`) joined on the layers where it scored them; a criterion is used where every
+    draft of a point has it."""
+    missing = [c for c in ("protocol", "prompts", "id", *OUTCOMES, "temperature", "nodes") if c not in drafts]
+    if missing:
+        raise ValueError(f"`drafts` lacks {missing}: pass one row per draft (`draft_table`, `drafts_from_tables`)")
+    drafts = drafts[(drafts.temperature == temperature) & (drafts.nodes == nodes)]
+    if drafts.empty:
+        raise ValueError(f"no drafts at temperature {temperature} and {nodes} nodes")
     rng = np.random.default_rng(seed)
     out = []
     for (protocol, prompts), part in drafts.groupby(["protocol", "prompts"], sort=False):
         S = len(part)
         if S < 3:
             raise ValueError(f"{protocol} at {prompts} prompts has {S} drafts: a rank correlation needs at least 3")
-        ids = part["id"].tolist()
-        per_question = (rows[(rows.protocol == protocol) & (rows.prompts == prompts) & (rows.temperature == temperature)
-                             & (rows.nodes == nodes) & rows["id"].isin(ids) & (rows.seed.isin(part.seed))]
-                        .pivot_table(index="question_id", columns="id", values="tau", aggfunc="first")[ids].to_numpy())
         pick = rng.integers(0, S, size=(n_boot, S))  # (B, S) resampled drafts
-        questions = rng.integers(0, len(per_question), size=(n_boot, len(per_question)))  # (B, Q)
-        taus = np.stack([np.nanmean(per_question[q], axis=0) for q in questions])  # (B, S)
-        for criterion in criteria:
+        diffs = None
+        mine = None if rows is None else rows[(rows.protocol == protocol) & (rows.prompts == prompts)]
+        if mine is not None and len(mine):
+            matrix = _differences(_first_seed(mine, temperature, nodes), baseline, (protocol, prompts))
+            matrix = matrix[part["id"].tolist()].to_numpy()  # (Q, S)
+            questions = rng.integers(0, len(matrix), size=(n_boot, len(matrix)))  # (B, Q)
+            diffs = np.stack([np.nanmean(matrix[q], axis=0) for q in questions])  # (B, S)
+        for criterion in [c for c in CRITERIA if c in part and part[c].notna().all()]:
             score = CRITERIA[criterion] * part[criterion].to_numpy(float)
             for outcome in OUTCOMES:
                 value = part[outcome].to_numpy(float)
                 rho = float(spearman_rows(score[None], value[None])[0])
                 over_sets = _interval(spearman_rows(score[pick], value[pick]))
-                both = (_interval(spearman_rows(score[pick], np.take_along_axis(taus, pick, axis=1)))
-                        if outcome == "tau" else (np.nan, np.nan))
+                both = (_interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)))
+                        if outcome == OUTCOMES[1] and diffs is not None else (np.nan, np.nan))
                 out.append({"protocol": protocol, "prompts": int(prompts), "temperature": temperature, "nodes": nodes,
                             "criterion": criterion, "outcome": outcome, "drafts": S, "rho": rho,
                             "low (sets)": over_sets[0], "high (sets)": over_sets[1],
