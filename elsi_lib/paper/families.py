@@ -29,3 +29,59 @@ def interchangeability(Z, thresholds=THRESHOLDS) -> dict:
 def family_table(Zs: dict) -> pd.DataFrame:
     """{model: Z} -> one `interchangeability` row per model."""
     return pd.DataFrame([{"model": model, **interchangeability(Z)} for model, Z in Zs.items()])
+
+
+def choice_effects(paired: pd.DataFrame, accepted: pd.DataFrame, nodes: int,
+                   methods=("ELSI m=3", "ELSI m=1")) -> pd.DataFrame:
+    """What the layer choice was worth in one family's accepted-token table at `nodes`, per
+    temperature, from its committed CSVs (`tables.paired_differences` rows with a temperature
+    column; `tables.tau_long` rows): each of `methods` minus EAGLE3 with its paired 95% interval and
+    its AVG tau as a share of EAGLE3's, the best entropy-chosen set's ("ELSI..." rows) difference,
+    and the range of AVG tau across all the table's sets."""
+    rows = []
+    for T, block in paired[paired.nodes == nodes].groupby("temperature"):
+        avg = accepted[(accepted.column == "AVG") & (accepted.nodes == nodes) & (accepted.temperature == T)]
+        tau = dict(zip(avg.method, avg.tau))
+        if "EAGLE3" not in tau:
+            raise ValueError(f"no EAGLE3 AVG tau at {nodes} nodes, T = {T}")
+        diff = block.set_index("method")
+        for method in methods:
+            if method not in diff.index:
+                raise ValueError(f"no paired difference of {method!r} from EAGLE3 at {nodes} nodes, T = {T}")
+            d = diff.loc[method]
+            rows.append({"temperature": float(T), "nodes": nodes, "effect": f"{method} minus EAGLE3", "value": float(d["diff"]),
+                         "low": float(d["low"]), "high": float(d["high"]),
+                         "share of EAGLE3's tau": float(tau[method] / tau["EAGLE3"])})
+        chosen = diff[diff.index.str.startswith("ELSI")]
+        best = chosen["diff"].idxmax()
+        rows.append({"temperature": float(T), "nodes": nodes, "effect": f"best ELSI set ({best}) minus EAGLE3",
+                     "value": float(chosen.loc[best, "diff"]), "low": float(chosen.loc[best, "low"]),
+                     "high": float(chosen.loc[best, "high"]), "share of EAGLE3's tau": float(tau[best] / tau["EAGLE3"])})
+        rows.append({"temperature": float(T), "nodes": nodes, "effect": "range of AVG tau across the sets",
+                     "value": float(max(tau.values()) - min(tau.values())), "low": np.nan, "high": np.nan,
+                     "share of EAGLE3's tau": np.nan})
+    return pd.DataFrame(rows)
+
+
+def compare_effects(effects: dict) -> pd.DataFrame:
+    """{family: `choice_effects` frame} -> one row per effect and temperature present in every
+    family: each family's value and, for two families, their difference (first minus second) with an
+    approximate 95% interval from the two independent intervals (normal, se = width / 3.92 each; the
+    families' drafts and questions share nothing but the SpecBench prompts)."""
+    names = list(effects)
+    key = ["temperature", "nodes", "effect"]
+    def normalised(frame):  # "best ELSI set (ELSI m=3) minus EAGLE3" -> one effect name across families
+        return frame.assign(effect=frame.effect.str.replace(r"best ELSI set \(.*\)", "best ELSI set", regex=True))
+    merged = None
+    for name in names:
+        part = normalised(effects[name])[[*key, "value", "low", "high"]].rename(
+            columns={c: f"{c} ({name})" for c in ("value", "low", "high")})
+        merged = part if merged is None else merged.merge(part, on=key)
+    if len(names) == 2:
+        a, b = names
+        se = np.sqrt(((merged[f"high ({a})"] - merged[f"low ({a})"]) / 3.92) ** 2
+                     + ((merged[f"high ({b})"] - merged[f"low ({b})"]) / 3.92) ** 2)
+        merged[f"{a} minus {b}"] = merged[f"value ({a})"] - merged[f"value ({b})"]
+        merged["low"] = merged[f"{a} minus {b}"] - 1.96 * se
+        merged["high"] = merged[f"{a} minus {b}"] + 1.96 * se
+    return merged
