@@ -49,22 +49,24 @@ def test_choice_effects_on_the_committed_table2():
     at0 = effects[effects.temperature == 0].set_index("effect")
     m3 = paired[(paired.method == "ELSI m=3") & (paired.nodes == 60) & (paired.temperature == 0)].iloc[0]
     assert at0.loc["ELSI m=3 minus EAGLE3", "value"] == m3["diff"] and at0.loc["ELSI m=3 minus EAGLE3", "low"] == m3["low"]
-    best = [e for e in at0.index if e.startswith("best ELSI set")]
-    assert best == ["best ELSI set (ELSI m=3, template excluded) minus EAGLE3"]  # +0.001: the only set at EAGLE3's level
-    avg = accepted[(accepted.column == "AVG") & (accepted.nodes == 60) & (accepted.temperature == 0)]
-    assert at0.loc["range of AVG tau across the sets", "value"] == pytest.approx(avg.tau.max() - avg.tau.min())
+    eagle3 = accepted[(accepted.column == "AVG") & (accepted.nodes == 60) & (accepted.temperature == 0)
+                      & (accepted.method == "EAGLE3")].tau.iloc[0]
+    assert at0.loc["ELSI m=3 minus EAGLE3", "share of EAGLE3's tau"] == pytest.approx(1 + m3["diff"] / eagle3)
+    diffs = paired[(paired.nodes == 60) & (paired.temperature == 0)]["diff"]
+    assert at0.loc["range of AVG tau across the sets", "value"] == pytest.approx(max(diffs.max(), 0) - min(diffs.min(), 0))
+    assert not any(e.startswith("best") for e in at0.index)  # no set picked after looking
     with pytest.raises(ValueError, match="no paired difference"):
         families.choice_effects(paired, accepted, 60, methods=("ELSI m=7",))
 
 
 def test_compare_effects_of_two_families():
     import pandas as pd
-    a = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "best ELSI set (X) minus EAGLE3", "value": 0.10,
+    a = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "ELSI m=3 minus EAGLE3", "value": 0.10,
                        "low": 0.06, "high": 0.14}])
-    b = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "best ELSI set (Y) minus EAGLE3", "value": -0.02,
+    b = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "ELSI m=3 minus EAGLE3", "value": -0.02,
                        "low": -0.05, "high": 0.01}])
     row = families.compare_effects({"qwen": a, "smol": b}).iloc[0]
-    assert row["effect"] == "best ELSI set minus EAGLE3" and row["qwen minus smol"] == pytest.approx(0.12)
+    assert row["effect"] == "ELSI m=3 minus EAGLE3" and row["qwen minus smol"] == pytest.approx(0.12)
     se = np.hypot(0.08 / 3.92, 0.06 / 3.92)
     assert row["low"] == pytest.approx(0.12 - 1.96 * se) and row["high"] == pytest.approx(0.12 + 1.96 * se)
     assert "qwen minus smol" not in families.compare_effects({"qwen": a})

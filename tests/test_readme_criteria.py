@@ -12,7 +12,7 @@ import pytest
 from elsi_lib.common.cachefiles import REPO_ROOT
 
 RESULTS = REPO_ROOT / "data" / "results"
-SECTION = "## Which criterion predicts the trained draft (notebook 08, `make criteria`)"
+SECTION = "## Which criterion ranks the trained drafts (notebook 08, `make criteria`)"
 DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?!\w|\.\w)")
 N = r"(?P<v>[-+]?\d+\.\d+)"
 TAU = "tau minus EAGLE3"
@@ -40,32 +40,50 @@ def draft(method, column):
     return float(rows[column].iloc[0])
 
 
-def interval(pattern_head, criterion, outcome, T):
-    """Three claims: 'rho X [L, H]' after `pattern_head`."""
-    lo, hi = r"(?P<v>[-+]?\d+\.\d+)", r"(?P<v>[-+]?\d+\.\d+)"
-    return [(pattern_head + rf"{N} \[[-+]?\d+\.\d+, [-+]?\d+\.\d+\]", lambda: rho(criterion, outcome, T)),
-            (pattern_head + rf"[-+]?\d+\.\d+ \[{lo}, [-+]?\d+\.\d+\]", lambda: rho(criterion, outcome, T, "low (sets)")),
-            (pattern_head + rf"[-+]?\d+\.\d+ \[[-+]?\d+\.\d+, {hi}\]", lambda: rho(criterion, outcome, T, "high (sets)"))]
+def probe(column):
+    table = pd.read_csv(RESULTS / "criteria_probe.csv")
+    return table.set_index("model").loc["smollm2-135m", column]
+
+
+def paired(column):
+    table = pd.read_csv(RESULTS / "table2_paired_smollm2-135m.csv")
+    rows = table[(table.method == "ELSI m=3, template excluded") & (table.nodes == 60) & (table.temperature == 0)]
+    assert len(rows) == 1
+    return float(rows[column].iloc[0])
+
+
+def interval(head, criterion, outcome, T):
+    """Four claims: 'X [L, H] (p = P)' after `head`: rho, its interval over sets, its p-value."""
+    x = r"[-+]?\d+\.\d+"
+    def claim(i, column):
+        parts = [x, x, x, x]
+        parts[i] = N
+        return (head + rf"{parts[0]} \[{parts[1]}, {parts[2]}\] \(p = {parts[3]}\)",
+                lambda: rho(criterion, outcome, T, column))
+    return [claim(0, "rho"), claim(1, "low (sets)"), claim(2, "high (sets)"), claim(3, "p (permutation)")]
 
 
 CLAIMS = [
-    (rf"ridge chosen by held-out error \({N}\)", lambda: draft("EAGLE3", "ridge")),
-    *interval(r"rank them:\*\* rho ", "set entropy", "step 1", 0.0),
-    *interval(r"accuracy and\s+", "set entropy", TAU, 0.0),
-    *interval(r"error does:\*\* rho ", "probe error", "step 1", 0.0),
-    *interval(r"step-1 accuracy, ", "probe error", TAU, 0.0),
+    (rf"by\s+held-out error \({N}\)", lambda: probe("ridge")),
+    *interval(r"agreement here:\*\* rho ", "set entropy", "step 1", 0.0),
+    *interval(r"step-1 accuracy and ", "set entropy", TAU, 0.0),
+    *interval(r"error ranks them:\*\* rho ", "probe error", "step 1", 0.0),
+    *interval(r"with step-1 accuracy, ", "probe error", TAU, 0.0),
     *interval(r"at T = 0 and ", "probe error", TAU, 1.0),
     (rf"\(error {N}\)", lambda: draft("ELSI m=3, template excluded", "probe error")),
-    (rf"best draft at T = 0 \({N} against EAGLE3\)", lambda: draft("ELSI m=3, template excluded", TAU)),
+    (rf"tied with EAGLE3 \({N},", lambda: draft("ELSI m=3, template excluded", TAU)),
+    (rf"paired interval {N} to", lambda: paired("low")),
+    (rf"paired interval [-+]?\d+\.\d+ to {N}\)", lambda: paired("high")),
     (rf"highest step-1 accuracy \({N}\)", lambda: draft("EAGLE3", "step 1")),
     (rf"scores {N}, 7th of the 11", lambda: draft("EAGLE3", "probe error")),
-    (rf"ranks EAGLE3 second \({N},", lambda: draft("EAGLE3", "probe agreement")),
+    (rf"EAGLE3 second \({N},", lambda: draft("EAGLE3", "probe agreement")),
     (rf"template-excluded set's {N}\)", lambda: draft("ELSI m=3, template excluded", "probe agreement")),
     *interval(r"less well: rho ", "probe agreement", "step 1", 0.0),
 ]
 
 
 def agrees(quoted: str, value: float) -> bool:
+    """`quoted` is `value` at the precision it is written (its sign too where it has one)."""
     digits = len(quoted.split(".")[1])
     return (f"{value:+.{digits}f}" if quoted[0] in "+-" else f"{value:.{digits}f}") == quoted
 
@@ -91,3 +109,20 @@ def test_seventh_of_eleven_is_the_probes_rank_of_eagle3():
     assert part.loc[part["probe error"].idxmin(), "method"] == "ELSI m=3, template excluded"
     assert part.loc[part[TAU].idxmax(), "method"] == "ELSI m=3, template excluded"
     assert part.sort_values("probe agreement").method.tolist()[-2:] == ["EAGLE3", "ELSI m=3, template excluded"]
+
+
+def test_the_integers_of_the_criteria_section():
+    text = " ".join(section().split())
+    table = pd.read_csv(RESULTS / "criteria_drafts.csv")
+    part = table[(table.protocol == "table2") & (table.temperature == 0) & (table.nodes == 60)]
+    correlations = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
+    assert f"{len(part)} drafts (Table 2 on SmolLM2: {part.prompts.iloc[0]} training prompts" in text
+    assert f"sit on {part.layers.nunique()} distinct sets" in text and set(correlations["distinct sets"]) == {10}
+    assert set(part[part.layers == "29"].method) == {"EAGLE2", "ELSI m=1"}
+    assert f"every reply position of the {probe('calibration conversations')} calibration conversations" in text
+    assert f"({probe('training rows'):,} training and {probe('held-out rows'):,} held-out rows), {probe('rank')} principal" in text
+    chosen = tuple(int(x) for x in probe("probe's m=3 set").split())
+    assert f"its own m = 3 set {chosen}" in text
+    assert "EAGLE3's (1, 14, 26)" in text and part.set_index("method").loc["EAGLE3", "layers"] == "1 14 26"
+    assert "template-excluded (2, 20, 29)" in text
+    assert part.set_index("method").loc["ELSI m=3, template excluded", "layers"] == "2 20 29"

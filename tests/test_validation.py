@@ -53,7 +53,9 @@ def test_signs_intervals_and_a_criterion_that_predicts_nothing():
     assert table.loc[("probe error", "step 1"), "rho"] == pytest.approx(1.0)
     entropy = spearmanr([0.9, 0.1, 0.5, 0.3, 0.7, 0.2], taus).statistic
     assert table.loc[("set entropy", "tau minus EAGLE3"), "rho"] == pytest.approx(entropy)
-    assert (table.drafts == 6).all()
+    assert (table.drafts == 6).all() and (table["distinct sets"] == 6).all()
+    assert table.loc[("probe error", TAU), "p (permutation)"] < 0.01  # 2 of 720 orders are this extreme
+    assert table.loc[("set entropy", TAU), "p (permutation)"] > 0.2
     for _, row in table.iterrows():
         assert row["low (sets)"] <= row.rho + 1e-12 <= row["high (sets)"] + 2e-12
     assert table.loc[("set entropy", "tau minus EAGLE3"), "low (sets)"] < 0 < table.loc[("set entropy", "tau minus EAGLE3"), "high (sets)"]

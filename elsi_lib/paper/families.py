@@ -35,30 +35,29 @@ def choice_effects(paired: pd.DataFrame, accepted: pd.DataFrame, nodes: int,
                    methods=("ELSI m=3", "ELSI m=1")) -> pd.DataFrame:
     """What the layer choice was worth in one family's accepted-token table at `nodes`, per
     temperature, from its committed CSVs (`tables.paired_differences` rows with a temperature
-    column; `tables.tau_long` rows): each of `methods` minus EAGLE3 with its paired 95% interval and
-    its AVG tau as a share of EAGLE3's, the best entropy-chosen set's ("ELSI..." rows) difference,
-    and the range of AVG tau across all the table's sets."""
+    column; `tables.tau_long` rows, for EAGLE3's AVG tau): each of `methods` (named before looking:
+    no "best set", whose interval would ignore that it was picked) minus EAGLE3 with its paired 95%
+    interval and its AVG tau as a share of EAGLE3's (1 + diff / EAGLE3's tau: the paired differences
+    are at full precision where the accepted-token CSV may be rounded), and the range of the paired
+    differences across all the table's sets (EAGLE3 at 0)."""
     rows = []
     for T, block in paired[paired.nodes == nodes].groupby("temperature"):
-        avg = accepted[(accepted.column == "AVG") & (accepted.nodes == nodes) & (accepted.temperature == T)]
-        tau = dict(zip(avg.method, avg.tau))
-        if "EAGLE3" not in tau:
+        base = accepted[(accepted.column == "AVG") & (accepted.nodes == nodes) & (accepted.temperature == T)
+                        & (accepted.method == "EAGLE3")]
+        if len(base) != 1:
             raise ValueError(f"no EAGLE3 AVG tau at {nodes} nodes, T = {T}")
+        eagle3 = float(base.tau.iloc[0])
         diff = block.set_index("method")
         for method in methods:
             if method not in diff.index:
                 raise ValueError(f"no paired difference of {method!r} from EAGLE3 at {nodes} nodes, T = {T}")
             d = diff.loc[method]
-            rows.append({"temperature": float(T), "nodes": nodes, "effect": f"{method} minus EAGLE3", "value": float(d["diff"]),
-                         "low": float(d["low"]), "high": float(d["high"]),
-                         "share of EAGLE3's tau": float(tau[method] / tau["EAGLE3"])})
-        chosen = diff[diff.index.str.startswith("ELSI")]
-        best = chosen["diff"].idxmax()
-        rows.append({"temperature": float(T), "nodes": nodes, "effect": f"best ELSI set ({best}) minus EAGLE3",
-                     "value": float(chosen.loc[best, "diff"]), "low": float(chosen.loc[best, "low"]),
-                     "high": float(chosen.loc[best, "high"]), "share of EAGLE3's tau": float(tau[best] / tau["EAGLE3"])})
+            rows.append({"temperature": float(T), "nodes": nodes, "effect": f"{method} minus EAGLE3",
+                         "value": float(d["diff"]), "low": float(d["low"]), "high": float(d["high"]),
+                         "share of EAGLE3's tau": 1 + float(d["diff"]) / eagle3})
+        spread = [0.0, *diff["diff"].astype(float)]
         rows.append({"temperature": float(T), "nodes": nodes, "effect": "range of AVG tau across the sets",
-                     "value": float(max(tau.values()) - min(tau.values())), "low": np.nan, "high": np.nan,
+                     "value": max(spread) - min(spread), "low": np.nan, "high": np.nan,
                      "share of EAGLE3's tau": np.nan})
     return pd.DataFrame(rows)
 
@@ -66,15 +65,15 @@ def choice_effects(paired: pd.DataFrame, accepted: pd.DataFrame, nodes: int,
 def compare_effects(effects: dict) -> pd.DataFrame:
     """{family: `choice_effects` frame} -> one row per effect and temperature present in every
     family: each family's value and, for two families, their difference (first minus second) with an
-    approximate 95% interval from the two independent intervals (normal, se = width / 3.92 each; the
-    families' drafts and questions share nothing but the SpecBench prompts)."""
+    approximate 95% interval from the two intervals as if independent (normal, se = width / 3.92
+    each). The families are scored on the same SpecBench questions, so their errors may be
+    correlated (in either direction): a paired bootstrap over the shared questions needs both
+    families' per-question rows, and this interval is only a guide."""
     names = list(effects)
     key = ["temperature", "nodes", "effect"]
-    def normalised(frame):  # "best ELSI set (ELSI m=3) minus EAGLE3" -> one effect name across families
-        return frame.assign(effect=frame.effect.str.replace(r"best ELSI set \(.*\)", "best ELSI set", regex=True))
     merged = None
     for name in names:
-        part = normalised(effects[name])[[*key, "value", "low", "high"]].rename(
+        part = effects[name][[*key, "value", "low", "high"]].rename(
             columns={c: f"{c} ({name})" for c in ("value", "low", "high")})
         merged = part if merged is None else merged.merge(part, on=key)
     if len(names) == 2:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 ENTROPY_LABEL = "Shannon matrix entropy $S_1$ (nats)"
 
@@ -321,7 +322,8 @@ def learning_curve(table, title: str, baseline: str = "EAGLE3"):
 def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy", "probe error")):
     """Fig. 10: each criterion's score of a draft's layer set (rows) against what the draft measured
     (columns: held-out step-1 accuracy, AVG tau minus EAGLE3's), one colour per protocol and curve
-    point, Spearman's signed rho with its interval over sets in each legend. drafts:
+    point, Spearman's signed rho in each legend with its interval (over questions and sets where
+    there is one, else over sets). drafts:
     `validation.draft_table` rows (protocol, prompts, method, criteria columns, "step 1", "tau minus
     EAGLE3") with the probe's columns joined;
     correlations: `validation.rank_correlations` rows."""
@@ -330,6 +332,8 @@ def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy"
     outcomes = [("step 1", "held-out step-1 accuracy"), ("tau minus EAGLE3", r"AVG $\tau$ minus EAGLE3's (paired)")]
     fig, axes = plt.subplots(len(criteria), 2, figsize=(11, 4.2 * len(criteria)), squeeze=False,
                              constrained_layout=True)
+    if drafts.temperature.nunique() != 1 or correlations.temperature.nunique() != 1:
+        raise ValueError("pass the drafts and correlations of one temperature (step accuracy would show twice)")
     points = list(drafts.groupby(["protocol", "prompts"], sort=False))
     for i, criterion in enumerate(criteria):
         for j, (outcome, label) in enumerate(outcomes):
@@ -337,7 +341,8 @@ def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy"
             for k, ((protocol, prompts), part) in enumerate(points):
                 r = correlations[(correlations.protocol == protocol) & (correlations.prompts == prompts)
                                  & (correlations.criterion == criterion) & (correlations.outcome == outcome)]
-                rho = (f": rho {r.rho.iloc[0]:+.2f} [{r['low (sets)'].iloc[0]:+.2f}, {r['high (sets)'].iloc[0]:+.2f}]"
+                kind = "questions and sets" if len(r) and pd.notna(r["low (questions and sets)"].iloc[0]) else "sets"
+                rho = (f": rho {r.rho.iloc[0]:+.2f} [{r[f'low ({kind})'].iloc[0]:+.2f}, {r[f'high ({kind})'].iloc[0]:+.2f}]"
                        if len(r) else "")
                 ax.plot(part[criterion], part[outcome], "o", color=plt.cm.tab10(k % 10), ms=5,
                         label=f"{protocol}, {int(prompts):,} prompts{rho}")

@@ -16,6 +16,8 @@ and, for tau where per-question rows exist, over the SpecBench questions (all to
 column) and the sets together."""
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
@@ -128,13 +130,13 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
     out = []
     for (temperature, nodes), block in paired.groupby(["temperature", "nodes"]):
         diffs = {**dict(zip(block.method, block["diff"])), baseline: 0.0}
-        for row in first.itertuples(index=False):
+        for _, row in first.iterrows():
             if row.method not in diffs or row.method not in set(sets.method):
                 continue  # a lever's draft (not in the paired table) or a set the overlap table lacks
             s = sets[sets.method == row.method].iloc[0]
             out.append({"protocol": protocol, "prompts": int(prompts), "id": row.method, "seed": row.seed,
                         "method": row.method, "layers": s["layers"], "set entropy": float(s["entropy"]),
-                        **first[first.method == row.method].filter(like="step ").iloc[0].to_dict(),
+                        **row.filter(like="step ").to_dict(),
                         OUTCOMES[1]: float(diffs[row.method]), "temperature": float(temperature), "nodes": int(nodes)})
     return pd.DataFrame(out)
 
@@ -149,28 +151,45 @@ def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(den > 0, (rx * ry).sum(axis=1) / den, np.nan)
 
 
+def permutation_p(score: np.ndarray, value: np.ndarray, n_perm: int, rng) -> float:
+    """Two-sided Monte Carlo permutation p-value of Spearman's rho of `score` with `value` (S,): the
+    share of `n_perm` seeded shuffles of `value` whose |rho| reaches the observed one (+1 both sides,
+    so never 0). It needs no population of sets: it asks only whether the ranking could be chance."""
+    observed = abs(spearman_rows(score[None], value[None])[0])
+    if not np.isfinite(observed):
+        return np.nan
+    shuffled = np.stack([rng.permutation(value) for _ in range(n_perm)])  # (n_perm, S)
+    draws = np.abs(spearman_rows(np.broadcast_to(score, shuffled.shape), shuffled))
+    return float((1 + np.sum(draws >= observed - 1e-12)) / (n_perm + 1))
+
+
 def _interval(draws) -> tuple[float, float]:
     draws = draws[np.isfinite(draws)]
     return tuple(float(v) for v in np.percentile(draws, [2.5, 97.5])) if len(draws) else (np.nan, np.nan)
 
 
 def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *, temperature: float, nodes: int,
-                      n_boot: int = 1000, seed: int = 0, baseline: str = BASELINE) -> pd.DataFrame:
+                      n_boot: int = 1000, seed: int = 0, baseline: str = BASELINE,
+                      n_perm: int = 10000) -> pd.DataFrame:
     """Per (protocol, prompts), criterion and outcome at `temperature` and `nodes`: the drafts,
     Spearman's signed rho (module docstring) and its 95% bootstrap intervals over the sets and, for
     the paired tau difference of a point whose per-question `rows` are given, over the questions and
-    sets together. `drafts`: `draft_table` or `drafts_from_tables` rows, with the probe's columns
-    (`probe_scores`) joined on the layers where it scored them; a criterion is used where every
-    draft of a point has it."""
+    sets together, with a permutation p-value (`permutation_p`, `n_perm` shuffles) and the number
+    of distinct sets among the drafts. `drafts`: `draft_table` or `drafts_from_tables` rows, with the
+    probe's columns (`probe_scores`) joined on the layers where it scored them; a criterion is used
+    where every draft of a point has it. Each point draws from its own generator, seeded by `seed`
+    and the point, so a point's intervals do not depend on the others. Resampling 11 chosen (not
+    sampled) sets with replacement ties ranks and gives intervals that reach +-1: read them as how
+    much a few drafts carry the estimate, and the p-value as whether it could be chance."""
     missing = [c for c in ("protocol", "prompts", "id", *OUTCOMES, "temperature", "nodes") if c not in drafts]
     if missing:
         raise ValueError(f"`drafts` lacks {missing}: pass one row per draft (`draft_table`, `drafts_from_tables`)")
     drafts = drafts[(drafts.temperature == temperature) & (drafts.nodes == nodes)]
     if drafts.empty:
         raise ValueError(f"no drafts at temperature {temperature} and {nodes} nodes")
-    rng = np.random.default_rng(seed)
     out = []
     for (protocol, prompts), part in drafts.groupby(["protocol", "prompts"], sort=False):
+        rng = np.random.default_rng([seed, zlib.crc32(str(protocol).encode()), int(prompts)])
         S = len(part)
         if S < 3:
             raise ValueError(f"{protocol} at {prompts} prompts has {S} drafts: a rank correlation needs at least 3")
@@ -191,7 +210,9 @@ def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *,
                 both = (_interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)))
                         if outcome == OUTCOMES[1] and diffs is not None else (np.nan, np.nan))
                 out.append({"protocol": protocol, "prompts": int(prompts), "temperature": temperature, "nodes": nodes,
-                            "criterion": criterion, "outcome": outcome, "drafts": S, "rho": rho,
+                            "criterion": criterion, "outcome": outcome, "drafts": S,
+                            "distinct sets": int(part["layers"].nunique()), "rho": rho,
+                            "p (permutation)": permutation_p(score, value, n_perm, rng),
                             "low (sets)": over_sets[0], "high (sets)": over_sets[1],
                             "low (questions and sets)": both[0], "high (questions and sets)": both[1]})
     return pd.DataFrame(out)
