@@ -13,14 +13,14 @@ STAMP := $(VENV)/.elsi-installed
 MODELS_STAMP := $(VENV)/.elsi-models
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # notebooks 06 and 07 train drafts for hours: `make tables` and `make tables-strong` run them;
-# notebook 08 reads what they wrote (`make criteria`); `make figures` runs the others
-FIGURE_NOTEBOOKS := $(filter-out notebooks/06_% notebooks/07_% notebooks/08_%,$(NOTEBOOKS))
+# notebooks 08 and 09 read what they wrote (`make criteria`, `make families`); `make figures` runs the others
+FIGURE_NOTEBOOKS := $(filter-out notebooks/06_% notebooks/07_% notebooks/08_% notebooks/09_%,$(NOTEBOOKS))
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-qwen tables-strong criteria lab data bench clean test-engines test-engines-strong replies-strong
+.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -122,6 +122,13 @@ criteria: venv models
 	mkdir -p build figures data/results
 	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/criteria_scale.yaml \
 	  notebooks/08_selection_criteria.ipynb build/08_selection_criteria.ipynb
+
+# Notebook 09: Table 2 against Table 3, what the layer choice was worth on each family beside how
+# interchangeable its layers are (reads notebook 06's committed tables and the calibration statistics)
+families: venv models
+	mkdir -p build figures data/results
+	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/families_scale.yaml \
+	  notebooks/09_families.ipynb build/09_families.ipynb
 
 # Notebook 07: the strong drafts (every training prompt, replies by vLLM, live features) and their
 # learning curve. Many hours on 2 cores, over several sessions: every stage resumes from its caches

@@ -4,11 +4,10 @@ provenance and the cache (a second run prints the same answer), every engine for
 elsi's convention, and each engine's ids pointing at the very tensor elsi measured."""
 import json
 
-import numpy as np
 import pytest
 import torch
 
-from conftest import make_conversations, replied_conversations
+from conftest import replied_conversations
 from elsi_lib import cli, random_model
 from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
 from test_conventions import sglang_captured, speculators_recipe, vllm_captured

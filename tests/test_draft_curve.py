@@ -7,7 +7,7 @@ import pytest
 
 from elsi_lib.draft import tables as T
 from elsi_lib.draft.curve import learning_curve, snapshot_batches
-from elsi_lib.paper import plots
+from elsi_lib.paper import draft_plots
 
 
 def points(seed: int = 0) -> pd.DataFrame:
@@ -59,7 +59,7 @@ def test_snapshot_batches_leave_the_finished_drafts_out():
 
 
 def test_learning_curve_figure_has_a_panel_per_temperature():
-    fig = plots.learning_curve(learning_curve(points(), 60, n_boot=200), "curve")
+    fig = draft_plots.learning_curve(learning_curve(points(), 60, n_boot=200), "curve")
     assert len(fig.axes) == 4
     tau_axis = fig.axes[0]
     assert sorted(tau_axis.get_legend_handles_labels()[1]) == ["EAGLE3", "ELSI m=3"]

@@ -41,9 +41,10 @@ def test_committed_notebook_is_what_the_git_filter_writes(path, tmp_path):
 
 
 # each parameter file and the notebook(s) `make` injects it into (Makefile's papermill -f lines)
-PARAMETER_FILES = {"paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08")],
+PARAMETER_FILES = {"paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08", "09")],
                    "tables_scale.yaml": ["06_accepted_tokens.ipynb"], "tables_qwen.yaml": ["06_accepted_tokens.ipynb"],
-                   "tables_strong.yaml": ["07_strong_drafts.ipynb"], "criteria_scale.yaml": ["08_selection_criteria.ipynb"]}
+                   "tables_strong.yaml": ["07_strong_drafts.ipynb"], "criteria_scale.yaml": ["08_selection_criteria.ipynb"],
+                   "families_scale.yaml": ["09_families.ipynb"]}
 
 
 def declared_parameters(path) -> set:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 
 import pandas as pd
-import pytest
 
 from elsi_lib.common.cachefiles import REPO_ROOT
 

@@ -117,13 +117,13 @@ def test_fig10_draws_every_point_with_its_rho(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from elsi_lib.paper import plots
+    from elsi_lib.paper import draft_plots, plots
 
     rows = pd.concat([drafts_rows([1.2, 1.4, 1.6], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
                       drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50)])
     scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(3)], "probe error": [0.9, 0.5, 0.4]})
     drafts = V.draft_table(rows, temperature=0.0, nodes=60).merge(scores, on="layers")
-    fig = plots.criteria_vs_drafts(drafts, correlations(rows, scores), "criteria")
+    fig = draft_plots.criteria_vs_drafts(drafts, correlations(rows, scores), "criteria")
     assert len(fig.axes) == 4 and all(ax.get_xlabel() and ax.get_ylabel() for ax in fig.axes)
     legend = [t.get_text() for t in fig.axes[2].get_legend().get_texts()]  # probe error against step 1
     assert legend == ["p, 100 prompts: rho +1.00 [+1.00, +1.00]", "q, 50 prompts: rho +1.00 [+1.00, +1.00]"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 ENTROPY_LABEL = "Shannon matrix entropy $S_1$ (nats)"
 
@@ -236,122 +235,6 @@ def beam_tree(selection, name: str):
     ax.set(xlabel="beam depth: set size |L|", ylabel="rank in the beam (0 = highest entropy)", title=title)
     fig.colorbar(points, ax=ax, label="set entropy $S_1$ (nats)")
     fig.tight_layout()
-    return fig
-
-
-def _panel_title(key) -> str:
-    """A block key, nodes or (temperature, nodes), as a panel title."""
-    if isinstance(key, tuple):
-        temperature, nodes = key
-        return f"{nodes}-node trees, T = {temperature:g}"
-    return f"{key}-node trees"
-
-
-def tau_by_column(blocks: dict, title: str):
-    """Fig. 8: tau per SpecBench column and AVG, one bar per method with its 95% interval, one panel
-    per block. blocks: {nodes or (temperature, nodes): (tau, low, high)} DataFrames (rows methods,
-    columns categories)."""
-    plt = _plt()
-    fig, axes = plt.subplots(len(blocks), 1, figsize=(11, 2.8 * len(blocks) + 1.2), squeeze=False,
-                             constrained_layout=True)
-    for ax, (nodes, (tau, low, high)) in zip(axes[:, 0], sorted(blocks.items())):
-        methods, columns = list(tau.index), list(tau.columns)
-        width = 0.8 / len(methods)
-        x = np.arange(len(columns))
-        for i, method in enumerate(methods):
-            values = tau.loc[method].to_numpy(float)
-            err = np.vstack([values - low.loc[method].to_numpy(float), high.loc[method].to_numpy(float) - values])
-            ax.bar(x + (i - (len(methods) - 1) / 2) * width, values, width, yerr=err, capsize=1.5, label=method,
-                   color=plt.cm.tab20(i % 20))
-        ax.set_xticks(x, columns)
-        ax.set_ylabel(r"$\tau$ (tokens / target forward)")
-        ax.set_ylim(1.0, None)
-        ax.set_title(_panel_title(nodes))
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, ncol=6, fontsize=7, loc="outside lower center")
-    fig.suptitle(title)
-    return fig
-
-
-def tau_vs_entropy(frame, title: str):
-    """tau (AVG) against the set entropy of each method's layers, one panel per tree size (and
-    temperature, when `frame` has that column). frame: columns method, nodes, entropy, tau, low, high."""
-    plt = _plt()
-    by = ["temperature", "nodes"] if "temperature" in frame else ["nodes"]
-    groups = list(frame.groupby(by, sort=True))  # keys: (temperature, nodes) or (nodes,)
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.2 * len(groups), 4.2), squeeze=False)
-    for ax, (key, part) in zip(axes[0], groups):
-        ax.errorbar(part.entropy, part.tau, yerr=[part.tau - part.low, part.high - part.tau], fmt="o", capsize=2)
-        for row in part.itertuples():
-            ax.annotate(row.method, (row.entropy, row.tau), fontsize=7, xytext=(3, 3), textcoords="offset points")
-        ax.set_xlabel(ENTROPY_LABEL)
-        ax.set_ylabel(r"AVG $\tau$")
-        ax.set_title(_panel_title(key if len(key) == 2 else key[0]))
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
-
-
-def learning_curve(table, title: str, baseline: str = "EAGLE3"):
-    """Fig. 9: per method, AVG tau (95% interval) and held-out step-1 accuracy against the reply
-    tokens its draft was trained on, one column of panels per temperature. table: rows of
-    `curve.learning_curve` (reply_tokens, temperature, method, tau, low, high, "step 1")."""
-    plt = _plt()
-    temperatures = sorted(table.temperature.unique())
-    fig, axes = plt.subplots(2, len(temperatures), figsize=(5.6 * len(temperatures), 7), squeeze=False,
-                             sharex=True, constrained_layout=True)
-    for j, T in enumerate(temperatures):
-        part = table[table.temperature == T]
-        for i, (method, rows) in enumerate(part.groupby("method", sort=False)):
-            rows = rows.sort_values("reply_tokens")
-            style = {"color": plt.cm.tab10(i % 10), "lw": 2.2 if method == baseline else 1.2, "marker": "o", "ms": 3}
-            axes[0, j].errorbar(rows.reply_tokens, rows.tau, yerr=[rows.tau - rows.low, rows.high - rows.tau],
-                                capsize=2, label=method, **style)
-            axes[1, j].plot(rows.reply_tokens, rows["step 1"], **style)  # the same at every T: one draft
-        axes[0, j].set_title(f"{int(part.nodes.iloc[0])}-node trees, T = {T:g}")
-        axes[0, j].set_ylabel(r"AVG $\tau$")
-        axes[1, j].set_ylabel("held-out step-1 accuracy")
-        axes[1, j].set_xlabel("reply tokens trained on")
-        axes[1, j].set_xscale("log")
-    handles, labels = axes[0, 0].get_legend_handles_labels()
-    fig.legend(handles, labels, ncol=4, fontsize=8, loc="outside lower center")
-    fig.suptitle(title)
-    return fig
-
-
-def criteria_vs_drafts(drafts, correlations, title: str, criteria=("set entropy", "probe error")):
-    """Fig. 10: each criterion's score of a draft's layer set (rows) against what the draft measured
-    (columns: held-out step-1 accuracy, AVG tau minus EAGLE3's), one colour per protocol and curve
-    point, Spearman's signed rho in each legend with its interval (over questions and sets where
-    there is one, else over sets). drafts:
-    `validation.draft_table` rows (protocol, prompts, method, criteria columns, "step 1", "tau minus
-    EAGLE3") with the probe's columns joined;
-    correlations: `validation.rank_correlations` rows."""
-    plt = _plt()
-    criteria = [c for c in criteria if c in drafts]
-    outcomes = [("step 1", "held-out step-1 accuracy"), ("tau minus EAGLE3", r"AVG $\tau$ minus EAGLE3's (paired)")]
-    fig, axes = plt.subplots(len(criteria), 2, figsize=(11, 4.2 * len(criteria)), squeeze=False,
-                             constrained_layout=True)
-    if drafts.temperature.nunique() != 1 or correlations.temperature.nunique() != 1:
-        raise ValueError("pass the drafts and correlations of one temperature (step accuracy would show twice)")
-    points = list(drafts.groupby(["protocol", "prompts"], sort=False))
-    for i, criterion in enumerate(criteria):
-        for j, (outcome, label) in enumerate(outcomes):
-            ax = axes[i, j]
-            for k, ((protocol, prompts), part) in enumerate(points):
-                r = correlations[(correlations.protocol == protocol) & (correlations.prompts == prompts)
-                                 & (correlations.criterion == criterion) & (correlations.outcome == outcome)]
-                kind = "questions and sets" if len(r) and pd.notna(r["low (questions and sets)"].iloc[0]) else "sets"
-                rho = (f": rho {r.rho.iloc[0]:+.2f} [{r[f'low ({kind})'].iloc[0]:+.2f}, {r[f'high ({kind})'].iloc[0]:+.2f}]"
-                       if len(r) else "")
-                ax.plot(part[criterion], part[outcome], "o", color=plt.cm.tab10(k % 10), ms=5,
-                        label=f"{protocol}, {int(prompts):,} prompts{rho}")
-                for method, x, y in zip(part.method, part[criterion], part[outcome]):
-                    ax.annotate(method, (x, y), fontsize=6, xytext=(2, 2), textcoords="offset points")
-            ax.set_xlabel(criterion + (" (lower is predicted better)" if criterion == "probe error" else ""))
-            ax.set_ylabel(label)
-            ax.legend(fontsize=7)
-    fig.suptitle(title)
     return fig
 
 
