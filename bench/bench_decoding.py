@@ -29,8 +29,8 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.draft.experiment import Experiment, from_parameters, trained_drafts
-from elsi_lib.draft.methods import draft_methods
+from elsi_lib.draft.experiment import Experiment, trained_drafts
+from elsi_lib.draft.methods import draft_methods, run_methods
 from elsi_lib.draft.export import load_draft
 from record import write
 from elsi_lib.inputs.chat import tokenize_conversation
@@ -82,8 +82,10 @@ def main() -> None:
     if args.draft:
         draft, name = load_draft(args.draft, model), args.draft
     else:
-        methods = draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
-        exp = from_parameters(args.params)[0] if args.params else Experiment()
+        if args.params:  # exactly the methods that run trained (its checkpoint is keyed by all of them)
+            exp, methods = run_methods(args.params)
+        else:
+            exp, methods = Experiment(), draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
         draft, name = trained_drafts(exp, methods, loaded=(model, tokenizer))[args.method], args.method
     source = draft.config.source  # a layer tuple, or FINAL_NORM (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)

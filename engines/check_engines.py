@@ -23,7 +23,7 @@ referees of elsi's exported drafts. Reads build/engines/plan.json (engines/prepa
 Exit status 0 when every check passes; the engines' logs and every run's tokens in build/engines/, the
 table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, which the README quotes.
 
-    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py [--strong]
+    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py [--drafts small|strong|qwen]
 """
 from __future__ import annotations
 
@@ -132,8 +132,10 @@ def check_speculators(folder: str) -> str:
 
 
 def main() -> int:
-    strong = "--strong" in sys.argv[1:]  # notebook 07's strong drafts (engines/prepare.py --strong)
-    out = Path("build/engines-strong") if strong else OUT
+    # which drafts engines/prepare.py --drafts exported: its output folder and this check's record
+    drafts = sys.argv[sys.argv.index("--drafts") + 1] if "--drafts" in sys.argv else "small"
+    out, name = {"small": (OUT, "engines_vllm"), "strong": (Path("build/engines-strong"), "engines_vllm_strong"),
+                 "qwen": (Path("build/engines-qwen"), "engines_vllm_qwen")}[drafts]
     load_before = [round(x, 2) for x in os.getloadavg()]
     plan = json.loads((out / "plan.json").read_text())
     failures, rows, results = [], [], {"plain": None, "drafts": {}}
@@ -176,7 +178,7 @@ def main() -> int:
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
     (out / "results.json").write_text(json.dumps(results, indent=1))
     replies = plan["reply_check"]
-    record = write("engines_vllm_strong" if strong else "engines_vllm", {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
+    record = write(name, {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
                                     "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE,
                                     "greedy replies equal to transformers'": replies}, rows,
                    load_before=load_before)

@@ -12,12 +12,14 @@ k = 1..5 draft tokens: its tokens, accepted counts and rounds go to build/engine
 (`elsi_lib.hidden.engine_replies`) and through transformers write greedy replies to the same 64
 training prompts, and plan.json records how many agree token for token.
 
-With --strong (`make test-engines-strong`) the drafts are instead notebook 07's strong drafts, read
-from its finished checkpoint (`make tables-strong`; refused before it has finished): EAGLE3's and the
-entropy-chosen set's with the highest AVG tau at 60 nodes, T = 0, in its committed table. Its files
-go to build/engines-strong.
+With --drafts strong (`make test-engines-strong`) the drafts are instead notebook 07's strong drafts,
+read from its finished checkpoint (`make tables-strong`; refused before it has finished): EAGLE3's
+and the entropy-chosen set's with the highest AVG tau at 60 nodes, T = 0, in its committed table.
+With --drafts qwen (`make test-engines`, once `make tables-qwen` has written Table 3), the second
+family's ELSI m=3 draft from notebook 06's finished Table 3 checkpoint. Their files go to
+build/engines-strong and build/engines-qwen; the reply check runs with the small drafts only.
 
-    .venv/bin/python engines/prepare.py [--strong]
+    .venv/bin/python engines/prepare.py [--drafts small|strong|qwen]
 """
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
 from elsi_lib.draft.experiment import (Experiment, data_key, from_parameters, groups, train_group, trained_drafts,
                                       training_data)
-from elsi_lib.draft.methods import draft_methods, select_methods
+from elsi_lib.draft.methods import draft_methods, run_methods
 from elsi_lib.draft.tables import AVG, read_tau_csv
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
@@ -53,9 +55,12 @@ MAX_TOKENS = 64  # generated tokens per question
 CHAINS = (1, 2, 3, 4, 5)
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 OUT = Path("build/engines")
-STRONG_OUT = Path("build/engines-strong")
-STRONG_PARAMS = Path("notebooks/tables_strong.yaml")  # notebook 07's paper-scale parameters
-STRONG_TABLE = Path("data/results/table2_strong_accepted_tokens_smollm2-135m.csv")
+# finished runs whose drafts the engines serve: (parameter file, its accepted-token table, output folder,
+# the method ids served: "best elsi" is the entropy-chosen set with the highest AVG tau, 60 nodes, T = 0)
+FINISHED = {"strong": ("notebooks/tables_strong.yaml", "data/results/table2_strong_accepted_tokens_smollm2-135m.csv",
+                       "build/engines-strong", ("eagle3", "best elsi")),
+            "qwen": ("notebooks/tables_qwen.yaml", "data/results/table3_accepted_tokens_qwen2.5-coder-0.5b.csv",
+                     "build/engines-qwen", ("elsi-m3",))}
 
 
 def small_drafts(model, tokenizer, methods) -> dict:
@@ -69,34 +74,40 @@ def small_drafts(model, tokenizer, methods) -> dict:
     return drafts
 
 
-def strong_drafts(model, tokenizer, methods) -> dict:
-    """EAGLE3's strong draft and the best entropy-chosen one (AVG tau, 60 nodes, T = 0, notebook 07's
-    table), from notebook 07's finished checkpoint."""
-    exp, method_ids = from_parameters(STRONG_PARAMS)
-    methods = select_methods(methods, method_ids, present_only=True)
-    table = read_tau_csv(STRONG_TABLE)
-    cells = table[(table.column == AVG) & (table.temperature == 0) & (table.nodes == 60)].set_index("method").tau
-    labels = dict(zip(methods.method, methods["id"]))
-    chosen = max((label for label in cells.index if labels.get(label, "").startswith("elsi")), key=cells.get)
+def finished_drafts(name: str, model, tokenizer) -> tuple[dict, object]:
+    """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods."""
+    parameters, table, _, served = FINISHED[name]
+    exp, methods = run_methods(Path(parameters))
+    cells = read_tau_csv(Path(table))
+    cells = cells[(cells.column == AVG) & (cells.temperature == 0) & (cells.nodes == 60)].set_index("method").tau
+    ids = dict(zip(methods.method, methods["id"]))
+    if "best elsi" in served:
+        best = max((label for label in cells.index if ids.get(label, "").startswith("elsi")), key=cells.get)
+        served = tuple(ids[best] if s == "best elsi" else s for s in served)
     drafts = trained_drafts(exp, methods, loaded=(model, tokenizer))
-    print(f"strong drafts: EAGLE3 (AVG tau {cells['EAGLE3']:.3f}) and {chosen} ({cells[chosen]:.3f})")
-    return {"eagle3": drafts["eagle3"], labels[chosen]: drafts[labels[chosen]]}
+    labels = methods.set_index("id").method
+    print(f"{name} drafts: " + ", ".join(f"{labels[m]} (AVG tau {cells[labels[m]]:.3f})" for m in served))
+    return {m: drafts[m] for m in served}, methods
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--strong", action="store_true", help="notebook 07's strong drafts instead")
+    parser.add_argument("--drafts", choices=["small", *FINISHED], default="small",
+                        help="the small check's drafts (trained here), or a finished run's")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model, tokenizer = load_model(MODEL)
-    stats = calibration.paper_stats([MODEL], 200, seed=0)[MODEL]
-    methods = draft_methods(stats)
-    drafts = (strong_drafts if args.strong else small_drafts)(model, tokenizer, methods)
-    out_dir = STRONG_OUT if args.strong else OUT
+    target = MODEL if args.drafts == "small" else from_parameters(Path(FINISHED[args.drafts][0]))[0].model
+    model, tokenizer = load_model(target)
+    if args.drafts == "small":
+        methods = draft_methods(calibration.paper_stats([MODEL], 200, seed=0)[MODEL])
+        drafts, out_dir = small_drafts(model, tokenizer, methods), OUT
+    else:
+        drafts, methods = finished_drafts(args.drafts, model, tokenizer)
+        out_dir = Path(FINISHED[args.drafts][2])
 
     questions = corpus.eval_questions(PER_COLUMN, seed=0)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
-    plan = {"target": resolve_model_path(MODEL)[0], "max_tokens": MAX_TOKENS, "chains": list(CHAINS),
+    plan = {"target": resolve_model_path(target)[0], "max_tokens": MAX_TOKENS, "chains": list(CHAINS),
             "questions": questions.question_id.tolist(), "prompts": prompts, "drafts": {}}
     out_dir.mkdir(parents=True, exist_ok=True)
     for method, draft in drafts.items():
@@ -120,7 +131,7 @@ def main() -> None:
         label = methods.set_index("id").method[method]
         plan["drafts"][method] = {"label": label, "layers_elsi": list(draft.config.layer_ids), "folders": folders,
                                   "elsi": runs}
-    plan["reply_check"] = reply_check(model, tokenizer)
+    plan["reply_check"] = reply_check(model, tokenizer) if args.drafts == "small" else None
     (out_dir / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():
         print(method, entry["layers_elsi"], {k: round(1 + r["accepted"] / r["rounds"], 3) for k, r in entry["elsi"].items()})

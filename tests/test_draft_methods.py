@@ -143,3 +143,34 @@ def test_the_probes_sets_join_the_methods_unless_another_method_has_them():
     assert row.entropy == pytest.approx(set_entropy(Z, fresh)) and len(with_probe) == len(base) + 1
     taken = draft_methods(stats, probe={3: base.set_index("id").source["eagle3"]})
     assert "probe-m3" not in set(taken["id"]) and len(taken) == len(base)  # EAGLE3's set: the same draft
+
+
+def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, monkeypatch):
+    """A finished run's checkpoint is keyed by all its drafts: run_methods must rebuild its methods from
+    the parameter file's calibration size, seed, probe rank and method ids."""
+    from elsi_lib.draft import methods as M
+    from elsi_lib.paper import calibration
+
+    STATS = stats_for(random_layers(N, 6, 10, seed=3), random_layers(N, 6, 10, seed=103))
+    fresh = next(s for s in itertools.combinations(range(N), 3) if s not in set(M.draft_methods(STATS).source))
+    calls = {}
+    def fake_stats(models, n_prompts, seed=0, **kw):
+        calls["stats"] = (tuple(models), n_prompts, seed)
+        return {models[0]: STATS}
+    def fake_probe(model, n_prompts, set_sizes, seed=0, rank=None, **kw):
+        calls["probe"] = (model, n_prompts, tuple(set_sizes), seed, rank)
+        return {3: fresh}
+    monkeypatch.setattr(calibration, "paper_stats", fake_stats)
+    monkeypatch.setattr(calibration, "probe_choices", fake_probe)
+    path = tmp_path / "run.yaml"
+    path.write_text('MODEL: "m"\nN_PROMPTS: 40\nSEED: 2\nPROBE_RANK: 16\nMETHOD_IDS: ["probe-m3", "eagle3"]\n'
+                    'EXPERIMENT: {"n_train": 7}\n')
+    exp, methods = M.run_methods(path)
+    assert exp.n_train == 7 and exp.model == "m"
+    assert calls == {"stats": (("m",), 40, 2), "probe": ("m", 40, (3,), 2, 16)}
+    assert list(methods["id"]) == ["probe-m3", "eagle3"] and methods.iloc[0].source == fresh
+    path.write_text('MODEL: "m"\nPROBE_RANK: null\n')
+    calls.clear()
+    _, every = M.run_methods(path)
+    assert "probe" not in calls and calls["stats"] == (("m",), 200, 0)
+    assert list(every["id"]) == list(M.draft_methods(STATS)["id"])

@@ -103,3 +103,23 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
                      f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
                      "compartments": tuple(int(np.searchsorted(boundaries, l, side="left")) for l in layers)})
     return pd.DataFrame(rows)
+
+
+def run_methods(parameters):
+    """The experiment of a notebook parameter file (`experiment.from_parameters`) and exactly the methods
+    its notebook trained: the same calibration statistics (N_PROMPTS, SEED), the probe's m = 3 set where
+    PROBE_RANK is set, METHOD_IDS where given. A checkpoint is keyed by every draft of its group, so
+    reading a finished run's drafts (`experiment.trained_drafts`) needs this very table."""
+    import yaml
+    from pathlib import Path
+
+    from ..paper import calibration
+    from .experiment import from_parameters
+
+    exp, method_ids = from_parameters(parameters)
+    params = yaml.safe_load(Path(parameters).read_text()) or {}
+    n_prompts, seed, rank = params.get("N_PROMPTS", 200), params.get("SEED", 0), params.get("PROBE_RANK")
+    stats = calibration.paper_stats([exp.model], n_prompts, seed=seed)[exp.model]
+    probe = calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank) if rank else None
+    methods = draft_methods(stats, probe=probe)
+    return exp, (select_methods(methods, method_ids, present_only=True) if method_ids else methods)
