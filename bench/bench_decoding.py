@@ -78,19 +78,19 @@ def main() -> None:
     args = parser.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     torch.manual_seed(0)
-    model, tokenizer = load_model("smollm2-135m")
+    if args.params:  # exactly the methods that run trained (its checkpoint is keyed by all of them)
+        exp, methods = run_methods(args.params)
+    else:
+        exp, methods = Experiment(), draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
+    model, tokenizer = load_model(exp.model)
     if args.draft:
         draft, name = load_draft(args.draft, model), args.draft
     else:
-        if args.params:  # exactly the methods that run trained (its checkpoint is keyed by all of them)
-            exp, methods = run_methods(args.params)
-        else:
-            exp, methods = Experiment(), draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"])
         draft, name = trained_drafts(exp, methods, loaded=(model, tokenizer))[args.method], args.method
     source = draft.config.source  # a layer tuple, or FINAL_NORM (EAGLE2)
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
-    print(f"SmolLM2-135M, draft {name} (elsi layers {source}), {len(prompts)} SpecBench questions, "
+    print(f"{exp.model}, draft {name} (elsi layers {source}), {len(prompts)} SpecBench questions, "
           f"up to {args.tokens} tokens each, batch 1, {torch.get_num_threads()} threads")
 
     plain(model, prompts[:1], 4)  # warm-up

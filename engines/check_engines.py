@@ -87,14 +87,15 @@ def aux_layers_used(log_text: str) -> tuple[str, list[int]] | None:
     return ("model" if where == "model" else "config"), [int(x) for x in ids.replace(" ", "").split(",") if x]
 
 
-def run_vllm(plan: dict, draft_folder: str | None, k: int = 0) -> dict:
-    """Greedy generation of every prompt, one at a time; tokens, seconds and acceptance counters."""
+def run_vllm(plan: dict, draft_folder: str | None, k: int = 0, out: Path = OUT) -> dict:
+    """Greedy generation of every prompt, one at a time; tokens, seconds and acceptance counters (the
+    engine's log in out/logs/)."""
     from vllm import LLM, SamplingParams
 
     spec = None if draft_folder is None else {"method": "eagle3", "model": draft_folder, "num_speculative_tokens": k}
     log: list[str] = []
     name = "plain" if draft_folder is None else f"{Path(draft_folder).name}-k{k}"
-    with captured_output(OUT / "logs" / f"vllm-{name}.log", log):
+    with captured_output(out / "logs" / f"vllm-{name}.log", log):
         llm = LLM(model=plan["target"], dtype="float32", enforce_eager=True, max_model_len=2048,
                   disable_log_stats=False, speculative_config=spec, seed=0)
     params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"])
@@ -132,10 +133,14 @@ def check_speculators(folder: str) -> str:
 
 
 def main() -> int:
-    # which drafts engines/prepare.py --drafts exported: its output folder and this check's record
-    drafts = sys.argv[sys.argv.index("--drafts") + 1] if "--drafts" in sys.argv else "small"
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--drafts", choices=["small", "strong", "qwen"], default="small",
+                        help="which drafts engines/prepare.py --drafts exported")
+    # their output folder and this check's record
     out, name = {"small": (OUT, "engines_vllm"), "strong": (Path("build/engines-strong"), "engines_vllm_strong"),
-                 "qwen": (Path("build/engines-qwen"), "engines_vllm_qwen")}[drafts]
+                 "qwen": (Path("build/engines-qwen"), "engines_vllm_qwen")}[parser.parse_args().drafts]
     load_before = [round(x, 2) for x in os.getloadavg()]
     plan = json.loads((out / "plan.json").read_text())
     failures, rows, results = [], [], {"plain": None, "drafts": {}}
@@ -144,7 +149,7 @@ def main() -> int:
         print(f"speculators loads {method}: {'ok' if not problem else problem}", flush=True)
         if problem:
             failures.append(problem)
-    plain = run_vllm(plan, None)
+    plain = run_vllm(plan, None, out=out)
     results["plain"] = plain
     plain_rate = plain["generated"] / plain["seconds"]
     rows.append({"draft": "plain decoding", "layout": "", "k": "", "tau vLLM": "", "tau elsi": "",
@@ -153,7 +158,7 @@ def main() -> int:
         results["drafts"][method] = {}
         for fmt, folder in entry["folders"].items():
             for k in plan["chains"] if fmt == "speculators" else plan["chains"][-1:]:
-                r = run_vllm(plan, folder, k)
+                r = run_vllm(plan, folder, k, out=out)
                 elsi = entry["elsi"][str(k)]
                 tau_vllm = 1 + r["num_accepted_tokens"] / max(1, r["num_drafts"])
                 tau_elsi = 1 + elsi["accepted"] / max(1, elsi["rounds"])
@@ -177,10 +182,10 @@ def main() -> int:
                     failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
                                     f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    replies = plan["reply_check"]
+    replies = plan.get("reply_check")  # the small drafts' run only
     record = write(name, {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
                                     "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE,
-                                    "greedy replies equal to transformers'": replies}, rows,
+                                    **({"greedy replies equal to transformers'": replies} if replies else {})}, rows,
                    load_before=load_before)
     print(record.with_suffix(".md").read_text())
     for f in failures:

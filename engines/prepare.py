@@ -94,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--drafts", choices=["small", *FINISHED], default="small",
                         help="the small check's drafts (trained here), or a finished run's")
+    parser.add_argument("--skip-untrained", action="store_true",
+                        help="a finished run's drafts: when its checkpoint is not here, say so and write no plan")
     args = parser.parse_args()
     torch.manual_seed(0)
     target = MODEL if args.drafts == "small" else from_parameters(Path(FINISHED[args.drafts][0]))[0].model
@@ -102,8 +104,15 @@ def main() -> None:
         methods = draft_methods(calibration.paper_stats([MODEL], 200, seed=0)[MODEL])
         drafts, out_dir = small_drafts(model, tokenizer, methods), OUT
     else:
-        drafts, methods = finished_drafts(args.drafts, model, tokenizer)
         out_dir = Path(FINISHED[args.drafts][2])
+        (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
+        try:
+            drafts, methods = finished_drafts(args.drafts, model, tokenizer)
+        except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here
+            if not args.skip_untrained:
+                raise
+            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first")
+            return
 
     questions = corpus.eval_questions(PER_COLUMN, seed=0)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]

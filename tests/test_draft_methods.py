@@ -169,8 +169,18 @@ def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, mo
     assert exp.n_train == 7 and exp.model == "m"
     assert calls == {"stats": (("m",), 40, 2), "probe": ("m", 40, (3,), 2, 16)}
     assert list(methods["id"]) == ["probe-m3", "eagle3"] and methods.iloc[0].source == fresh
-    path.write_text('MODEL: "m"\nPROBE_RANK: null\n')
+    path.write_text('MODEL: "m"\nN_PROMPTS: 30\nPROBE_RANK: null\n')  # notebook 06 without the probe
     calls.clear()
     _, every = M.run_methods(path)
-    assert "probe" not in calls and calls["stats"] == (("m",), 200, 0)
+    assert "probe" not in calls and calls["stats"] == (("m",), 30, 0)
     assert list(every["id"]) == list(M.draft_methods(STATS)["id"])
+    path.write_text('MODEL: "m"\nN_PROMPTS: 30\nPROBE_RANK: null\nMETHOD_IDS: ["probe-m3"]\n')  # notebook 07: always
+    calls.clear()
+    assert list(M.run_methods(path)[1]["id"]) == ["probe-m3"] and calls["probe"] == ("m", 30, (3,), 0, None)
+    path.write_text('MODEL: "m"\nPROBE_RANK: 8\n')
+    with pytest.raises(ValueError, match=r"does not set \['N_PROMPTS'\]"):
+        M.run_methods(path)
+    for name in ("tables_scale.yaml", "tables_qwen.yaml", "tables_strong.yaml"):  # the committed files set both
+        import yaml
+        from elsi_lib.common.cachefiles import REPO_ROOT
+        assert {"N_PROMPTS", "PROBE_RANK"} <= set(yaml.safe_load((REPO_ROOT / "notebooks" / name).read_text()))

@@ -107,9 +107,12 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
 
 def run_methods(parameters):
     """The experiment of a notebook parameter file (`experiment.from_parameters`) and exactly the methods
-    its notebook trained: the same calibration statistics (N_PROMPTS, SEED), the probe's m = 3 set where
-    PROBE_RANK is set, METHOD_IDS where given. A checkpoint is keyed by every draft of its group, so
-    reading a finished run's drafts (`experiment.trained_drafts`) needs this very table."""
+    its notebook trained: the same calibration statistics (N_PROMPTS, SEED), the probe's m = 3 set, and
+    METHOD_IDS where given. A checkpoint is keyed by every draft of its group, so reading a finished
+    run's drafts (`experiment.trained_drafts`) needs this very table. The file must set N_PROMPTS and
+    PROBE_RANK (a notebook's own defaults are its tiny ones): notebook 06 (no METHOD_IDS) adds the probe's
+    set only when PROBE_RANK is set; notebook 07 (METHOD_IDS) always adds it, PROBE_RANK null meaning
+    the probe's default rank, as the notebooks do."""
     import yaml
     from pathlib import Path
 
@@ -118,8 +121,13 @@ def run_methods(parameters):
 
     exp, method_ids = from_parameters(parameters)
     params = yaml.safe_load(Path(parameters).read_text()) or {}
-    n_prompts, seed, rank = params.get("N_PROMPTS", 200), params.get("SEED", 0), params.get("PROBE_RANK")
+    missing = [k for k in ("N_PROMPTS", "PROBE_RANK") if k not in params]
+    if missing:
+        raise ValueError(f"{parameters} does not set {missing}: the notebook's tiny defaults would apply, not "
+                         "the run's")
+    n_prompts, seed, rank = params["N_PROMPTS"], params.get("SEED", 0), params["PROBE_RANK"]
     stats = calibration.paper_stats([exp.model], n_prompts, seed=seed)[exp.model]
-    probe = calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank) if rank else None
+    with_probe = rank is not None or method_ids is not None
+    probe = calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank) if with_probe else None
     methods = draft_methods(stats, probe=probe)
     return exp, (select_methods(methods, method_ids, present_only=True) if method_ids else methods)
