@@ -19,7 +19,7 @@ LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative dec
 REPLIES = "### Training replies through vLLM"
 LIVE = "### Stored or live features"
 SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
-            BENCH: ["bench_selection", "bench_draft", "bench_capture"], REPLIES: ["bench_replies"], LIVE: ["bench_live"]}
+            BENCH: ["bench_selection", "bench_draft", "bench_capture", "bench_probe"], REPLIES: ["bench_replies"], LIVE: ["bench_live"]}
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
 V = r"(?P<v>\d+\.\d+)"
 
@@ -80,6 +80,13 @@ CLAIMS = [
     (BENCH, rf"; {V} ms per\s+round", lambda: row("bench_draft", measure="EAGLE-2 tree logic per round")["value"]),
     (BENCH, rf"replay {V} s per question", lambda: row("bench_draft", measure="replay, one question (30 + 60 nodes)")["value"]),
     (BENCH, rf"this\s+2-core CPU, load {V} when it began", lambda: record("bench_selection")["machine"]["load_1_5_15"][0]),
+    (BENCH, rf"bench_probe.md`, load {V} when", lambda: record("bench_probe")["machine"]["load_1_5_15"][0]),
+    (BENCH, rf"4,060 triples in {V} s", lambda: row("bench_probe", layers=30)["all triples (s)"]),
+    (BENCH, rf"\({V} ms a triple\)", lambda: row("bench_probe", layers=30)["ms per triple"]),
+    (BENCH, rf"its beam search in {V} s", lambda: row("bench_probe", layers=30)["beam k=10 (s)"]),
+    (BENCH, rf"size\) {V} ms a triple", lambda: row("bench_probe", layers=36)["ms per triple"]),
+    (BENCH, rf"7,140 in about {V} s", lambda: row("bench_probe", layers=36)["all triples (s)"]),
+    (BENCH, rf"the beam search in {V} s;", lambda: row("bench_probe", layers=36)["beam k=10 (s)"]),
     (REPLIES, rf"this 2-core CPU, load {V} when it began", lambda: record("bench_replies")["machine"]["load_1_5_15"][0]),
     (REPLIES, rf"on all 128 prompts, {V}x as fast", lambda: engine_row("less its start-up")["vs batch 16"]),
     (REPLIES, rf"\({V}x with it", lambda: engine_row("start-up included")["vs batch 16"]),
