@@ -120,6 +120,9 @@ def test_plan_stages_and_total():
                                      "replay 7 drafts x 30 questions", "total"]
     # 100 * 2 + 30 * 6 s; (10 + 30) * 60 / 13 s; 2 * 90 * 60 / 18 s; as above; 7 * 30 * 2 s
     assert out["minutes"].tolist() == pytest.approx([6.3, 3.1, 10.0, 10.0, 7.0, 36.4])
+    bf16 = budget.plan(replace(live, live_bf16=True), THREE, {**rates, "vllm_reply_s": 2.0, "live_tok_s": 18.0,
+                                                             "replay_s_per_q": 2.0, "live_bf16_speedup": 2.0})
+    assert bf16.stage.tolist()[2] == "live target forward (bf16) (2 training runs)" and bf16.minutes[2] == pytest.approx(5.0)
     default = budget.plan(E.Experiment(), THREE)
     assert default["minutes"].iloc[-1] == pytest.approx(default["minutes"].iloc[:-1].sum())
     assert (default["minutes"].iloc[:-1] > 0).all()
@@ -219,6 +222,7 @@ def test_the_notebooks_parameter_files_are_experiments():
     assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
                                                                                            (1000, 3000))
     assert strong.train.batch_tokens == 2048 and strong.seeds == (0,) and not strong.lever_lm_head
+    assert strong.live_bf16 and strong.train.feature_noise == 0.0  # bench_levers: bf16 costs no accuracy, noise adds none
     seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(7)]})
     plan = budget.plan(strong, seven)
     assert plan.stage.str.startswith("live target forward").any() and plan.minutes.iloc[-1] > 600  # hours

@@ -15,8 +15,9 @@ def plan(exp, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
     # tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
     # 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes);
     # vLLM's replies 1.43 s each (3,072 training prompts in 73 min, `make replies-strong`); a live
-    # target forward: `live_tok_s`, bench/bench_live.py.
-    r = {"reply_s": 1.9, "vllm_reply_s": 1.43, "feature_tok_s": 370.0, "live_tok_s": 330.0, "train_tok_s": 1550.0,
+    # target forward: `live_tok_s`, bench/bench_live.py, whose bf16-autocast forward ran at 1.9x the float32 one.
+    r = {"reply_s": 1.9, "vllm_reply_s": 1.43, "feature_tok_s": 370.0, "live_tok_s": 330.0, "live_bf16_speedup": 1.9,
+         "train_tok_s": 1550.0,
          "replay_s_per_q": 0.7, "tokens_per_conv": 283.0, **(rates or {})}
     all_groups = groups(exp, methods)
     n_drafts = sum(len(g.sources) for g in all_groups)
@@ -30,8 +31,8 @@ def plan(exp, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
              exp.n_train * reply_s + n_T * n_eval * r["reply_s"]),
             ("stored target features", stored * r["tokens_per_conv"] / r["feature_tok_s"])]
     if exp.features == "live":
-        rows.append((f"live target forward ({len(all_groups)} training run{'s' * (len(all_groups) > 1)})",
-                     len(all_groups) * train_tokens / r["live_tok_s"]))
+        rows.append((f"live target forward{' (bf16)' if exp.live_bf16 else ''} ({len(all_groups)} training run{'s' * (len(all_groups) > 1)})",
+                     len(all_groups) * train_tokens / (r["live_tok_s"] * (r["live_bf16_speedup"] if exp.live_bf16 else 1))))
     rows += [(f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
              (f"replay {scored} drafts x {n_eval} questions" + (f" x {n_T} temperatures" if n_T > 1 else ""),
               scored * n_eval * n_T * r["replay_s_per_q"])]
