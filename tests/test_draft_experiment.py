@@ -221,7 +221,7 @@ def test_the_notebooks_parameter_files_are_experiments():
                    "probe-m3"]
     assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
                                                                                            (1000, 3000))
-    assert strong.train.batch_tokens == 2048 and strong.seeds == (0,) and not strong.lever_lm_head
+    assert strong.train.batch_tokens == 512 and strong.seeds == (0,) and not strong.lever_lm_head
     assert strong.live_bf16 and strong.train.feature_noise == 0.0  # bench_levers: bf16 costs no accuracy, noise adds none
     seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(7)]})
     plan = budget.plan(strong, seven)
