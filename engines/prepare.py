@@ -77,7 +77,7 @@ def small_drafts(model, tokenizer, methods) -> dict:
 def finished_drafts(name: str, model, tokenizer) -> tuple[dict, object]:
     """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods."""
     parameters, table, _, served = FINISHED[name]
-    exp, methods = run_methods(Path(parameters))
+    exp, methods = run_methods(Path(parameters), loaded=(model, tokenizer))
     cells = read_tau_csv(Path(table))
     cells = cells[(cells.column == AVG) & (cells.temperature == 0) & (cells.nodes == 60)].set_index("method").tau
     ids = dict(zip(methods.method, methods["id"]))

@@ -105,14 +105,15 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_methods(parameters):
+def run_methods(parameters, *, loaded: tuple | None = None):
     """The experiment of a notebook parameter file (`experiment.from_parameters`) and exactly the methods
     its notebook trained: the same calibration statistics (N_PROMPTS, SEED), the probe's m = 3 set, and
     METHOD_IDS where given. A checkpoint is keyed by every draft of its group, so reading a finished
     run's drafts (`experiment.trained_drafts`) needs this very table. The file must set N_PROMPTS and
     PROBE_RANK (a notebook's own defaults are its tiny ones): notebook 06 (no METHOD_IDS) adds the probe's
     set only when PROBE_RANK is set; notebook 07 (METHOD_IDS) always adds it, PROBE_RANK null meaning
-    the probe's default rank, as the notebooks do."""
+    the probe's default rank, as the notebooks do. `loaded`: the run's (model, tokenizer), when the
+    caller holds them."""
     import yaml
     from pathlib import Path
 
@@ -128,6 +129,7 @@ def run_methods(parameters):
     n_prompts, seed, rank = params["N_PROMPTS"], params.get("SEED", 0), params["PROBE_RANK"]
     stats = calibration.paper_stats([exp.model], n_prompts, seed=seed)[exp.model]
     with_probe = rank is not None or method_ids is not None
-    probe = calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank) if with_probe else None
+    probe = (calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank, loaded=loaded)
+             if with_probe else None)
     methods = draft_methods(stats, probe=probe)
     return exp, (select_methods(methods, method_ids, present_only=True) if method_ids else methods)

@@ -104,9 +104,7 @@ def probe_choices(model_name: str, n_prompts: int, set_sizes=(3,), *, seed: int 
     components per block (default `probe_capture.RANK`)."""
     from ..hidden.probe_capture import cached_probe_choice
 
-    model, tokenizer = loaded or load_model(model_name)
-    conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
-                                              loaded=(model, tokenizer) if model_name == reply_model else None)
+    model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return {m: cached_probe_choice(model, tokenizer, conversations, m, max_length=CaptureSettings.max_length,
                                    rank=rank, progress=progress) for m in set_sizes}
 
@@ -117,8 +115,15 @@ def probe_statistics(model_name: str, n_prompts: int, *, seed: int = 0, reply_mo
     conversations `probe_choices` chooses from: what scores any set without the model."""
     from ..hidden.probe_capture import cached_probe
 
+    model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
+    return cached_probe(model, tokenizer, conversations, max_length=CaptureSettings.max_length, rank=rank,
+                        progress=progress)
+
+
+def _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded):
+    """The probed model, its tokenizer and the calibration conversations (the reply model's own load
+    reused when it is the probed model)."""
     model, tokenizer = loaded or load_model(model_name)
     conversations = calibration_conversations(n_prompts, seed=seed, reply_model=reply_model, progress=progress,
                                               loaded=(model, tokenizer) if model_name == reply_model else None)
-    return cached_probe(model, tokenizer, conversations, max_length=CaptureSettings.max_length, rank=rank,
-                        progress=progress)
+    return model, tokenizer, conversations
