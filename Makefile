@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong
+.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -75,7 +75,7 @@ QWEN_TABLE3 := data/results/table3_accepted_tokens_qwen2.5-coder-0.5b.csv
 ENGINE_ENV := VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so
 
 # the small drafts, then (once `make tables-qwen` has written Table 3) the second family's ELSI m=3 draft
-# (its checkpoint must be in data/cache: a clone holds the table but not the drafts, and says so)
+# (its checkpoint must be in the cache, ~/.cache/elsi: a clone holds the table but not the drafts, and says so)
 test-engines: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py
@@ -89,9 +89,14 @@ test-engines-strong: venv $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py --drafts strong
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts strong
 
-# the strong drafts' training replies through vLLM (hours; resumable: rerun to continue)
+# the strong drafts' training replies through vLLM (hours; resumable: rerun to continue, from the cache
+# or from the archive in data/replies/); `make replies-archive` archives what is written so far (while the
+# engine runs too), to be committed: a new machine's cache is empty, and resumes from the archive
 replies-strong: venv $(ENGINES_STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python engines/training_replies.py
+
+replies-archive: venv $(ENGINES_STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python engines/training_replies.py --archive
 
 test: venv
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider

@@ -175,3 +175,4 @@ def isolated_cache(tmp_path, monkeypatch):
     """Every test writes caches under its own temporary folder. (Session fixtures such as
     `bundled` are set up before this runs, so the converted model stays in the user's cache.)"""
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ELSI_REPLY_ARCHIVE", str(tmp_path / "replies"))  # never the committed data/replies

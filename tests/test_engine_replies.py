@@ -151,3 +151,68 @@ def test_replies_written_so_far_are_read_without_an_engine(engine, tiny_model, t
     E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert not partial.exists()
     assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 4, max_new_tokens=8) == want[:4]
+
+
+def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path):
+    """An interrupted request archived (`archive_replies`) and then its cache lost (a new machine):
+    the rerun resumes from the archive and generates only what it lacks; once the archive is
+    complete, the replies come from it without the engine. The archive is deterministic."""
+    conversations = make_conversations(5)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
+    with pytest.raises(subprocess.CalledProcessError):  # one chunk of 2 written, then interrupted
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    archived, count = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+    assert count == 2 and archived.parent == tmp_path / "replies" and archived.name.endswith(".partial.jsonl.gz")
+    first_bytes = archived.read_bytes()
+    assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[0].read_bytes() == first_bytes
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
+    assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == \
+        expected(tiny_tokenizer, tiny_model, conversations)[:2]  # read from the archive alone
+    engine.write_text("")
+    texts, ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+    assert [len(json.loads(line)) for line in engine.read_text().splitlines()] == [2, 1]  # the 3 not archived
+    assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[1] == 5  # from the cache
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "third-machine"))
+    with monkeypatch.context() as patch:
+        patch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+        again, again_ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert again == texts and again_ids == ids
+
+
+def test_a_foreign_or_corrupt_archive_is_ignored(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, capsys):
+    """An archive written for other prompts (its header's request sha256 differs) or a corrupt one
+    is never used: the engine writes every reply."""
+    import gzip
+    conversations = make_conversations(4)
+    E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    archived, _ = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+    lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
+    header = json.loads(lines[0])
+    forged = [json.dumps({**header, "request": "0" * 64})] + lines[1:]
+    for payload in (gzip.compress(("\n".join(forged) + "\n").encode()), archived.read_bytes()[:-9] + b"garbage!!"):
+        archived.write_bytes(payload)
+        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{len(payload)}"))
+        engine.write_text("")
+        texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+        assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+        assert [len(json.loads(line)) for line in engine.read_text().splitlines()] == [2, 2]  # all written again
+        assert "ignoring the archived replies" in capsys.readouterr().out
+
+
+def test_the_engine_computes_on_every_core_of_a_small_machine(monkeypatch, tmp_path):
+    """vLLM reserves a core for its front end by default: on 2 cores that halves the engine. On at
+    most 4 cores the engine gets them all, unless the user chose the cores; on more, vLLM decides."""
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: {0, 1})
+    env = E.engine_environment(tmp_path / "bin" / "python")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: set(range(16)))
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in E.engine_environment(tmp_path / "bin" / "python")
+    monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
+    env = E.engine_environment(tmp_path / "bin" / "python")
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from elsi_lib.common.cachefiles import REPO_ROOT
+from elsi_lib.common.cachefiles import REPO_ROOT, default_cache_dir
 
 from conftest import USER_CACHE_DIR
 
@@ -26,7 +26,7 @@ def kernel_names() -> set[str]:
 def test_notebook_shows_figures_inline_with_the_elsi_kernel(tmp_path):
     assert "elsi" in kernel_names(), "the Jupyter kernel 'elsi' is missing: run `make venv`"
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
-    env["ELSI_CACHE_DIR"] = USER_CACHE_DIR or str(REPO_ROOT / "data" / "cache")  # shared with nbval's run
+    env["ELSI_CACHE_DIR"] = USER_CACHE_DIR or str(default_cache_dir())  # shared with nbval's run
     out = tmp_path / "executed.ipynb"
     run = subprocess.run([sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "elsi", "--cwd",
                     str(NOTEBOOK.parent), str(NOTEBOOK), str(out), "-p", "FIGURES_DIR", str(tmp_path / "figures"),

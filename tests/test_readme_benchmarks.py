@@ -18,8 +18,10 @@ LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative dec
                         "## Benchmarks")
 REPLIES = "### Training replies through vLLM"
 LIVE = "### Stored or live features"
+THREADS = "### vLLM on every core"
 SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
-            BENCH: ["bench_selection", "bench_draft", "bench_capture", "bench_probe"], REPLIES: ["bench_replies"], LIVE: ["bench_live"]}
+            BENCH: ["bench_selection", "bench_draft", "bench_capture", "bench_probe"], REPLIES: ["bench_replies"], LIVE: ["bench_live"],
+            THREADS: ["bench_vllm_threads"]}
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
 V = r"(?P<v>\d+\.\d+)"
 
@@ -90,6 +92,10 @@ CLAIMS = [
     (REPLIES, rf"this 2-core CPU, load {V} when it began", lambda: record("bench_replies")["machine"]["load_1_5_15"][0]),
     (REPLIES, rf"on all 128 prompts, {V}x as fast", lambda: engine_row("less its start-up")["vs batch 16"]),
     (REPLIES, rf"\({V}x with it", lambda: engine_row("start-up included")["vs batch 16"]),
+    (THREADS, rf"this 2-core CPU, load\s+{V} when it began",
+     lambda: record("bench_vllm_threads")["machine"]["load_1_5_15"][0]),
+    (THREADS, rf"all 96 prompts, {V}x as fast", lambda: row("bench_vllm_threads", engine="vLLM 0.32.0, every core "
+                                                         "(engine_environment)")["vs default"]),
     (LIVE, rf"load {V} when it began", lambda: record("bench_live")["machine"]["load_1_5_15"][0]),
     (LIVE, rf"a store costs {V} ms", lambda: live_note("store")),
     (LIVE, rf"live\s+features {V} ms", lambda: live_note("live")),
@@ -179,7 +185,7 @@ def test_every_shifted_benchmark_number_fails():
 
 
 @pytest.mark.parametrize("name", ["bench_decoding", "engines_vllm", "bench_selection", "bench_draft",
-                                  "bench_capture", "bench_replies"])
+                                  "bench_capture", "bench_replies", "bench_vllm_threads"])
 def test_every_results_file_says_where_and_when_it_ran(name):
     result = record(name)
     assert {"date", "cpu", "cores", "load_1_5_15"} <= set(result["machine"]) and result["rows"]

@@ -17,9 +17,15 @@ MANIFEST = "manifest.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def default_cache_dir() -> Path:
+    """`elsi` under the user's cache folder ($XDG_CACHE_HOME, else ~/.cache): outside the checkout, so
+    a fresh clone on the same machine (a new session, CI) finds the caches of the last one."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "elsi"
+
+
 def cache_dir() -> Path:
-    """Root of elsi's caches: $ELSI_CACHE_DIR, else `data/cache` in the repository."""
-    return Path(os.environ.get("ELSI_CACHE_DIR", REPO_ROOT / "data" / "cache"))
+    """Root of elsi's caches: $ELSI_CACHE_DIR, else `default_cache_dir()`."""
+    return Path(os.environ.get("ELSI_CACHE_DIR") or default_cache_dir())
 
 
 def key_digest(key: dict, digits: int = 24) -> str:

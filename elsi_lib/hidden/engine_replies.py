@@ -8,9 +8,16 @@ environment (`make test-engines` builds `.venv-engines`; `$ELSI_ENGINES_PYTHON` 
 interpreter), which appends each finished reply to a partial file under the cache. An interrupted
 run resumes from that file; when every reply is there, the replies go to the reply step's own cache
 format and key, with the engine, its version and the dtype in the key instead of the batch size.
+
+The engine's output is hours of work and a new machine starts with an empty cache, so it can be
+archived where git keeps it (`archive_replies`: `data/replies/`, gzip, or `$ELSI_REPLY_ARCHIVE`);
+a request finds its archive by the same key and resumes from it, after checking that the archive was
+written for exactly this request and engine version (its header line holds their sha256 and version).
 """
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -45,9 +52,15 @@ def vllm_version(python: Path | None = None) -> str:
 
 def engine_environment(python: Path) -> dict:
     """The environment the engine runs in: this one, with vLLM's CPU KV cache at 4 GiB unless set (its
-    default takes 15) and the OpenMP runtime pip installed preloaded, as `make test-engines` runs it."""
+    default takes 15) and the OpenMP runtime pip installed preloaded, as `make test-engines` runs it.
+    On a machine of at most 4 cores the engine computes on all of them: vLLM reserves one for its
+    front end by default, which on 2 cores leaves one (bench/bench_vllm_threads.py: the same tokens,
+    faster on both)."""
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) <= 4 and "VLLM_CPU_OMP_THREADS_BIND" not in env:
+        env.update(VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)), VLLM_CPU_NUM_OF_RESERVED_CPU="0")
     iomp = python.absolute().parent.parent / "lib" / "libiomp5.so"
     if iomp.is_file() and "LD_PRELOAD" not in env:
         env["LD_PRELOAD"] = str(iomp)
@@ -71,6 +84,84 @@ def engine_key(model, tokenizer, conversations, *, max_new_tokens: int, max_leng
             "truncate": "keep_first", "engine": {"name": "vllm", "version": version, "dtype": dtype}}
 
 
+def archive_dir() -> Path:
+    """Where archived engine output lives: $ELSI_REPLY_ARCHIVE, else `data/replies` in the repository
+    (committed, so that a new machine resumes a request instead of writing its replies again)."""
+    return Path(os.environ.get("ELSI_REPLY_ARCHIVE") or REPO_ROOT / "data" / "replies")
+
+
+def _request(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int, dtype: str) -> bytes:
+    """The engine's request file: the model folder, dtype, lengths and the prompts as token ids,
+    rendered and truncated by the reply step's rule."""
+    prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
+               for c in conversations]
+    request = {"model": str(model_folder(model)), "dtype": dtype, "max_new_tokens": max_new_tokens,
+               "max_model_len": MAX_MODEL_LEN, "prompts": prompts}
+    return json.dumps(request, sort_keys=True).encode()
+
+
+def _header(raw: bytes, version: str) -> dict:
+    """The first line of the engine's output (engines/replies.py writes the same)."""
+    return {"engine": "vllm", "version": version, "request": hashlib.sha256(raw).hexdigest()}
+
+
+def _archived_ids(partial: Path, header: dict) -> dict[int, list[int]]:
+    """{prompt index: generated ids} archived for this request (the archive of `partial`); an archive
+    written for another request or engine version, or unreadable, gives none (and says so)."""
+    archived = archive_dir() / (partial.name + ".gz")
+    if not archived.is_file():
+        return {}
+    try:
+        lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
+        if json.loads(lines[0]) != header:
+            raise ValueError("written for another request or engine version")
+        return {int(e["i"]): [int(t) for t in e["ids"]] for e in map(json.loads, lines[1:])}
+    except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as err:
+        print(f"ignoring the archived replies {archived}: {err}")
+        return {}
+
+
+def _present_ids(partial: Path, header: dict) -> dict[int, list[int]]:
+    """The replies of the engine's output `partial` if it was written for this request (else none)."""
+    if not partial.is_file() or json.loads(partial.read_text().split("\n", 1)[0] or "null") != header:
+        return {}
+    return written_ids(partial)
+
+
+def _merge_archive(partial: Path, header: dict) -> None:
+    """Put the archived replies of this request into its engine output, beside those already there
+    (before the engine starts: never while it appends)."""
+    found, present = _archived_ids(partial, header), _present_ids(partial, header)
+    if set(found) <= set(present):
+        return
+    merged = {**found, **present}
+    atomic_write_bytes(partial, "".join(json.dumps(row) + "\n" for row in
+                                        [header] + [{"i": i, "ids": merged[i]} for i in sorted(merged)]).encode())
+
+
+def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
+                    max_length: int = 1024) -> tuple[Path, int]:
+    """Archive what the engine has written for this request so far (finished or not) under
+    `archive_dir()`, gzip, atomically: (the archive, how many replies it holds). Runs no engine."""
+    version = vllm_version(engines_python())
+    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                     version=version)
+    path = keyed_path("responses", key, suffix=".json")
+    partial = path.with_suffix(".partial.jsonl")
+    header = _header(_request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                              dtype=key["engine"]["dtype"]), version)
+    cached = read_cache(path, key)
+    if len(cached) == len(conversations):
+        written = {int(e[0]): e[2] for e in cached}
+    else:  # read only: the engine may be appending to its output now
+        written = {**_archived_ids(partial, header), **_present_ids(partial, header)}
+    rows = [header] + [{"i": i, "ids": written[i]} for i in sorted(written)]
+    archived = archive_dir() / (partial.name + ".gz")
+    archived.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(archived, gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), mtime=0))
+    return archived, len(written)
+
+
 def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
                    max_length: int = 1024, chunk: int = 512, env: dict | None = None):
     """Greedy replies of `model` to each conversation, written by vLLM. Returns (texts, generated ids
@@ -92,18 +183,17 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     cached = read_cache(path, key)
     if len(cached) == len(conversations):
         return [entry[1] for entry in cached], [entry[2] for entry in cached], key
-    prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
-               for c in conversations]
-    request = {"model": str(model_folder(model)), "dtype": key["engine"]["dtype"], "max_new_tokens": max_new_tokens,
-               "max_model_len": MAX_MODEL_LEN, "prompts": prompts}
+    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                   dtype=key["engine"]["dtype"])
     request_path, partial = path.with_suffix(".request.json"), path.with_suffix(".partial.jsonl")
-    raw = json.dumps(request, sort_keys=True).encode()
     if not request_path.is_file() or request_path.read_bytes() != raw:
         atomic_write_bytes(request_path, raw)
         partial.unlink(missing_ok=True)  # written for another request
-    subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
-                   check=True, env={**engine_environment(python), **(env or {})})
-    entries = _decoded(model, tokenizer, read_partial(partial, len(prompts)))
+    _merge_archive(partial, _header(raw, key["engine"]["version"]))
+    if not partial.is_file() or len(written_ids(partial)) < len(conversations):
+        subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
+                       check=True, env={**engine_environment(python), **(env or {})})
+    entries = _decoded(model, tokenizer, read_partial(partial, len(conversations)))
     atomic_write_bytes(path, cache_payload(key, entries))
     request_path.unlink(missing_ok=True)
     partial.unlink(missing_ok=True)
@@ -135,9 +225,11 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     if len(cached) == len(conversations):
         return [entry[1] for entry in cached[:first]]
     partial = path.with_suffix(".partial.jsonl")
-    if not partial.is_file():
+    header = _header(_request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                              dtype=key["engine"]["dtype"]), key["engine"]["version"])
+    written = {**_archived_ids(partial, header), **_present_ids(partial, header)}  # read only
+    if not written:
         raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
-    written = written_ids(partial)
     if any(i not in written for i in range(first)):
         raise RuntimeError(f"{partial.name}: {sum(i in written for i in range(first))} of the first {first} replies "
                            "are written; wait for the engine or ask for fewer")
