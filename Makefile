@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong replies-archive
+.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -89,14 +89,19 @@ test-engines-strong: venv $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py --drafts strong
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts strong
 
-# the strong drafts' training replies through vLLM (hours; resumable: rerun to continue, from the cache
-# or from the archive in data/replies/); `make replies-archive` archives what is written so far (while the
-# engine runs too), to be committed: a new machine's cache is empty, and resumes from the archive
+# the training replies of notebook 07's strong run (its whole 15,306-prompt request) and of notebook 06's
+# Qwen run, through vLLM, ahead of the runs that read them (hours; resumable: rerun to continue, from the
+# cache or from the archive in data/replies/); `make replies-archive` archives what is written so far
+# (while the engine runs too), to be committed: a new machine's cache is empty, and resumes from the archive
+REPLY_PARAMS := notebooks/tables_strong.yaml notebooks/tables_qwen.yaml
 replies-strong: venv $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python engines/training_replies.py
+	$(BIN)/python engines/training_replies.py --params notebooks/tables_strong.yaml
 
-replies-archive: venv $(ENGINES_STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python engines/training_replies.py --archive
+replies-qwen: venv models $(ENGINES_STAMP)
+	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen.yaml
+
+replies-archive: venv models $(ENGINES_STAMP)
+	for params in $(REPLY_PARAMS); do $(BIN)/python engines/training_replies.py --params $$params --archive || exit 1; done
 
 test: venv
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider

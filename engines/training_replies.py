@@ -1,38 +1,47 @@
-"""The strong drafts' training replies (the next accepted-token run): SmolLM2-135M's greedy replies of
-up to 256 tokens to every training prompt `../shared/data` offers (15,306, disjoint from the whole
-calibration mix and from SpecBench), written by vLLM through elsi's reply step
-(`corpus.training_conversations(..., engine="vllm")`, the call the experiment makes with
-`Experiment(n_train=15306, reply_engine="vllm")`, so its cache is the experiment's). Hours on 2 cores;
-resumable: rerun to continue from the replies already written, in the cache or in the archive.
+"""The training replies a parameter file's run reads, written by vLLM ahead of it (hours on 2 cores):
+the target's greedy replies to the run's training prompts, through elsi's reply step
+(`corpus.training_conversations(..., engine="vllm")`, the call the run itself makes, so its cache is
+the run's). For `notebooks/tables_strong.yaml` (the default) that is the whole request its
+`reply_request` names: SmolLM2-135M's replies of up to 256 tokens to every training prompt
+`../shared/data` offers (15,306, disjoint from the whole calibration mix and from SpecBench), of which
+the run reads the first n_train. Resumable: rerun to continue from the replies already written, in
+the cache or in the archive.
 
 `--archive` runs no engine: it archives what is written so far (finished or not, while the engine
 runs too) to `data/replies/` (gzip), which is committed, so that a new machine, whose cache is empty,
 resumes from there instead of writing the replies again.
 
-    .venv/bin/python engines/training_replies.py [--archive]     (make replies-strong / replies-archive)
+    .venv/bin/python engines/training_replies.py [--params FILE] [--archive]   (make replies-strong / replies-archive)
 """
 import argparse
 import time
+from pathlib import Path
 
+from elsi_lib.common.cachefiles import REPO_ROOT
 from elsi_lib.draft import corpus
+from elsi_lib.draft.experiment import from_parameters
 from elsi_lib.hidden.engine_replies import archive_replies
 from elsi_lib.inputs.models import load_model
 
-N_PROMPTS = 15306  # every training prompt of the training mix (corpus.training_prompt_list refuses more)
-SETTINGS = {"max_new_tokens": 256, "max_length": 1024}
-
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", type=Path, default=REPO_ROOT / "notebooks" / "tables_strong.yaml",
+                        help="the run's parameter file (notebooks/tables_*.yaml)")
     parser.add_argument("--archive", action="store_true", help="archive the replies written so far; run no engine")
     args = parser.parse_args()
+    exp, _ = from_parameters(args.params)
+    if exp.reply_engine != "vllm":
+        raise SystemExit(f"{args.params}: its replies are written by {exp.reply_engine!r}, not by vLLM")
+    n_prompts = exp.reply_request or exp.n_train
+    settings = {"max_new_tokens": exp.train_max_new_tokens, "max_length": exp.max_length}
     start = time.time()
-    model, tokenizer = load_model("smollm2-135m")
+    model, tokenizer = load_model(exp.model)
     if args.archive:
-        path, count = archive_replies(model, tokenizer, corpus.training_prompt_list(N_PROMPTS), **SETTINGS)
-        print(f"{count} of {N_PROMPTS} replies archived in {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        path, count = archive_replies(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings)
+        print(f"{count} of {n_prompts} replies archived in {path} ({path.stat().st_size / 1e6:.1f} MB)")
         raise SystemExit(0)
-    conversations = corpus.training_conversations(model, tokenizer, N_PROMPTS, engine="vllm", **SETTINGS)
+    conversations = corpus.training_conversations(model, tokenizer, n_prompts, engine="vllm", **settings)
     print(f"{len(conversations)} conversations with replies in {time.time() - start:.0f} s")
-    counts = corpus.reply_tokens_by_set(tokenizer, conversations, corpus.training_prompt_sets(N_PROMPTS))
+    counts = corpus.reply_tokens_by_set(tokenizer, conversations, corpus.training_prompt_sets(n_prompts))
     for prompt_set, tokens in counts.items():
         print(f"  {prompt_set:<20} {tokens:>10,} reply tokens")

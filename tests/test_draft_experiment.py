@@ -180,6 +180,34 @@ def test_live_features_train_the_same_drafts_under_their_own_key(tiny_experiment
     assert ran_live.accuracy["step 1"].to_numpy() == pytest.approx(ran_stored.accuracy["step 1"].to_numpy(), abs=0.05)
 
 
+def test_a_prefix_of_a_larger_vllm_request_is_read_not_generated(monkeypatch, tiny_model, tiny_tokenizer):
+    """`reply_request`: the first n_train replies of the engine's request for more prompts (the strong
+    replies), read without the engine; it is part of the training key, and needs vLLM and a request
+    at least as large."""
+    exp = E.Experiment(n_train=40, n_heldout=8, reply_engine="vllm", reply_request=100)
+    calls = []
+
+    def written(model, tokenizer, n_prompts, first, **kw):
+        calls.append((n_prompts, first, kw))
+        raise LookupError("stop here")
+
+    monkeypatch.setattr(E.corpus, "training_conversations_written", written)
+    monkeypatch.setattr(E.corpus, "training_conversations", lambda *a, **k: pytest.fail("the engine was asked"))
+    with pytest.raises(LookupError, match="stop here"):
+        E.training_data(exp, METHODS, None, None, progress=False)
+    assert calls == [(100, 40, {"max_new_tokens": 256, "max_length": 1024})]
+    monkeypatch.setattr(E.corpus, "vllm_version", lambda: "9.9")
+    key = E.data_key(exp, tiny_model, tiny_tokenizer)
+    assert key["reply_request"] == 100 and "reply_request" not in E.data_key(replace(exp, reply_request=0), tiny_model,
+                                                                              tiny_tokenizer)
+    for bad in ({"reply_engine": "hf"}, {"reply_request": 39}):
+        with pytest.raises(ValueError, match="reply_request"):
+            E.Experiment(**{"n_train": 40, "reply_engine": "vllm", "reply_request": 100, **bad})
+    plan = budget.plan(exp, THREE)
+    assert plan.stage[0] == "replies (the first 40 of 100 written by vllm; SpecBench)"
+    assert plan.minutes[0] == pytest.approx(budget.plan(replace(exp, n_train=10, reply_request=100), THREE).minutes[0])
+
+
 def test_experiment_refuses_unknown_engines_and_feature_modes():
     with pytest.raises(ValueError, match="reply_engine must be"):
         E.Experiment(reply_engine="sglang")
@@ -217,12 +245,11 @@ def test_the_notebooks_parameter_files_are_experiments():
     qwen, _ = E.from_parameters(REPO_ROOT / "notebooks" / "tables_qwen.yaml")
     assert qwen == E.Experiment(model="qwen2.5-coder-0.5b", reply_engine="vllm", lever_lm_head=False)
     strong, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_strong.yaml")
-    assert ids == ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3",
-                   "probe-m3"]
-    assert (strong.n_train, strong.reply_engine, strong.features, strong.curve_prompts) == (15306, "vllm", "live",
-                                                                                           (1000, 3000))
+    assert ids == ["eagle3", "elsi-m3", "probe-m3"]
+    assert (strong.n_train, strong.reply_request, strong.reply_engine, strong.features, strong.curve_prompts) == \
+        (5000, 15306, "vllm", "live", (1000, 3000))
     assert strong.train.batch_tokens == 512 and strong.seeds == (0,) and not strong.lever_lm_head
-    assert strong.live_bf16 and strong.train.feature_noise == 0.0  # bench_levers: bf16 costs no accuracy, noise adds none
-    seven = pd.DataFrame({"id": ids, "method": ids, "source": [FINAL] + [(i, i + 1, i + 2) for i in range(7)]})
-    plan = budget.plan(strong, seven)
-    assert plan.stage.str.startswith("live target forward").any() and plan.minutes.iloc[-1] > 600  # hours
+    assert strong.live_bf16 and strong.train.feature_noise == 0.0
+    three = pd.DataFrame({"id": ids, "method": ids, "source": [(i, i + 1, i + 2) for i in range(3)]})
+    plan = budget.plan(strong, three)
+    assert plan.stage.str.startswith("live target forward").any() and 60 < plan.minutes.iloc[-1] < 140  # one session

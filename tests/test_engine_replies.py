@@ -167,6 +167,9 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     first_bytes = archived.read_bytes()
     assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[0].read_bytes() == first_bytes
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
+    moved = tmp_path / "new-machine-model"  # the model folder lives elsewhere on the new machine
+    tiny_model.save_pretrained(moved)
+    monkeypatch.setattr(tiny_model.config, "_name_or_path", str(moved))
     assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == \
         expected(tiny_tokenizer, tiny_model, conversations)[:2]  # read from the archive alone
     engine.write_text("")
@@ -190,7 +193,7 @@ def test_a_foreign_or_corrupt_archive_is_ignored(engine, tiny_model, tiny_tokeni
     archived, _ = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
     lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
     header = json.loads(lines[0])
-    forged = [json.dumps({**header, "request": "0" * 64})] + lines[1:]
+    forged = [json.dumps({**header, "request without the model path": "0" * 64})] + lines[1:]
     for payload in (gzip.compress(("\n".join(forged) + "\n").encode()), archived.read_bytes()[:-9] + b"garbage!!"):
         archived.write_bytes(payload)
         monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{len(payload)}"))

@@ -27,8 +27,10 @@ def plan(exp, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
     reply_s = r["vllm_reply_s"] if exp.reply_engine == "vllm" else r["reply_s"]
     stored = (exp.n_heldout if exp.features == "live" else exp.n_train) + n_T * n_eval
     scored = n_drafts + len(exp.curve_prompts) * len(all_groups[0].sources)  # the curve's snapshots too
-    rows = [(f"replies ({exp.n_train} training prompts, {exp.reply_engine}; SpecBench)",
-             exp.n_train * reply_s + n_T * n_eval * r["reply_s"]),
+    written = getattr(exp, "reply_request", 0)  # the first n_train replies of a request already written: read
+    rows = [(f"replies (the first {exp.n_train} of {written} written by vllm; SpecBench)" if written else
+             f"replies ({exp.n_train} training prompts, {exp.reply_engine}; SpecBench)",
+             (0 if written else exp.n_train * reply_s) + n_T * n_eval * r["reply_s"]),
             ("stored target features", stored * r["tokens_per_conv"] / r["feature_tok_s"])]
     if exp.features == "live":
         rows.append((f"live target forward{' (bf16)' if exp.live_bf16 else ''} ({len(all_groups)} training run{'s' * (len(all_groups) > 1)})",

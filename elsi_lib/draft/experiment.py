@@ -59,6 +59,7 @@ class Experiment:
     train: TrainSettings = field(default_factory=TrainSettings)
     max_length: int = 1024  # training conversations (prompt + reply) keep their first max_length tokens
     reply_engine: str = "hf"  # who writes the training replies: "hf" (transformers) or "vllm" (engines' env)
+    reply_request: int = 0  # > n_train: the first n_train replies of vLLM's request for this many prompts (written)
     curve_prompts: tuple[int, ...] = ()  # learning curve: the first seed's drafts also after about this many prompts
     features: str = "store"  # training features: "store" (float16 shards, built once) or "live" (`live.LiveFeatures`)
     live_bf16: bool = False  # live features from a bfloat16-autocast target forward
@@ -71,6 +72,10 @@ class Experiment:
                              f"{self.reply_engine!r} and {self.features!r}")
         if self.live_bf16 and self.features != "live":
             raise ValueError("live_bf16 applies to features='live' only")
+        if self.reply_request and (self.reply_engine != "vllm" or self.reply_request < self.n_train):
+            raise ValueError(f"reply_request reads the first n_train ({self.n_train}) replies of a vLLM request for "
+                             f"at least as many prompts; got {self.reply_request} with reply_engine "
+                             f"{self.reply_engine!r}")
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -134,7 +139,8 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
     return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
             "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
             "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT,
-            **({"features": "live"} if exp.features == "live" else {}), **({"live_bf16": True} if exp.live_bf16 else {})}
+            **({"features": "live"} if exp.features == "live" else {}), **({"live_bf16": True} if exp.live_bf16 else {}),
+            **({"reply_request": exp.reply_request} if exp.reply_request else {})}
 
 
 def feature_layers(methods: pd.DataFrame, n_layers: int) -> list[int]:
@@ -161,11 +167,21 @@ class TrainingData:
         return float(counts[self.t2d.numpy()].sum() / counts.sum())
 
 
+def training_conversations(exp: Experiment, model, tokenizer, progress: bool = True) -> list:
+    """The n_train training prompts, each followed by the target's reply, as `exp` says they are
+    written: by its reply engine, or (reply_request) the first n_train of a larger vLLM request's
+    replies, read without the engine."""
+    if exp.reply_request:
+        return corpus.training_conversations_written(model, tokenizer, exp.reply_request, exp.n_train,
+                                                     max_new_tokens=exp.train_max_new_tokens, max_length=exp.max_length)
+    return corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
+                                         max_length=exp.max_length, progress=progress, engine=exp.reply_engine)
+
+
 def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, progress: bool = True) -> TrainingData:
     """Replies to the training prompts (the `n_heldout` last ones held out), the training feature
     store over every layer any method reads, and the draft vocabulary of the training replies."""
-    convs = corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
-                                          max_length=exp.max_length, progress=progress, engine=exp.reply_engine)
+    convs = training_conversations(exp, model, tokenizer, progress=progress)
     train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
     layers = feature_layers(methods, len(model.get_decoder().layers))
     if exp.features == "live":

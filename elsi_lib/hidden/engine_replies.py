@@ -12,7 +12,8 @@ format and key, with the engine, its version and the dtype in the key instead of
 The engine's output is hours of work and a new machine starts with an empty cache, so it can be
 archived where git keeps it (`archive_replies`: `data/replies/`, gzip, or `$ELSI_REPLY_ARCHIVE`);
 a request finds its archive by the same key and resumes from it, after checking that the archive was
-written for exactly this request and engine version (its header line holds their sha256 and version).
+written for exactly this request and engine version (its header line holds the sha256 of the request
+less the model folder's path, which differs between machines, and the version).
 """
 from __future__ import annotations
 
@@ -105,7 +106,16 @@ def _header(raw: bytes, version: str) -> dict:
     return {"engine": "vllm", "version": version, "request": hashlib.sha256(raw).hexdigest()}
 
 
-def _archived_ids(partial: Path, header: dict) -> dict[int, list[int]]:
+def _archive_header(raw: bytes, version: str) -> dict:
+    """The first line of an archive: the engine's header with the request's sha256 taken without the
+    model folder's path (the model's identity is in the cache key, its path differs between machines)."""
+    request = json.loads(raw)
+    request.pop("model")
+    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
+    return {"engine": "vllm", "version": version, "request without the model path": digest}
+
+
+def _archived_ids(partial: Path, header: dict) -> dict[int, list[int]]:  # header: `_archive_header`
     """{prompt index: generated ids} archived for this request (the archive of `partial`); an archive
     written for another request or engine version, or unreadable, gives none (and says so)."""
     archived = archive_dir() / (partial.name + ".gz")
@@ -128,10 +138,11 @@ def _present_ids(partial: Path, header: dict) -> dict[int, list[int]]:
     return written_ids(partial)
 
 
-def _merge_archive(partial: Path, header: dict) -> None:
+def _merge_archive(partial: Path, raw: bytes, version: str) -> None:
     """Put the archived replies of this request into its engine output, beside those already there
     (before the engine starts: never while it appends)."""
-    found, present = _archived_ids(partial, header), _present_ids(partial, header)
+    header = _header(raw, version)
+    found, present = _archived_ids(partial, _archive_header(raw, version)), _present_ids(partial, header)
     if set(found) <= set(present):
         return
     merged = {**found, **present}
@@ -148,14 +159,14 @@ def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_ne
                      version=version)
     path = keyed_path("responses", key, suffix=".json")
     partial = path.with_suffix(".partial.jsonl")
-    header = _header(_request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                              dtype=key["engine"]["dtype"]), version)
+    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                   dtype=key["engine"]["dtype"])
     cached = read_cache(path, key)
     if len(cached) == len(conversations):
         written = {int(e[0]): e[2] for e in cached}
     else:  # read only: the engine may be appending to its output now
-        written = {**_archived_ids(partial, header), **_present_ids(partial, header)}
-    rows = [header] + [{"i": i, "ids": written[i]} for i in sorted(written)]
+        written = {**_archived_ids(partial, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
+    rows = [_archive_header(raw, version)] + [{"i": i, "ids": written[i]} for i in sorted(written)]
     archived = archive_dir() / (partial.name + ".gz")
     archived.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(archived, gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), mtime=0))
@@ -189,7 +200,7 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     if not request_path.is_file() or request_path.read_bytes() != raw:
         atomic_write_bytes(request_path, raw)
         partial.unlink(missing_ok=True)  # written for another request
-    _merge_archive(partial, _header(raw, key["engine"]["version"]))
+    _merge_archive(partial, raw, key["engine"]["version"])
     if not partial.is_file() or len(written_ids(partial)) < len(conversations):
         subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
                        check=True, env={**engine_environment(python), **(env or {})})
@@ -225,9 +236,10 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     if len(cached) == len(conversations):
         return [entry[1] for entry in cached[:first]]
     partial = path.with_suffix(".partial.jsonl")
-    header = _header(_request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                              dtype=key["engine"]["dtype"]), key["engine"]["version"])
-    written = {**_archived_ids(partial, header), **_present_ids(partial, header)}  # read only
+    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                   dtype=key["engine"]["dtype"])
+    version = key["engine"]["version"]
+    written = {**_archived_ids(partial, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
     if not written:
         raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
     if any(i not in written for i in range(first)):
