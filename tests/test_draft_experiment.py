@@ -242,8 +242,10 @@ def test_the_notebooks_parameter_files_are_experiments():
 
     small, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_scale.yaml")
     assert small == E.Experiment(model="smollm2-135m") and ids is None
-    qwen, _ = E.from_parameters(REPO_ROOT / "notebooks" / "tables_qwen.yaml")
-    assert qwen == E.Experiment(model="qwen2.5-coder-0.5b", reply_engine="vllm", lever_lm_head=False)
+    qwen, qwen_ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_qwen.yaml")
+    assert qwen == E.Experiment(model="qwen2.5-coder-0.5b", reply_engine="vllm", lever_lm_head=False, seeds=(0,),
+                                reseeded=(), features="live", live_bf16=True)
+    assert qwen_ids == ["eagle3", "elsi-m3", "elsi-m1-rule", "probe-m3"]  # the sets notebook 09 compares, and the probe's
     strong, ids = E.from_parameters(REPO_ROOT / "notebooks" / "tables_strong.yaml")
     assert ids == ["eagle3", "elsi-m3", "probe-m3"]
     assert (strong.n_train, strong.reply_request, strong.reply_engine, strong.features, strong.curve_prompts) == \
