@@ -200,7 +200,7 @@ def test_a_prefix_of_a_larger_vllm_request_is_read_not_generated(monkeypatch, ti
     key = E.data_key(exp, tiny_model, tiny_tokenizer)
     assert key["reply_request"] == 100 and "reply_request" not in E.data_key(replace(exp, reply_request=0), tiny_model,
                                                                               tiny_tokenizer)
-    for bad in ({"reply_engine": "hf"}, {"reply_request": 39}):
+    for bad in ({"reply_engine": "hf"}, {"reply_request": 39}, {"reply_request": 40}):
         with pytest.raises(ValueError, match="reply_request"):
             E.Experiment(**{"n_train": 40, "reply_engine": "vllm", "reply_request": 100, **bad})
     plan = budget.plan(exp, THREE)

@@ -4,6 +4,8 @@ the protocol, the cache key, resumption after an interruption and the decoding a
 engine's own greedy tokens against Hugging Face's are checked by `make test-engines`."""
 from __future__ import annotations
 
+import fcntl
+import gzip
 import json
 import subprocess
 import sys
@@ -165,6 +167,8 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     archived, count = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
     assert count == 2 and archived.parent == tmp_path / "replies" and archived.name.endswith(".partial.jsonl.gz")
     first_bytes = archived.read_bytes()
+    partial_route = gzip.decompress(first_bytes).decode().splitlines()
+    assert all(len(json.loads(line)["ids"]) == 4 for line in partial_route[1:])  # cut after the eos, as cached
     assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[0].read_bytes() == first_bytes
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
     moved = tmp_path / "new-machine-model"  # the model folder lives elsewhere on the new machine
@@ -176,9 +180,12 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     texts, ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert texts == expected(tiny_tokenizer, tiny_model, conversations)
     assert [len(json.loads(line)) for line in engine.read_text().splitlines()] == [2, 1]  # the 3 not archived
-    assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[1] == 5  # from the cache
+    archived, count = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+    assert count == 5  # from the cache: the two replies archived before are the same bytes by either route
+    assert gzip.decompress(archived.read_bytes()).decode().splitlines()[:3] == partial_route
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "third-machine"))
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch:  # another patch release of the libraries: the archive is still found
+        patch.setattr(E, "versions", lambda: {"elsi": "0.1.0", "torch": "2.13.1", "transformers": "x", "tokenizers": "y"})
         patch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
         again, again_ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert again == texts and again_ids == ids
@@ -186,17 +193,18 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
 
 def test_a_foreign_or_corrupt_archive_is_ignored(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, capsys):
     """An archive written for other prompts (its header's request sha256 differs) or a corrupt one
-    is never used: the engine writes every reply."""
-    import gzip
+    (a bad trailer, a byte flipped inside the stream) is never used: the engine writes every reply."""
     conversations = make_conversations(4)
     E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     archived, _ = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
     lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
     header = json.loads(lines[0])
     forged = [json.dumps({**header, "request without the model path": "0" * 64})] + lines[1:]
-    for payload in (gzip.compress(("\n".join(forged) + "\n").encode()), archived.read_bytes()[:-9] + b"garbage!!"):
+    good = archived.read_bytes()
+    flipped = good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:]
+    for n, payload in enumerate((gzip.compress(("\n".join(forged) + "\n").encode()), good[:-9] + b"garbage!!", flipped)):
         archived.write_bytes(payload)
-        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{len(payload)}"))
+        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{n}"))
         engine.write_text("")
         texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
         assert texts == expected(tiny_tokenizer, tiny_model, conversations)
@@ -219,3 +227,20 @@ def test_the_engine_computes_on_every_core_of_a_small_machine(monkeypatch, tmp_p
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
     env = E.engine_environment(tmp_path / "bin" / "python")
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env
+
+
+def test_one_engine_per_request_and_a_torn_header_is_rewritten(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    """While one engine_replies run holds a request's lock, a second refuses at once (merging the
+    archive would swap the file the first engine appends to). An engine output whose header line was
+    torn is discarded and written again."""
+    conversations = make_conversations(3)
+    key = E.engine_key(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, max_length=1024, version="0.0-test")
+    path = E.keyed_path("responses", key, suffix=".json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(RuntimeError, match="another engine_replies run"):
+            E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    path.with_suffix(".partial.jsonl").write_text('{"engine": "vl')  # a header torn mid-write
+    texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, conversations)

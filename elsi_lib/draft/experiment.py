@@ -72,9 +72,9 @@ class Experiment:
                              f"{self.reply_engine!r} and {self.features!r}")
         if self.live_bf16 and self.features != "live":
             raise ValueError("live_bf16 applies to features='live' only")
-        if self.reply_request and (self.reply_engine != "vllm" or self.reply_request < self.n_train):
+        if self.reply_request and (self.reply_engine != "vllm" or self.reply_request <= self.n_train):
             raise ValueError(f"reply_request reads the first n_train ({self.n_train}) replies of a vLLM request for "
-                             f"at least as many prompts; got {self.reply_request} with reply_engine "
+                             f"more prompts (0: a request of exactly n_train); got {self.reply_request} with reply_engine "
                              f"{self.reply_engine!r}")
 
     @classmethod

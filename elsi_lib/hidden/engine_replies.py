@@ -17,14 +17,16 @@ less the model folder's path, which differs between machines, and the version).
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import json
 import os
 import subprocess
+import zlib
 from pathlib import Path
 
-from ..common.cachefiles import REPO_ROOT, atomic_write_bytes, check_writable, keyed_path
+from ..common.cachefiles import REPO_ROOT, atomic_write_bytes, check_writable, key_digest, keyed_path
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..inputs.chat import tokenize_conversation, truncate
 from ..inputs.prompts import conversations_hash
@@ -59,9 +61,10 @@ def engine_environment(python: Path) -> dict:
     faster on both)."""
     env = dict(os.environ)
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) <= 4 and "VLLM_CPU_OMP_THREADS_BIND" not in env:
-        env.update(VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cores)), VLLM_CPU_NUM_OF_RESERVED_CPU="0")
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    if len(cores) <= 4 and "VLLM_CPU_OMP_THREADS_BIND" not in env:  # the thread layout is in no key: the
+        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))  # same tokens (bench_vllm_threads)
+        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     iomp = python.absolute().parent.parent / "lib" / "libiomp5.so"
     if iomp.is_file() and "LD_PRELOAD" not in env:
         env["LD_PRELOAD"] = str(iomp)
@@ -115,10 +118,17 @@ def _archive_header(raw: bytes, version: str) -> dict:
     return {"engine": "vllm", "version": version, "request without the model path": digest}
 
 
-def _archived_ids(partial: Path, header: dict) -> dict[int, list[int]]:  # header: `_archive_header`
-    """{prompt index: generated ids} archived for this request (the archive of `partial`); an archive
-    written for another request or engine version, or unreadable, gives none (and says so)."""
-    archived = archive_dir() / (partial.name + ".gz")
+def archive_path(key: dict) -> Path:
+    """Where the archive of the request with this cache key lives: named by the key less the library
+    versions (a fresh machine may resolve another patch release of them; the engine, its version, the
+    model and tokenizer fingerprints and the prompts stay in the name, and the header checks the rest)."""
+    return archive_dir() / f"{key_digest({k: v for k, v in key.items() if k != 'library'})}.partial.jsonl.gz"
+
+
+def _archived_ids(archived: Path, header: dict) -> dict[int, list[int]]:
+    """{prompt index: generated ids} of an archive if it was written for this request (its header is
+    `_archive_header`); one written for another request or engine version, or unreadable, gives none
+    (and says so)."""
     if not archived.is_file():
         return {}
     try:
@@ -126,23 +136,32 @@ def _archived_ids(partial: Path, header: dict) -> dict[int, list[int]]:  # heade
         if json.loads(lines[0]) != header:
             raise ValueError("written for another request or engine version")
         return {int(e["i"]): [int(t) for t in e["ids"]] for e in map(json.loads, lines[1:])}
-    except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as err:
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, IndexError, TypeError) as err:
         print(f"ignoring the archived replies {archived}: {err}")
         return {}
 
 
 def _present_ids(partial: Path, header: dict) -> dict[int, list[int]]:
-    """The replies of the engine's output `partial` if it was written for this request (else none)."""
-    if not partial.is_file() or json.loads(partial.read_text().split("\n", 1)[0] or "null") != header:
+    """The replies of the engine's output `partial` if it was written for this request (else none;
+    a torn or foreign header, which the engine itself would discard or refuse, too)."""
+    try:
+        if json.loads(partial.read_text().split("\n", 1)[0] or "null") != header:
+            return {}
+        return written_ids(partial)
+    except (FileNotFoundError, ValueError):
         return {}
-    return written_ids(partial)
 
 
-def _merge_archive(partial: Path, raw: bytes, version: str) -> None:
+def _through_eos(ids: list[int], eos: set) -> list[int]:
+    ends = [j for j, t in enumerate(ids) if t in eos]
+    return ids[:ends[0] + 1] if ends else ids
+
+
+def _merge_archive(partial: Path, archived: Path, raw: bytes, version: str) -> None:
     """Put the archived replies of this request into its engine output, beside those already there
-    (before the engine starts: never while it appends)."""
+    (under the request's lock, before the engine starts: never while it appends)."""
     header = _header(raw, version)
-    found, present = _archived_ids(partial, _archive_header(raw, version)), _present_ids(partial, header)
+    found, present = _archived_ids(archived, _archive_header(raw, version)), _present_ids(partial, header)
     if set(found) <= set(present):
         return
     merged = {**found, **present}
@@ -152,22 +171,23 @@ def _merge_archive(partial: Path, raw: bytes, version: str) -> None:
 
 def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
                     max_length: int = 1024) -> tuple[Path, int]:
-    """Archive what the engine has written for this request so far (finished or not) under
-    `archive_dir()`, gzip, atomically: (the archive, how many replies it holds). Runs no engine."""
+    """Archive what the engine has written for this request so far (finished or not; while it runs
+    too: its output is only read) under `archive_dir()`, gzip, atomically: (the archive, how many
+    replies it holds). Each reply is kept through its first end-of-sequence token, as the cache holds
+    it, so the archive's bytes do not depend on whether the request had finished. Runs no engine."""
     version = vllm_version(engines_python())
     key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
                      version=version)
     path = keyed_path("responses", key, suffix=".json")
-    partial = path.with_suffix(".partial.jsonl")
+    partial, archived = path.with_suffix(".partial.jsonl"), archive_path(key)
     raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
                    dtype=key["engine"]["dtype"])
-    cached = read_cache(path, key)
+    written = {**_archived_ids(archived, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
+    cached = read_cache(path, key)  # after the partial: a request that finished meanwhile is complete here
     if len(cached) == len(conversations):
         written = {int(e[0]): e[2] for e in cached}
-    else:  # read only: the engine may be appending to its output now
-        written = {**_archived_ids(partial, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
-    rows = [_archive_header(raw, version)] + [{"i": i, "ids": written[i]} for i in sorted(written)]
-    archived = archive_dir() / (partial.name + ".gz")
+    eos = set(eos_ids(model))
+    rows = [_archive_header(raw, version)] + [{"i": i, "ids": _through_eos(written[i], eos)} for i in sorted(written)]
     archived.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(archived, gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), mtime=0))
     return archived, len(written)
@@ -200,14 +220,20 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     if not request_path.is_file() or request_path.read_bytes() != raw:
         atomic_write_bytes(request_path, raw)
         partial.unlink(missing_ok=True)  # written for another request
-    _merge_archive(partial, raw, key["engine"]["version"])
-    if not partial.is_file() or len(written_ids(partial)) < len(conversations):
-        subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
-                       check=True, env={**engine_environment(python), **(env or {})})
-    entries = _decoded(model, tokenizer, read_partial(partial, len(conversations)))
-    atomic_write_bytes(path, cache_payload(key, entries))
-    request_path.unlink(missing_ok=True)
-    partial.unlink(missing_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        try:  # one engine per request: a second would lose what the first appends once the archive is merged
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another engine_replies run is writing this request ({partial}); wait for it, "
+                               "or read what it has written with replies_written") from None
+        _merge_archive(partial, archive_path(key), raw, key["engine"]["version"])
+        if len(_present_ids(partial, _header(raw, key["engine"]["version"]))) < len(conversations):
+            subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
+                           check=True, env={**engine_environment(python), **(env or {})})
+        entries = _decoded(model, tokenizer, read_partial(partial, len(conversations)))
+        atomic_write_bytes(path, cache_payload(key, entries))
+        request_path.unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return [e[1] for e in entries], [e[2] for e in entries], key
 
 
@@ -217,8 +243,7 @@ def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
     eos = set(eos_ids(model))
     entries = []
     for i, generated in enumerate(ids):
-        ends = [j for j, t in enumerate(generated) if t in eos]
-        generated = generated[:ends[0] + 1] if ends else generated
+        generated = _through_eos(generated, eos)
         entries.append((i, tokenizer.decode(generated, skip_special_tokens=True).strip(), generated))
     return entries
 
@@ -239,7 +264,8 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
                    dtype=key["engine"]["dtype"])
     version = key["engine"]["version"]
-    written = {**_archived_ids(partial, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
+    written = {**_archived_ids(archive_path(key), _archive_header(raw, version)),
+               **_present_ids(partial, _header(raw, version))}  # read only
     if not written:
         raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
     if any(i not in written for i in range(first)):
