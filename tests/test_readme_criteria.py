@@ -78,7 +78,32 @@ CLAIMS = [
     (rf"EAGLE3 second \({N},", lambda: draft("EAGLE3", "probe agreement")),
     (rf"template-excluded set's {N}\)", lambda: draft("ELSI m=3, template excluded", "probe agreement")),
     *interval(r"less well: rho ", "probe agreement", "step 1", 0.0),
+    # the strong drafts: the last point of the curve (the test below checks every point says the same)
+    (rf"in reverse \(rho {N} with", lambda: strong_rho("set entropy", "step 1")),
+    (rf"half right \(rho {N}:", lambda: strong_rho("probe error", "step 1")),
+    (rf"exactly right \(rho {N} with", lambda: strong_rho("probe agreement", "step 1")),
 ]
+
+
+def strong_rho(criterion, outcome, T=0.0, prompts=None):
+    table = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
+    table = table[(table.protocol == "table2_strong") & (table.nodes == 60)]
+    prompts = table.prompts.max() if prompts is None else prompts
+    rows = table[(table.criterion == criterion) & (table.outcome == outcome) & (table.temperature == T)
+                 & (table.prompts == prompts)]
+    assert len(rows) == 1
+    return float(rows.rho.iloc[0])
+
+
+def test_the_strong_drafts_rank_the_same_at_every_point():
+    table = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
+    strong = table[(table.protocol == "table2_strong") & (table.nodes == 60)]
+    assert sorted(strong.prompts.unique()) == [1001, 3000, 4744] and set(strong.temperature) == {0.0, 1.0}
+    assert set(strong["distinct sets"]) == {3}
+    want = {"set entropy": -1.0, "probe error": -0.5, "probe agreement": 1.0}
+    for r in strong.itertuples():
+        assert r.rho == want[r.criterion], (r.prompts, r.temperature, r.criterion, r.outcome, r.rho)
+    assert (strong["p (permutation)"] >= 0.3).all()  # "at best about a third"
 
 
 def agrees(quoted: str, value: float) -> bool:
@@ -116,7 +141,8 @@ def test_the_integers_of_the_criteria_section():
     part = table[(table.protocol == "table2") & (table.temperature == 0) & (table.nodes == 60)]
     correlations = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
     assert f"{len(part)} drafts (Table 2 on SmolLM2: {part.prompts.iloc[0]} training prompts" in text
-    assert f"sit on {part.layers.nunique()} distinct sets" in text and set(correlations["distinct sets"]) == {10}
+    table2 = correlations[correlations.protocol == "table2"]
+    assert f"sit on {part.layers.nunique()} distinct sets" in text and set(table2["distinct sets"]) == {10}
     assert set(part[part.layers == "29"].method) == {"EAGLE2", "ELSI m=1"}
     assert f"every reply position of the {probe('calibration conversations')} calibration conversations" in text
     assert f"({probe('training rows'):,} training and {probe('held-out rows'):,} held-out rows), {probe('rank')} principal" in text
