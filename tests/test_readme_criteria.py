@@ -112,16 +112,22 @@ def agrees(quoted: str, value: float) -> bool:
     return (f"{value:+.{digits}f}" if quoted[0] in "+-" else f"{value:.{digits}f}") == quoted
 
 
-def test_every_number_of_the_criteria_section_is_its_cell():
-    text, claimed = section(), []
-    for pattern, value in CLAIMS:
+def check_claims(text: str, claims: list, what: str) -> None:
+    """Each (pattern, value) claim matches `text` once and its group v equals value() as quoted; every
+    decimal of `text` is claimed (`what` names the section in the message)."""
+    claimed = []
+    for pattern, value in claims:
         found = list(re.finditer(pattern.replace(" ", r"\s+"), text))
         assert len(found) == 1, f"{len(found)} matches of {pattern!r} (want one)"
         m = found[0]
         claimed.append(m.span("v"))
         assert agrees(m.group("v"), value()), f"README says {m.group('v')} where the results hold {value():.6g}: {pattern!r}"
     loose = [m.group() for m in DECIMAL.finditer(text) if m.span() not in claimed]
-    assert not loose, f"decimals in the criteria section that no claim ties to a result: {loose}"
+    assert not loose, f"decimals in {what} that no claim ties to a result: {loose}"
+
+
+def test_every_number_of_the_criteria_section_is_its_cell():
+    check_claims(section(), CLAIMS, "the criteria section")
 
 
 def test_seventh_of_eleven_is_the_probes_rank_of_eagle3():

@@ -8,16 +8,14 @@ quoted. A decimal no claim ties fails, as does a claim whose sentence is gone.
 """
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
 from elsi_lib.common.cachefiles import REPO_ROOT
+from test_readme_criteria import check_claims
 
 RESULTS = REPO_ROOT / "data" / "results"
 SLUG = "smollm2-135m"
 SECTION = "### What the strong drafts show"
-DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?!\w|\.\w)")
 N = r"(?P<v>[-+]?\d+\.\d+)"
 X = r"[-+]?\d+\.\d+"
 NODES = 60
@@ -124,11 +122,6 @@ CLAIMS: list = [
 ]
 
 
-def agrees(quoted: str, value: float) -> bool:
-    digits = len(quoted.split(".")[1])
-    return (f"{value:+.{digits}f}" if quoted[0] in "+-" else f"{value:.{digits}f}") == quoted
-
-
 def test_the_learning_curve_table_is_the_committed_one():
     assert curve_markdown(curve()) in section()
 
@@ -138,19 +131,7 @@ def test_every_decimal_of_the_prose_is_its_cell():
     table = curve_markdown(curve())
     start = text.index(table)
     prose = text[:start] + " " * len(table) + text[start + len(table):]
-    claimed = []
-    for pattern, value in CLAIMS:
-        found = list(re.finditer(pattern.replace(" ", r"\s+"), prose))
-        assert len(found) == 1, f"{len(found)} matches of {pattern!r} (want one)"
-        m = found[0]
-        claimed.append(m.span("v"))
-        assert agrees(m.group("v"), value()), f"README says {m.group('v')} where the results hold {value():.6g}: {pattern!r}"
-    loose = [m.group() for m in DECIMAL.finditer(prose) if m.span() not in claimed]
-    assert not loose, f"decimals in the strong drafts' findings that no claim ties to a result: {loose}"
-
-
-if __name__ == "__main__":
-    print(curve_markdown(curve()))
+    check_claims(prose, CLAIMS, "the strong drafts' findings")
 
 
 def test_the_words_of_the_strong_findings():
@@ -172,3 +153,7 @@ def test_the_words_of_the_strong_findings():
     stages = pd.read_csv(RESULTS / f"table2_strong_stage_times_{SLUG}.csv").set_index("stage")
     whole = " ".join((REPO_ROOT / "README.md").read_text().split())
     assert f"({stages.loc['total', 'seconds']:,.0f} s of stages" in whole
+
+
+if __name__ == "__main__":
+    print(curve_markdown(curve()))
