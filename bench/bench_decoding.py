@@ -13,8 +13,10 @@ default had the highest tau at 60 nodes, T = 0, in the committed tables, tied wi
 exported folder (`--draft`, e.g. build/engines/elsi-m3-speculators from `make test-engines`).
 
     .venv/bin/python bench/bench_decoding.py [--method ID | --draft FOLDER] [--questions 6] [--tokens 64]
+    .venv/bin/python bench/bench_decoding.py --params notebooks/tables_strong.yaml --method eagle3 \
+        --out bench_decoding_strong      # notebook 07's strong EAGLE3 draft
 
-Results: bench/results/bench_decoding.json and .md (machine, date, load, settings, plain rate,
+Results: bench/results/<--out>.json and .md (default bench_decoding) (machine, date, load, settings, plain rate,
 verification costs, one row per shape).
 """
 from __future__ import annotations
@@ -75,6 +77,8 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--out", default="bench_decoding",
+                        help="results name under bench/results (bench_decoding_strong for notebook 07's drafts)")
     args = parser.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     torch.manual_seed(0)
@@ -129,11 +133,11 @@ def main() -> None:
                      "verify ms/round": round(1000 * sum(r.verify_s for r in runs) / rounds),
                      "break-even tau": round(break_even, 2), "tok/s": round(rate, 1),
                      "vs plain": round(rate / plain_rate, 2), "lossless": lossless})
-    settings = {"draft": name, "layers_elsi": source if isinstance(source, str) else list(source),
+    settings = {"draft": name, "params": args.params, "layers_elsi": source if isinstance(source, str) else list(source),
                 "questions": len(prompts), "tokens": args.tokens, "repeat": args.repeat, "batch": 1,
                 "threads": torch.get_num_threads(), "plain tok/s": round(plain_rate, 1),
                 "verify ms by tokens": {str(n): round(ms) for n, ms in costs.items()}}
-    write("bench_decoding", settings, rows, load_before=load_before)
+    write(args.out, settings, rows, load_before=load_before)
 
 
 if __name__ == "__main__":
