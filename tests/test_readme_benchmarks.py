@@ -213,3 +213,21 @@ def test_every_shifted_benchmark_number_fails():
 def test_every_results_file_says_where_and_when_it_ran(name):
     result = record(name)
     assert {"date", "cpu", "cores", "load_1_5_15"} <= set(result["machine"]) and result["rows"]
+
+
+def test_the_strong_engine_section_says_what_its_held_out_set_holds():
+    """The strong engine section explains the gap between held-out step-1 accuracy and acceptance by the
+    held-out conversations' sources (counted here from the prompt mix) and by SpecBench's math column
+    having the highest tau of every row of the strong tables."""
+    from collections import Counter
+
+    from elsi_lib.draft.corpus import training_prompt_sets
+
+    text = " ".join(section(README.read_text(), STRONG).split())
+    held_out = Counter(training_prompt_sets(5000)[-256:])
+    assert held_out == {"gpteacher-code": 86, "gpteacher-roleplay": 85, "gsm8k-train": 85}
+    assert "GPTeacher code 86, GPTeacher role-play 85, GSM8K 85" in text
+    tables = pd.read_csv(REPO_ROOT / "data" / "results" / "table2_strong_accepted_tokens_smollm2-135m.csv")
+    columns = tables[tables.column != "AVG"]
+    best = columns.loc[columns.groupby(["method", "temperature", "nodes"]).tau.idxmax(), "column"]
+    assert set(best) == {"M/R"} and "its math column, the nearest to GSM8K, has the highest tau" in text
