@@ -19,7 +19,7 @@ With --drafts qwen (`make test-engines`, once `make tables-qwen` has written Tab
 family's ELSI m=3 draft from notebook 06's finished Table 3 checkpoint. Their files go to
 build/engines-strong and build/engines-qwen; the reply check runs with the small drafts only.
 
-    .venv/bin/python engines/prepare.py [--drafts small|strong|qwen]
+    .venv/bin/python engines/prepare.py [--drafts small|strong|qwen [--skip-untrained | --train]]
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
+from elsi_lib.draft.curve import planned_batches, snapshot_batches
 from elsi_lib.draft.experiment import (Experiment, data_key, from_parameters, groups, train_group, trained_drafts,
                                       training_data)
 from elsi_lib.draft.methods import draft_methods, run_methods
@@ -74,10 +75,29 @@ def small_drafts(model, tokenizer, methods) -> dict:
     return drafts
 
 
-def finished_drafts(name: str, model, tokenizer) -> tuple[dict, object]:
-    """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods."""
+def train_first_group(exp: Experiment, methods, model, tokenizer) -> None:
+    """A finished run's training stage for its first group alone (its replies, features and drafts, with
+    the run's snapshots, so the checkpoint is the one `experiment.run` writes and `trained_drafts`
+    reads): for a machine whose cache lost that run's drafts. Cached and resumable like the run."""
+    data = training_data(exp, methods, model, tokenizer)
+    group = groups(exp, methods)[0]
+    at = snapshot_batches(exp, len(data.train_convs), planned_batches(exp, data.store, group.seed))
+    _, out = train_group(exp, model, data_key(exp, model, tokenizer), data, group, snapshots=at)
+    if out["done"] < out["total"]:
+        raise RuntimeError(f"training of {group.name} stopped at batch {out['done']} of {out['total']}")
+
+
+def finished_drafts(name: str, model, tokenizer, train: bool = False) -> tuple[dict, object]:
+    """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods; with
+    `train`, the run's training stage first when that checkpoint is not here (a new machine's cache)."""
     parameters, table, _, served = FINISHED[name]
     exp, methods = run_methods(Path(parameters), loaded=(model, tokenizer))
+    if train:
+        try:
+            trained_drafts(exp, methods, loaded=(model, tokenizer))
+        except RuntimeError as error:
+            print(f"training the {name} run's drafts here ({error})")
+            train_first_group(exp, methods, model, tokenizer)
     cells = read_tau_csv(Path(table))
     cells = cells[(cells.column == AVG) & (cells.temperature == 0) & (cells.nodes == 60)].set_index("method").tau
     ids = dict(zip(methods.method, methods["id"]))
@@ -96,6 +116,9 @@ def main() -> None:
                         help="the small check's drafts (trained here), or a finished run's")
     parser.add_argument("--skip-untrained", action="store_true",
                         help="a finished run's drafts: when its checkpoint is not here, say so and write no plan")
+    parser.add_argument("--train", action="store_true",
+                        help="a finished run's drafts: when its checkpoint is not here, run its training stage "
+                             "(its cached replies, features and drafts: the checkpoint its notebook writes)")
     args = parser.parse_args()
     torch.manual_seed(0)
     target = MODEL if args.drafts == "small" else from_parameters(Path(FINISHED[args.drafts][0]))[0].model
@@ -107,7 +130,7 @@ def main() -> None:
         out_dir = Path(FINISHED[args.drafts][2])
         (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
         try:
-            drafts, methods = finished_drafts(args.drafts, model, tokenizer)
+            drafts, methods = finished_drafts(args.drafts, model, tokenizer, train=args.train)
         except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here
             if not args.skip_untrained:
                 raise

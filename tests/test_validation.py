@@ -146,3 +146,20 @@ def test_drafts_from_the_committed_small_protocol_tables():
     table = V.rank_correlations(drafts, temperature=0.0, nodes=60, n_boot=200)
     assert table["low (questions and sets)"].isna().all()  # no per-question rows: the interval over sets only
     assert table["low (sets)"].notna().all()
+
+
+def test_paired_from_the_finished_drafts_of_each_protocol_against_each_baseline():
+    """M2's draft against EAGLE3 and against M1: the last point only, the first seed only, each difference
+    the mean of its per-question differences, and a protocol without the method left out."""
+    early = drafts_rows([1.0, 1.0, 5.0], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3], prompts=100)  # must not count
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3], prompts=300, seed=1)
+    reseed = rows[rows.id == "m2"].assign(seed=1, tau=9.0)  # a second seed of M2 must not count
+    other = drafts_rows([1.2, 1.4], [0.1, 0.2], [0.1, 0.2], protocol="q")  # no M2: left out
+    table = V.paired_from(pd.concat([early, rows, reseed, other]), "M2", ("EAGLE3", "M1"), nodes=60, n_boot=200)
+    assert list(table.protocol) == ["p", "p"] and list(table.baseline) == ["EAGLE3", "M1"]
+    assert set(table.prompts) == {300} and set(table.questions) == {30}
+    by = rows.set_index(["question_id", "method"]).tau.unstack()
+    for baseline, row in table.set_index("baseline").iterrows():
+        assert row["diff"] == pytest.approx((by["M2"] - by[baseline]).mean())
+        assert row["low"] <= row["diff"] <= row["high"] and row["low"] > 0
+    assert V.paired_from(other, "M2", ("EAGLE3",), nodes=60).empty

@@ -141,6 +141,33 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
     return pd.DataFrame(out)
 
 
+def paired_from(rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes: int, n_boot: int = 1000,
+                seed: int = 0) -> pd.DataFrame:
+    """`method`'s draft against each of `baselines` on the questions both have a round on
+    (`tables.paired_differences`: AVG tau difference, 95% paired bootstrap interval, share of resamples
+    ahead), per protocol at its finished drafts (its largest `prompts`, the first seed) and temperature,
+    at `nodes`. A protocol without `method` or a baseline is left out."""
+    from ..draft.tables import paired_differences
+
+    out = []
+    for protocol, part in rows.groupby("protocol", sort=False):
+        part = part[part.prompts == part.prompts.max()]
+        first = part.seed.min()
+        for T in sorted(part.temperature.unique()):
+            block = part[(part.temperature == T) & (part.seed == first)]
+            for baseline in baselines:
+                if not {method, baseline} <= set(block.method):
+                    continue
+                pair = block[block.method.isin([method, baseline])]
+                diff = paired_differences(pair, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=first,
+                                          temperature=T)
+                out.append(diff.assign(protocol=protocol, prompts=int(part.prompts.iloc[0]), baseline=baseline,
+                                       temperature=float(T)))
+    columns = ["protocol", "prompts", "temperature", "nodes", "method", "baseline", "diff", "low", "high", "P(ahead)",
+               "questions"]
+    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
+
+
 def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Spearman's rho of each row of x (B, S) with the same row of y (average ranks on ties); NaN for a
     row where either is constant."""
