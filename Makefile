@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -75,7 +75,8 @@ QWEN_TABLE3 := data/results/table3_accepted_tokens_qwen2.5-coder-0.5b.csv
 ENGINE_ENV := VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib/libiomp5.so
 
 # the small drafts, then (once `make tables-qwen` has written Table 3) the second family's ELSI m=3 draft
-# (its checkpoint must be in the cache, ~/.cache/elsi: a clone holds the table but not the drafts, and says so)
+# (its checkpoint must be in the cache, ~/.cache/elsi: a clone holds the table but not the drafts, and says so;
+# `make test-engines-qwen` trains it first)
 test-engines: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py
@@ -83,6 +84,12 @@ test-engines: venv models $(ENGINES_STAMP)
 	else echo "the Qwen draft's check is skipped: no $(QWEN_TABLE3) yet (make tables-qwen)"; fi
 	if [ -f build/engines-qwen/plan.json ]; then \
 	  $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts qwen; fi
+
+# the Qwen draft's check alone, its draft trained here first when the cache lacks it (Table 3's own training
+# stage: about 50 min on 2 cores, resumable): bench/results/engines_vllm_qwen
+test-engines-qwen: venv models $(ENGINES_STAMP)
+	$(BIN)/python engines/prepare.py --drafts qwen --train
+	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts qwen
 
 # the same check on notebook 07's strong drafts (after `make tables-strong`): bench/results/engines_vllm_strong
 test-engines-strong: venv $(ENGINES_STAMP)

@@ -134,7 +134,8 @@ def main() -> None:
         except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here
             if not args.skip_untrained:
                 raise
-            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first")
+            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first, or --train "
+                  "(make test-engines-qwen)")
             return
 
     questions = corpus.eval_questions(PER_COLUMN, seed=0)

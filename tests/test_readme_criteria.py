@@ -24,9 +24,9 @@ def section() -> str:
     return text[start:end if end > 0 else None]
 
 
-def rho(criterion, outcome, T, column="rho"):
+def rho(criterion, outcome, T, column="rho", protocol="table2"):
     table = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
-    rows = table[(table.protocol == "table2") & (table.criterion == criterion) & (table.outcome == outcome)
+    rows = table[(table.protocol == protocol) & (table.criterion == criterion) & (table.outcome == outcome)
                  & (table.temperature == T) & (table.nodes == 60)]
     assert len(rows) == 1
     return float(rows[column].iloc[0])
@@ -39,9 +39,9 @@ def draft(method, column):
     return float(rows[column].iloc[0])
 
 
-def probe(column):
+def probe(column, model="smollm2-135m"):
     table = pd.read_csv(RESULTS / "criteria_probe.csv")
-    return table.set_index("model").loc["smollm2-135m", column]
+    return table.set_index("model").loc[model, column]
 
 
 def paired(column):
@@ -60,6 +60,23 @@ def interval(head, criterion, outcome, T):
         return (head + rf"{parts[0]} \[{parts[1]}, {parts[2]}\] \(p = {parts[3]}\)",
                 lambda: rho(criterion, outcome, T, column))
     return [claim(0, "rho"), claim(1, "low (sets)"), claim(2, "high (sets)"), claim(3, "p (permutation)")]
+
+
+X = r"[-+]?\d+\.\d+"
+QWEN = "qwen2.5-coder-0.5b"
+# the three numbers of "d [low, high]", each claim with one of them as its group
+PLACES = [(N, X, X, "diff"), (X, N, X, "low"), (X, X, N, "high")]
+
+
+def own(baseline, column, protocol="table3"):
+    """The probe's own m = 3 draft minus `baseline`'s, 60 nodes, T = 0 (criteria_probe_paired.csv)."""
+    def value():
+        table = pd.read_csv(RESULTS / "criteria_probe_paired.csv")
+        rows = table[(table.protocol == protocol) & (table.baseline == baseline) & (table.temperature == 0)
+                     & (table.nodes == 60)]
+        assert len(rows) == 1
+        return float(rows[column].iloc[0])
+    return value
 
 
 CLAIMS = [
@@ -82,6 +99,21 @@ CLAIMS = [
     (rf"in reverse \(rho {N} with", lambda: strong_rho("set entropy", "step 1")),
     (rf"half right \(rho {N}:", lambda: strong_rho("probe error", "step 1")),
     (rf"exactly right \(rho {N} with", lambda: strong_rho("probe agreement", "step 1")),
+    # the second family (Table 3 on Qwen)
+    (rf"held-out error {N}, was trained", lambda: probe("its error", QWEN)),
+    (rf"tau\s+do \(rho {N}, p", lambda: rho("probe error", "step 1", 0.0, protocol="table3")),
+    (rf"tau\s+do \(rho {X}, p = {N} and", lambda: rho("probe error", "step 1", 0.0, "p (permutation)", "table3")),
+    (rf"tau\s+do \(rho {X}, p = {X} and {N},", lambda: rho("probe error", TAU, 0.0, "p (permutation)", "table3")),
+    (rf"only loosely \(rho {N}, p", lambda: rho("set entropy", "step 1", 0.0, protocol="table3")),
+    (rf"only loosely \(rho {X}, p = {N} and", lambda: rho("set entropy", "step 1", 0.0, "p (permutation)", "table3")),
+    (rf"only loosely \(rho {X}, p = {X} and {N}\)", lambda: rho("set entropy", TAU, 0.0, "p (permutation)", "table3")),
+    (rf"the wrong way \(rho {N}\)", lambda: rho("probe agreement", "step 1", 0.0, protocol="table3")),
+    (rf"with tau is {N} \(p", lambda: rho("probe error", TAU, 1.0, protocol="table3")),
+    (rf"with tau is {X} \(p = {N}\)", lambda: rho("probe error", TAU, 1.0, "p (permutation)", "table3")),
+    *[(rf"four, {a} \[{b}, {c}\] over EAGLE3", own("EAGLE3", col)) for a, b, c, col in PLACES],
+    *[(rf"over EAGLE3 and {a} \[{b}, {c}\] over\s+ELSI", own("ELSI m=3", col)) for a, b, c, col in PLACES],
+    *[(rf"between them\s+\({a} \[{b}, {c}\] from EAGLE3", own("EAGLE3", col, "table2_strong")) for a, b, c, col in PLACES],
+    *[(rf"from EAGLE3, {a} \[{b}, {c}\] from ELSI", own("ELSI m=3", col, "table2_strong")) for a, b, c, col in PLACES],
 ]
 
 
@@ -104,6 +136,23 @@ def test_the_strong_drafts_rank_the_same_at_every_point():
     for r in strong.itertuples():
         assert r.rho == want[r.criterion], (r.prompts, r.temperature, r.criterion, r.outcome, r.rho)
     assert (strong["p (permutation)"] >= 0.3).all()  # "at best about a third"
+
+
+def test_the_integers_and_words_of_the_second_family():
+    text = " ".join(section().split())
+    table = pd.read_csv(RESULTS / "criteria_rank_correlations.csv")
+    qwen = table[(table.protocol == "table3") & (table.nodes == 60)]
+    assert set(qwen["distinct sets"]) == {4} and set(qwen.drafts) == {4} and "four drafts on four sets" in text
+    assert f"{probe('training rows', QWEN):,} training and {probe('held-out rows', QWEN):,} held-out rows" in text
+    chosen = tuple(int(x) for x in probe("probe's m=3 set", QWEN).split())
+    assert f"its m = 3 choice {chosen}" in text
+    # a perfect ordering of four: 2 of the 4! orderings reach |rho| = 1, the least two-sided p-value
+    assert "2 of 24 orderings" in text and abs(rho("probe error", "step 1", 0.0, "p (permutation)", "table3") - 2 / 24) < 0.01
+    drafts = pd.read_csv(RESULTS / "criteria_drafts.csv")
+    zero = drafts[(drafts.protocol == "table3") & (drafts.temperature == 0) & (drafts.nodes == 60)]
+    assert zero.loc[zero[TAU].idxmax(), "method"] == "probe m=3", "the probe's own draft the best of the four"
+    assert own("ELSI m=3", "low")() > 0 and own("ELSI m=3", "low", "table2_strong")() <= 0
+    assert own("EAGLE3", "low")() > 0 and own("EAGLE3", "high", "table2_strong")() < 0
 
 
 def agrees(quoted: str, value: float) -> bool:
