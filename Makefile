@@ -76,7 +76,7 @@ ENGINE_ENV := VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=$(abspath $(ENGINES_VENV))/lib
 
 # the small drafts, then (once `make tables-qwen` has written Table 3) the second family's ELSI m=3 draft
 # (its checkpoint must be in the cache, ~/.cache/elsi: a clone holds the table but not the drafts, and says so;
-# `make test-engines-qwen` trains it first)
+# `make test-engines-qwen` checks a Qwen draft it trains itself)
 test-engines: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/prepare.py
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py
@@ -85,10 +85,10 @@ test-engines: venv models $(ENGINES_STAMP)
 	if [ -f build/engines-qwen/plan.json ]; then \
 	  $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts qwen; fi
 
-# the Qwen draft's check alone, its draft trained here first when the cache lacks it (Table 3's own training
-# stage: about 50 min on 2 cores, resumable): bench/results/engines_vllm_qwen
+# the second family's check alone: a Qwen2.5-Coder-0.5B ELSI m=3 draft trained here at the small check's scale
+# (engines/prepare.py --drafts qwen-small, from the archived Table 3 replies), served by vLLM: bench/results/engines_vllm_qwen
 test-engines-qwen: venv models $(ENGINES_STAMP)
-	$(BIN)/python engines/prepare.py --drafts qwen --train
+	$(BIN)/python engines/prepare.py --drafts qwen-small
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/check_engines.py --drafts qwen
 
 # the same check on notebook 07's strong drafts (after `make tables-strong`): bench/results/engines_vllm_strong

@@ -19,7 +19,7 @@ With --drafts qwen (`make test-engines`, once `make tables-qwen` has written Tab
 family's ELSI m=3 draft from notebook 06's finished Table 3 checkpoint. Their files go to
 build/engines-strong and build/engines-qwen; the reply check runs with the small drafts only.
 
-    .venv/bin/python engines/prepare.py [--drafts small|strong|qwen [--skip-untrained | --train]]
+    .venv/bin/python engines/prepare.py [--drafts small|qwen-small|strong|qwen [--skip-untrained]]
 """
 from __future__ import annotations
 
@@ -33,7 +33,6 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.curve import planned_batches, snapshot_batches
 from elsi_lib.draft.experiment import (Experiment, data_key, from_parameters, groups, train_group, trained_drafts,
                                       training_data)
 from elsi_lib.draft.methods import draft_methods, run_methods
@@ -51,11 +50,20 @@ METHODS = ("elsi-m3", "eagle3")  # method ids
 # notebook 06's pipeline at a small scale: 240 training prompts (all trained on, none held out), 3 epochs
 EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192, seeds=(0,), reseeded=(),
                         lever_lm_head=False, temperatures=(0.0,), train=TrainSettings(epochs=3.0))
+# the second family's check (`make test-engines-qwen`): its ELSI m=3 draft at the same small scale, on the first
+# 240 of the 1,000 replies vLLM wrote for Table 3 (archived in data/replies/), the draft in float32: on a CPU
+# without bf16 matmul instructions (AVX2 only) bf16 autocast runs a matmul about 170 times slower
+QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=0, reply_engine="vllm",
+                             reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
+                             temperatures=(0.0,), train=TrainSettings(epochs=3.0, autocast_bf16=False))
+OUT = Path("build/engines")
+# drafts trained here: (experiment, method ids, output folder)
+SMALL = {"small": (EXPERIMENT, METHODS, OUT),
+         "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"))}
 PER_COLUMN = 2  # SpecBench questions per paper column
 MAX_TOKENS = 64  # generated tokens per question
 CHAINS = (1, 2, 3, 4, 5)
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
-OUT = Path("build/engines")
 # finished runs whose drafts the engines serve: (parameter file, its accepted-token table, output folder,
 # the method ids served: "best elsi" is the entropy-chosen set with the highest AVG tau, 60 nodes, T = 0)
 FINISHED = {"strong": ("notebooks/tables_strong.yaml", "data/results/table2_strong_accepted_tokens_smollm2-135m.csv",
@@ -64,40 +72,21 @@ FINISHED = {"strong": ("notebooks/tables_strong.yaml", "data/results/table2_stro
                      "build/engines-qwen", ("elsi-m3",))}
 
 
-def small_drafts(model, tokenizer, methods) -> dict:
-    """The two drafts of the engine check, trained here (notebook 06's pipeline at a small scale)."""
-    methods = methods[methods["id"].isin(METHODS)]
-    data = training_data(EXPERIMENT, methods, model, tokenizer)
-    group = groups(EXPERIMENT, methods)[0]
-    drafts, out = train_group(EXPERIMENT, model, data_key(EXPERIMENT, model, tokenizer), data, group)
+def small_drafts(exp: Experiment, ids, model, tokenizer, methods) -> dict:
+    """The engine check's drafts on the method `ids`, trained here (notebook 06's pipeline at a small scale)."""
+    methods = methods[methods["id"].isin(ids)]
+    data = training_data(exp, methods, model, tokenizer)
+    group = groups(exp, methods)[0]
+    drafts, out = train_group(exp, model, data_key(exp, model, tokenizer), data, group)
     if out["done"] < out["total"]:
         raise RuntimeError(f"training stopped at batch {out['done']} of {out['total']}")
     return drafts
 
 
-def train_first_group(exp: Experiment, methods, model, tokenizer) -> None:
-    """A finished run's training stage for its first group alone (its replies, features and drafts, with
-    the run's snapshots, so the checkpoint is the one `experiment.run` writes and `trained_drafts`
-    reads): for a machine whose cache lost that run's drafts. Cached and resumable like the run."""
-    data = training_data(exp, methods, model, tokenizer)
-    group = groups(exp, methods)[0]
-    at = snapshot_batches(exp, len(data.train_convs), planned_batches(exp, data.store, group.seed))
-    _, out = train_group(exp, model, data_key(exp, model, tokenizer), data, group, snapshots=at)
-    if out["done"] < out["total"]:
-        raise RuntimeError(f"training of {group.name} stopped at batch {out['done']} of {out['total']}")
-
-
-def finished_drafts(name: str, model, tokenizer, train: bool = False) -> tuple[dict, object]:
-    """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods; with
-    `train`, the run's training stage first when that checkpoint is not here (a new machine's cache)."""
+def finished_drafts(name: str, model, tokenizer) -> tuple[dict, object]:
+    """The drafts FINISHED[name] serves, from the run's finished checkpoint, and its methods."""
     parameters, table, _, served = FINISHED[name]
     exp, methods = run_methods(Path(parameters), loaded=(model, tokenizer))
-    if train:
-        try:
-            trained_drafts(exp, methods, loaded=(model, tokenizer))
-        except RuntimeError as error:
-            print(f"training the {name} run's drafts here ({error})")
-            train_first_group(exp, methods, model, tokenizer)
     cells = read_tau_csv(Path(table))
     cells = cells[(cells.column == AVG) & (cells.temperature == 0) & (cells.nodes == 60)].set_index("method").tau
     ids = dict(zip(methods.method, methods["id"]))
@@ -112,30 +101,32 @@ def finished_drafts(name: str, model, tokenizer, train: bool = False) -> tuple[d
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--drafts", choices=["small", *FINISHED], default="small",
-                        help="the small check's drafts (trained here), or a finished run's")
+    parser.add_argument("--drafts", choices=[*SMALL, *FINISHED], default="small",
+                        help="the small check's drafts (trained here: SmolLM2's, or qwen-small), or a finished run's")
     parser.add_argument("--skip-untrained", action="store_true",
                         help="a finished run's drafts: when its checkpoint is not here, say so and write no plan")
-    parser.add_argument("--train", action="store_true",
-                        help="a finished run's drafts: when its checkpoint is not here, run its training stage "
-                             "(its cached replies, features and drafts: the checkpoint its notebook writes)")
     args = parser.parse_args()
     torch.manual_seed(0)
-    target = MODEL if args.drafts == "small" else from_parameters(Path(FINISHED[args.drafts][0]))[0].model
+    if args.drafts in SMALL:
+        exp, ids, out_dir = SMALL[args.drafts]
+        target = exp.model
+    else:
+        target = from_parameters(Path(FINISHED[args.drafts][0]))[0].model
     model, tokenizer = load_model(target)
-    if args.drafts == "small":
-        methods = draft_methods(calibration.paper_stats([MODEL], 200, seed=0)[MODEL])
-        drafts, out_dir = small_drafts(model, tokenizer, methods), OUT
+    if args.drafts in SMALL:
+        (out_dir / "plan.json").unlink(missing_ok=True)
+        methods = draft_methods(calibration.paper_stats([target], 200, seed=0)[target])
+        drafts = small_drafts(exp, ids, model, tokenizer, methods)
     else:
         out_dir = Path(FINISHED[args.drafts][2])
         (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
         try:
-            drafts, methods = finished_drafts(args.drafts, model, tokenizer, train=args.train)
+            drafts, methods = finished_drafts(args.drafts, model, tokenizer)
         except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here
             if not args.skip_untrained:
                 raise
-            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first, or --train "
-                  "(make test-engines-qwen)")
+            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first (or "
+                  "--drafts qwen-small: make test-engines-qwen)")
             return
 
     questions = corpus.eval_questions(PER_COLUMN, seed=0)

@@ -41,11 +41,12 @@ PAPER = "the paper's own result"
 
 
 def section(readme: str | None, heading: str) -> str:
-    """The README's section under `heading`, up to the next `## ` heading."""
+    """The README's section under `heading`, up to the next heading of its level or above."""
     text = README.read_text() if readme is None else readme
     start = text.index(heading)
-    end = text.find("\n## ", start)
-    return text[start:] if end < 0 else text[start:end]
+    marks = ("\n## ", "\n### ") if heading.startswith("### ") else ("\n## ",)
+    ends = [e for e in (text.find(m, start + len(heading)) for m in marks) if e >= 0]
+    return text[start:min(ends)] if ends else text[start:]
 
 
 @lru_cache(maxsize=None)

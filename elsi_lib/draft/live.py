@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..common.hardware import warn_if_bf16_is_slow
 from ..hidden.forward import hidden_batches, pad_id, tokenize_samples
 from ..inputs.chat import reply_starts
 from .features import checked_layers, greedy_next, is_final_norm
@@ -26,6 +27,8 @@ class LiveFeatures:
     def __init__(self, model, tokenizer, conversations, layers, *, max_length: int = 1024, bf16: bool = False):
         self.layers = checked_layers(model, layers)
         self.model, self._pad, self.bf16 = model, pad_id(tokenizer), bf16
+        if bf16:
+            warn_if_bf16_is_slow(next(model.parameters()).device.type, "the live target forward")
         self.samples, _ = tokenize_samples(tokenizer, conversations, max_length)
         self.starts = reply_starts(tokenizer, conversations, max_length)
 

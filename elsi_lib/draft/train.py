@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..common.cachefiles import check_writable, keyed_path, read_checked, write_checked
+from ..common.hardware import warn_if_bf16_is_slow
 from ..hidden.forward import plan_batches
 from ..common.progress import progress_bar
 from .runner import draft_autocast, draft_device
@@ -290,6 +291,8 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     if len(devices) > 1:
         raise ValueError(f"drafts trained in lock-step live on one device, got {sorted(map(str, devices))}")
     device = devices.pop()
+    if settings.autocast_bf16:
+        warn_if_bf16_is_slow(device.type, "draft training")
     target_rows = target_rows.to(device)
     full_key = checkpoint_key({m: d.config.source for m, d in drafts.items()}, settings, key, device.type)
     path = checkpoint_path(name, full_key)
