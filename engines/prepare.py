@@ -50,12 +50,13 @@ METHODS = ("elsi-m3", "eagle3")  # method ids
 # notebook 06's pipeline at a small scale: 240 training prompts (all trained on, none held out), 3 epochs
 EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192, seeds=(0,), reseeded=(),
                         lever_lm_head=False, temperatures=(0.0,), train=TrainSettings(epochs=3.0))
-# the second family's check (`make test-engines-qwen`): its ELSI m=3 draft at the same small scale, on the first
-# 240 of the 1,000 replies vLLM wrote for Table 3 (archived in data/replies/), the draft in float32: on a CPU
-# without bf16 matmul instructions (AVX2 only) bf16 autocast runs a matmul about 170 times slower
+# the second family's check (`make test-engines-qwen`): its ELSI m=3 draft on the first 240 of the 1,000 replies
+# vLLM wrote for Table 3 (archived in data/replies/), one epoch (this target's features and draft cost about
+# three times SmolLM2's), the draft in float32: on a CPU without bf16 matmul instructions (AVX2 only) bf16
+# autocast runs a matmul about 170 times slower (bench_bf16)
 QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=0, reply_engine="vllm",
                              reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
-                             temperatures=(0.0,), train=TrainSettings(epochs=3.0, autocast_bf16=False))
+                             temperatures=(0.0,), train=TrainSettings(epochs=1.0, autocast_bf16=False))
 OUT = Path("build/engines")
 # drafts trained here: (experiment, method ids, output folder)
 SMALL = {"small": (EXPERIMENT, METHODS, OUT),

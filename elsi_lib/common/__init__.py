@@ -1,3 +1,3 @@
 """Small utilities every stage shares: cache files written atomically and keyed by content
 (`cachefiles`), what identifies a model, tokenizer and library versions (`identity`), progress
-bars (`progress`) and argument checks (`checks`)."""
+bars (`progress`), argument checks (`checks`) and what the CPU runs fast (`hardware`)."""
