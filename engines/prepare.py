@@ -53,17 +53,18 @@ EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192,
 # the second family's check (`make test-engines-qwen`): its ELSI m=3 draft on the first 240 of the 1,000 replies
 # vLLM wrote for Table 3 (archived in data/replies/), one epoch (this target's features and draft cost about
 # three times SmolLM2's), the draft in float32: on a CPU without bf16 matmul instructions (AVX2 only) bf16
-# autocast runs a matmul about 170 times slower (bench_bf16)
+# autocast runs a matmul about 170 times slower (elsi_lib.common.hardware)
 QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=0, reply_engine="vllm",
                              reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
                              temperatures=(0.0,), train=TrainSettings(epochs=1.0, autocast_bf16=False))
-OUT = Path("build/engines")
-# drafts trained here: (experiment, method ids, output folder)
-SMALL = {"small": (EXPERIMENT, METHODS, OUT),
-         "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"))}
 PER_COLUMN = 2  # SpecBench questions per paper column
+OUT = Path("build/engines")
+# drafts trained here: (experiment, method ids, output folder, questions per column, chains); the Qwen target's
+# loop costs about a minute per question and chain on 2 cores, so its check is one question per column, k = 1, 3, 5
+SMALL = {"small": (EXPERIMENT, METHODS, OUT, PER_COLUMN, (1, 2, 3, 4, 5)),
+         "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"), 1, (1, 3, 5))}
 MAX_TOKENS = 64  # generated tokens per question
-CHAINS = (1, 2, 3, 4, 5)
+CHAINS = (1, 2, 3, 4, 5)  # a finished run's drafts
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 # finished runs whose drafts the engines serve: (parameter file, its accepted-token table, output folder,
 # the method ids served: "best elsi" is the entropy-chosen set with the highest AVG tau, 60 nodes, T = 0)
@@ -108,8 +109,9 @@ def main() -> None:
                         help="a finished run's drafts: when its checkpoint is not here, say so and write no plan")
     args = parser.parse_args()
     torch.manual_seed(0)
+    per_column, chains = PER_COLUMN, CHAINS
     if args.drafts in SMALL:
-        exp, ids, out_dir = SMALL[args.drafts]
+        exp, ids, out_dir, per_column, chains = SMALL[args.drafts]
         target = exp.model
     else:
         target = from_parameters(Path(FINISHED[args.drafts][0]))[0].model
@@ -130,9 +132,9 @@ def main() -> None:
                   "--drafts qwen-small: make test-engines-qwen)")
             return
 
-    questions = corpus.eval_questions(PER_COLUMN, seed=0)
+    questions = corpus.eval_questions(per_column, seed=0)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
-    plan = {"target": resolve_model_path(target)[0], "max_tokens": MAX_TOKENS, "chains": list(CHAINS),
+    plan = {"target": resolve_model_path(target)[0], "max_tokens": MAX_TOKENS, "chains": list(chains),
             "questions": questions.question_id.tolist(), "prompts": prompts, "drafts": {}}
     out_dir.mkdir(parents=True, exist_ok=True)
     for method, draft in drafts.items():
@@ -140,8 +142,8 @@ def main() -> None:
                                        verifier=plan["target"]).resolve())
                    for fmt in ("speculators", "eagle")}
         runs = {}
-        bar = progress_bar(total=len(CHAINS) * len(prompts), desc=f"elsi loop, {method}", unit="question")
-        for k in CHAINS:
+        bar = progress_bar(total=len(chains) * len(prompts), desc=f"elsi loop, {method}", unit="question")
+        for k in chains:
             decoded = []
             for prompt in prompts:
                 decoded.append(speculative_generate(model, draft, prompt, max_new_tokens=MAX_TOKENS,

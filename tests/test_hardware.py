@@ -26,3 +26,14 @@ def test_it_warns_only_where_bf16_is_known_to_be_slow():
         assert not H.warn_if_bf16_is_slow("cpu", "draft training", avx512)
         assert not H.warn_if_bf16_is_slow("cuda", "draft training", avx2)
     assert H.bf16_matmul_is_slow(set())
+
+
+def test_the_training_default_follows_the_cpu(monkeypatch):
+    from elsi_lib.draft.train import TrainSettings
+
+    monkeypatch.setattr(H, "cpu_flags", lambda: {"avx2"})
+    assert TrainSettings().autocast_bf16 is False and TrainSettings(autocast_bf16=True).autocast_bf16 is True
+    monkeypatch.setattr(H, "cpu_flags", lambda: {"avx2", "amx_bf16"})
+    assert TrainSettings().autocast_bf16 is True
+    monkeypatch.setattr(H, "cpu_flags", lambda: None)  # unknown: the former default
+    assert TrainSettings().autocast_bf16 is True

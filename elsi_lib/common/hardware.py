@@ -1,9 +1,9 @@
 """What the CPU can do fast. bfloat16 autocast (`TrainSettings.autocast_bf16`, live bf16 features) pays on
 a CPU with bf16 matmul instructions (AVX-512 BF16 or AMX); without them PyTorch falls back to a reference
 kernel: on an AVX2-only AMD EPYC of this project's machines a (512 x 896) @ (896 x 4096) matmul took
-9.2 s under bf16 autocast against 53 ms in float32, about 170 times slower (2026-12-03). elsi warns
-rather than switching by itself: the setting is part of every cache key, and the same inputs must give
-the same drafts wherever they run."""
+9.2 s under bf16 autocast against 53 ms in float32, about 170 times slower (2026-12-03). So the drafts'
+training defaults to bf16 only where the CPU has those instructions (`bf16_autocast_default`; the value
+in effect is part of every checkpoint key), and an explicit bf16 setting on such a CPU warns."""
 from __future__ import annotations
 
 import warnings
@@ -27,6 +27,12 @@ def bf16_matmul_is_slow(flags: set[str] | None = None) -> bool:
     """True when the CPU is known to lack bf16 matmul instructions (False when it cannot be told)."""
     flags = cpu_flags() if flags is None else flags
     return flags is not None and not any(f in flags for f in BF16_FLAGS)
+
+
+def bf16_autocast_default() -> bool:
+    """The default of `TrainSettings.autocast_bf16`: on, unless this CPU is known to lack bf16 matmul
+    instructions (the drafts then train in float32, and their cache keys say so)."""
+    return not bf16_matmul_is_slow()
 
 
 def warn_if_bf16_is_slow(device_type: str, what: str, flags: set[str] | None = None) -> bool:

@@ -21,12 +21,12 @@ import math
 import random
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from ..common.cachefiles import check_writable, keyed_path, read_checked, write_checked
-from ..common.hardware import warn_if_bf16_is_slow
+from ..common.hardware import bf16_autocast_default, warn_if_bf16_is_slow
 from ..hidden.forward import plan_batches
 from ..common.progress import progress_bar
 from .runner import draft_autocast, draft_device
@@ -49,7 +49,9 @@ class TrainSettings:
     weight_decay: float = 0.0
     grad_clip: float = 0.5
     step_decay: float = 0.8  # loss weight of step k is step_decay**(k-1)
-    autocast_bf16: bool = True  # draft matmuls in bfloat16 (fp32 master weights)
+    # draft matmuls in bfloat16 (fp32 master weights); by default only on a CPU with bf16 matmul instructions
+    # (`common.hardware`: elsewhere about 170 times slower); the cache keys record the value in effect
+    autocast_bf16: bool = field(default_factory=bf16_autocast_default)
     seed: int = 0  # batch order and draft initialisation
     checkpoint_seconds: float = 240.0  # a checkpoint at least this often (and at the end)
     feature_noise: float = 0.0  # std of Gaussian noise added to the step-1 features in training (0: none)
