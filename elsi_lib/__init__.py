@@ -24,4 +24,4 @@ from .selection.entropy import gram_entropy, layer_grams, matrix_entropy, set_en
 from .selection.select import (BeamEntry, Selection, conditional_transition_scores, elsi, elsi_c, exhaustive,
                                lowest_entropy_layers, single_layer_entropies)
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"

@@ -135,12 +135,14 @@ def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_ele
     step = max(1, chunk_elements // vocab)
     out = []
     for start in range(0, final_hidden.shape[0], step):
-        logits = lm_head(final_hidden[start:start + step]).float()  # (c, V)
+        # float64 from the logits on: a random or flat model's positions differ in entropy by 1e-9,
+        # far below float32's error (~2e-6), and the top-rho selection must not depend on the CPU's kernels
+        logits = lm_head(final_hidden[start:start + step]).double()  # (c, V)
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
         logp = torch.log_softmax(logits, dim=-1)
         out.append(-(logp.exp() * logp).sum(dim=-1))  # (c,)
-    return torch.cat(out) if out else final_hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat(out) if out else final_hidden.new_zeros(0, dtype=torch.float64)
 
 
 def check_finite(hidden, layer: str, samples: list[Sample]) -> None:
