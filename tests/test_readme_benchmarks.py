@@ -21,9 +21,11 @@ REPLIES = "### Training replies through vLLM"
 LIVE = "### Stored or live features"
 THREADS = "### vLLM on every core"
 STRONG = "### The strong drafts in vLLM"
+QWEN_ENGINE = "### The second family in vLLM"
 SECTIONS = {LOOP: ["bench_decoding"], ENGINES: ["engines_vllm"],
             BENCH: ["bench_selection", "bench_draft", "bench_capture", "bench_probe"], REPLIES: ["bench_replies"], LIVE: ["bench_live"],
-            THREADS: ["bench_vllm_threads"], STRONG: ["engines_vllm_strong"]}
+            THREADS: ["bench_vllm_threads"], STRONG: ["engines_vllm_strong"],
+            QWEN_ENGINE: ["engines_vllm_qwen"]}
 DECIMAL = re.compile(r"(?<![\w.])\d+\.\d+(?=x\b|[^\w.]|\.(?!\w)|$)")  # 0.80x and "0.87." count too
 V = r"(?P<v>\d+\.\d+)"
 
@@ -113,6 +115,11 @@ CLAIMS = [
     (BENCH, rf"size\) {V} ms a triple", lambda: row("bench_probe", layers=36)["ms per triple"]),
     (BENCH, rf"7,140 in about {V} s", lambda: row("bench_probe", layers=36)["all triples (s)"]),
     (BENCH, rf"the beam search in {V} s;", lambda: row("bench_probe", layers=36)["beam k=10 (s)"]),
+    (QWEN_ENGINE, rf"load {V} when it was written", lambda: record("engines_vllm_qwen")["machine"]["load_1_5_15"][0]),
+    (QWEN_ENGINE, rf"every k \({V} at k = 1,", lambda: row("engines_vllm_qwen", layout="speculators", k=1)["tau vLLM"]),
+    (QWEN_ENGINE, rf"at k = 1, {V} from k = 3 on\)", lambda: row("engines_vllm_qwen", layout="speculators", k=3)["tau vLLM"]),
+    (QWEN_ENGINE, rf"pay: {V}x plain decoding at best", lambda: max(r["vs plain"] for r in record("engines_vllm_qwen")["rows"]
+                                                                   if r["draft"] != "plain decoding")),
     (REPLIES, rf"this 2-core CPU, load {V} when it began", lambda: record("bench_replies")["machine"]["load_1_5_15"][0]),
     (REPLIES, rf"on all 128 prompts, {V}x as fast", lambda: engine_row("less its start-up")["vs batch 16"]),
     (REPLIES, rf"\({V}x with it", lambda: engine_row("start-up included")["vs batch 16"]),
@@ -208,7 +215,7 @@ def test_every_shifted_benchmark_number_fails():
     assert problems(readme.replace(line, " | ".join(cells)))
 
 
-@pytest.mark.parametrize("name", ["bench_decoding", "engines_vllm", "engines_vllm_strong", "bench_selection", "bench_draft",
+@pytest.mark.parametrize("name", ["bench_decoding", "engines_vllm", "engines_vllm_qwen", "engines_vllm_strong", "bench_selection", "bench_draft",
                                   "bench_capture", "bench_replies", "bench_vllm_threads"])
 def test_every_results_file_says_where_and_when_it_ran(name):
     result = record(name)
@@ -231,3 +238,15 @@ def test_the_strong_engine_section_says_what_its_held_out_set_holds():
     columns = tables[tables.column != "AVG"]
     best = columns.loc[columns.groupby(["method", "temperature", "nodes"]).tau.idxmax(), "column"]
     assert set(best) == {"M/R"} and "its math column, the nearest to GSM8K, has the highest tau" in text
+
+
+def test_the_qwen_engine_section_says_what_was_checked():
+    """Lossless on every question, acceptance equal to elsi's at every k, the best k the one quoted."""
+    rows = [r for r in record("engines_vllm_qwen")["rows"] if r["draft"] != "plain decoding"]
+    questions = record("engines_vllm_qwen")["settings"]["questions"]
+    assert all(r["tau vLLM"] == r["tau elsi"] and r["outputs equal to elsi's"] == questions for r in rows)
+    assert {r["layout"] for r in rows} == {"speculators", "eagle"}
+    best = max(rows, key=lambda r: r["vs plain"])
+    text = " ".join(section(README.read_text(), QWEN_ENGINE).split())
+    assert f"at best (k = {best['k']})" in text and f"on all {questions} questions" in text
+    assert row("engines_vllm_qwen", layout="speculators", k=5)["tau vLLM"] == row("engines_vllm_qwen", layout="speculators", k=3)["tau vLLM"]
