@@ -53,7 +53,7 @@ EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192,
 # the second family's check (`make test-engines-qwen`): its ELSI m=3 draft on the first 240 of the 1,000 replies
 # vLLM wrote for Table 3 (archived in data/replies/), one epoch (this target's features and draft cost about
 # three times SmolLM2's), the draft in float32: on a CPU without bf16 matmul instructions (AVX2 only) bf16
-# autocast runs a matmul about 170 times slower (elsi_lib.common.hardware)
+# autocast runs a draft's matmuls 31 to 110 times slower (bench/bench_bf16.py)
 QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=0, reply_engine="vllm",
                              reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
                              temperatures=(0.0,), train=TrainSettings(epochs=1.0, autocast_bf16=False))

@@ -250,3 +250,13 @@ def test_the_qwen_engine_section_says_what_was_checked():
     text = " ".join(section(README.read_text(), QWEN_ENGINE).split())
     assert f"at best (k = {best['k']})" in text and f"on all {questions} questions" in text
     assert row("engines_vllm_qwen", layout="speculators", k=5)["tau vLLM"] == row("engines_vllm_qwen", layout="speculators", k=3)["tau vLLM"]
+
+
+def test_the_bf16_range_the_readme_quotes_is_the_bench():
+    """"31 to 110 times slower" in the README (and the library's warning) is bench_bf16's range of ratios."""
+    ratios = [r["bf16 / float32"] for r in record("bench_bf16")["rows"]]
+    quoted = f"{min(ratios):.0f} to {max(ratios):.0f} times slower"
+    assert quoted in " ".join(README.read_text().split())
+    assert record("bench_bf16")["settings"]["bf16 flags present"] == [], "measured on a CPU without bf16 matmul instructions"
+    from elsi_lib.common import hardware
+    assert quoted in " ".join(hardware.__doc__.split())

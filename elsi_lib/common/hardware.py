@@ -1,7 +1,8 @@
 """What the CPU can do fast. bfloat16 autocast (`TrainSettings.autocast_bf16`, live bf16 features) pays on
 a CPU with bf16 matmul instructions (AVX-512 BF16 or AMX); without them PyTorch falls back to a reference
 kernel: on an AVX2-only AMD EPYC of this project's machines a (512 x 896) @ (896 x 4096) matmul took
-9.2 s under bf16 autocast against 53 ms in float32, about 170 times slower (2026-12-03). So the drafts'
+9.2 s under bf16 autocast against 53 ms in float32, about 170 times slower (2026-12-03), and a draft's
+matmuls forward and backward 31 to 110 times slower (bench/bench_bf16.py). So the drafts'
 training defaults to bf16 only where the CPU has those instructions (`bf16_autocast_default`; the value
 in effect is part of every checkpoint key), and an explicit bf16 setting on such a CPU warns."""
 from __future__ import annotations
@@ -41,7 +42,7 @@ def warn_if_bf16_is_slow(device_type: str, what: str, flags: set[str] | None = N
     if device_type != "cpu" or not bf16_matmul_is_slow(flags):
         return False
     warnings.warn(f"{what} runs under bfloat16 autocast on a CPU without bf16 matmul instructions (no "
-                  f"{' or '.join(BF16_FLAGS)}): PyTorch's fallback is about 170 times slower than float32 here. "
+                  f"{' or '.join(BF16_FLAGS)}): PyTorch's fallback ran a draft's matmuls 31 to 110 times slower than float32 on such a CPU. "
                   "Turn it off for this machine (TrainSettings(autocast_bf16=False), live_bf16=False); the cache "
                   "keys record the choice.", RuntimeWarning, stacklevel=3)
     return True

@@ -50,7 +50,7 @@ class TrainSettings:
     grad_clip: float = 0.5
     step_decay: float = 0.8  # loss weight of step k is step_decay**(k-1)
     # draft matmuls in bfloat16 (fp32 master weights); by default only on a CPU with bf16 matmul instructions
-    # (`common.hardware`: elsewhere about 170 times slower); the cache keys record the value in effect
+    # (`common.hardware`: elsewhere 31-110 times slower); the cache keys record the value in effect
     autocast_bf16: bool = field(default_factory=bf16_autocast_default)
     seed: int = 0  # batch order and draft initialisation
     checkpoint_seconds: float = 240.0  # a checkpoint at least this often (and at the end)
