@@ -58,13 +58,13 @@ QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=
                              reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
                              temperatures=(0.0,), train=TrainSettings(epochs=1.0, autocast_bf16=False))
 PER_COLUMN = 2  # SpecBench questions per paper column
+CHAINS = (1, 2, 3, 4, 5)
 OUT = Path("build/engines")
 # drafts trained here: (experiment, method ids, output folder, questions per column, chains); the Qwen target's
 # loop costs about a minute per question and chain on 2 cores, so its check is one question per column, k = 1, 3, 5
-SMALL = {"small": (EXPERIMENT, METHODS, OUT, PER_COLUMN, (1, 2, 3, 4, 5)),
+SMALL = {"small": (EXPERIMENT, METHODS, OUT, PER_COLUMN, CHAINS),
          "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"), 1, (1, 3, 5))}
 MAX_TOKENS = 64  # generated tokens per question
-CHAINS = (1, 2, 3, 4, 5)  # a finished run's drafts
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 # finished runs whose drafts the engines serve: (parameter file, its accepted-token table, output folder,
 # the method ids served: "best elsi" is the entropy-chosen set with the highest AVG tau, 60 nodes, T = 0)
@@ -114,15 +114,13 @@ def main() -> None:
         exp, ids, out_dir, per_column, chains = SMALL[args.drafts]
         target = exp.model
     else:
-        target = from_parameters(Path(FINISHED[args.drafts][0]))[0].model
+        target, out_dir = from_parameters(Path(FINISHED[args.drafts][0]))[0].model, Path(FINISHED[args.drafts][2])
+    (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
     model, tokenizer = load_model(target)
     if args.drafts in SMALL:
-        (out_dir / "plan.json").unlink(missing_ok=True)
         methods = draft_methods(calibration.paper_stats([target], 200, seed=0)[target])
         drafts = small_drafts(exp, ids, model, tokenizer, methods)
     else:
-        out_dir = Path(FINISHED[args.drafts][2])
-        (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
         try:
             drafts, methods = finished_drafts(args.drafts, model, tokenizer)
         except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from elsi_lib.common.cachefiles import REPO_ROOT
+from test_readme import section as readme_section
 from test_readme_criteria import check_claims
 
 RESULTS = REPO_ROOT / "data" / "results"
@@ -23,10 +24,7 @@ QWEN, SMOLLM = f"table3: {SLUG}", f"table2: {SMOL}"
 
 
 def section() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
-    start = text.index(SECTION)
-    ends = [e for e in (text.find("\n## ", start + 1), text.find("\n### ", start + 1)) if e > 0]
-    return text[start:min(ends) if ends else None]
+    return readme_section(None, SECTION)
 
 
 def read(name: str, slug: str = SLUG, table: str = "table3") -> pd.DataFrame:
@@ -38,11 +36,6 @@ def one(frame: pd.DataFrame, column: str, **keys) -> float:
         frame = frame[frame[k] == v]
     assert len(frame) == 1, (keys, len(frame))
     return float(frame[column].iloc[0])
-
-
-def tau(method, T=0.0, column="tau", nodes=NODES):
-    return lambda: one(read("accepted_tokens").query("column == 'AVG'"), column, method=method, temperature=T,
-                       nodes=nodes)
 
 
 def paired(method, T=0.0, column="diff", nodes=NODES, slug=SLUG, table="table3"):

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
+from ..draft.tables import paired_differences
 from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does
@@ -147,8 +148,6 @@ def paired_from(rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes
     (`tables.paired_differences`: AVG tau difference, 95% paired bootstrap interval, share of resamples
     ahead), per protocol at its finished drafts (its largest `prompts`, the first seed) and temperature,
     at `nodes`. A protocol without `method` or a baseline is left out."""
-    from ..draft.tables import paired_differences
-
     out = []
     for protocol, part in rows.groupby("protocol", sort=False):
         part = part[part.prompts == part.prompts.max()]
