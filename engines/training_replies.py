@@ -11,7 +11,11 @@ the cache or in the archive.
 runs too) to `data/replies/` (gzip), which is committed, so that a new machine, whose cache is empty,
 resumes from there instead of writing the replies again.
 
-    .venv/bin/python engines/training_replies.py [--params FILE] [--archive]   (make replies-strong / replies-archive)
+`--upgrade-archive` runs no engine either: it rewrites the request's archive written before archives
+named the model and checked each record (format 1) in today's format, the same replies, once.
+
+    .venv/bin/python engines/training_replies.py [--params FILE] [--archive | --upgrade-archive]
+    (make replies-strong / replies-archive)
 """
 import argparse
 import time
@@ -20,7 +24,7 @@ from pathlib import Path
 from elsi_lib.common.cachefiles import REPO_ROOT
 from elsi_lib.draft import corpus
 from elsi_lib.draft.experiment import from_parameters
-from elsi_lib.hidden.engine_replies import archive_replies
+from elsi_lib.hidden.engine_replies import archive_replies, upgrade_archive
 from elsi_lib.inputs.models import load_model
 
 if __name__ == "__main__":
@@ -28,6 +32,8 @@ if __name__ == "__main__":
     parser.add_argument("--params", type=Path, default=REPO_ROOT / "notebooks" / "tables_strong.yaml",
                         help="the run's parameter file (notebooks/tables_*.yaml)")
     parser.add_argument("--archive", action="store_true", help="archive the replies written so far; run no engine")
+    parser.add_argument("--upgrade-archive", metavar="VLLM_VERSION",
+                        help="rewrite the archive vLLM VLLM_VERSION wrote in today's format; run no engine")
     args = parser.parse_args()
     exp, _ = from_parameters(args.params)
     if exp.reply_engine != "vllm":
@@ -36,6 +42,11 @@ if __name__ == "__main__":
     settings = {"max_new_tokens": exp.train_max_new_tokens, "max_length": exp.max_length}
     start = time.time()
     model, tokenizer = load_model(exp.model)
+    if args.upgrade_archive:
+        path, count = upgrade_archive(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings,
+                                      version=args.upgrade_archive)
+        print(f"{path}: {count} of {n_prompts} replies, in today's format")
+        raise SystemExit(0)
     if args.archive:
         path, count = archive_replies(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings)
         print(f"{count} of {n_prompts} replies archived in {path} ({path.stat().st_size / 1e6:.1f} MB)")

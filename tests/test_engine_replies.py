@@ -99,19 +99,74 @@ def test_an_interrupted_engine_run_resumes(engine, tiny_model, tiny_tokenizer, m
     assert calls == [2, 2, 2, 1]  # the first run's finished chunk was kept: 2 + 3 prompts generated
 
 
-def test_a_torn_last_line_is_dropped_and_regenerated(tmp_path):
+def _script():
     sys.path.insert(0, str(E.SCRIPT.parent))
     try:
         import replies as script
     finally:
         sys.path.pop(0)
+    return script
+
+
+def test_a_torn_last_line_is_dropped_and_regenerated(tmp_path, capsys):
+    script = _script()
     header = {"engine": "vllm", "version": "x", "request": "r"}
     path = tmp_path / "out.jsonl"
-    path.write_bytes((json.dumps(header) + "\n" + json.dumps({"i": 0, "ids": [1]}) + "\n" + '{"i": 1, "id').encode())
-    assert script.done_indices(path, header) == {0}
-    assert path.read_text().endswith('"ids": [1]}\n')  # the torn tail is cut
+    good = json.dumps(script.record("d", 0, [1]))
+    path.write_bytes((json.dumps(header) + "\n" + good + "\n" + '{"i": 1, "id').encode())
+    assert script.done_indices(path, header, "d", 3) == {0}
+    assert path.read_text().endswith(good + "\n")  # the torn tail is cut, and the engine says so
+    assert "cut a torn last line" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="another request"):
-        script.done_indices(path, {**header, "request": "other"})
+        script.done_indices(path, {**header, "request": "other"}, "d", 3)
+
+
+def test_the_engine_refuses_records_it_cannot_trust_and_repairs_a_repeated_header(tmp_path, capsys):
+    """engines/replies.py reads its own output before it resumes: a repeated header line (what an
+    interrupted first chunk left before) is dropped, saying so; a duplicate, out-of-range, empty or
+    altered record stops it naming the line (before, the first bad line silently cut everything after it)."""
+    script = _script()
+    header = {"engine": "vllm", "version": "x", "request": "r"}
+    path = tmp_path / "out.jsonl"
+    rows = [header, header, script.record("d", 0, [5, 6]), script.record("d", 1, [7])]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert script.done_indices(path, header, "d", 2) == {0, 1}
+    assert "dropped a repeated header at line 2" in capsys.readouterr().err
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [header] + rows[2:]
+    bad = {"a duplicate": script.record("d", 0, [5, 6]), "outside": script.record("d", 2, [1]),
+           "empty": script.record("d", 1, []), "checksum": {**script.record("d", 1, [7]), "ids": [8]}}
+    for problem, row in bad.items():
+        path.write_text("".join(json.dumps(r) + "\n" for r in [header, script.record("d", 0, [5, 6]), row]))
+        with pytest.raises(SystemExit, match="line 3") as err:
+            script.done_indices(path, header, "d", 2)
+        assert problem.split()[-1] in str(err.value) or problem == "a duplicate" and "second record" in str(err.value)
+
+
+def test_an_interrupted_first_chunk_resumes(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    """An interrupt during the engine's first chunk leaves its output with a header and no reply; the
+    next run resumes it (before, it wrote a second header and every later call failed: KeyError 'ids')."""
+    conversations = make_conversations(3)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "0")
+    with pytest.raises(subprocess.CalledProcessError):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    partial = next(engine.parent.rglob("*.partial.jsonl"))
+    assert len(partial.read_text().splitlines()) == 1  # the header alone
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+
+
+def test_a_chunk_below_one_is_refused(engine, tiny_model, tiny_tokenizer, tmp_path):
+    """`engines/replies.py --chunk -1` exited 0 having written nothing; now the command line refuses it."""
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"model": "m", "dtype": "float32", "max_new_tokens": 4, "max_model_len": 64,
+                                   "prompts": [[1, 2]]}))
+    run = subprocess.run([sys.executable, str(E.SCRIPT), str(request), str(tmp_path / "out.jsonl"), "--chunk", "-1"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "--chunk" in run.stderr and "positive" in run.stderr
+    assert not (tmp_path / "out.jsonl").exists()
+    with pytest.raises(ValueError, match="chunk"):
+        E.engine_replies(tiny_model, tiny_tokenizer, make_conversations(2), chunk=0)
 
 
 def test_bad_arguments_are_refused_before_the_engine(engine, tiny_model, tiny_tokenizer, monkeypatch):
@@ -191,25 +246,97 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     assert again == texts and again_ids == ids
 
 
-def test_a_foreign_or_corrupt_archive_is_ignored(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, capsys):
-    """An archive written for other prompts (its header's request sha256 differs) or a corrupt one
-    (a bad trailer, a byte flipped inside the stream) is never used: the engine writes every reply."""
-    conversations = make_conversations(4)
-    E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
-    archived, _ = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+def _archive(engine, model, tokenizer, conversations):
+    E.engine_replies(model, tokenizer, conversations, max_new_tokens=8, chunk=2)
+    archived, _ = E.archive_replies(model, tokenizer, conversations, max_new_tokens=8)
     lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
-    header = json.loads(lines[0])
-    forged = [json.dumps({**header, "request without the model path": "0" * 64})] + lines[1:]
-    good = archived.read_bytes()
-    flipped = good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:]
-    for n, payload in enumerate((gzip.compress(("\n".join(forged) + "\n").encode()), good[:-9] + b"garbage!!", flipped)):
-        archived.write_bytes(payload)
-        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{n}"))
-        engine.write_text("")
-        texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
-        assert texts == expected(tiny_tokenizer, tiny_model, conversations)
-        assert [len(json.loads(line)) for line in engine.read_text().splitlines()] == [2, 2]  # all written again
-        assert "ignoring the archived replies" in capsys.readouterr().out
+    return archived, json.loads(lines[0]), [json.loads(line) for line in lines[1:]]
+
+
+def _tampered(archived, header, rows):
+    archived.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in [header] + rows).encode()))
+
+
+def test_an_archive_header_names_what_produced_the_replies(engine, tiny_model, tiny_tokenizer):
+    conversations = make_conversations(3)
+    _, header, rows = _archive(engine, tiny_model, tiny_tokenizer, conversations)
+    key = E.engine_key(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, max_length=1024, version="0.0-test")
+    assert header["model"]["weights_sha256"] == key["model"]["weights_sha256"] and header["tokenizer"] == key["tokenizer"]
+    assert header["engine"] == {"name": "vllm", "version": "0.0-test", "dtype": "float32"}
+    assert header["generation"] == {"greedy": True, "max_new_tokens": 8, "max_length": 1024, "truncate": "keep_first",
+                                    "max_model_len": E.MAX_MODEL_LEN}
+    assert header["prompts"] == key["prompts"] and header["n_prompts"] == 3 and len(header["request"]) == 64
+    assert all(set(r) == {"i", "ids", "sum"} for r in rows)
+
+
+@pytest.mark.parametrize("tamper, message", [
+    ("edit", "fails its checksum"), ("swap", "fails its checksum"), ("duplicate", "a second record of prompt 0"),
+    ("outside", "outside the request's 4 prompts"), ("empty", "is empty"), ("vocabulary", "outside the vocabulary"),
+    ("model", "header differs in model"), ("format1", "format 1"), ("flip", "not a readable gzip archive")])
+def test_an_archive_that_cannot_be_trusted_is_refused(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path,
+                                                      tamper, message):
+    """Each way an archive can be wrong inside a valid gzip stream, which gzip's CRC alone let through
+    before (an edited id, two records' replies swapped, a repeated or out-of-range index, an empty
+    reply, a token outside the vocabulary, another model's archive renamed) or an old-format or
+    corrupt file: refused naming the archive, before the engine runs."""
+    conversations = make_conversations(4)
+    archived, header, rows = _archive(engine, tiny_model, tiny_tokenizer, conversations)
+    vocab = header["vocab_size"]
+    if tamper == "edit":
+        rows[1]["ids"][0] = (rows[1]["ids"][0] + 1) % vocab
+    elif tamper == "swap":
+        rows[0]["i"], rows[1]["i"] = 1, 0  # each prompt given the other's record
+    elif tamper == "duplicate":
+        rows.append({**rows[0], "ids": rows[1]["ids"], "sum": E.record(header["request"], 0, rows[1]["ids"])["sum"]})
+    elif tamper == "outside":
+        rows.append(E.record(header["request"], 4, [11]))
+    elif tamper in ("empty", "vocabulary"):
+        rows[2] = E.record(header["request"], 2, [] if tamper == "empty" else [vocab])
+    elif tamper == "model":
+        header = {**header, "model": {**header["model"], "weights_sha256": "0" * 64}}
+    elif tamper == "format1":
+        header = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
+    if tamper == "flip":
+        good = archived.read_bytes()
+        archived.write_bytes(good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:])
+    else:
+        _tampered(archived, header, rows)
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+    for call in (lambda: E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2),
+                 lambda: E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=8),
+                 lambda: E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)):
+        with pytest.raises(E.ReplyRecordError, match=message) as err:
+            call()
+        assert str(archived) in str(err.value)
+
+
+def test_a_partial_record_outside_the_request_is_refused(engine, tiny_model, tiny_tokenizer, monkeypatch):
+    """A record in the engine's output naming a prompt outside the request counted as present before,
+    so a missing reply was never generated and "rerun to resume" failed the same way every time."""
+    conversations = make_conversations(3)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
+    with pytest.raises(subprocess.CalledProcessError):
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    partial = next(engine.parent.rglob("*.partial.jsonl"))
+    req = E.request_for(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, max_length=1024)
+    with open(partial, "a") as f:
+        f.write(json.dumps(E.record(req.header["request"], 7, [11, 12])) + "\n")
+    with pytest.raises(E.ReplyRecordError, match="prompt index 7 is outside the request's 3 prompts"):
+        E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=8)
+
+
+def test_a_format1_archive_is_upgraded_with_the_same_replies(engine, tiny_model, tiny_tokenizer):
+    conversations = make_conversations(3)
+    archived, header, rows = _archive(engine, tiny_model, tiny_tokenizer, conversations)
+    old = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
+    archived.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in
+                                               [old] + [{"i": r["i"], "ids": r["ids"]} for r in rows]).encode()))
+    path, count = E.upgrade_archive(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+    assert count == 3 and path == archived
+    lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
+    assert json.loads(lines[0]) == header and [json.loads(line) for line in lines[1:]] == rows
+    assert E.upgrade_archive(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8) == (archived, 3)
 
 
 def test_the_engine_computes_on_every_core_of_a_small_machine(monkeypatch, tmp_path):

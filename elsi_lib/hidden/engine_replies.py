@@ -12,8 +12,9 @@ format and key, with the engine, its version and the dtype in the key instead of
 The engine's output is hours of work and a new machine starts with an empty cache, so it can be
 archived where git keeps it (`archive_replies`: `data/replies/`, gzip, or `$ELSI_REPLY_ARCHIVE`);
 a request finds its archive by the same key and resumes from it, after checking that the archive was
-written for exactly this request and engine version (its header line holds the sha256 of the request
-less the model folder's path, which differs between machines, and the version).
+written for exactly this request (its header names the model, tokenizer, engine, settings and
+request) and every record in it (`reply_records`: a checksum per record, no repeated, empty or
+out-of-range records).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import hashlib
 import json
 import os
 import subprocess
-import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..common.cachefiles import REPO_ROOT, atomic_write_bytes, check_writable, key_digest, keyed_path
@@ -32,9 +33,10 @@ from ..inputs.chat import tokenize_conversation, truncate
 from ..inputs.prompts import conversations_hash
 from .forward import check_conversations
 from .replies import cache_payload, eos_ids, read_cache
+from .reply_records import (MAX_MODEL_LEN, ReplyRecordError, archive_bytes, archive_header, check_records,
+                            read_archive, record, request_digest, upgrade_records, vocab_size)
 
 SCRIPT = REPO_ROOT / "engines" / "replies.py"
-MAX_MODEL_LEN = 2048  # prompt (at most max_length) + reply (at most max_new_tokens) must fit
 
 
 def engines_python() -> Path:
@@ -109,15 +111,6 @@ def _header(raw: bytes, version: str) -> dict:
     return {"engine": "vllm", "version": version, "request": hashlib.sha256(raw).hexdigest()}
 
 
-def _archive_header(raw: bytes, version: str) -> dict:
-    """The first line of an archive: the engine's header with the request's sha256 taken without the
-    model folder's path (the model's identity is in the cache key, its path differs between machines)."""
-    request = json.loads(raw)
-    request.pop("model")
-    digest = hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
-    return {"engine": "vllm", "version": version, "request without the model path": digest}
-
-
 def archive_path(key: dict) -> Path:
     """Where the archive of the request with this cache key lives: named by the key less the library
     versions (a fresh machine may resolve another patch release of them; the engine, its version, the
@@ -125,31 +118,55 @@ def archive_path(key: dict) -> Path:
     return archive_dir() / f"{key_digest({k: v for k, v in key.items() if k != 'library'})}.partial.jsonl.gz"
 
 
-def _archived_ids(archived: Path, header: dict) -> dict[int, list[int]]:
-    """{prompt index: generated ids} of an archive if it was written for this request (its header is
-    `_archive_header`); one written for another request or engine version, or unreadable, gives none
-    (and says so)."""
-    if not archived.is_file():
-        return {}
-    try:
-        lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
-        if json.loads(lines[0]) != header:
-            raise ValueError("written for another request or engine version")
-        return {int(e["i"]): [int(t) for t in e["ids"]] for e in map(json.loads, lines[1:])}
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, IndexError, TypeError) as err:
-        print(f"ignoring the archived replies {archived}: {err}")
-        return {}
+@dataclass(frozen=True)
+class Request:
+    """One engine request, everything its files are checked against: the cache key, the request's
+    bytes, its cache path and the archive header (model, tokenizer, engine, settings, prompts)."""
+    key: dict
+    raw: bytes
+    path: Path
+    archive: Path
+    header: dict  # the archive's first line
+
+    @property
+    def n_prompts(self) -> int:
+        return self.header["n_prompts"]
+
+    @property
+    def engine_header(self) -> dict:
+        return _header(self.raw, self.key["engine"]["version"])
+
+    @property
+    def partial(self) -> Path:
+        return self.path.with_suffix(".partial.jsonl")
 
 
-def _present_ids(partial: Path, header: dict) -> dict[int, list[int]]:
-    """The replies of the engine's output `partial` if it was written for this request (else none;
-    a torn or foreign header, which the engine itself would discard or refuse, too)."""
+def request_for(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int,
+                version: str | None = None) -> Request:
+    version = version or vllm_version(engines_python())
+    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                     version=version)
+    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                   dtype=key["engine"]["dtype"])
+    header = archive_header(key, request_digest(raw), len(conversations), vocab_size(model))
+    return Request(key, raw, keyed_path("responses", key, suffix=".json"), archive_path(key), header)
+
+
+def _archived_ids(req: Request) -> dict[int, list[int]]:
+    """{prompt index: generated ids} of the request's archive (none if there is none); an archive
+    written for anything else, or a record that fails its checks, raises ReplyRecordError."""
+    return read_archive(req.archive, req.header)
+
+
+def _present_ids(req: Request) -> dict[int, list[int]]:
+    """The replies of the engine's output if it was written for this request (else none: a torn or
+    foreign header, which the engine itself would discard or refuse, too)."""
     try:
-        if json.loads(partial.read_text().split("\n", 1)[0] or "null") != header:
+        if json.loads(req.partial.read_text().split("\n", 1)[0] or "null") != req.engine_header:
             return {}
-        return written_ids(partial)
     except (FileNotFoundError, ValueError):
         return {}
+    return written_ids(req)
 
 
 def _through_eos(ids: list[int], eos: set) -> list[int]:
@@ -157,16 +174,19 @@ def _through_eos(ids: list[int], eos: set) -> list[int]:
     return ids[:ends[0] + 1] if ends else ids
 
 
-def _merge_archive(partial: Path, archived: Path, raw: bytes, version: str) -> None:
+def _missing(req: Request, found: dict) -> list[int]:
+    return [i for i in range(req.n_prompts) if i not in found]
+
+
+def _merge_archive(req: Request) -> None:
     """Put the archived replies of this request into its engine output, beside those already there
     (under the request's lock, before the engine starts: never while it appends)."""
-    header = _header(raw, version)
-    found, present = _archived_ids(archived, _archive_header(raw, version)), _present_ids(partial, header)
+    found, present = _archived_ids(req), _present_ids(req)
     if set(found) <= set(present):
         return
-    merged = {**found, **present}
-    atomic_write_bytes(partial, "".join(json.dumps(row) + "\n" for row in
-                                        [header] + [{"i": i, "ids": merged[i]} for i in sorted(merged)]).encode())
+    merged, digest = {**found, **present}, req.header["request"]
+    rows = [req.engine_header] + [record(digest, i, merged[i]) for i in sorted(merged)]
+    atomic_write_bytes(req.partial, "".join(json.dumps(row) + "\n" for row in rows).encode())
 
 
 def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
@@ -175,22 +195,35 @@ def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_ne
     too: its output is only read) under `archive_dir()`, gzip, atomically: (the archive, how many
     replies it holds). Each reply is kept through its first end-of-sequence token, as the cache holds
     it, so the archive's bytes do not depend on whether the request had finished. Runs no engine."""
-    version = vllm_version(engines_python())
-    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                     version=version)
-    path = keyed_path("responses", key, suffix=".json")
-    partial, archived = path.with_suffix(".partial.jsonl"), archive_path(key)
-    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                   dtype=key["engine"]["dtype"])
-    written = {**_archived_ids(archived, _archive_header(raw, version)), **_present_ids(partial, _header(raw, version))}
-    cached = read_cache(path, key)  # after the partial: a request that finished meanwhile is complete here
+    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length)
+    written = {**_archived_ids(req), **_present_ids(req)}
+    cached = read_cache(req.path, req.key)  # after the partial: a request that finished meanwhile is complete here
     if len(cached) == len(conversations):
         written = {int(e[0]): e[2] for e in cached}
     eos = set(eos_ids(model))
-    rows = [_archive_header(raw, version)] + [{"i": i, "ids": _through_eos(written[i], eos)} for i in sorted(written)]
-    archived.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(archived, gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode(), mtime=0))
-    return archived, len(written)
+    req.archive.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(req.archive, archive_bytes(req.header, {i: _through_eos(ids, eos) for i, ids in written.items()}))
+    return req.archive, len(written)
+
+
+def upgrade_archive(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
+                    max_length: int = 1024, version: str | None = None) -> tuple[Path, int]:
+    """Rewrite this request's format-1 archive (written before archives named the model and checked
+    each record) in today's format, once: the same replies, each checked, under a header naming
+    what produced them. (the archive, how many replies); an archive already upgraded is left alone.
+    `version`: the vLLM version that wrote it (default: the one in the engines' environment)."""
+    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                      version=version)
+    if not req.archive.is_file():
+        raise FileNotFoundError(f"no archive of this request at {req.archive}")
+    try:
+        return req.archive, len(read_archive(req.archive, req.header))
+    except ReplyRecordError as err:
+        if "format 1" not in str(err):
+            raise
+    replies = upgrade_records(req.archive, req.header)
+    atomic_write_bytes(req.archive, archive_bytes(req.header, replies))
+    return req.archive, len(replies)
 
 
 def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
@@ -198,7 +231,7 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     """Greedy replies of `model` to each conversation, written by vLLM. Returns (texts, generated ids
     through the first end-of-sequence token, the cache key). The texts are decoded here as the reply
     step decodes its own (special tokens skipped, stripped)."""
-    for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length)):
+    for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("chunk", chunk)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if max_length + max_new_tokens > MAX_MODEL_LEN:
@@ -207,34 +240,31 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     if any(c[-1]["role"] != "user" for c in conversations):
         raise ValueError("every conversation must end with a user turn: there is nothing to reply to otherwise")
     python = engines_python()
-    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                     version=vllm_version(python))
-    path = keyed_path("responses", key, suffix=".json")
-    check_writable(path.parent)
-    cached = read_cache(path, key)
+    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
+                      version=vllm_version(python))
+    check_writable(req.path.parent)
+    cached = read_cache(req.path, req.key)
     if len(cached) == len(conversations):
-        return [entry[1] for entry in cached], [entry[2] for entry in cached], key
-    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                   dtype=key["engine"]["dtype"])
-    request_path, partial = path.with_suffix(".request.json"), path.with_suffix(".partial.jsonl")
-    if not request_path.is_file() or request_path.read_bytes() != raw:
-        atomic_write_bytes(request_path, raw)
-        partial.unlink(missing_ok=True)  # written for another request
-    with open(path.with_suffix(".lock"), "w") as lock:
+        return [entry[1] for entry in cached], [entry[2] for entry in cached], req.key
+    request_path = req.path.with_suffix(".request.json")
+    if not request_path.is_file() or request_path.read_bytes() != req.raw:
+        atomic_write_bytes(request_path, req.raw)
+        req.partial.unlink(missing_ok=True)  # written for another request
+    with open(req.path.with_suffix(".lock"), "w") as lock:
         try:  # one engine per request: a second would lose what the first appends once the archive is merged
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another engine_replies run is writing this request ({partial}); wait for it, "
+            raise RuntimeError(f"another engine_replies run is writing this request ({req.partial}); wait for it, "
                                "or read what it has written with replies_written") from None
-        _merge_archive(partial, archive_path(key), raw, key["engine"]["version"])
-        if len(_present_ids(partial, _header(raw, key["engine"]["version"]))) < len(conversations):
-            subprocess.run([str(python), str(SCRIPT), str(request_path), str(partial), "--chunk", str(chunk)],
+        _merge_archive(req)
+        if _missing(req, _present_ids(req)):
+            subprocess.run([str(python), str(SCRIPT), str(request_path), str(req.partial), "--chunk", str(chunk)],
                            check=True, env={**engine_environment(python), **(env or {})})
-        entries = _decoded(model, tokenizer, read_partial(partial, len(conversations)))
-        atomic_write_bytes(path, cache_payload(key, entries))
+        entries = _decoded(model, tokenizer, read_partial(req))
+        atomic_write_bytes(req.path, cache_payload(req.key, entries))
         request_path.unlink(missing_ok=True)
-        partial.unlink(missing_ok=True)
-    return [e[1] for e in entries], [e[2] for e in entries], key
+        req.partial.unlink(missing_ok=True)
+    return [e[1] for e in entries], [e[2] for e in entries], req.key
 
 
 def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
@@ -254,44 +284,45 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     and settings) that the engine has already written, finished or still running: for work on a
     prefix of the data while the rest is written. Runs no engine; RuntimeError when fewer than
     `first` replies are there."""
-    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                     version=vllm_version(engines_python()))
-    path = keyed_path("responses", key, suffix=".json")
-    cached = read_cache(path, key)
+    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length)
+    cached = read_cache(req.path, req.key)
     if len(cached) == len(conversations):
         return [entry[1] for entry in cached[:first]]
-    partial = path.with_suffix(".partial.jsonl")
-    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                   dtype=key["engine"]["dtype"])
-    version = key["engine"]["version"]
-    written = {**_archived_ids(archive_path(key), _archive_header(raw, version)),
-               **_present_ids(partial, _header(raw, version))}  # read only
+    written = {**_archived_ids(req), **_present_ids(req)}  # read only
     if not written:
-        raise RuntimeError(f"no replies of this request are written yet ({partial.name}); run engine_replies")
+        raise RuntimeError(f"no replies of this request are written yet ({req.partial.name}); run engine_replies")
     if any(i not in written for i in range(first)):
-        raise RuntimeError(f"{partial.name}: {sum(i in written for i in range(first))} of the first {first} replies "
-                           "are written; wait for the engine or ask for fewer")
+        raise RuntimeError(f"{req.partial.name}: {sum(i in written for i in range(first))} of the first {first} "
+                           "replies are written; wait for the engine or ask for fewer")
     return [text for _, text, _ in _decoded(model, tokenizer, [written[i] for i in range(first)])]
 
 
-def written_ids(path: Path) -> dict[int, list[int]]:
-    """{prompt index: generated ids} of the engine's output (after its header line); a torn line, as a
-    running or interrupted engine leaves last, is skipped."""
-    found = {}
-    for line in path.read_text().splitlines()[1:]:
+def written_ids(req: Request) -> dict[int, list[int]]:
+    """{prompt index: generated ids} of the engine's output (after its header line), each record
+    checked (`reply_records.check_records`). A torn last line, as a running or interrupted engine
+    leaves, is skipped, and so is a repeated header line (an engine before 0.1.2 wrote one when its
+    first chunk was interrupted; the engine drops it when it next runs)."""
+    lines = req.partial.read_bytes().split(b"\n")[1:]
+    if lines:
+        lines.pop()  # the text after the last newline: empty, or a line the engine is writing
+    rows = []
+    for n, line in enumerate(lines, 2):
         try:
             entry = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        found[int(entry["i"])] = [int(t) for t in entry["ids"]]
-    return found
+        except ValueError:
+            raise ReplyRecordError(f"{req.partial}, line {n}: not a JSON record; remove the file to write "
+                                   "its replies anew") from None
+        if entry != req.engine_header:
+            rows.append((n, entry))
+    return check_records(rows, source=req.partial, digest=req.header["request"], n_prompts=req.n_prompts,
+                         n_vocab=req.header["vocab_size"])
 
 
-def read_partial(path: Path, n: int) -> list[list[int]]:
-    """The generated ids of prompts 0..n-1 from the engine's output; every one must be there."""
-    found = written_ids(path)
-    missing = [i for i in range(n) if i not in found]
+def read_partial(req: Request) -> list[list[int]]:
+    """The generated ids of every prompt of the request from the engine's output; every one must be there."""
+    found = written_ids(req)
+    missing = _missing(req, found)
     if missing:
-        raise RuntimeError(f"{path}: the engine wrote no reply for {len(missing)} prompts (first {missing[:5]}); "
-                           "rerun to resume")
-    return [found[i] for i in range(n)]
+        raise RuntimeError(f"{req.partial}: the engine wrote no reply for {len(missing)} prompts (first "
+                           f"{missing[:5]}); rerun to resume")
+    return [found[i] for i in range(req.n_prompts)]
