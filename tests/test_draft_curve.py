@@ -63,3 +63,30 @@ def test_learning_curve_figure_has_a_panel_per_temperature():
     assert len(fig.axes) == 4
     tau_axis = fig.axes[0]
     assert sorted(tau_axis.get_legend_handles_labels()[1]) == ["EAGLE3", "ELSI m=3"]
+
+
+def test_a_point_with_two_training_seeds_is_refused():
+    """Before: a point holding two seeds' rows was tabulated at its first row's seed, the other
+    seed's accuracy mixed in by `first`, and the seed column dropped."""
+    rows = points()
+    second = rows[rows.prompts == 2000].assign(seed=1, tau=lambda f: f.tau + 1.0)
+    with pytest.raises(ValueError, match=r"2000 prompts.*seeds \[0, 1\]"):
+        learning_curve(pd.concat([rows, second], ignore_index=True), 60, n_boot=200)
+    # each point of one seed, not the same at every point: tabulated as before
+    other = points().assign(seed=lambda f: np.where(f.prompts == 2000, 1, 0))
+    pd.testing.assert_frame_equal(learning_curve(other, 60, n_boot=200), learning_curve(rows, 60, n_boot=200))
+
+
+@pytest.mark.parametrize("column", ["reply_tokens", "batches"])
+def test_a_point_whose_rows_disagree_on_where_it_sits_is_refused(column):
+    rows = points()
+    rows.loc[(rows.prompts == 500) & (rows.method == "ELSI m=3"), column] += 1
+    with pytest.raises(ValueError, match=rf"500 prompts.*{column}"):
+        learning_curve(rows, 60, n_boot=200)
+
+
+def test_a_method_with_two_step_accuracies_at_a_point_is_refused():
+    rows = points()
+    rows.loc[(rows.prompts == 500) & (rows.method == "ELSI m=3") & (rows.question_id == 3), "step 1"] = 0.9
+    with pytest.raises(ValueError, match=r"'ELSI m=3'.*500 prompts.*step 1"):
+        learning_curve(rows, 60, n_boot=200)

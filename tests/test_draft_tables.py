@@ -598,3 +598,29 @@ def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_m
         best = plain.groupby(["temperature", "nodes", "column"]).best.sum()
         assert (best >= 1).all()  # every column of every block has its bold cell
         assert T.tau_markdown(T.read_tau_csv(path)) == path.with_suffix(".md").read_text()
+
+
+# ---------------------------------------------------------------- what the tables refuse (issue 34)
+
+@pytest.mark.parametrize("label", ["Misc", "mt", np.nan])
+def test_a_question_outside_the_papers_columns_is_refused(label):
+    """Before: a 'Misc' question counted in AVG but in no column of the table (and, unlabelled, in
+    AVG's estimate but not its stratified resamples)."""
+    results = frame({"A": {"MT": [1.0, 2.0, 3.0], "QA": [2.0, 2.0]}, "B": {"MT": [2.0, 2.0, 4.0], "QA": [1.5, 3.0]}})
+    results.loc[results.question_id.isin([3, 4]), "column"] = label
+    for call in TABLE_CALLS:
+        with pytest.raises(ValueError, match=rf"{label!r}.*questions \[3, 4\]"):
+            call(results, 30)
+
+
+def test_rank_correlation_refuses_lengths_that_differ():
+    """Before: numpy's 'all the input array dimensions ... must match exactly'."""
+    with pytest.raises(ValueError, match=r"3 x values.*4 y values"):
+        T.rank_correlation([1, 2, 3], [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2])
+def test_rank_correlation_refuses_too_few_values(n):
+    """Before: NaN with a numpy warning (0, 1 values) or a meaningless +-1 (2 values)."""
+    with pytest.raises(ValueError, match=rf"{n} values.*at least 3"):
+        T.rank_correlation(list(range(n)), list(range(n)))

@@ -60,7 +60,10 @@ def test_signs_intervals_and_a_criterion_that_predicts_nothing():
         assert row["low (sets)"] <= row.rho + 1e-12 <= row["high (sets)"] + 2e-12
     assert table.loc[("set entropy", "tau minus EAGLE3"), "low (sets)"] < 0 < table.loc[("set entropy", "tau minus EAGLE3"), "high (sets)"]
     # questions resampled with the sets: noisy per-question tau widens the interval, never for step accuracy
-    noisy = drafts_rows(taus, [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], noise=2.0)
+    # (every tau raised by 8, which moves no difference from EAGLE3, so that the noise keeps it >= 1)
+    noisy = drafts_rows([t + 8 for t in taus], [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+                        noise=2.0)
+    assert noisy.tau.min() >= 1
     wide = correlations(noisy, scores, 300).set_index(["criterion", "outcome"])
     assert (wide.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"]
             < table.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"])
@@ -163,3 +166,108 @@ def test_paired_from_the_finished_drafts_of_each_protocol_against_each_baseline(
         assert row["diff"] == pytest.approx((by["M2"] - by[baseline]).mean())
         assert row["low"] <= row["diff"] <= row["high"] and row["low"] > 0
     assert V.paired_from(other, "M2", ("EAGLE3",), nodes=60).empty
+
+
+# ---------------------------------------------------------------- what the criteria statistics refuse (issue 34)
+
+def zero_sum_rows():
+    """Four drafts whose per-question tau differs from EAGLE3's by +-0.25 (exactly, in binary) and
+    averages to exactly EAGLE3's: every draft's paired difference is 0, so its rho is NaN, while
+    resampled questions move the differences."""
+    rows = drafts_rows([1.5] * 4, [0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], questions=8, noise=0.0)
+    signs = {"m1": [1, -1] * 4, "m2": [1, 1, -1, -1] * 2, "m3": [1] * 4 + [-1] * 4}
+    for draft, sign in signs.items():
+        rows.loc[rows.id == draft, "tau"] = 1.5 + 0.25 * np.array(sign)
+    return rows
+
+
+def test_a_nan_rho_gets_no_interval():
+    """Before: rho NaN beside a finite interval over questions and sets (the resampled questions
+    made the differences vary, so the bootstrap drew finite rhos the estimate never had)."""
+    table = correlations(zero_sum_rows(), n_boot=300).set_index(["criterion", "outcome"])
+    row = table.loc[("set entropy", TAU)]
+    assert np.isnan(row.rho)
+    for end in ("low (sets)", "high (sets)", "low (questions and sets)", "high (questions and sets)"):
+        assert np.isnan(row[end]), end
+    assert np.isfinite(table.loc[("set entropy", "step 1"), "low (sets)"])  # a finite rho keeps its interval
+
+
+@pytest.mark.parametrize("n_boot", [1, 2, 99, 0, 200.0, True])
+def test_too_few_or_non_integer_resamples_are_refused(n_boot):
+    """Before: n_boot = 1 gave an 'interval' of one or two draws."""
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    drafts = V.draft_table(rows, temperature=0.0, nodes=60)
+    with pytest.raises(ValueError, match="n_boot"):
+        V.rank_correlations(drafts, rows, temperature=0.0, nodes=60, n_boot=n_boot)
+
+
+@pytest.mark.parametrize("n_perm", [0, -1, 10.5])
+def test_a_permutation_count_that_is_no_positive_integer_is_refused(n_perm):
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    drafts = V.draft_table(rows, temperature=0.0, nodes=60)
+    with pytest.raises(ValueError, match="n_perm"):
+        V.rank_correlations(drafts, rows, temperature=0.0, nodes=60, n_boot=200, n_perm=n_perm)
+
+
+def test_a_draft_listed_twice_is_refused():
+    """Before: a draft listed twice counted as two drafts (S = 4 of 3, its set weighed double)."""
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    drafts = V.draft_table(rows, temperature=0.0, nodes=60)
+    again = pd.concat([drafts, drafts.iloc[[1]]], ignore_index=True)
+    with pytest.raises(ValueError, match=r"'m1'.*2 times"):
+        V.rank_correlations(again, rows, temperature=0.0, nodes=60, n_boot=200)
+    with pytest.raises(ValueError, match=r"'m1'.*2 times"):
+        V.rank_correlations(again, temperature=0.0, nodes=60, n_boot=200)  # without the per-question rows too
+    reseeded = pd.concat([drafts, drafts.iloc[[1]].assign(seed=1)], ignore_index=True)
+    with pytest.raises(ValueError, match=r"'m1'.*2 times"):
+        V.rank_correlations(reseeded, temperature=0.0, nodes=60, n_boot=200)
+    renamed = pd.concat([drafts, drafts.iloc[[1]].assign(id="m1 again")], ignore_index=True)
+    with pytest.raises(ValueError, match=r"'M1'.*seed 0.*\['m1', 'm1 again'\]"):
+        V.rank_correlations(renamed, temperature=0.0, nodes=60, n_boot=200)
+    relabelled = rows.copy()
+    relabelled.loc[relabelled.id == "m2", "method"] = "M1"  # two drafts under one method and seed
+    with pytest.raises(ValueError, match=r"'M1'.*seed 0.*\['m1', 'm2'\]"):
+        V.draft_table(relabelled, temperature=0.0, nodes=60)
+
+
+def test_a_duplicated_question_row_is_refused():
+    """Before: a (draft, question) row given twice counted twice in AVG tau but once in the paired
+    difference (the pivot kept the first)."""
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    twice = pd.concat([rows, rows[(rows.id == "m2") & (rows.question_id == 7)]], ignore_index=True)
+    with pytest.raises(ValueError, match=r"'m2'.*question 7"):
+        V.draft_table(twice, temperature=0.0, nodes=60)
+    drafts = V.draft_table(rows, temperature=0.0, nodes=60)
+    with pytest.raises(ValueError, match=r"'m2'.*question 7"):
+        V.rank_correlations(drafts, twice, temperature=0.0, nodes=60, n_boot=200)
+    # the same question at another temperature, tree size or seed is no duplicate
+    V.draft_table(pd.concat([rows, rows.assign(temperature=1.0), rows.assign(nodes=30), rows.assign(seed=1)]),
+                  temperature=0.0, nodes=60)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, np.inf])
+def test_a_tau_below_one_or_infinite_is_refused_naming_the_row(bad):
+    """Before: a tau below 1 (impossible: at least one token per target forward) entered the means."""
+    rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
+    rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = bad
+    with pytest.raises(ValueError, match=r"'m1'.*question 4"):
+        V.draft_table(rows, temperature=0.0, nodes=60)
+    rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = 1.0  # no draft token accepted: valid
+    V.draft_table(rows, temperature=0.0, nodes=60)
+    rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = np.nan  # no round: left out, as before
+    assert V.draft_table(rows, temperature=0.0, nodes=60).set_index("id").loc["m1", "questions"] == 29
+
+
+@pytest.mark.parametrize("name", ["step_accuracy", "paired", "beam_overlap"])
+def test_a_committed_table_listing_a_draft_twice_is_refused(name):
+    """Before: `drafts_from_tables` kept the first step-accuracy row, the last paired row and the first
+    beam-overlap row of a method listed twice, without a word."""
+    from pathlib import Path
+    results = Path(__file__).resolve().parents[1] / "data" / "results"
+    tables = {n: pd.read_csv(results / f"table2_{n}_smollm2-135m.csv")
+              for n in ("step_accuracy", "paired", "beam_overlap")}
+    row = tables[name][tables[name].method == "EAGLE2"].iloc[[0]]
+    tables[name] = pd.concat([tables[name], row], ignore_index=True)
+    with pytest.raises(ValueError, match=r"method 'EAGLE2'.*2 times"):
+        V.drafts_from_tables(tables["step_accuracy"], tables["paired"], tables["beam_overlap"], protocol="table2",
+                             prompts=936)

@@ -45,14 +45,37 @@ def curve_rows(rows, *, at: int, total: int, n_prompts: int, reply_tokens: int |
     return frame if reply_tokens is None else frame.assign(reply_tokens=int(reply_tokens))
 
 
+def check_points(points: pd.DataFrame, steps: list[str]) -> None:
+    """Refuse curve rows that one row cannot stand for: a point (prompts, temperature) holding several
+    training seeds, reply token counts or batch counts, or a method with several step-k accuracies at
+    a point (the table shows one of each; the rows of `curve_rows` have one)."""
+    for (prompts, temperature), part in points.groupby(["prompts", "temperature"], sort=True):
+        where = f"the curve point at {prompts} prompts, temperature {temperature}"
+        _one_value(part, "seed", f"{where} holds training seeds",
+                   "the learning curve tabulates one seed per point (pass the rows of one seed, e.g. the first)")
+        for column in ("reply_tokens", "batches"):
+            _one_value(part, column, f"{where} holds several {column}", "its rows sit at one place on the curve")
+        for method, rows in part.groupby("method", sort=False):
+            for step in steps:
+                _one_value(rows, step, f"method {method!r} at {where} has several {step} accuracies", "a draft has one")
+
+
+def _one_value(frame: pd.DataFrame, column: str, what: str, why: str) -> None:
+    """Raise ValueError("<what> <the values>: <why>") when `column` holds several values."""
+    values = pd.unique(frame[column])
+    if len(values) > 1:
+        raise ValueError(f"{what} {sorted(values.tolist())}: {why}")
+
+
 def learning_curve(points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3", seed: int = 0,
                    n_boot: int = 1000) -> pd.DataFrame:
     """One row per (point of the curve, temperature, method) at `nodes`: the held-out step-k accuracy,
     AVG tau with its 95% bootstrap interval and the paired difference from `baseline` on the same
     questions with its interval (`tables.tau_table`, `tables.paired_differences`). `points`: per-question
     rows of `curve_rows` (columns method, seed, temperature, nodes, question_id, column, tau,
-    "step k", prompts, reply_tokens, batches), every point with one training seed."""
+    "step k", prompts, reply_tokens, batches), every point with one training seed (`check_points`)."""
     steps = [c for c in points.columns if c.startswith("step ")]
+    check_points(points, steps)
     rows = []
     for (prompts, temperature), part in points.groupby(["prompts", "temperature"], sort=True):
         model_seed = int(part.seed.iloc[0])

@@ -13,7 +13,8 @@ MIN_QUESTIONS); paired differences resample the same questions for both methods.
 What the tables refuse (ValueError) rather than estimate: missing required columns; a tree size,
 training seed or temperature that is not in the results; results holding several temperatures when
 none is chosen (they would be averaged together); a (method, seed, question) counted twice; a
-question labelled with two columns; a tau below 1 or infinite (tau = mean(accepted + 1) is always
+question labelled with two columns, or with none of the paper's SpecBench columns (`corpus.COLUMNS`:
+it would count in AVG but in no column of the table); a tau below 1 or infinite (tau = mean(accepted + 1) is always
 finite and >= 1); a method with no finite tau at all; fewer than MIN_BOOT or a non-integer n_boot.
 A NaN tau is a question without a round: that row is dropped, for that method, by every function
 alike (tau_table averages the questions a method has a tau for, paired_differences pairs it with
@@ -118,6 +119,7 @@ def _block(results: pd.DataFrame, nodes: int, *, model_seed=None, temperature=No
         row = twice.iloc[0]
         raise ValueError(f"method {row.method!r} (seed {row.seed}) has question {row.question_id} more than once "
                          f"{where} ({len(twice)} duplicated rows): each question must count once")
+    _check_paper_columns(block, where)
     labels = block.groupby("question_id")["column"].unique()
     mixed = labels[labels.map(len) > 1]
     if len(mixed):
@@ -135,6 +137,18 @@ def _block(results: pd.DataFrame, nodes: int, *, model_seed=None, temperature=No
         raise ValueError(f"method {method!r} (seed {seed}) has no finite tau {where}: none of its questions "
                          "had a round")
     return block[tau.notna()]
+
+
+def _check_paper_columns(block: pd.DataFrame, where: str) -> None:
+    """Refuse questions labelled with none of the paper's SpecBench columns (another label, or none):
+    AVG would count them while no column of the table shows them."""
+    outside = block[~block["column"].isin(list(COLUMNS))]
+    if len(outside):
+        named = "; ".join(f"column {label!r}: questions {_present(rows['question_id'])}"
+                          for label, rows in outside.groupby("column", dropna=False, sort=False))
+        raise ValueError(f"{named} ({where}): not one of the paper's SpecBench columns {list(COLUMNS)}, so they would "
+                         "count in AVG but in no column (label each question with `corpus.column_of` of its "
+                         "SpecBench category)")
 
 
 def _interval(means) -> tuple[float, float]:
@@ -320,7 +334,13 @@ def seed_spread(results: pd.DataFrame, nodes: int, *, temperature: float | None 
 
 
 def rank_correlation(x, y) -> float:
-    """Spearman's rank correlation (average ranks on ties)."""
+    """Spearman's rank correlation (average ranks on ties) of paired values: x and y of one length,
+    at least 3 (two values only ever rank +-1)."""
+    if len(x) != len(y):
+        raise ValueError(f"rank_correlation pairs x with y value by value: got {len(x)} x values and {len(y)} "
+                         "y values")
+    if len(x) < 3:
+        raise ValueError(f"rank_correlation got {len(x)} values: a rank correlation needs at least 3")
     x, y = pd.Series(np.asarray(x, float)).rank(), pd.Series(np.asarray(y, float)).rank()
     return float(np.corrcoef(x, y)[0, 1])
 

@@ -16,13 +16,14 @@ and, for tau where per-question rows exist, over the SpecBench questions (all to
 column) and the sets together."""
 from __future__ import annotations
 
+import numbers
 import zlib
 
 import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from ..draft.tables import paired_differences
+from ..draft.tables import _check_n_boot, paired_differences
 from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does
@@ -83,7 +84,8 @@ def draft_table(rows: pd.DataFrame, *, temperature: float, nodes: int, baseline:
     """One row per trained draft of the first training seed at each (protocol, prompts): its layers,
     set entropy, step accuracy, AVG tau at `temperature` and `nodes` (the mean over the questions it
     has a round on, as the tables' AVG) and its paired difference from `baseline` (the mean over the
-    questions both have a round on, as `tables.paired_differences`)."""
+    questions both have a round on, as `tables.paired_differences`). The rows used are checked first
+    (`_check_rows`: each (draft, question) once, tau finite and >= 1 or NaN, one id per method)."""
     part = _first_seed(rows, temperature, nodes)
     steps = [c for c in part.columns if c.startswith("step ")]
     drafts = part.groupby(KEY, sort=False).agg(method=("method", "first"), layers=("layers", "first"),
@@ -99,10 +101,47 @@ def draft_table(rows: pd.DataFrame, *, temperature: float, nodes: int, baseline:
 
 
 def _first_seed(rows, temperature, nodes):
+    """The per-question rows at `temperature` and `nodes` of each point's first training seed, checked
+    (`_check_rows`)."""
     part = rows[(rows.temperature == temperature) & (rows.nodes == nodes)]
     if part.empty:
         raise ValueError(f"no rows at temperature {temperature} and {nodes} nodes")
-    return part[part.seed == part.groupby(["protocol", "prompts"]).seed.transform("min")]
+    part = part[part.seed == part.groupby(["protocol", "prompts"]).seed.transform("min")]
+    _check_rows(part, f"at temperature {temperature}, {nodes} nodes")
+    return part
+
+
+def _check_rows(part: pd.DataFrame, where: str) -> None:
+    """Refuse per-question rows that would count wrongly: a (draft, question) row given twice (AVG tau
+    would count it twice, the paired difference once), a tau below 1 or infinite (tau = mean(accepted
+    + 1) is always finite and >= 1; NaN, a question without a round, is left out as the tables do),
+    and a method with several draft ids at a point (`_check_methods`)."""
+    twice = part[part.duplicated([*KEY, "question_id"], keep=False)]
+    if len(twice):
+        row = twice.iloc[0]
+        count = int(((twice.id == row.id) & (twice.question_id == row.question_id)).sum())
+        raise ValueError(f"draft {row.id!r} (seed {row.seed}) of {row.protocol} at {row.prompts} prompts has question "
+                         f"{row.question_id} {count} times {where}: each (draft, question) row must count once")
+    tau = part["tau"].astype(float)
+    wrong = part[(tau < 1) | np.isinf(tau)]
+    if len(wrong):
+        named = ", ".join(f"draft {r.id!r} (seed {r.seed}) of {r.protocol} at {r.prompts} prompts, question "
+                          f"{r.question_id}: tau {r.tau}" for r in wrong.head(3).itertuples())
+        more = f" and {len(wrong) - 3} more rows" if len(wrong) > 3 else ""
+        raise ValueError(f"tau below 1 or infinite {where}: {named}{more}; tau is a mean of (accepted + 1), always "
+                         "finite and >= 1")
+    _check_methods(part, where)
+
+
+def _check_methods(frame: pd.DataFrame, where: str) -> None:
+    """Refuse a method trained at one seed listed under several draft ids at a point: one draft
+    listed twice (or two drafts under one label, which the baseline's pairing cannot tell apart)."""
+    ids = frame.groupby(["protocol", "prompts", "method", "seed"], sort=False)["id"].unique()
+    several = ids[ids.map(len) > 1]
+    if len(several):
+        (protocol, prompts, method, seed), names = several.index[0], sorted(several.iloc[0].tolist())
+        raise ValueError(f"method {method!r} (seed {seed}) of {protocol} at {prompts} prompts is listed under the "
+                         f"draft ids {names} {where}: each draft must count once")
 
 
 def _differences(group: pd.DataFrame, baseline: str, point) -> pd.DataFrame:
@@ -122,8 +161,12 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
     committed: the step accuracy CSV (method, seed, step k), the paired differences from `baseline`
     (method, nodes, temperature, diff) and the beam-overlap table (method, layers, entropy). One row
     per (draft of the first seed, temperature, nodes); no per-question tau, so `rank_correlations`
-    gives these only the interval over sets. The method label serves as the id."""
-    first = accuracy[accuracy.seed == accuracy.seed.min()].drop_duplicates("method")
+    gives these only the interval over sets. The method label serves as the id; a table listing a
+    method twice (`_check_once`) is refused."""
+    first = accuracy[accuracy.seed == accuracy.seed.min()]
+    for table, key, name in ((first, ["method", "seed"], "step accuracy"), (overlap, ["method"], "beam-overlap"),
+                             (paired, ["method", "temperature", "nodes"], "paired")):
+        _check_once(table, key, name)
     sets = overlap.assign(layers=overlap["layers"].map(lambda t: layers_text(str(t).strip("()").replace(",", " ").split())))
     base = first[first.method == baseline]
     if base.empty:
@@ -140,6 +183,16 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
                         **row.filter(like="step ").to_dict(),
                         OUTCOMES[1]: float(diffs[row.method]), "temperature": float(temperature), "nodes": int(nodes)})
     return pd.DataFrame(out)
+
+
+def _check_once(table: pd.DataFrame, key: list[str], name: str) -> None:
+    """Refuse a committed table that lists one `key` twice (which of its rows would be the draft's?)."""
+    twice = table[table.duplicated(key, keep=False)]
+    if len(twice):
+        first = twice.iloc[0]
+        count = int((twice[key] == first[key]).all(axis=1).sum())
+        named = ", ".join(f"{k} {first[k]!r}" for k in key)
+        raise ValueError(f"the {name} table lists {named} {count} times: each draft must have one row")
 
 
 def paired_from(rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes: int, n_boot: int = 1000,
@@ -189,9 +242,33 @@ def permutation_p(score: np.ndarray, value: np.ndarray, n_perm: int, rng) -> flo
     return float((1 + np.sum(draws >= observed - 1e-12)) / (n_perm + 1))
 
 
-def _interval(draws) -> tuple[float, float]:
+def _interval(draws, estimate: float) -> tuple[float, float]:
+    """The 95% percentile interval of the finite bootstrap draws; NaN where `estimate` is NaN (an
+    interval beside no estimate would read as one) or no draw is finite."""
     draws = draws[np.isfinite(draws)]
-    return tuple(float(v) for v in np.percentile(draws, [2.5, 97.5])) if len(draws) else (np.nan, np.nan)
+    if not np.isfinite(estimate) or not len(draws):
+        return np.nan, np.nan
+    return tuple(float(v) for v in np.percentile(draws, [2.5, 97.5]))
+
+
+def _check_n_perm(n_perm) -> None:
+    if isinstance(n_perm, bool) or not isinstance(n_perm, numbers.Integral) or n_perm < 1:
+        raise ValueError(f"n_perm must be a positive integer number of permutations, got {n_perm!r}")
+
+
+def _check_drafts(drafts: pd.DataFrame, where: str) -> None:
+    """Refuse a draft listed twice at a point: the same id (at one seed or several: the drafts are
+    those of the first seed) or the same method and seed under two ids (`_check_methods`)."""
+    twice = drafts[drafts.duplicated(["protocol", "prompts", "id"], keep=False)]
+    if len(twice):
+        row = twice.iloc[0]
+        mine = twice[(twice.protocol == row.protocol) & (twice.prompts == row.prompts) & (twice.id == row.id)]
+        seeds = f" (seeds {mine.seed.tolist()})" if "seed" in mine else ""
+        raise ValueError(f"draft {row.id!r} of {row.protocol} at {row.prompts} prompts is listed {len(mine)} times"
+                         f"{seeds} {where}: each draft must count once (one row per draft of the first seed, as "
+                         "`draft_table` gives)")
+    if {"method", "seed"} <= set(drafts.columns):
+        _check_methods(drafts, where)
 
 
 def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *, temperature: float, nodes: int,
@@ -206,13 +283,19 @@ def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *,
     where every draft of a point has it. Each point draws from its own generator, seeded by `seed`
     and the point, so a point's intervals do not depend on the others. Resampling 11 chosen (not
     sampled) sets with replacement ties ranks and gives intervals that reach +-1: read them as how
-    much a few drafts carry the estimate, and the p-value as whether it could be chance."""
+    much a few drafts carry the estimate, and the p-value as whether it could be chance. A NaN rho
+    (a criterion or outcome constant across the drafts) gets NaN intervals. Refused (ValueError):
+    fewer than `tables.MIN_BOOT` or a non-integer n_boot, an n_perm that is no positive integer, a
+    draft listed twice at a point (`_check_drafts`) and per-question rows `_check_rows` refuses."""
     missing = [c for c in ("protocol", "prompts", "id", *OUTCOMES, "temperature", "nodes") if c not in drafts]
     if missing:
         raise ValueError(f"`drafts` lacks {missing}: pass one row per draft (`draft_table`, `drafts_from_tables`)")
+    _check_n_boot(n_boot)
+    _check_n_perm(n_perm)
     drafts = drafts[(drafts.temperature == temperature) & (drafts.nodes == nodes)]
     if drafts.empty:
         raise ValueError(f"no drafts at temperature {temperature} and {nodes} nodes")
+    _check_drafts(drafts, f"at temperature {temperature}, {nodes} nodes")
     out = []
     for (protocol, prompts), part in drafts.groupby(["protocol", "prompts"], sort=False):
         rng = np.random.default_rng([seed, zlib.crc32(str(protocol).encode()), int(prompts)])
@@ -232,8 +315,8 @@ def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *,
             for outcome in OUTCOMES:
                 value = part[outcome].to_numpy(float)
                 rho = float(spearman_rows(score[None], value[None])[0])
-                over_sets = _interval(spearman_rows(score[pick], value[pick]))
-                both = (_interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)))
+                over_sets = _interval(spearman_rows(score[pick], value[pick]), rho)
+                both = (_interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)), rho)
                         if outcome == OUTCOMES[1] and diffs is not None else (np.nan, np.nan))
                 out.append({"protocol": protocol, "prompts": int(prompts), "temperature": temperature, "nodes": nodes,
                             "criterion": criterion, "outcome": outcome, "drafts": S,
