@@ -34,7 +34,9 @@ def trained_like(target, layers, draft_vocab, seed=0):
 @pytest.fixture(scope="module", params=["llama", "qwen2"])
 def target(request):
     extra = {"num_key_value_heads": 2} if request.param == "qwen2" else {}
-    return random_model(request.param, n_layers=5, hidden_size=32, vocab_size=70, seed=0, **extra)
+    model = random_model(request.param, n_layers=5, hidden_size=32, vocab_size=70, seed=0, **extra)
+    model.config._name_or_path = "local/random-target"  # the verifier an export names by default
+    return model
 
 
 def rewrite(folder, name, text_or_bytes, *, update_record=True):
@@ -250,3 +252,28 @@ def test_an_export_of_the_first_format_is_replaced_not_refused(target, tmp_path)
         X.load_draft(folder, target)
     X.save_draft(trained_like(target, (1, 3), 24), folder, target=target)
     assert X.load_draft(folder, target).config.layer_ids == (1, 3)
+
+
+def test_an_empty_verifier_is_refused(target, tmp_path, monkeypatch):
+    """An export whose verifier is empty was written (engines would have no target to verify with)."""
+    draft = trained_like(target, (1, 3), 24)
+    for verifier in ("", "   "):
+        with pytest.raises(ValueError, match="verifier must be the path or hub id"):
+            X.save_draft(draft, tmp_path / "a", target=target, verifier=verifier)
+    monkeypatch.setattr(target.config, "_name_or_path", "")
+    with pytest.raises(ValueError, match="names no folder or hub id"):
+        X.save_draft(draft, tmp_path / "b", target=target)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_the_export_records_the_numeric_settings(target, tmp_path):
+    """elsi.json says how the draft was trained (draft matmuls and target features), and load_draft
+    gives it back; a draft elsi did not train says so instead of guessing."""
+    draft = trained_like(target, (1, 3), 24)
+    X.save_draft(draft, tmp_path / "a", target=target, verifier="local/target")
+    record = json.loads((tmp_path / "a" / "elsi.json").read_text())
+    assert "not recorded" in record["numeric"]["training"] and X.load_draft(tmp_path / "a", target).numeric is None
+    draft.numeric = {"draft matmuls": "float32", "target features": "bf16"}
+    X.save_draft(draft, tmp_path / "b", target=target, verifier="local/target")
+    assert json.loads((tmp_path / "b" / "elsi.json").read_text())["numeric"] == draft.numeric
+    assert X.load_draft(tmp_path / "b", target).numeric == draft.numeric

@@ -35,5 +35,31 @@ def test_the_training_default_follows_the_cpu(monkeypatch):
     assert TrainSettings().autocast_bf16 is False and TrainSettings(autocast_bf16=True).autocast_bf16 is True
     monkeypatch.setattr(H, "cpu_flags", lambda: {"avx2", "amx_bf16"})
     assert TrainSettings().autocast_bf16 is True
-    monkeypatch.setattr(H, "cpu_flags", lambda: None)  # unknown: the former default
-    assert TrainSettings().autocast_bf16 is True
+    monkeypatch.setattr(H, "cpu_flags", lambda: None)  # unknown: float32, said (before: bf16 without a word)
+    with pytest.warns(RuntimeWarning, match="cannot read this CPU's flags"):
+        assert TrainSettings().autocast_bf16 is False
+
+
+def test_arm_features_are_read(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nFeatures\t: fp asimd bf16 i8mm\n")
+    assert H.cpu_flags(info) == {"fp", "asimd", "bf16", "i8mm"} and not H.bf16_matmul_is_slow(H.cpu_flags(info))
+    info.write_bytes(b"\xff\xfe flags")
+    assert H.cpu_flags(info) is None
+
+
+def test_replay_and_the_loop_default_to_the_cpu(monkeypatch):
+    """replay and speculative_generate defaulted to bf16 autocast whatever the CPU; now to the
+    training default of this CPU."""
+    import inspect
+
+    from elsi_lib.draft.decode import speculative_generate
+    from elsi_lib.draft.replay import replay
+    from elsi_lib.draft.runner import resolved_autocast
+
+    for fn in (replay, speculative_generate):
+        assert inspect.signature(fn).parameters["autocast"].default is None
+    monkeypatch.setattr(H, "cpu_flags", lambda: {"avx2"})
+    assert resolved_autocast(None) is False and resolved_autocast(True) is True
+    monkeypatch.setattr(H, "cpu_flags", lambda: {"amx_bf16"})
+    assert resolved_autocast(None) is True and resolved_autocast(False) is False

@@ -28,7 +28,7 @@ from ..hidden.forward import layer_outputs
 from ..hidden.replies import eos_ids
 from ..common.checks import is_integer
 from .model import FINAL_NORM, Eagle3Draft, check_source
-from .runner import draft_device, draft_rows, root_step_fn
+from .runner import draft_device, draft_rows, resolved_autocast, root_step_fn
 from .tree import DraftTree, check_tree_args, build_trees
 
 
@@ -135,14 +135,16 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
 @torch.no_grad()
 def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
                          depth: int = 6, top_k: int = 10, temperature: float = 0.0, seed: int = 0,
-                         stop_at_eos: bool = True, autocast: bool = True, round_features: bool = True) -> Decoded:
+                         stop_at_eos: bool = True, autocast: bool | None = None, round_features: bool = True) -> Decoded:
     """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading its own source
     (`draft.config.source`, checked against `target` with the rest of its shape). T = 0 equals the target's greedy decoding; T > 0 samples from the
     target's distribution at that temperature (seeded). A chain of k is `nodes=k, depth=k, top_k=1`.
     With `stop_at_eos`, generation ends at the target's end-of-sequence token. `autocast` (bf16 draft
     matmuls) and `round_features` (float16 features) reproduce training and replay; both off, the
-    draft runs in float32 as an engine running in float32 would. Every argument is checked before
-    the prefill."""
+    draft runs in float32 as an engine running in float32 would; `autocast=None` takes this CPU's default
+    (`runner.resolved_autocast`: bf16 only with bf16 matmul instructions). Every argument is checked
+    before the prefill."""
+    autocast = resolved_autocast(autocast)
     prompt_ids = check_generate_args(target, draft, prompt_ids, max_new_tokens=max_new_tokens, nodes=nodes,
                                      depth=depth, top_k=top_k, temperature=temperature)
     source = draft.config.source

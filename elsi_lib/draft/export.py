@@ -23,7 +23,8 @@ Nothing is lost: `save_draft` checks the target against the draft before writing
 export into a fresh folder beside the destination and swaps it in with one atomic rename (so an
 interrupted save leaves the earlier export as it was, and no file of an earlier save survives), and
 refuses a destination that holds anything but an earlier elsi export. `elsi.json` records the draft's
-full config, the target's weight hash and the sha256 of every other file; `load_draft` verifies all
+full config, the numeric settings it was trained with (`Eagle3Draft.numeric`), the target's weight
+hash and the sha256 of every other file; `load_draft` verifies all
 of them and cross-checks `config.json` (the file engines build the draft from) against that record.
 """
 from __future__ import annotations
@@ -117,6 +118,19 @@ def _check_destination(folder: Path) -> None:
                               "earlier elsi export: save_draft replaces only its own exports (choose another folder)")
 
 
+def _verifier(verifier, target) -> str:
+    """The path or hub id engines load the target from: `verifier`, else the target's name_or_path;
+    never empty (an engine would have no target to verify with)."""
+    if verifier is None:
+        verifier = getattr(target.config, "name_or_path", "") or ""
+        if not str(verifier).strip():
+            raise ValueError("the target names no folder or hub id (its config's name_or_path is empty): pass "
+                             "verifier=, the path or hub id engines load the target from")
+    if not isinstance(verifier, (str, os.PathLike)) or not str(verifier).strip():
+        raise ValueError(f"verifier must be the path or hub id engines load the target from, got {verifier!r}")
+    return str(verifier)
+
+
 def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators",
                verifier: str | None = None, speculative_tokens: int = 3) -> Path:
     """Write `draft` to `folder` in `format` ("speculators" or "eagle"). `target` (the transformers
@@ -137,7 +151,7 @@ def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators
     draft.config.check_target(target)
     folder = Path(folder)
     _check_destination(folder)
-    verifier = verifier or target.config.name_or_path
+    verifier = _verifier(verifier, target)
     config = _engine_config(draft, format, target, verifier, speculative_tokens)
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
@@ -149,6 +163,7 @@ def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators
                   "draft": draft.config.to_dict(), "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
                   "verifier": str(verifier), "target_weights_sha256": model_fingerprint(target)["weights_sha256"],
                   "target_dtype": str(next(target.parameters()).dtype), "library": versions(),
+                  "numeric": draft.numeric or {"training": "not recorded (not trained by elsi's train_drafts)"},
                   "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")}}
         (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         for path in tmp.iterdir():
@@ -256,4 +271,6 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
         draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency
+    draft.numeric = record.get("numeric") if isinstance(record.get("numeric"), dict) and "training" not in record["numeric"] \
+        else None
     return draft.eval()

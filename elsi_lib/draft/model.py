@@ -246,6 +246,8 @@ class Eagle3Draft(nn.Module):
             raise ValueError(f"embedding weight {tuple(weight.shape)} does not match "
                              f"(vocab_size, hidden_size) = {(config.vocab_size, config.hidden_size)}")
         self.config = config
+        # how it was trained (`train.numeric_settings`: draft matmuls, target features); None: not by elsi's training
+        self.numeric: dict | None = None
         self._shared = (weight,)  # a tuple is not registered: not a parameter, not in the state dict
         # seed=None draws from (and advances) the global RNG, like any nn.Module.
         with torch.random.fork_rng(devices=[], enabled=seed is not None):

@@ -35,7 +35,7 @@ import torch
 from ..common.cachefiles import per_question_cache, save_per_question, sha256_text
 from ..common.progress import progress_bar
 from .model import Eagle3Draft
-from .runner import prefix_pass, ran_on, root_step_fn
+from .runner import prefix_pass, ran_on, resolved_autocast, root_step_fn
 from .tree import accepted_length, build_tree_sizes
 
 
@@ -82,11 +82,13 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, tree_nodes=(30, 60), 
 
 
 def replay(draft: Eagle3Draft, store, *, key: dict, tree_nodes=(30, 60), depth: int = 6, top_k: int = 10,
-           max_tokens: int = 128, autocast: bool = True, progress: bool = True, desc: str = "replay",
+           max_tokens: int = 128, autocast: bool | None = None, progress: bool = True, desc: str = "replay",
            sampled: list | None = None) -> list[dict]:
     """`replay_sequence` for every question of `store`, each read at the draft's own source
     (`draft.config.source`), cached per question and resumable. `key` identifies the draft (its checkpoint key and training state); the settings are added. `sampled`:
-    per question, the sampled reply ids of a T > 0 continuation (None: greedy)."""
+    per question, the sampled reply ids of a T > 0 continuation (None: greedy). `autocast`: bf16 draft
+    matmuls (None: this CPU's default, `runner.resolved_autocast`; the value in effect is in the key)."""
+    autocast = resolved_autocast(autocast)
     if sampled is not None and len(sampled) != len(store):
         raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
     full = {**key, "format": FORMAT, "tree_nodes": sorted(tree_nodes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..common import hardware
 from .model import Eagle3Draft
 
 
@@ -25,6 +26,12 @@ def draft_device(draft: Eagle3Draft) -> torch.device:
 def draft_autocast(draft: Eagle3Draft, enabled: bool):
     """bf16 autocast of the draft's matmuls on its own device (fp32 master weights)."""
     return torch.autocast(draft_device(draft).type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def resolved_autocast(autocast: bool | None) -> bool:
+    """An autocast argument of replay or the loop: None takes this CPU's default
+    (`hardware.bf16_autocast_default`: bf16 only where the CPU has bf16 matmul instructions)."""
+    return hardware.bf16_autocast_default() if autocast is None else bool(autocast)
 
 
 def ran_on(draft: Eagle3Draft) -> dict:
