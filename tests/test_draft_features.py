@@ -1,5 +1,11 @@
 """Stored target features (elsi_lib.draft.features) on a tiny random target: where each reply
 starts, the stored states against the model itself, and a corrupt shard rebuilt alone."""
+import json
+import os
+import re
+import shutil
+import time
+
 import pytest
 import torch
 
@@ -97,3 +103,83 @@ def test_features_rebuild_a_corrupt_shard(tiny_model, tiny_tokenizer, monkeypatc
             assert torch.equal(again["ids"], original[i]["ids"]) and again["start"] == original[i]["start"]
     finally:
         handle.remove()
+
+
+# ---------------------------------------------------------------- shards you can trust
+
+@pytest.fixture
+def three_shards(tiny_model, tiny_tokenizer, monkeypatch):
+    """(conversations, store, key, forwards): features of 6 conversations in 3 shards of 2, and the
+    batch sizes of every target forward since (cleared)."""
+    monkeypatch.setattr(F, "SHARD", 2)
+    conversations = replied_conversations(6, seed=2, reply_words=(2, 5))
+    store = F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+    forwards = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda m, a: forwards.append(a[0].shape[0]))
+    yield conversations, store, F._key(tiny_model, tiny_tokenizer, conversations, (1, 2), 1024), forwards
+    handle.remove()
+
+
+def test_a_file_taken_off_the_manifest_and_altered_is_not_served(tiny_model, tiny_tokenizer, three_shards):
+    conversations, store, key, forwards = three_shards
+    shard = store.folder / "shard_00001"
+    manifest = json.loads((shard / "manifest.json").read_text())
+    del manifest["files"]["hidden.npy"]
+    (shard / "manifest.json").write_text(json.dumps(manifest))
+    data = bytearray((shard / "hidden.npy").read_bytes())
+    data[-5] ^= 0xFF
+    (shard / "hidden.npy").write_bytes(bytes(data))
+    with pytest.raises(RuntimeError, match=r"shard_00001 .*does not list: hidden.npy"):
+        F.open_features(store.folder, key, (1, 2), 3)
+    F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+    assert sum(forwards) == 2  # that shard rebuilt, alone
+
+
+def test_a_shard_replaced_by_a_file_is_named_before_any_forward(tiny_model, tiny_tokenizer, three_shards):
+    """It used to be rebuilt and then fail naming the temporary folder `.shard_00001.tmp`."""
+    conversations, store, key, forwards = three_shards
+    shard = store.folder / "shard_00001"
+    shutil.rmtree(shard)
+    shard.write_text("not a shard")
+    with pytest.raises(NotADirectoryError, match=re.escape(str(shard)) + " is a file") as raised:
+        F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+    assert ".tmp" not in str(raised.value) and forwards == []
+    with pytest.raises(RuntimeError, match=r"shard_00001 is not usable \(not a folder\)"):
+        F.open_features(store.folder, key, (1, 2), 3)
+
+
+def test_an_unfinished_shard_folder_is_removed_and_said_so(tiny_model, tiny_tokenizer, three_shards):
+    """A build killed while writing a shard leaves `.shard_k.tmp`: the next build removes it (saying
+    so) and writes the shard afresh, with nothing of the old folder in it."""
+    conversations, store, key, forwards = three_shards
+    shutil.rmtree(store.folder / "shard_00001")
+    left = store.folder / ".shard_00001.tmp"
+    left.mkdir()
+    (left / "stray.npy").write_bytes(b"from an interrupted build")
+    with pytest.warns(UserWarning, match=r"removed .*\.shard_00001\.tmp.*interrupted"):
+        F.build_features(tiny_model, tiny_tokenizer, conversations, (1, 2), progress=False)
+    assert not left.exists() and not (store.folder / "shard_00001" / "stray.npy").exists()
+    assert sum(forwards) == 2
+
+
+@pytest.mark.parametrize("change", ["in place", "replaced"])
+def test_a_shard_changed_on_disk_while_open_is_refused(three_shards, change):
+    """The store memory-maps its shards once verified; a shard rewritten afterwards (in place, or a
+    new file in its place) used to be read as it is now, or as it was, without a word."""
+    _, store, _, _ = three_shards
+    store.sequence(2, (1, 2))  # read once: mapped
+    path = store.folder / "shard_00001" / "hidden.npy"
+    data = bytearray(path.read_bytes())
+    data[-5] ^= 0xFF
+    if change == "in place":
+        time.sleep(0.05)  # file times tick on a coarse clock (a few ms): a later write shows in them
+        with open(path, "r+b") as handle:
+            handle.write(bytes(data))
+    else:
+        path.with_name("new.npy").write_bytes(bytes(data))
+        os.replace(path.with_name("new.npy"), path)
+    with pytest.raises(RuntimeError, match=r"shard_00001 changed on disk .*hidden.npy"):
+        store.sequence(2, (1, 2))
+    with pytest.raises(RuntimeError, match="shard_00001 changed on disk"):
+        store.length(3)
+    assert store.sequence(0, (1, 2))["features"].shape == (store.length(0), 64)  # the other shards still read

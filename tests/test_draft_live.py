@@ -86,3 +86,19 @@ def test_a_bf16_forward_is_close_but_not_the_same(tiny_model, tiny_tokenizer, li
     assert torch.equal(full["ids"], half["ids"]) and half["features"][(0, 3)].dtype == torch.float32
     difference = (full["features"][(0, 3)] - half["features"][(0, 3)]).abs().max()
     assert 0 < difference < 0.1 * full["features"][(0, 3)].abs().max()
+
+
+def test_live_training_without_reply_tokens_is_refused_before_any_forward(tiny_model, tiny_tokenizer, store):
+    """Every reply past max_length: no live batch holds a reply token; training is refused before
+    the first target forward, saying how many reply tokens there are and why."""
+    cut = LiveFeatures(tiny_model, tiny_tokenizer, replied_conversations(3), LAYERS, max_length=10)
+    drafts, rows = _drafts(tiny_model, store)
+    forwards = []
+    handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: forwards.append(1))
+    try:
+        with pytest.raises(ValueError, match=r"3 sequences hold 0 reply tokens.*past max_length=10"):
+            train_drafts(drafts, cut, rows, TrainSettings(autocast_bf16=False), key={"features": "cut"},
+                         progress=False)
+    finally:
+        handle.remove()
+    assert forwards == []

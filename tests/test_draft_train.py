@@ -1,5 +1,7 @@
 """Draft training (elsi_lib.draft.train) on a tiny random target: training-time test against the
 inference chain it imitates, the masks, batch plans, determinism and resumption of `train_drafts`."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -365,3 +367,62 @@ def test_training_seconds_add_up_over_a_resume(tiny_model, vocab, store):
     assert rest["seconds"] > saved
     again = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False)
     assert again["seconds"] == pytest.approx(T.read_checkpoint(rest["path"])[0]["seconds"])  # nothing trained: no time added
+
+
+# ---------------------------------------------------------------- 10. nothing to train on
+
+def test_training_without_reply_tokens_is_refused_before_it_starts(tiny_model, tiny_tokenizer, vocab):
+    """Every reply past max_length: the store holds 0 reply tokens, so every batch used to score
+    nothing, its loss be 0.0, the weights stay as they were, and training report done."""
+    from conftest import replied_conversations
+    from elsi_lib.draft.features import build_features
+
+    cut = build_features(tiny_model, tiny_tokenizer, replied_conversations(3), LAYERS, max_length=10, progress=False)
+    assert all(cut.start(i) == cut.length(i) == 10 for i in range(len(cut)))
+    drafts = fresh_drafts(tiny_model, vocab)
+    with pytest.raises(ValueError, match=r"3 sequences hold 0 reply tokens.*past max_length=10"):
+        T.train_drafts(drafts, cut, target_rows(tiny_model, vocab), SETTINGS, key={"test": "empty"}, progress=False)
+    full_key = T.checkpoint_key(SOURCES, SETTINGS, {"test": "empty"})
+    assert not T.checkpoint_path("drafts", full_key).exists()  # nothing was written
+
+
+# ---------------------------------------------------------------- 11. a checkpoint write killed before its rename
+
+KILLED_WRITE = """
+import importlib.util, os, signal, sys
+spec = importlib.util.spec_from_file_location("cachefiles", sys.argv[1])
+cachefiles = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(cachefiles)
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # every byte written, killed before the rename
+cachefiles.write_checked(sys.argv[2], b"x" * 200_000)
+"""
+
+
+def test_a_checkpoint_write_killed_before_its_rename_leaves_nothing_behind(tiny_model, vocab, store):
+    """A kill while a checkpoint is written used to leave a full-size `.tmp` beside it that nothing
+    removed; the next run removes it, saying so."""
+    import subprocess
+    import sys
+
+    from elsi_lib.common import cachefiles
+
+    rows, key = target_rows(tiny_model, vocab), {"test": "killed"}
+    path = T.checkpoint_path("drafts", T.checkpoint_key(SOURCES, SETTINGS, key))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    said = r"removed .*\.tmp \(\d+ bytes\).*interrupted write of " + re.escape(path.name)
+
+    def killed_write():
+        assert subprocess.run([sys.executable, "-c", KILLED_WRITE, cachefiles.__file__, str(path)]).returncode < 0
+        [tmp] = [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+        assert tmp.stat().st_size > 200_000 and not path.exists()
+        return tmp
+
+    tmp = killed_write()
+    with pytest.warns(UserWarning, match=said):
+        assert T.read_checkpoint(path) == (None, "no checkpoint")
+    assert not tmp.exists()
+    killed_write()
+    with pytest.warns(UserWarning, match=said):
+        out = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False,
+                             max_batches=1)
+    assert out["path"] == path and sorted(path.parent.iterdir()) == [path]

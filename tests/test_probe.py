@@ -138,3 +138,41 @@ def test_probe_choice_finds_the_planted_set_exhaustively_or_by_beam():
     assert beam.search == "beam" and beam.layers == (2, 6)
     with pytest.raises(ValueError, match="m must be in 1..8"):
         P.probe_choice(stats, 9)
+
+
+@pytest.mark.parametrize("array, block, message", [
+    ("heldout_x", 3, r"held-out features .*1 in layer 3\b"),
+    ("x", 6, r"training features .*1 in the embedding of the next token"),
+    ("y", None, r"training targets .*1 value"),
+    ("heldout_y", None, r"held-out targets .*1 value"),
+])
+def test_non_finite_features_are_refused_naming_where_they_are(array, block, message):
+    """One NaN (or inf) anywhere used to reach the Gram statistics: every set holding its layer then
+    scored NaN and sorted last, and another set won with no warning. It is refused at the start."""
+    x, y, xh, yh = planted()
+    arrays = {"x": x, "y": y, "heldout_x": xh, "heldout_y": yh}
+    target = arrays[array]
+    if block is None:
+        target[5, 2] = np.inf
+    else:
+        target[5, block, 2] = np.nan
+    with pytest.raises(ValueError, match=message):
+        P.probe_stats(arrays["x"], arrays["y"], arrays["heldout_x"], arrays["heldout_y"], rank=4)
+
+
+def test_non_finite_set_errors_are_never_sorted():
+    """Statistics that hold a NaN (read from elsewhere, or a degenerate held-out side) give a
+    non-finite error for some sets: ranking, beam and choice refuse, naming a set, never rank it last."""
+    import dataclasses
+
+    x, y, xh, yh = planted(signal=(1, 4))
+    stats, _ = P.probe_stats(x, y, xh, yh, rank=4)
+    gram = stats.heldout_gram.copy()
+    gram[stats.columns((1,))[0], stats.columns((1,))[0]] = np.nan  # every set holding layer 1
+    broken = dataclasses.replace(stats, heldout_gram=gram)
+    with pytest.raises(FloatingPointError, match=r"not finite .*\(1, "):
+        P.set_errors(broken, [(0, 2), (1, 4)], 1e-3)
+    for call in (lambda: P.probe_ranking(broken, 2, 1e-3), lambda: P.probe_beam(broken, 2, 1e-3),
+                 lambda: P.probe_choice(broken, 2), lambda: P.choose_ridge(broken, [(1, 4)])):
+        with pytest.raises(FloatingPointError, match="not finite"):
+            call()

@@ -9,9 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows has no flock: there, no temporary file is judged stale
+    fcntl = None
 
 MANIFEST = "manifest.json"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -107,20 +114,73 @@ def atomic_write_bytes(path: str | os.PathLike, payload: bytes) -> None:
 
 def atomic_write_chunks(path: str | os.PathLike, chunks) -> None:
     """Stream `chunks` (bytes) to `path` through a temporary file and a rename; if the iterable
-    raises (e.g. a failed checksum at its end), nothing is written and the error propagates."""
+    raises (e.g. a failed checksum at its end), nothing is written and the error propagates. The
+    temporary file is locked while it is written: one a killed writer left is removed (with a
+    warning) by the next write or read of `path` (`remove_stale_tmp`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_tmp(path)
+    fd, tmp = _locked_tmp(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             for chunk in chunks:
                 handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            if fcntl is not None:
+                os.replace(tmp, path)  # still open, so still locked: never taken for a stale file
+        if fcntl is None:
+            os.replace(tmp, path)  # Windows renames no open file
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _locked_tmp(path: Path) -> tuple[int, str]:
+    """(fd, name) of a new temporary file beside `path` (`.name.XXXXXXXX.tmp`), locked for writing."""
+    while True:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        if fcntl is None:
+            return fd, tmp
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        if os.fstat(fd).st_nlink:  # not removed as stale in the moment before the lock
+            return fd, tmp
+        os.close(fd)
+
+
+def remove_stale_tmp(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files of `path`'s writes that no live writer holds (a writer killed before
+    its rename leaves one, as large as the entry), each with a warning naming it; returns them."""
+    path = Path(path)
+    if fcntl is None or not path.parent.is_dir():
+        return []
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")  # tempfile.mkstemp's names
+    found = [p for p in path.parent.iterdir() if pattern.fullmatch(p.name) and p.is_file() and not p.is_symlink()]
+    return [tmp for tmp in found if _unlink_if_unlocked(tmp, path.name)]
+
+
+def _unlink_if_unlocked(tmp: Path, of: str) -> bool:
+    """Remove `tmp`, a temporary file of a write of `of`, when no process holds its lock (its writer
+    is gone), with a warning."""
+    try:
+        fd = os.open(tmp, os.O_RDONLY)
+    except OSError:
+        return False  # gone already, or not ours to read
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # a live writer holds it
+        size = os.fstat(fd).st_size
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            return False  # renamed into place by its writer meanwhile
+    finally:
+        os.close(fd)
+    warnings.warn(f"removed {tmp.name} ({size} bytes) in {tmp.parent}: a temporary file left by an interrupted "
+                  f"write of {of}")
+    return True
 
 
 CHECKED_MAGIC = b"elsi-checked-1\n"
@@ -133,7 +193,9 @@ def write_checked(path: str | os.PathLike, payload: bytes) -> None:
 
 
 def read_checked(path: str | os.PathLike) -> bytes:
-    """The payload `write_checked` wrote; ValueError (saying why) for a truncated, altered or foreign file."""
+    """The payload `write_checked` wrote; ValueError (saying why) for a truncated, altered or foreign file.
+    A temporary file an interrupted write of `path` left is removed first (`remove_stale_tmp`)."""
+    remove_stale_tmp(path)
     data = Path(path).read_bytes()
     head = len(CHECKED_MAGIC)
     if not data.startswith(CHECKED_MAGIC) or data[head + 64:head + 65] != b"\n":
@@ -144,23 +206,28 @@ def read_checked(path: str | os.PathLike) -> bytes:
     return payload
 
 
+def entry_files(folder: Path) -> list[str]:
+    """Every file in the entry `folder` but its manifest, as sorted relative posix paths."""
+    return [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file() and p.name != MANIFEST]
+
+
 def write_manifest(folder: str | os.PathLike, key: dict) -> dict:
     """Record `key` (what produced the entry) and the size and sha256 of every file in `folder`."""
     folder = Path(folder)
-    files = {
-        p.relative_to(folder).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
+    files = {name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
+             for name in entry_files(folder)}
     manifest = {"key": key, "files": files}
     atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
 
 
 def verify_manifest(folder: str | os.PathLike, key: dict, check_hashes: bool = True) -> str | None:
-    """Return None when `folder` is a complete entry produced by `key`, else why it is not."""
+    """Return None when `folder` is a complete entry produced by `key`, else why it is not: a file
+    listed but missing or different, or a file in it that the manifest does not list."""
     folder = Path(folder)
     path = folder / MANIFEST
+    if folder.exists() and not folder.is_dir():
+        return "not a folder"
     if not path.is_file():
         return "no manifest (incomplete or foreign folder)"
     try:
@@ -169,6 +236,9 @@ def verify_manifest(folder: str | os.PathLike, key: dict, check_hashes: bool = T
         return f"unreadable manifest: {err}"
     if manifest.get("key") != key:
         return "stale: produced from different inputs"
+    unlisted = [name for name in entry_files(folder) if name not in manifest.get("files", {})]
+    if unlisted:
+        return f"a file the manifest does not list: {', '.join(unlisted)}"
     for name, meta in manifest.get("files", {}).items():
         file = folder / name
         if not file.is_file():
@@ -195,8 +265,10 @@ def _exchange(a: Path, b: Path) -> bool:
 def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
     """Move the finished folder `tmp` to `final`, replacing an earlier one in one atomic step
     (an exchange, then the old folder is removed); where the exchange is not supported, the old
-    folder is renamed aside first, so an interruption leaves it whole beside `final`."""
+    folder is renamed aside first, so an interruption leaves it whole beside `final`.
+    NotADirectoryError, naming `final`, when a file is in its place (nothing is moved)."""
     tmp, final = Path(tmp), Path(final)
+    check_folder_slot(final)
     if not final.exists():
         os.replace(tmp, final)
     elif _exchange(tmp, final):
@@ -207,3 +279,11 @@ def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
         os.replace(final, aside)
         os.replace(tmp, final)
         shutil.rmtree(aside)
+
+
+def check_folder_slot(final: str | os.PathLike) -> None:
+    """NotADirectoryError naming `final` when something other than a folder is where a folder entry goes."""
+    final = Path(final)
+    if final.exists() and not final.is_dir():
+        raise NotADirectoryError(f"{final} is a file, not a folder (elsi writes a folder there): remove it and "
+                                 "rerun")

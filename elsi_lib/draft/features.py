@@ -14,17 +14,22 @@ sequence's first reply token (the prompt rendered with its generation prompt is 
 Storage is sharded (SHARD sequences each) so an interrupted build resumes at the last finished
 shard; each shard is a folder of .npy files with a manifest (sizes, sha256) keyed by everything that
 produced it: the target's weights and tokenizer fingerprints, the conversations, the layers,
-max_length and the library versions. Arrays are read memory-mapped.
+max_length and the library versions. Arrays are read memory-mapped; a shard whose files change on
+disk while its store is open is refused at the next read.
 """
 from __future__ import annotations
 
+import os
+import shutil
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..common.cachefiles import check_writable, keyed_path, replace_folder, verify_manifest, write_manifest
+from ..common.cachefiles import (check_folder_slot, check_writable, keyed_path, replace_folder, verify_manifest,
+                                 write_manifest)
 from ..inputs.prompts import conversations_hash
 from ..inputs.chat import reply_starts
 from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
@@ -46,34 +51,48 @@ def greedy_next(final_norm, lm_head, chunk: int = 512):
 
 @dataclass
 class FeatureStore:
-    """Read side: memory-mapped shards. `sequence(i)` gives one sequence's arrays as tensors."""
+    """Read side: memory-mapped shards. `sequence(i)` gives one sequence's arrays as tensors. With
+    `stamps` (`open_features`), every read first checks that its shard's files are those verified."""
 
     folder: Path
     layers: tuple[int, ...]
     shards: list[dict]  # per shard: name -> np.ndarray (memory-mapped)
+    max_length: int | None = None  # where the sequences were cut (None: not known)
+    stamps: list[dict] | None = None  # per shard: name -> `file_stamp` of its file when it was verified
 
     def __post_init__(self):
         counts = [len(s["starts"]) for s in self.shards]
         self._where = [(k, j) for k, c in enumerate(counts) for j in range(c)]
+
+    def _shard(self, k: int) -> dict:
+        """Shard k's arrays; RuntimeError naming the shard when a file of it changed on disk since it
+        was verified (the mapped bytes are then no longer the checked ones, or no longer the file's)."""
+        if self.stamps is not None:
+            changed = changed_files(self.folder / shard_name(k), self.stamps[k])
+            if changed:
+                raise RuntimeError(f"feature shard {self.folder / shard_name(k)} changed on disk while the store was "
+                                   f"open ({', '.join(changed)}); open the store again (build_features)")
+        return self.shards[k]
 
     def __len__(self) -> int:
         return len(self._where)
 
     def length(self, i: int) -> int:
         k, j = self._where[i]
-        offsets = self.shards[k]["offsets"]
+        offsets = self._shard(k)["offsets"]
         return int(offsets[j + 1] - offsets[j])
 
     def start(self, i: int) -> int:
         """Index of sequence i's first reply token."""
         k, j = self._where[i]
-        return int(self.shards[k]["starts"][j])
+        return int(self._shard(k)["starts"][j])
 
     def ids(self, i: int) -> np.ndarray:
         """Token ids (T,) of sequence i."""
         k, j = self._where[i]
-        offsets = self.shards[k]["offsets"]
-        return np.asarray(self.shards[k]["ids"][int(offsets[j]):int(offsets[j + 1])], dtype=np.int64)
+        shard = self._shard(k)
+        offsets = shard["offsets"]
+        return np.asarray(shard["ids"][int(offsets[j]):int(offsets[j + 1])], dtype=np.int64)
 
     def reply_tokens(self) -> np.ndarray:
         """Every sequence's reply tokens, concatenated."""
@@ -83,7 +102,7 @@ class FeatureStore:
         """ids (T,), start, final_norm (T, d) float32, argmax (T,) and (unless `features` is False)
         features (T, m*d) float32 of `layer_ids` (see `features`)."""
         k, j = self._where[i]
-        shard = self.shards[k]
+        shard = self._shard(k)
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
         out = {"ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)), "start": int(shard["starts"][j]),
                "final_norm": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
@@ -96,7 +115,7 @@ class FeatureStore:
         """Sequence i's features (T, m*d) float32 of `layer_ids` (None: all stored layers; FINAL_NORM:
         the normed last hidden), concatenated in the order given (a draft passes its sorted source)."""
         k, j = self._where[i]
-        shard = self.shards[k]
+        shard = self._shard(k)
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
         if is_final_norm(layer_ids):
             return torch.from_numpy(shard["final"][a:b].astype(np.float32))
@@ -122,6 +141,57 @@ def _key(model, tokenizer, conversations, layers, max_length) -> dict:
             "max_length": max_length, "shard": SHARD}
 
 
+def reply_token_count(store) -> int:
+    """The reply tokens of every sequence of `store` (a FeatureStore or `live.LiveFeatures`): those at
+    or after its reply's start, what training scores."""
+    return sum(max(0, store.length(i) - store.start(i)) for i in range(len(store)))
+
+
+def check_reply_tokens(store) -> None:
+    """ValueError when `store` (stored or live features) holds no reply token: training on it would
+    score nothing, its loss be 0.0 at every batch and no weight change (`train.train_drafts` asks)."""
+    if reply_token_count(store):
+        return
+    if not len(store):
+        raise ValueError("no reply token to train on: the training data holds no sequence")
+    limit = getattr(store, "max_length", None)
+    raise ValueError(f"no reply token to train on: the {len(store)} sequences hold 0 reply tokens, as every reply "
+                     f"lies past max_length{f'={limit}' if limit else ''} (each sequence is cut there, inside its "
+                     "prompt); raise max_length or use shorter prompts")
+
+
+def shard_name(k: int) -> str:
+    """The folder of shard k under a store's root."""
+    return f"shard_{k:05d}"
+
+
+def file_stamp(path: Path) -> tuple:
+    """What identifies a file's present content without reading it: device, inode, size, mtime, ctime."""
+    st = os.stat(path)
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def shard_stamps(folder: Path) -> dict | None:
+    """{array name: `file_stamp`} of a shard folder's files; None while one of them is missing."""
+    try:
+        return {name: file_stamp(folder / f"{name}.npy") for name in ARRAYS}
+    except OSError:
+        return None
+
+
+def changed_files(folder: Path, stamps: dict) -> list[str]:
+    """The files of a shard whose stamp differs from `stamps` (or that are gone)."""
+    changed = []
+    for name, stamp in stamps.items():
+        try:
+            same = file_stamp(folder / f"{name}.npy") == stamp
+        except OSError:
+            same = False
+        if not same:
+            changed.append(f"{name}.npy")
+    return changed
+
+
 def checked_layers(model, layers) -> tuple[int, ...]:
     """`layers` sorted and unique; ValueError unless a non-empty subset of the model's decoder layers."""
     layers = tuple(sorted(set(int(l) for l in layers)))
@@ -141,7 +211,9 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
     check_writable(root)
     starts = reply_starts(tokenizer, conversations, max_length)
     n_shards = -(-len(conversations) // SHARD)
-    todo = [k for k in range(n_shards) if verify_manifest(root / f"shard_{k:05d}", {**key, "index": k}) is not None]
+    todo = [k for k in range(n_shards) if verify_manifest(root / shard_name(k), {**key, "index": k}) is not None]
+    for k in todo:  # before any forward
+        check_folder_slot(root / shard_name(k))
     bar = progress_bar(total=len(conversations), initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
                        desc=desc, unit="conv", disable=not progress or not todo)
     lm_head = model.get_output_embeddings()
@@ -169,23 +241,40 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
         arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
         arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
         arrays["starts"] = np.asarray(starts[k * SHARD:(k + 1) * SHARD], dtype=np.int64)
-        tmp = root / f".shard_{k:05d}.tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp = fresh_folder(root / f".{shard_name(k)}.tmp")
         for name, array in arrays.items():
             np.save(tmp / f"{name}.npy", array)
         write_manifest(tmp, {**key, "index": k})
-        replace_folder(tmp, root / f"shard_{k:05d}")
+        replace_folder(tmp, root / shard_name(k))
     bar.close()
     return open_features(root, key, layers, n_shards)
 
 
+def fresh_folder(tmp: Path) -> Path:
+    """`tmp` created empty; one an interrupted build left there is removed first, with a warning."""
+    if tmp.exists() or tmp.is_symlink():
+        warnings.warn(f"removed {tmp}, an unfinished shard left by an interrupted build; writing it again")
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp)
+        else:
+            tmp.unlink()
+    tmp.mkdir(parents=True)
+    return tmp
+
+
 def open_features(root: Path, key: dict, layers, n_shards: int) -> FeatureStore:
-    """Memory-map finished shards, each verified against its manifest (sizes and sha256)."""
-    shards = []
+    """Memory-map finished shards, each verified against its manifest (sizes and sha256), and keep
+    their files' stamps: a read after a shard changed on disk is refused (`FeatureStore`)."""
+    shards, stamps = [], []
     for k in range(n_shards):
-        folder = root / f"shard_{k:05d}"
+        folder = root / shard_name(k)
+        before = shard_stamps(folder)  # before the check: a change during it is caught below
         problem = verify_manifest(folder, {**key, "index": k})
         if problem:
             raise RuntimeError(f"feature shard {folder} is not usable ({problem}); rerun build_features")
+        stamps.append(before or shard_stamps(folder))
         shards.append({name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS})
-    return FeatureStore(root, tuple(layers), shards)
+    store = FeatureStore(root, tuple(layers), shards, key.get("max_length"), stamps)
+    for k in range(n_shards):
+        store._shard(k)  # unchanged between the check and the mapping
+    return store

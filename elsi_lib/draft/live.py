@@ -26,7 +26,7 @@ class LiveFeatures:
 
     def __init__(self, model, tokenizer, conversations, layers, *, max_length: int = 1024, bf16: bool = False):
         self.layers = checked_layers(model, layers)
-        self.model, self._pad, self.bf16 = model, pad_id(tokenizer), bf16
+        self.model, self._pad, self.bf16, self.max_length = model, pad_id(tokenizer), bf16, max_length
         if bf16:
             warn_if_bf16_is_slow(next(model.parameters()).device.type, "the live target forward")
         self.samples, _ = tokenize_samples(tokenizer, conversations, max_length)

@@ -25,12 +25,13 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from ..common.cachefiles import check_writable, keyed_path, read_checked, write_checked
+from ..common.cachefiles import check_writable, keyed_path, read_checked, remove_stale_tmp, write_checked
 from ..common.hardware import bf16_autocast_default, warn_if_bf16_is_slow
 from ..hidden.forward import plan_batches
 from ..common.progress import progress_bar
 from .runner import draft_autocast, draft_device
 from .vocabulary import NOT_IN_DRAFT
+from .features import check_reply_tokens
 from .model import Eagle3Draft, draft_from_record, draft_record
 
 
@@ -221,6 +222,7 @@ def save_checkpoint(path, state: dict) -> None:
 def read_checkpoint(path) -> tuple[dict | None, str | None]:
     """(state, None) for a checkpoint whose checksum holds; (None, why not) for a missing,
     truncated, altered or foreign file, which is never read further."""
+    remove_stale_tmp(path)  # the temporary file of a write killed before its rename, with a warning
     if not path.is_file():
         return None, "no checkpoint"
     try:
@@ -286,6 +288,7 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     Returns {"done": batches trained, "total": batches planned, "log": per batch, per method loss and
     per-step accuracy, "path": the checkpoint, "seconds": training time over every run that trained
     them (interrupted runs count up to their last checkpoint)}."""
+    check_reply_tokens(store)  # ValueError before any work when there is nothing to train on
     vocabularies = {(tuple(d.d2t.tolist()), d.config.draft_vocab_size) for d in drafts.values()}
     if len(vocabularies) > 1:
         raise ValueError("drafts trained in lock-step share one draft vocabulary (the soft labels use it)")

@@ -100,10 +100,37 @@ def fit_reduction(x: np.ndarray, y: np.ndarray, rank: int) -> Reduction:
     return Reduction(means, scales, components, kept, np.asarray(y, np.float64).mean(0))
 
 
+def block_name(b: int, n_blocks: int) -> str:
+    """What block b of the probe's features (n_blocks = N + 1) holds: a layer, or (the last) the embedding."""
+    return "the embedding of the next token" if b == n_blocks - 1 else f"layer {b}"
+
+
+def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
+    """ValueError naming `what`, and with `blocks` (array (n, N + 1, d)) each block holding NaN or inf
+    values, with their count; read in chunks of rows (the features may be memory-mapped)."""
+    bad = 0
+    for i in range(0, len(array), chunk):
+        part = ~np.isfinite(np.asarray(array[i:i + chunk]))
+        bad = bad + (part.sum(axis=(0, 2)) if blocks else part.sum())
+    if not np.any(bad):
+        return
+    if blocks:
+        where = ", ".join(f"{int(c)} in {block_name(b, len(bad))}" for b, c in enumerate(bad) if c)
+    else:
+        where = f"{int(bad)} value{'s' if bad > 1 else ''}"
+    raise ValueError(f"the probe's {what} hold non-finite values (NaN or inf): {where}; refused, as they "
+                     "would make the error of every set holding them NaN")
+
+
 def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
     """ProbeStats of training features x (n, N + 1, d) -> targets y (n, d) and held-out ones (with the
     target's own next token at each held-out row, for `agreement`), each block reduced to `rank`
-    components (`fit_reduction` on the training tokens)."""
+    components (`fit_reduction` on the training tokens). Non-finite values in any of the four arrays
+    are refused (`check_finite`): one would make the error of every set holding its block NaN."""
+    for what, features in (("training features", x), ("held-out features", heldout_x)):
+        check_finite(what, features, blocks=True)
+    for what, targets in (("training targets", y), ("held-out targets", heldout_y)):
+        check_finite(what, targets, blocks=False)
     reduction = fit_reduction(x, y, rank)
     z, zh = reduction.apply(x), reduction.apply(heldout_x)
     yc, yhc = np.asarray(y, np.float64) - reduction.y_mean, np.asarray(heldout_y, np.float64) - reduction.y_mean
@@ -136,7 +163,20 @@ def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
     sets = list(sets)
     parts = [sets[i:i + MIN_PARALLEL] for i in range(0, len(sets), MIN_PARALLEL)]
     done = parallel_map(lambda part: [_set_error(stats, layers, ridge) for layers in part], parts)
-    return np.array([e for part in done for e in part], dtype=np.float64)
+    errors = np.array([e for part in done for e in part], dtype=np.float64)
+    check_errors(sets, errors)
+    return errors
+
+
+def check_errors(sets, errors) -> None:
+    """FloatingPointError when any set's error is NaN or inf, naming a few: such a set would be sorted
+    last (or first) with no warning, and another chosen in its place."""
+    bad = np.flatnonzero(~np.isfinite(errors))
+    if len(bad):
+        named = ", ".join(str(tuple(sets[i])) for i in bad[:3])
+        raise FloatingPointError(f"the held-out error of {len(bad)} of {len(sets)} sets is not finite ({named}"
+                                 f"{', ...' if len(bad) > 3 else ''}): the probe statistics hold a NaN or inf, "
+                                 "or the held-out targets do not vary; rebuild them (`probe_stats`)")
 
 
 def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> tuple[float, dict]:
