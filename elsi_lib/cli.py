@@ -22,6 +22,11 @@ from pathlib import Path
 FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
 METHODS = ("elsi", "elsi-c", "exhaustive", "probe", "eagle3", "eagle2")
 MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set comes from the capture
+FIXED_SIZES = {"eagle3": 3, "eagle2": 1}  # the layers in a fixed method's set, whatever the layer count
+DEFAULTS = {"m": 3, "k_beam": 10, "k_expand": 5}  # the parser's default is None: an explicit value is told apart
+READ_BY = {"k_beam": ("elsi", "elsi-c", "probe"), "k_expand": ("elsi", "elsi-c")}  # the methods that use each
+STABILITY_MIN = 20  # fewer resamples: a share in steps coarser than 5 % (one resample: 0 or 100 %)
+STABILITY_MAX = 10_000  # more: hours of selection, and the resample weights alone fill memory
 
 
 class UsageError(Exception):
@@ -50,14 +55,18 @@ def build_parser() -> argparse.ArgumentParser:
                                  epilog="example:\n  elsi select --model smollm2-135m --format vllm\n"
                                         "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json")
     _capture_options(select)
-    select.add_argument("--m", type=int, default=3, help="layers in the set (default 3)")
+    select.add_argument("--m", type=int, help="layers in the set (default 3); the layer count fixes eagle3's set "
+                        "(3 layers) and eagle2's (1): with them, --m may only repeat that size")
     select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1); probe: "
                         "the task probe (ridge map from the set's states to the target's next-token state)")
-    select.add_argument("--k-beam", type=int, default=10, help="beam width (default 10)")
-    select.add_argument("--k-expand", type=int, default=5, help="expansion pool (default 5)")
+    select.add_argument("--k-beam", type=int, help="beam width (default 10; elsi, elsi-c and probe only)")
+    select.add_argument("--k-expand", type=int, help="expansion pool (default 5; elsi and elsi-c only)")
     select.add_argument("--format", choices=FORMATS, default="text", help="default text")
     select.add_argument("--stability", type=int, default=0, metavar="N",
-                        help="rerun the selection on N bootstrap resamples of the prompts and report how often it wins")
+                        help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
+                        f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
+                        f"{STABILITY_MAX}; needs --prompts 2 or more (below 20 the shares overstate the stability, "
+                        f"and a warning says so)")
     select.add_argument("--out", help="also write the output to this file")
     capture = commands.add_parser("capture", formatter_class=fmt, help="capture layer statistics only",
                                   description="Capture the per-layer statistics (cached) that select and report read.",
@@ -72,34 +81,95 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> None:
-    """Every check the arguments alone allow, before any file is read or model loaded."""
+    """Every check the arguments alone allow, before any file is read or model loaded; fills in the
+    defaults of --m, --k-beam and --k-expand (None in the parser, to tell an explicit value apart)."""
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if not 0 < args.rho <= 1:
         raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
     if args.block < 1:
         raise UsageError(f"--block must be at least 1, got {args.block}")
-    for name in ("m", "k_beam", "k_expand"):
-        if getattr(args, name, 1) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
-    if getattr(args, "stability", 0) < 0:
-        raise UsageError(f"--stability must be >= 0, got {args.stability}")
-    if getattr(args, "stability", 0) and args.method == "probe":
-        raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
-    if getattr(args, "stability", 0) and args.method not in MEASURED:
-        raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
-                         f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
-    if getattr(args, "format", None) == "specforge" and args.method in MEASURED and args.m != 3:
-        raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
-                         f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
-    for prompt_set in args.data or []:
-        from .inputs.prompts import PROMPT_SETS
-        if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
-            raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+    if args.command == "select":
+        _check_method_options(args)
+        _check_stability(args)
+        if args.format == "specforge" and args.method in MEASURED and args.m != 3:
+            raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
+                             f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
+    _check_data(args.data or [])
     if getattr(args, "out", None) is not None:
         _check_writable_file(args.out, "--out")
-    if getattr(args, "figures", None) is not None and Path(args.figures).exists() and not Path(args.figures).is_dir():
-        raise UsageError(f"--figures {args.figures!r} exists and is not a folder")
+    if getattr(args, "figures", None) is not None:
+        _check_writable_folder(args.figures, "--figures")
+
+
+def _check_method_options(args) -> None:
+    """--m, --k-beam, --k-expand: at least 1, and given only to a method that uses them (a fixed
+    method's --m only as its own set's size); the defaults filled in."""
+    for name, default in DEFAULTS.items():
+        value, option = getattr(args, name), f"--{name.replace('_', '-')}"
+        if value is None:
+            setattr(args, name, default)
+            continue
+        if value < 1:
+            raise UsageError(f"{option} must be at least 1, got {value}")
+        if name == "m" and args.method in FIXED_SIZES and value != FIXED_SIZES[args.method]:
+            size = FIXED_SIZES[args.method]
+            raise UsageError(f"--m {value}: --method {args.method}'s set is fixed by the layer count ({size} "
+                             f"layer{'s' * (size > 1)}); drop --m, or choose a measured method ({', '.join(MEASURED)})")
+        if name in READ_BY and args.method not in READ_BY[name]:
+            raise UsageError(f"{option} {value} does not apply to --method {args.method}: only "
+                             f"{', '.join(READ_BY[name])} search with it; drop {option}")
+
+
+def _check_stability(args) -> None:
+    """--stability N: a measured method, prompts to resample, and N within [STABILITY_MIN, STABILITY_MAX]."""
+    if args.stability < 0:
+        raise UsageError(f"--stability must be >= 0, got {args.stability}")
+    if not args.stability:
+        return
+    if args.method == "probe":
+        raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
+    if args.method not in MEASURED:
+        raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
+                         f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
+    if args.prompts < 2:
+        raise UsageError(f"--stability needs at least 2 prompts to resample, got --prompts {args.prompts} "
+                         f"(every resample of one prompt is that prompt: the share would be 100 %)")
+    if not STABILITY_MIN <= args.stability <= STABILITY_MAX:
+        bound = f"at least {STABILITY_MIN}" if args.stability < STABILITY_MIN else f"at most {STABILITY_MAX}"
+        raise UsageError(f"--stability {args.stability}: {bound} resamples (from {STABILITY_MIN}, a share in "
+                         f"steps of 5 % or finer, to {STABILITY_MAX})")
+
+
+def _check_data(data: list) -> None:
+    """Each --data is a file or a prompt set, and none is given twice (a file however spelt: by its
+    resolved path), which would count its conversations twice."""
+    from .inputs.prompts import PROMPT_SETS
+
+    seen = {}
+    for prompt_set in data:
+        if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
+            raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+        key = prompt_set if prompt_set in PROMPT_SETS else Path(prompt_set).resolve()
+        if key in seen and prompt_set in PROMPT_SETS:
+            raise UsageError(f"--data {prompt_set} is given twice: pass each prompt set once")
+        if key in seen:
+            raise UsageError(f"--data {seen[key]} and {prompt_set} are the same file ({key}): pass it once, or "
+                             "its conversations count twice")
+        seen[key] = prompt_set
+
+
+def _check_writable_folder(name: str, option: str) -> None:
+    """`name` is a folder that can be written, or one that can be made (its nearest existing parent
+    a folder that can be written): fail now, not after the capture."""
+    path = Path(name)
+    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
+    if existing == path and not path.is_dir():
+        raise UsageError(f"{option} {name!r} exists and is not a folder")
+    if not existing.is_dir():
+        raise UsageError(f"{option} {name!r}: {str(existing)!r} is not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {name!r} cannot be written (permission denied on {str(existing)!r})")
 
 
 def _check_writable_file(name: str, option: str) -> None:
@@ -249,6 +319,27 @@ def _selection(Z, args, job=None):
     return _fixed_layers(args.method, N)
 
 
+def _stability(args, stats, layers: tuple, n_prompts: int) -> dict:
+    """How often `layers` wins over --stability bootstrap resamples of the prompts that filled a block
+    (the others add nothing to resample): refused when fewer than 2 did."""
+    import numpy as np
+
+    from .paper.study import bootstrap_choices
+    from .selection import select
+
+    if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:
+        raise UsageError(f"--stability: only {np.count_nonzero(stats.sample_blocks)} of the {n_prompts} prompts "
+                         f"kept a full block of --block {args.block} tokens, and a bootstrap needs 2 or more: pass "
+                         "more or longer prompts, or a smaller --block")
+    methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
+               "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
+               "exhaustive": select.exhaustive}
+    choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
+    wins = choices[choices.layers == layers]["share"].sum()
+    return {"resamples": args.stability, "share_choosing_this_set": float(wins),
+            "choices": [{"layers": list(l), "share": float(s)} for l, s in zip(choices.layers, choices.share)]}
+
+
 def _recipe_line(fragment: dict) -> str:
     from .selection.conventions import SPECULATORS_RECIPE
 
@@ -291,14 +382,7 @@ def cmd_select(args) -> str:
         result["probe"] = {"heldout_relative_error": job.probe.error, "ridge": job.probe.ridge,
                            "search": job.probe.search}
     if args.stability:
-        from .paper.study import bootstrap_choices
-        methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
-                   "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
-                   "exhaustive": select.exhaustive}
-        choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
-        wins = choices[choices.layers == layers]["share"].sum()
-        result["stability"] = {"resamples": args.stability, "share_choosing_this_set": float(wins),
-                               "choices": [{"layers": list(l), "share": float(s)} for l, s in zip(choices.layers, choices.share)]}
+        result["stability"] = _stability(args, stats, layers, described["prompts"])
     if args.format == "json":
         return json.dumps(result, indent=2)
     if fragment is not None:

@@ -60,7 +60,8 @@ def test_select_text_json_and_cache(capsys, folder, data):
 
 @pytest.mark.parametrize("method", ["elsi-c", "exhaustive", "eagle3", "eagle2"])
 def test_methods(capsys, folder, data, method):
-    code, out, _ = run(capsys, "select", *base(folder, data), "--method", method, "--m", 2, "--format", "json")
+    m = [] if method in ("eagle3", "eagle2") else ["--m", 2]  # a fixed method's set is fixed by the layer count
+    code, out, _ = run(capsys, "select", *base(folder, data), "--method", method, *m, "--format", "json")
     layers = json.loads(out)["layers"]
     expected = {"eagle3": [1, 3, 4], "eagle2": [N_LAYERS - 1]}  # EAGLE's inputs of (2, 4, 5) = outputs of (1, 3, 4)
     assert code == 0 and layers == expected.get(method, layers) and len(layers) == {"eagle3": 3, "eagle2": 1}.get(method, 2)
@@ -147,6 +148,104 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
     assert "holds only 24 conversations" in run(capsys, "select", *base(folder, data), "--prompts", 25)[2]
 
 
+def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(capsys, folder, data, no_capture):
+    """--stability over one prompt reported "chosen in 100% of 20 resamples", --stability 1 a share
+    from one resample, 10**12 a MemoryError after the capture: each is refused before any work, and
+    the help states the bounds."""
+    cases = [(["--prompts", 1, "--stability", 20], "--stability needs at least 2 prompts to resample, got --prompts 1"),
+             (["--stability", 1], "--stability 1: at least 20 resamples"),
+             (["--stability", 19], "--stability 19: at least 20 resamples"),
+             (["--stability", 10 ** 12], f"--stability {10 ** 12}: at most 10000 resamples")]
+    for extra, message in cases:
+        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
+    with pytest.raises(SystemExit):
+        cli.main(["select", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "at least 20" in help_text and "at most 10000" in help_text
+    assert "--prompts 2" in help_text
+
+
+def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(capsys, folder, data, monkeypatch):
+    """Prompts too short to fill a block add nothing to resample: the bootstrap is refused, naming them."""
+    from elsi_lib.paper import study
+
+    real = cli._stats
+
+    def one_prompt_with_a_block(args, job):
+        stats, described = real(args, job)
+        blocks = stats.sample_blocks.copy()
+        blocks[1:] = 0
+        return stats.__class__(**{**stats.__dict__, "sample_blocks": blocks}), described
+
+    monkeypatch.setattr(cli, "_stats", one_prompt_with_a_block)
+    monkeypatch.setattr(study, "bootstrap_choices", lambda *a, **k: pytest.fail("resampled one prompt"))
+    code, out, err = run(capsys, "select", *base(folder, data), "--stability", 20)
+    assert code == 2 and "1 of the 24 prompts" in err and "--block" in err and not out
+
+
+def test_explicit_options_a_method_ignores_are_refused(capsys, folder, data, no_capture):
+    """--m with a fixed method (its set is fixed by the layer count) was silently ignored, and so were
+    --k-beam / --k-expand with a method that has no beam: an explicit value is refused, naming it."""
+    cases = [(["--method", "eagle3", "--m", 2], "--m 2: --method eagle3's set is fixed by the layer count (3 layers)"),
+             (["--method", "eagle2", "--m", 3], "--m 3: --method eagle2's set is fixed by the layer count (1 layer)"),
+             (["--method", "exhaustive", "--k-beam", 4], "--k-beam 4 does not apply to --method exhaustive"),
+             (["--method", "eagle3", "--k-expand", 5], "--k-expand 5 does not apply to --method eagle3"),
+             (["--method", "probe", "--k-expand", 2], "--k-expand 2 does not apply to --method probe")]
+    for extra, message in cases:
+        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
+    args = cli.build_parser().parse_args(["select", "--model", "x"])
+    assert (args.m, args.k_beam, args.k_expand) == (None, None, None)  # the default is told from an explicit value
+    cli._check(args)
+    assert (args.m, args.k_beam, args.k_expand) == (3, 10, 5)
+
+
+def test_a_fixed_methods_own_size_may_be_given(capsys, folder, data):
+    plain = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--format", "json")
+    code, out, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--m", 3, "--format", "json")
+    assert code == plain[0] == 0 and json.loads(out) == json.loads(plain[1])
+
+
+def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_capture):
+    """The same --data file twice (however spelt) counted its conversations twice: refused, naming it."""
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(data)
+    for again in (data, data.parent / "." / data.name, link):
+        code, out, err = run(capsys, "select", *base(folder, data)[:4], again, *base(folder, data)[4:])
+        assert code == 2 and f"--data {data}" in err and "same file" in err and not out, (again, err)
+    code, out, err = run(capsys, "select", "--model", folder, "--data", "gsm8k-train", "gsm8k-train", "--prompts", 2)
+    assert code == 2 and "--data gsm8k-train is given twice" in err
+
+
+def test_an_unwritable_figures_folder_is_refused_before_the_capture(capsys, folder, data, tmp_path, no_capture,
+                                                                    monkeypatch):
+    """--figures was checked only for being a file: a folder that cannot be made or written failed
+    after the capture. Both are refused first, naming the folder."""
+    import os
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).startswith(str(read_only))
+                        else real_access(path, mode, **kw))
+    cases = [(a_file / "figures", "is not a folder"), (read_only, "cannot be written"),
+             (read_only / "new" / "figures", "cannot be written")]
+    for figures, message in cases:
+        code, out, err = run(capsys, "report", *base(folder, data), "--figures", figures)
+        assert code == 2 and f"--figures {str(figures)!r}" in err and message in err and not out, (figures, err)
+
+
+def test_a_model_folder_without_weights_is_named_before_the_capture(capsys, folder, data, tmp_path, no_capture):
+    config_only = tmp_path / "config-only"
+    config_only.mkdir()
+    (config_only / "config.json").write_text((folder / "config.json").read_text())
+    code, out, err = run(capsys, "select", "--model", config_only, *base(folder, data)[2:])
+    assert code in (1, 2) and f"no weights file in {config_only}" in err and not out and "Traceback" not in err
+
+
 def test_data_without_a_usable_conversation(capsys, folder, tmp_path, no_capture):
     replies_only = tmp_path / "replies-only.jsonl"
     replies_only.write_text(json.dumps({"conversations": [{"from": "gpt", "value": "hello"}]}) + "\n")
@@ -210,9 +309,9 @@ def test_capture_report_and_stability(capsys, folder, data, tmp_path):
     rows = [l for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert code == 0 and len(rows) == N_LAYERS and list(tmp_path.glob("profile_*.png"))
     assert all(0 < float(r.split()[2]) <= 1 for r in rows)  # top-row energy shares
-    code, out, _ = run(capsys, "select", *base(folder, data), "--stability", 5, "--format", "json")
+    code, out, _ = run(capsys, "select", *base(folder, data), "--stability", 20, "--format", "json")
     stability = json.loads(out)["stability"]
-    assert code == 0 and stability["resamples"] == 5
+    assert code == 0 and stability["resamples"] == 20
     assert abs(sum(c["share"] for c in stability["choices"]) - 1) < 1e-9
     assert 0 <= stability["share_choosing_this_set"] <= 1
 

@@ -129,7 +129,7 @@ def test_plan_stages_and_total():
 
 
 def test_experiment_from_dict():
-    params = {"tree_nodes": [30], "seeds": [0, 4], "reseeded": ["eagle3"], "n_train": 50,
+    params = {"tree_nodes": [30], "seeds": [0, 4], "reseeded": ["eagle3"], "n_train": 50, "n_heldout": 10,
               "train": {"epochs": 2.0, "lr": 1e-3}}
     exp = E.Experiment.from_dict(params)
     assert exp.tree_nodes == (30,) and exp.seeds == (0, 4) and exp.reseeded == ("eagle3",)
@@ -255,3 +255,46 @@ def test_the_notebooks_parameter_files_are_experiments():
     three = pd.DataFrame({"id": ids, "method": ids, "source": [(i, i + 1, i + 2) for i in range(3)]})
     plan = budget.plan(strong, three)
     assert plan.stage.str.startswith("live target forward").any() and 60 < plan.minutes.iloc[-1] < 140  # one session
+
+
+@pytest.mark.parametrize("fields, names", [
+    ({"n_train": 10, "n_heldout": 64}, ("n_heldout 64", "n_train 10")),  # the budget showed -0.3 min of training
+    ({"n_train": 64, "n_heldout": 64}, ("n_heldout 64", "n_train 64")),  # nothing left to train on
+    ({"n_heldout": -1}, ("n_heldout",)), ({"n_train": 0}, ("n_train",)), ({"n_train": 10.5}, ("n_train",)),
+    ({"n_train": True}, ("n_train",)), ({"train_max_new_tokens": 0}, ("train_max_new_tokens",)),
+    ({"eval_per_column": 0}, ("eval_per_column",)), ({"replay_tokens": -5}, ("replay_tokens",)),
+    ({"draft_vocab": 0}, ("draft_vocab",)), ({"depth": 0}, ("depth",)), ({"top_k": 0}, ("top_k",)),
+    ({"max_length": 0}, ("max_length",)), ({"eval_max_length": 0}, ("eval_max_length",)),
+    ({"tree_nodes": ()}, ("tree_nodes",)), ({"tree_nodes": (30, 0)}, ("tree_nodes",)),
+    ({"tree_nodes": (30, 30)}, ("tree_nodes", "repeated")), ({"seeds": ()}, ("seeds",)),
+    ({"seeds": (0, -1)}, ("seeds",)), ({"seeds": (1, 1)}, ("seeds", "repeated")),
+    ({"curve_prompts": (0,)}, ("curve_prompts",)), ({"temperatures": ()}, ("temperatures",)),
+    ({"temperatures": (0.0, -1.0)}, ("temperatures",)), ({"temperatures": (1.0, 1.0)}, ("temperatures", "repeated")),
+    ({"reply_request": -1}, ("reply_request",))])
+def test_experiment_refuses_counts_out_of_range(fields, names):
+    """Every count field is checked for its range, and n_heldout against n_train, when the Experiment
+    is made (not as a negative training time in the plan, or deep in a run); the error names the field."""
+    with pytest.raises((ValueError, TypeError)) as err:
+        E.Experiment(**fields)
+    assert all(name in str(err.value) for name in names), str(err.value)
+    with pytest.raises((ValueError, TypeError)):
+        E.Experiment.from_dict({k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()})
+
+
+def test_experiment_accepts_the_edges_of_its_ranges():
+    exp = E.Experiment(n_train=1, n_heldout=0, seeds=(0,), reseeded=(), curve_prompts=(), tree_nodes=(1,),
+                       temperatures=(0.0,), depth=1, top_k=1)
+    assert exp.n_train - exp.n_heldout == 1
+    assert E.Experiment(n_train=65, n_heldout=64).n_heldout == 64
+
+
+def test_plan_refuses_unknown_or_non_positive_rates():
+    """A misspelt rate is refused naming it and the known ones (it used to be ignored: the default
+    rate was used silently); a rate that is not a positive number is refused naming it."""
+    exp = E.Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0,), reseeded=(), lever_lm_head=False)
+    with pytest.raises(ValueError, match=r"unknown rate.*'reply_sec'.*known.*'reply_s'.*'train_tok_s'"):
+        budget.plan(exp, THREE, {"reply_sec": 6.0})
+    for bad in (0, -1.0, "fast", None, float("nan")):
+        with pytest.raises(ValueError, match=r"train_tok_s"):
+            budget.plan(exp, THREE, {"train_tok_s": bad})
+    assert budget.plan(exp, THREE, {}).equals(budget.plan(exp, THREE))

@@ -164,7 +164,7 @@ def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, mo
     monkeypatch.setattr(calibration, "probe_choices", fake_probe)
     path = tmp_path / "run.yaml"
     path.write_text('MODEL: "m"\nN_PROMPTS: 40\nSEED: 2\nPROBE_RANK: 16\nMETHOD_IDS: ["probe-m3", "eagle3"]\n'
-                    'EXPERIMENT: {"n_train": 7}\n')
+                    'EXPERIMENT: {"n_train": 7, "n_heldout": 2}\n')
     exp, methods = M.run_methods(path)
     assert exp.n_train == 7 and exp.model == "m"
     assert calls == {"stats": (("m",), 40, 2), "probe": ("m", 40, (3,), 2, 16)}

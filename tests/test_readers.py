@@ -152,3 +152,36 @@ def test_make_data_restores_the_folder_the_loaders_read(copy_of_shared, hash_cal
     assert fetch_data.main([]) == 0  # `make data` with $ELSI_DATA_DIR set fetches into that folder
     assert str(folder) in capsys.readouterr().out
     assert len(load_prompts("arena-hard-v0.1")) == 500
+
+
+# ---------------------------------------------------------------- the shapes a user's file may take
+
+RECORD = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]}
+
+
+def test_a_pretty_printed_json_object_is_read_as_one_record(tmp_path):
+    """A .json file holding one record over several lines (json.dump(..., indent=2)) is read, not
+    called malformed; so is a UTF-8 BOM before a JSON array or JSON Lines."""
+    pretty = tmp_path / "one.json"
+    pretty.write_text(json.dumps(RECORD, indent=2))
+    assert load_prompts(pretty) == [[{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]]
+    bom_array = tmp_path / "bom.json"
+    bom_array.write_bytes(b"\xef\xbb\xbf" + json.dumps([RECORD, RECORD], indent=2).encode())
+    assert len(load_prompts(bom_array)) == 2
+    bom_lines = tmp_path / "bom.jsonl"
+    bom_lines.write_bytes(b"\xef\xbb\xbf" + (json.dumps(RECORD) + "\n").encode() * 3)
+    assert len(load_prompts(bom_lines)) == 3
+
+
+def test_a_file_of_another_shape_says_which_shapes_are_expected(tmp_path):
+    """Records pretty-printed one after another (neither JSON Lines nor a JSON array): the message
+    names the file and the two shapes it may take."""
+    concatenated = tmp_path / "many.json"
+    concatenated.write_text(json.dumps(RECORD, indent=2) + "\n" + json.dumps(RECORD, indent=2))
+    with pytest.raises(readers.DataFormatError,
+                       match=r"many\.json:1: .*JSON Lines .*one JSON record per line.*JSON array"):
+        load_prompts(concatenated)
+    later = tmp_path / "later.jsonl"  # a record pretty-printed after valid lines: malformed, with the shape
+    later.write_text(json.dumps(RECORD) + "\n" + json.dumps(RECORD, indent=2))
+    with pytest.raises(readers.DataFormatError, match=r"later\.jsonl:2: malformed JSON .*one JSON record per line"):
+        load_prompts(later)

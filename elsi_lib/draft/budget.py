@@ -2,23 +2,42 @@
 from per-unit costs measured on this 2-core machine."""
 from __future__ import annotations
 
+import math
+import numbers
+
 import pandas as pd
 
 from . import corpus
 from .experiment import groups
 
 
+# Measured in the first paper-scale runs (2026-11-30): replies 1.9 s each (batches of 16, up to 256
+# tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
+# 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes);
+# vLLM's replies 1.43 s each (3,072 training prompts in 73 min, `make replies-strong`); a live
+# target forward: `live_tok_s`, bench/bench_live.py, whose bf16-autocast forward ran at 1.9x the float32 one.
+# `plan(rates=...)` overrides any of them by its key.
+RATES = {"reply_s": 1.9, "vllm_reply_s": 1.43, "feature_tok_s": 370.0, "live_tok_s": 330.0, "live_bf16_speedup": 1.9,
+         "train_tok_s": 1550.0, "replay_s_per_q": 0.7, "tokens_per_conv": 283.0}
+
+
+def _checked_rates(rates: dict) -> dict:
+    """`rates`, each a known key (RATES) with a positive number: a misspelt key would otherwise leave
+    its default in place, silently."""
+    unknown = sorted(set(rates) - set(RATES))
+    if unknown:
+        raise ValueError(f"unknown rate{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; the known rates "
+                         f"are {', '.join(map(repr, RATES))}")
+    for name, value in rates.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+            raise ValueError(f"rate {name!r} must be a positive number, got {value!r}")
+    return rates
+
+
 def plan(exp, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
     """Estimated time of each stage from per-unit costs measured on this 2-core machine (pass `rates`
     to override): minutes per stage, before anything runs."""
-    # Measured in the first paper-scale runs (2026-11-30): replies 1.9 s each (batches of 16, up to 256
-    # tokens), features about 370 tok/s, training about 1,550 draft-tokens/s in lock-step (batches of
-    # 512 tokens), 283 tokens per training conversation, replay 0.7 s per question and draft (both sizes);
-    # vLLM's replies 1.43 s each (3,072 training prompts in 73 min, `make replies-strong`); a live
-    # target forward: `live_tok_s`, bench/bench_live.py, whose bf16-autocast forward ran at 1.9x the float32 one.
-    r = {"reply_s": 1.9, "vllm_reply_s": 1.43, "feature_tok_s": 370.0, "live_tok_s": 330.0, "live_bf16_speedup": 1.9,
-         "train_tok_s": 1550.0,
-         "replay_s_per_q": 0.7, "tokens_per_conv": 283.0, **(rates or {})}
+    r = {**RATES, **_checked_rates(rates or {})}
     all_groups = groups(exp, methods)
     n_drafts = sum(len(g.sources) for g in all_groups)
     n_eval = exp.eval_per_column * len(corpus.COLUMNS)

@@ -15,6 +15,7 @@ their id (`methods.draft_methods`) in code and cache keys, by their label in tab
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -36,6 +37,28 @@ from .vocabulary import draft_vocabulary, init_lm_head_from_target
 
 LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
 LEVER_ID = "eagle3-random-lm-head"  # ... and the id of EAGLE3's, the lever's ablation
+
+
+# Experiment's count fields and the least value of each; COUNT_TUPLES: (least value, may the tuple be empty).
+COUNTS = {"n_train": 1, "n_heldout": 0, "train_max_new_tokens": 1, "eval_per_column": 1, "replay_tokens": 1,
+          "draft_vocab": 1, "depth": 1, "top_k": 1, "max_length": 1, "reply_request": 0, "eval_max_length": 1,
+          "eval_seed": 0}
+COUNT_TUPLES = {"tree_nodes": (1, False), "seeds": (0, False), "curve_prompts": (1, True)}
+
+
+def _check_count(name: str, value, least: int) -> None:
+    """`value` is an integer (a bool is not one) of at least `least`; the error names the field."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= {least}, got {type(value).__name__} {value!r}")
+    if value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value}")
+
+
+def _check_distinct(name: str, values) -> None:
+    """No value of a tuple field twice (its runs would be keyed alike)."""
+    repeated = sorted({v for v in values if list(values).count(v) > 1})
+    if repeated:
+        raise ValueError(f"{name} {tuple(values)!r}: {repeated} repeated; give each value once")
 
 
 @dataclass(frozen=True)
@@ -76,6 +99,28 @@ class Experiment:
             raise ValueError(f"reply_request reads the first n_train ({self.n_train}) replies of a vLLM request for "
                              f"more prompts (0: a request of exactly n_train); got {self.reply_request} with reply_engine "
                              f"{self.reply_engine!r}")
+        self._check_counts()
+
+    def _check_counts(self) -> None:
+        """Every count in its range (COUNTS, COUNT_TUPLES, temperatures >= 0), the tuples non-empty where a
+        run needs one and without repeats, and n_heldout below n_train (the drafts train on the rest)."""
+        for name, least in COUNTS.items():
+            _check_count(name, getattr(self, name), least)
+        for name, (least, may_be_empty) in COUNT_TUPLES.items():
+            values = getattr(self, name)
+            if not values and not may_be_empty:
+                raise ValueError(f"{name} must hold at least one value, got {values!r}")
+            for value in values:
+                _check_count(f"every value of {name}", value, least)
+            _check_distinct(name, values)
+        if not self.temperatures or any(isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0
+                                        for t in self.temperatures):
+            raise ValueError(f"temperatures must be a non-empty tuple of numbers >= 0, got {self.temperatures!r}")
+        _check_distinct("temperatures", self.temperatures)
+        if self.n_heldout >= self.n_train:
+            raise ValueError(f"n_heldout {self.n_heldout} must be less than n_train {self.n_train}: the held-out "
+                             f"conversations are taken from the n_train training prompts, and the drafts train on "
+                             f"the n_train - n_heldout others")
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":

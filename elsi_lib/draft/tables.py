@@ -277,22 +277,26 @@ def tau_markdown(long: pd.DataFrame) -> str:
     return markdown_table(tau_formatted(long))
 
 
-def save_tau_tables(long: pd.DataFrame, name: str, out_dir) -> list[Path]:
+def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | None = None) -> list[Path]:
     """Write the long rows as <out_dir>/<name>.csv (numbers only, floats at full precision: pandas
-    reads back the same floats) and their formatted table as <name>.md (`tau_markdown`)."""
+    reads back the same floats) and their formatted table as <name>.md (`tau_markdown`). `numeric`:
+    the run's numeric settings (`experiment.numeric_settings`), a column each in the CSV and a line
+    under the Markdown table."""
     long = _typed(long)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    long.to_csv(csv, index=False)
-    md.write_text(tau_markdown(long))
+    (long.assign(**numeric) if numeric else long).to_csv(csv, index=False)
+    settings = "; ".join(f"{k}: {v}" for k, v in (numeric or {}).items())
+    md.write_text(tau_markdown(long) + (f"\nNumeric settings: {settings}.\n" if settings else ""))
     return [csv, md]
 
 
 def read_tau_csv(path) -> pd.DataFrame:
     """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
-    count is unknown)."""
-    return _typed(pd.read_csv(path, keep_default_na=False, na_values=[""]))
+    count is unknown), and the numeric settings' columns where it has them."""
+    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    return pd.concat([_typed(raw), raw[[c for c in raw.columns if c not in TAU_CSV_COLUMNS]]], axis=1)
 
 
 def paired_differences(results: pd.DataFrame, nodes: int, baseline: str = "EAGLE3", *, seed: int = 0,

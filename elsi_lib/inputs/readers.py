@@ -82,30 +82,58 @@ def _decoded(raw: bytes, path: Path, lineno: int) -> str:
                               f"{column}); save the file as UTF-8") from None
 
 
+BOM = "\ufeff"  # a UTF-8 byte-order mark some editors write first: not part of the JSON
+SHAPES = "expected JSON Lines (one JSON record per line) or a JSON array of records ([{...}, {...}])"
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
+    """(line number, record) of each non-blank line of a JSON Lines file."""
     with open(path, "rb") as handle:
         for lineno, raw in enumerate(handle, 1):
             line = _decoded(raw, path, lineno)
+            if lineno == 1:
+                line = line.removeprefix(BOM)
             if not line.strip():
                 continue
             try:
                 yield lineno, json.loads(line)
             except json.JSONDecodeError as err:
-                raise DataFormatError(f"{path}:{lineno}: malformed JSON ({err.msg})") from None
+                raise DataFormatError(f"{path}:{lineno}: malformed JSON ({err.msg}); {SHAPES}") from None
+
+
+def _one_document(path: Path):
+    """The whole file parsed as one JSON value, or None when it is not one."""
+    try:
+        return json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM))
+    except json.JSONDecodeError:
+        return None
 
 
 def _read_records(path: Path) -> Iterator[tuple[int, object]]:
-    """Records of a JSON list (numbered from 1) or of a JSONL file (numbered by line)."""
+    """Records of a JSON array (numbered from 1), of a JSONL file (numbered by line), or the one
+    record of a JSON object spread over several lines (numbered 1, as `json.dump(..., indent=2)`
+    writes it)."""
     with open(path, "rb") as handle:
-        head = handle.read(1 << 12).lstrip()
-    if head.startswith(b"["):
+        head = handle.read(1 << 12).decode("utf-8", errors="replace").removeprefix(BOM).lstrip()
+    if head.startswith("["):
         try:
-            records = json.loads(_decoded(path.read_bytes(), path, 1))
+            records = json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM))
         except json.JSONDecodeError as err:
             raise DataFormatError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from None
         yield from enumerate(records, 1)
-    else:
-        yield from read_jsonl(path)
+        return
+    lines = read_jsonl(path)
+    try:
+        first = next(lines, None)
+    except DataFormatError:
+        document = _one_document(path) if head.startswith("{") else None
+        if not isinstance(document, dict):
+            raise
+        yield 1, document
+        return
+    if first is not None:
+        yield first
+        yield from lines
 
 
 def record_field(record, name: str, path: Path, lineno: int, kind=str):

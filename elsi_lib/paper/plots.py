@@ -36,11 +36,23 @@ def save_figure(fig, name: str, out_dir) -> list[Path]:
 CSV_FLOAT_FORMAT = "%.6g"  # 6 significant digits: round-off below that never changes a written table
 
 
-def save_table(df, name: str, out_dir, *, markdown: bool = True) -> list[Path]:
+def with_numeric(df, numeric: dict | None):
+    """`df` with one column per numeric setting of the run that made it (`experiment.numeric_settings`:
+    how the drafts' matmuls and the target's features ran), the same on every row; unchanged if None."""
+    if numeric is None:
+        return df
+    clash = sorted(set(numeric) & set(df.columns))
+    if clash and any((df[c] != numeric[c]).any() for c in clash):
+        raise ValueError(f"the table's rows already name other numeric settings in {clash}")
+    return df.assign(**numeric)
+
+
+def save_table(df, name: str, out_dir, *, markdown: bool = True, numeric: dict | None = None) -> list[Path]:
     """Write `df` as <out_dir>/<name>.csv, floats to 6 significant digits (CSV_FLOAT_FORMAT, so a
     rerun that differs only in round-off writes the same file), and (unless `markdown` is False: data
     no one reads as a table, such as per-question rows) a Markdown table <name>.md, floats to 4
-    decimals (`markdown_table`)."""
+    decimals (`markdown_table`). `numeric`: the run's numeric settings, a column each (`with_numeric`)."""
+    df = with_numeric(df, numeric)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"

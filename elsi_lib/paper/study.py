@@ -18,6 +18,7 @@ from ..selection.cka import cka_matrix, find_boundaries, transition_scores
 from ..selection.conventions import eagle3_paper_layers
 from ..selection.entropy import set_entropy
 from ..hidden.layerstats import LayerStats
+from ..common.checks import is_integer
 from ..common.progress import progress_bar
 from ..selection.conventions import eagle2_layers, eagle3_layers
 from ..selection.scorer import SetScorer
@@ -35,6 +36,7 @@ SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row un
 EAGLE3_PAPER_READING = "EAGLE3, paper's reading"
 TABLE1_METHODS = ["EAGLE2", "EAGLE3", EAGLE3_PAPER_READING, "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
 MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
+MAX_BOOTSTRAP_RESAMPLES = 100_000  # the resample weights (n_boot x prompts, int64) are drawn at once
 PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
 
 
@@ -366,6 +368,9 @@ def bootstrap_choices(stats: LayerStats, m: int = 3, *, n_boot: int = 100, seed:
                       progress: bool = True):
     """Stability of the choice: resample the calibration prompts with replacement `n_boot` times
     and rerun `method`; returns a DataFrame of chosen sets with their counts and shares."""
+    if not is_integer(n_boot) or not 1 <= n_boot <= MAX_BOOTSTRAP_RESAMPLES:
+        raise ValueError(f"n_boot must be an integer from 1 to {MAX_BOOTSTRAP_RESAMPLES} (the number of "
+                         f"resamples), got {type(n_boot).__name__} {n_boot!r}")
     if stats.sample_blocks is None:
         raise ValueError("per-sample sums were not kept: capture with keep_samples=True to bootstrap")
     n_samples = len(stats.sample_blocks)
