@@ -31,7 +31,8 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.draft.experiment import Experiment, trained_drafts
+from elsi_lib.draft.experiment import trained_drafts
+from elsi_lib.draft.protocol import Experiment
 from elsi_lib.draft.methods import draft_methods, run_methods
 from elsi_lib.draft.export import load_draft
 from record import write

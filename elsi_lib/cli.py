@@ -12,181 +12,15 @@ one line, not a traceback.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
 import sys
 from pathlib import Path
 
-FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
-METHODS = ("elsi", "elsi-c", "exhaustive", "probe", "eagle3", "eagle2")
-MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set comes from the capture
-FIXED_SIZES = {"eagle3": 3, "eagle2": 1}  # the layers in a fixed method's set, whatever the layer count
-DEFAULTS = {"m": 3, "k_beam": 10, "k_expand": 5}  # the parser's default is None: an explicit value is told apart
-READ_BY = {"k_beam": ("elsi", "elsi-c", "probe"), "k_expand": ("elsi", "elsi-c")}  # the methods that use each
-STABILITY_MIN = 20  # fewer resamples: a share in steps coarser than 5 % (one resample: 0 or 100 %)
-STABILITY_MAX = 10_000  # more: hours of selection, and the resample weights alone fill memory
-
-
-class UsageError(Exception):
-    """Bad arguments: exit status 2."""
-
-
-def _capture_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="registry name (e.g. smollm2-135m), local folder, .gguf file or hub id")
-    p.add_argument("--data", nargs="+", metavar="FILE", help="ShareGPT-format JSON/JSONL conversation files or prompt-set "
-                   "names (default: the clean-licence calibration mix)")
-    p.add_argument("--prompts", type=int, default=200, help="calibration conversations (default 200)")
-    p.add_argument("--rho", type=float, default=0.3, help="share of positions kept by next-token entropy (default 0.3)")
-    p.add_argument("--block", type=int, default=32, help="retained tokens averaged per block, B (default 32)")
-    p.add_argument("--seed", type=int, default=0, help="seeds the prompt sample and the bootstrap (default 0)")
-    p.add_argument("--reply-model", default="smollm2-135m", help="writes the greedy replies to prompts that end "
-                   "with a user turn (default smollm2-135m, as the notebooks; 'self' = the model itself)")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="elsi", description=__doc__.split("\n\n")[0], formatter_class=fmt)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="{select,capture,report}")
-    select = commands.add_parser("select", formatter_class=fmt, help="choose the draft's layers",
-                                 description="Capture (or reuse the cached capture), select a layer set and print "
-                                 "it next to EAGLE3's and the exhaustive optimum.",
-                                 epilog="example:\n  elsi select --model smollm2-135m --format vllm\n"
-                                        "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json")
-    _capture_options(select)
-    select.add_argument("--m", type=int, help="layers in the set (default 3); the layer count fixes eagle3's set "
-                        "(3 layers) and eagle2's (1): with them, --m may only repeat that size")
-    select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1); probe: "
-                        "the task probe (ridge map from the set's states to the target's next-token state)")
-    select.add_argument("--k-beam", type=int, help="beam width (default 10; elsi, elsi-c and probe only)")
-    select.add_argument("--k-expand", type=int, help="expansion pool (default 5; elsi and elsi-c only)")
-    select.add_argument("--format", choices=FORMATS, default="text", help="default text")
-    select.add_argument("--stability", type=int, default=0, metavar="N",
-                        help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
-                        f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
-                        f"{STABILITY_MAX}; needs --prompts 2 or more (below 20 the shares overstate the stability, "
-                        f"and a warning says so)")
-    select.add_argument("--out", help="also write the output to this file")
-    capture = commands.add_parser("capture", formatter_class=fmt, help="capture layer statistics only",
-                                  description="Capture the per-layer statistics (cached) that select and report read.",
-                                  epilog="example:\n  elsi capture --model smollm2-135m --prompts 200")
-    _capture_options(capture)
-    report = commands.add_parser("report", formatter_class=fmt, help="print a depth profile",
-                                 description="Per-layer entropy, top-row energy share and CKA compartment boundaries.",
-                                 epilog="example:\n  elsi report --model smollm2-135m --figures figures/")
-    _capture_options(report)
-    report.add_argument("--figures", metavar="DIR", help="also save the profile figure (PNG and PDF) here")
-    return parser
-
-
-def _check(args) -> None:
-    """Every check the arguments alone allow, before any file is read or model loaded; fills in the
-    defaults of --m, --k-beam and --k-expand (None in the parser, to tell an explicit value apart)."""
-    if args.prompts < 1:
-        raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
-    if not 0 < args.rho <= 1:
-        raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
-    if args.block < 1:
-        raise UsageError(f"--block must be at least 1, got {args.block}")
-    if args.command == "select":
-        _check_method_options(args)
-        _check_stability(args)
-        if args.format == "specforge" and args.method in MEASURED and args.m != 3:
-            raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
-                             f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
-    _check_data(args.data or [])
-    if getattr(args, "out", None) is not None:
-        _check_writable_file(args.out, "--out")
-    if getattr(args, "figures", None) is not None:
-        _check_writable_folder(args.figures, "--figures")
-
-
-def _check_method_options(args) -> None:
-    """--m, --k-beam, --k-expand: at least 1, and given only to a method that uses them (a fixed
-    method's --m only as its own set's size); the defaults filled in."""
-    for name, default in DEFAULTS.items():
-        value, option = getattr(args, name), f"--{name.replace('_', '-')}"
-        if value is None:
-            setattr(args, name, default)
-            continue
-        if value < 1:
-            raise UsageError(f"{option} must be at least 1, got {value}")
-        if name == "m" and args.method in FIXED_SIZES and value != FIXED_SIZES[args.method]:
-            size = FIXED_SIZES[args.method]
-            raise UsageError(f"--m {value}: --method {args.method}'s set is fixed by the layer count ({size} "
-                             f"layer{'s' * (size > 1)}); drop --m, or choose a measured method ({', '.join(MEASURED)})")
-        if name in READ_BY and args.method not in READ_BY[name]:
-            raise UsageError(f"{option} {value} does not apply to --method {args.method}: only "
-                             f"{', '.join(READ_BY[name])} search with it; drop {option}")
-
-
-def _check_stability(args) -> None:
-    """--stability N: a measured method, prompts to resample, and N within [STABILITY_MIN, STABILITY_MAX]."""
-    if args.stability < 0:
-        raise UsageError(f"--stability must be >= 0, got {args.stability}")
-    if not args.stability:
-        return
-    if args.method == "probe":
-        raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
-    if args.method not in MEASURED:
-        raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
-                         f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
-    if args.prompts < 2:
-        raise UsageError(f"--stability needs at least 2 prompts to resample, got --prompts {args.prompts} "
-                         f"(every resample of one prompt is that prompt: the share would be 100 %)")
-    if not STABILITY_MIN <= args.stability <= STABILITY_MAX:
-        bound = f"at least {STABILITY_MIN}" if args.stability < STABILITY_MIN else f"at most {STABILITY_MAX}"
-        raise UsageError(f"--stability {args.stability}: {bound} resamples (from {STABILITY_MIN}, a share in "
-                         f"steps of 5 % or finer, to {STABILITY_MAX})")
-
-
-def _check_data(data: list) -> None:
-    """Each --data is a file or a prompt set, and none is given twice (a file however spelt: by its
-    resolved path), which would count its conversations twice."""
-    from .inputs.prompts import PROMPT_SETS
-
-    seen = {}
-    for prompt_set in data:
-        if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
-            raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
-        key = prompt_set if prompt_set in PROMPT_SETS else Path(prompt_set).resolve()
-        if key in seen and prompt_set in PROMPT_SETS:
-            raise UsageError(f"--data {prompt_set} is given twice: pass each prompt set once")
-        if key in seen:
-            raise UsageError(f"--data {seen[key]} and {prompt_set} are the same file ({key}): pass it once, or "
-                             "its conversations count twice")
-        seen[key] = prompt_set
-
-
-def _check_writable_folder(name: str, option: str) -> None:
-    """`name` is a folder that can be written, or one that can be made (its nearest existing parent
-    a folder that can be written): fail now, not after the capture."""
-    path = Path(name)
-    existing = next((p for p in (path, *path.parents) if p.exists()), Path("."))
-    if existing == path and not path.is_dir():
-        raise UsageError(f"{option} {name!r} exists and is not a folder")
-    if not existing.is_dir():
-        raise UsageError(f"{option} {name!r}: {str(existing)!r} is not a folder")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {name!r} cannot be written (permission denied on {str(existing)!r})")
-
-
-def _check_writable_file(name: str, option: str) -> None:
-    """`name` can be written (created or replaced) as a file: fail now, not after the capture."""
-    path = Path(name)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not name or path.is_dir() or name.endswith(os.sep):
-        raise UsageError(f"{option} {name!r} is a folder; give a file name")
-    if not folder.exists():
-        raise UsageError(f"{option} {name!r}: the folder {str(folder)!r} does not exist")
-    if not folder.is_dir():
-        raise UsageError(f"{option} {name!r}: {str(folder)!r} is not a folder")
-    if path.exists() and not path.is_file():
-        raise UsageError(f"{option} {name!r} exists and is not a regular file")
-    if not os.access(path if path.exists() else folder, os.W_OK) or not os.access(folder, os.X_OK):
-        raise UsageError(f"{option} {name!r} cannot be written (permission denied on "
-                         f"{str(path if path.exists() else folder)!r})")
+from .cli_args import (  # noqa: F401 (the parser and its checks, kept apart: cli_args.py)
+    DEFAULTS, FIXED_SIZES, FORMATS, MEASURED, METHODS, READ_BY, STABILITY_MAX, STABILITY_MIN, UsageError, _check,
+    _check_data, _check_method_options, _check_stability, _check_writable_file, _check_writable_folder, build_parser)
 
 
 def _prompts(args) -> list:
@@ -324,7 +158,7 @@ def _stability(args, stats, layers: tuple, n_prompts: int) -> dict:
     (the others add nothing to resample): refused when fewer than 2 did."""
     import numpy as np
 
-    from .paper.study import bootstrap_choices
+    from .selection.stability import bootstrap_choices
     from .selection import select
 
     if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:

@@ -33,8 +33,8 @@ import torch
 from elsi_lib.paper import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.experiment import (Experiment, data_key, from_parameters, groups, train_group, trained_drafts,
-                                      training_data)
+from elsi_lib.draft.experiment import data_key, groups, train_group, trained_drafts, training_data
+from elsi_lib.draft.protocol import Experiment, from_parameters
 from elsi_lib.draft.methods import draft_methods, run_methods
 from elsi_lib.draft.tables import AVG, read_tau_csv
 from elsi_lib.draft.export import save_draft

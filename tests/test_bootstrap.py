@@ -1,11 +1,11 @@
-"""The bootstrap behind `elsi select --stability` (elsi_lib.paper.study.bootstrap_choices): a number
+"""The bootstrap behind `elsi select --stability` (elsi_lib.selection.stability.bootstrap_choices): a number
 of resamples that is not a positive integer is refused before anything is drawn (10**12 used to end
 in a MemoryError, 0 in an empty table, -1 in numpy's "negative dimensions")."""
 import numpy as np
 import pytest
 
 from elsi_lib.hidden.layerstats import LayerStats
-from elsi_lib.paper import study
+from elsi_lib.selection import stability
 
 
 def _stats(n_samples=24, seed=0):
@@ -21,10 +21,10 @@ def _stats(n_samples=24, seed=0):
 def test_a_bad_number_of_resamples_is_refused_before_drawing(n_boot, monkeypatch):
     stats = _stats()
     monkeypatch.setattr(np.random, "default_rng", lambda *a: pytest.fail("resamples were drawn"))
-    with pytest.raises(ValueError, match=rf"n_boot must be an integer from 1 to {study.MAX_BOOTSTRAP_RESAMPLES}"):
-        study.bootstrap_choices(stats, 2, n_boot=n_boot, progress=False)
+    with pytest.raises(ValueError, match=rf"n_boot must be an integer from 1 to {stability.MAX_BOOTSTRAP_RESAMPLES}"):
+        stability.bootstrap_choices(stats, 2, n_boot=n_boot, progress=False)
 
 
 def test_the_edges_of_the_range_resample():
-    assert study.bootstrap_choices(_stats(), 2, n_boot=1, progress=False)["count"].sum() == 1
-    assert study.MAX_BOOTSTRAP_RESAMPLES >= 10_000  # what `elsi select --stability` allows
+    assert stability.bootstrap_choices(_stats(), 2, n_boot=1, progress=False)["count"].sum() == 1
+    assert stability.MAX_BOOTSTRAP_RESAMPLES >= 10_000  # what `elsi select --stability` allows

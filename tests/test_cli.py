@@ -168,7 +168,7 @@ def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(caps
 
 def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(capsys, folder, data, monkeypatch):
     """Prompts too short to fill a block add nothing to resample: the bootstrap is refused, naming them."""
-    from elsi_lib.paper import study
+    from elsi_lib.selection import stability
 
     real = cli._stats
 
@@ -179,7 +179,7 @@ def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(ca
         return stats.__class__(**{**stats.__dict__, "sample_blocks": blocks}), described
 
     monkeypatch.setattr(cli, "_stats", one_prompt_with_a_block)
-    monkeypatch.setattr(study, "bootstrap_choices", lambda *a, **k: pytest.fail("resampled one prompt"))
+    monkeypatch.setattr(stability, "bootstrap_choices", lambda *a, **k: pytest.fail("resampled one prompt"))
     code, out, err = run(capsys, "select", *base(folder, data), "--stability", 20)
     assert code == 2 and "1 of the 24 prompts" in err and "--block" in err and not out
 

@@ -47,6 +47,34 @@ def test_trained_drafts_are_the_drafts_run_trained(tiny_experiment):
     assert torch.equal(again["eagle3"].d2t, data.d2t) and again["elsi-m3"].config.source == (1, 2, 3)
 
 
+def test_every_result_records_its_numeric_settings(tiny_experiment, tmp_path):
+    """The same parameter file trains in bf16 on one CPU and float32 on another: every frame of a run,
+    its per-question rows, its saved tables and its drafts (and so their exports) say which."""
+    from elsi_lib.common.hardware import numeric_label
+    from elsi_lib.draft.tables import read_tau_csv, save_tau_tables, tau_long, tau_table
+    from elsi_lib.paper import plots, validation
+
+    exp, loaded = tiny_experiment
+    ran = E.run(exp, METHODS, loaded=loaded, progress=False)
+    want = {"draft matmuls": numeric_label(exp.train.autocast_bf16), "target features": "store (float32 forward)"}
+    assert ran.numeric == want and E.numeric_settings(exp) == want
+    for frame in (ran.results, ran.accuracy):
+        assert (frame[list(want)] == pd.Series(want)).all().all()
+    assert all(d.numeric == want for d in ran.drafts.values())
+    assert all(d.numeric == want for d in E.trained_drafts(exp, METHODS, loaded=loaded).values())
+    rows = validation.question_rows(ran.results, ran.accuracy, METHODS.assign(entropy=0.0, layers=METHODS.source), protocol="p",
+                                    prompts=4)
+    assert (rows[list(want)] == pd.Series(want)).all().all()
+    plots.save_table(ran.accuracy.drop(columns=list(want)), "acc", tmp_path, numeric=ran.numeric)
+    assert (pd.read_csv(tmp_path / "acc.csv")[list(want)] == pd.Series(want)).all().all()
+    long = tau_long(*tau_table(ran.results, 4, n_boot=100), temperature=0.0, nodes=4)
+    save_tau_tables(long, "tau", tmp_path, numeric=ran.numeric)
+    assert (read_tau_csv(tmp_path / "tau.csv")[list(want)] == pd.Series(want)).all().all()
+    assert "draft matmuls: " + want["draft matmuls"] in (tmp_path / "tau.md").read_text()
+    live = replace(exp, features="live", live_bf16=True, train=replace(exp.train, autocast_bf16=True))
+    assert E.numeric_settings(live) == {"draft matmuls": "bf16", "target features": "live (bf16 forward)"}
+
+
 def test_trained_drafts_read_the_checkpoint_alone(tiny_experiment, monkeypatch, capsys):
     """No reply, feature store or vocabulary is rebuilt to read the drafts back (each draft's
     config and vocabulary maps are in the checkpoint); a corrupt checkpoint is refused, naming it,

@@ -7,7 +7,8 @@ from ..common.cachefiles import per_question_cache, save_per_question
 from ..common.identity import weights_sha256
 from ..common.progress import progress_bar
 from .decode import speculative_generate
-from .experiment import Experiment, Run
+from .experiment import Run
+from .protocol import Experiment
 from .replay import continuation_end, question_tau
 from .runner import ran_on
 

@@ -118,7 +118,7 @@ def run_methods(parameters, *, loaded: tuple | None = None):
     from pathlib import Path
 
     from ..paper import calibration
-    from .experiment import from_parameters
+    from .protocol import from_parameters
 
     exp, method_ids = from_parameters(parameters)
     params = yaml.safe_load(Path(parameters).read_text()) or {}

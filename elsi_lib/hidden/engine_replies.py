@@ -19,7 +19,6 @@ out-of-range records).
 from __future__ import annotations
 
 import fcntl
-import gzip
 import hashlib
 import json
 import os

@@ -8,7 +8,6 @@ its Findings cell quotes, so that the prose is rendered from the run rather than
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple
 
 import numpy as np
@@ -18,11 +17,10 @@ from ..selection.cka import cka_matrix, find_boundaries, transition_scores
 from ..selection.conventions import eagle3_paper_layers
 from ..selection.entropy import set_entropy
 from ..hidden.layerstats import LayerStats
-from ..common.checks import is_integer
-from ..common.progress import progress_bar
 from ..selection.conventions import eagle2_layers, eagle3_layers
 from ..selection.scorer import SetScorer
 from ..selection.select import elsi, elsi_c, exhaustive, lowest_entropy_layers, single_layer_entropies
+from ..selection.stability import MAX_BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_PROMPTS, bootstrap_choices  # noqa: F401
 
 Stats = dict[str, dict[str, LayerStats]]  # {model: {selection: LayerStats}}, as `paper_stats` returns
 REGIMES = ("early", "middle", "late")
@@ -35,8 +33,6 @@ SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row un
 # the paper's Table 1 reads EAGLE's rule one layer deeper (`eagle3_paper_layers`), shown as its own row
 EAGLE3_PAPER_READING = "EAGLE3, paper's reading"
 TABLE1_METHODS = ["EAGLE2", "EAGLE3", EAGLE3_PAPER_READING, "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
-MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
-MAX_BOOTSTRAP_RESAMPLES = 100_000  # the resample weights (n_boot x prompts, int64) are drawn at once
 PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
 
 
@@ -362,32 +358,6 @@ def path_start(selection) -> tuple[int, int | None]:
     in the first beam, 0 = the best single layer; None when it is not in that beam)."""
     first, seeds = selection.path()[0], [entry.layers for entry in selection.beams[1]]
     return first[0], seeds.index(first) if first in seeds else None
-
-
-def bootstrap_choices(stats: LayerStats, m: int = 3, *, n_boot: int = 100, seed: int = 0, method=elsi,
-                      progress: bool = True):
-    """Stability of the choice: resample the calibration prompts with replacement `n_boot` times
-    and rerun `method`; returns a DataFrame of chosen sets with their counts and shares."""
-    if not is_integer(n_boot) or not 1 <= n_boot <= MAX_BOOTSTRAP_RESAMPLES:
-        raise ValueError(f"n_boot must be an integer from 1 to {MAX_BOOTSTRAP_RESAMPLES} (the number of "
-                         f"resamples), got {type(n_boot).__name__} {n_boot!r}")
-    if stats.sample_blocks is None:
-        raise ValueError("per-sample sums were not kept: capture with keep_samples=True to bootstrap")
-    n_samples = len(stats.sample_blocks)
-    if n_samples < MIN_BOOTSTRAP_PROMPTS:
-        warnings.warn(f"the bootstrap rests on {n_samples} prompt(s) with a full block (fewer than "
-                      f"{MIN_BOOTSTRAP_PROMPTS}): resamples of so few prompts barely differ, so the shares "
-                      "overstate how stable the choice is", UserWarning, stacklevel=2)
-    rng = np.random.default_rng(seed)
-    weights = rng.multinomial(n_samples, np.full(n_samples, 1.0 / n_samples), size=n_boot)  # (R, S)
-    chosen = []
-    bar = progress_bar(total=n_boot, desc="bootstrap", unit="resample", disable=not progress)
-    for start in range(0, n_boot, 10):  # 10 replicates of Z at a time bound the memory
-        chosen += [method(Z, m).layers for Z in stats.resampled_Z(weights[start:start + 10])]
-        bar.update(len(weights[start:start + 10]))
-    bar.close()
-    counts = pd.Series(chosen).value_counts()
-    return pd.DataFrame({"layers": counts.index, "count": counts.values, "share": counts.values / n_boot})
 
 
 def bootstrap_table(stats: Stats, m: int = 3, *, n_boot: int = 100, seed: int = 0,

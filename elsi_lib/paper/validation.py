@@ -24,6 +24,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from ..draft.tables import _check_n_boot, paired_differences
+from ..draft.protocol import NUMERIC_COLUMNS
 from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does
@@ -47,7 +48,8 @@ def question_rows(results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.Dat
     """The per-question tau rows of `results` (`experiment.Run.results`, or `Run.curve` with its own
     prompts and step columns) with each draft's scored layers (`methods.layers`: EAGLE2's normed last
     state is scored as the last layer), set entropy and held-out step accuracy (`accuracy`, joined on
-    method and seed unless the rows carry it), under `protocol` and the training prompts `prompts`."""
+    method and seed unless the rows carry it), under `protocol` and the training prompts `prompts`,
+    and the numeric settings the drafts ran with where the rows carry them (`protocol.NUMERIC_COLUMNS`)."""
     steps = [c for c in accuracy.columns if c.startswith("step ")]
     rows = results.copy()
     if not all(c in rows for c in steps):
@@ -66,7 +68,7 @@ def question_rows(results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.Dat
     if "prompts" not in rows:
         raise ValueError("pass prompts= (the training prompts) when the rows have no prompts column")
     keep = ["prompts", "id", "method", "seed", "layers", "set entropy", *steps, "temperature", "nodes",
-            "question_id", "column", "tau"]
+            "question_id", "column", "tau", *[c for c in NUMERIC_COLUMNS if c in rows]]
     return rows.assign(protocol=protocol)[["protocol", *keep]]
 
 
