@@ -74,7 +74,7 @@ class _Job:
 
 def _stats(args, job: _Job):
     """(the model's LayerStats of the paper's selection, the conversations' description)."""
-    from .paper.calibration import calibration_conversations, capture_selections
+    from .hidden.calibration import calibration_conversations, capture_selections
     from .inputs.prompts import conversations_hash
     from .hidden.replies import reply_conversations
     from .hidden.settings import CaptureSettings
@@ -107,50 +107,65 @@ def _fixed_layers(method: str, n_layers: int):
     return {"eagle3": eagle3_layers, "eagle2": eagle2_layers}[method](n_layers)
 
 
-def _check_select(args, job: _Job) -> None:
-    """The checks the model's layer count and architecture allow, before the capture."""
-    from .selection.conventions import ENGINE_FORMATS, engine_fragment
+def _restriction(args, job: _Job):
+    """The sets --engine can feed a draft on this model (`selection.feasible.restriction`), None without --engine."""
+    from .selection.feasible import restriction
 
-    N = job.n_layers
+    return restriction(args.engine, job.n_layers, job.architecture) if args.engine else None
+
+
+def _check_select(args, job: _Job) -> None:
+    """The checks the model's layer count and architecture allow, before the capture: --m fits the
+    model and the engine's restriction; a fixed method's set is one the engine can feed."""
+    from .selection.feasible import check_size, feasible
+
+    N, restricted = job.n_layers, _restriction(args, job)
     if args.method in MEASURED:
         if args.m > N:
             raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
-        if args.format in ("sglang", "specforge") and args.m == N:
-            raise UsageError(f"--format {args.format} --m {N}: a set of all {N} layers holds the last one, "
-                             f"whose output SGLang cannot capture")
+        if restricted is not None:
+            try:
+                check_size(restricted, args.m)
+            except ValueError as err:
+                raise UsageError(f"--engine {args.engine} --m {args.m}: {err}") from None
         return
     try:
         layers = _fixed_layers(args.method, N)
     except ValueError as err:
         raise UsageError(f"--method {args.method}: {err}") from None
-    if args.format in ENGINE_FORMATS:
-        try:
-            engine_fragment(layers, N, args.format, job.architecture)
-        except ValueError as err:
-            raise UsageError(f"--format {args.format} cannot express --method {args.method}'s set {layers}: {err}") from None
+    problem = feasible(layers, N, args.engine, job.architecture) if args.engine else None
+    if problem:
+        raise UsageError(f"--engine {args.engine} cannot feed a draft --method {args.method}'s set {layers}: {problem}")
 
 
-def _selection(Z, args, job=None):
+def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
+    """(the set --method chooses, its score: set entropy, or the probe's held-out error), among the
+    sets `restricted` (a `feasible.Restriction`) allows when given."""
     from .selection import select
+    from .selection.entropy import set_entropy
 
     N = Z.shape[0]
+    if args.m > N and args.method in MEASURED:
+        raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+    where = {} if restricted is None else {"allowed": restricted.allowed, "required": restricted.required}
     if args.method == "probe":
         from .hidden.probe_capture import cached_probe_choice
 
-        if args.m > N:
-            raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
-        job.probe = cached_probe_choice(*job.loaded, job.conversations, args.m, k_beam=args.k_beam,
-                                        max_length=job.max_length)
-        return job.probe.layers
-    if args.m > N and args.method in MEASURED:
-        raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+        choice = cached_probe_choice(*job.loaded, job.conversations, args.m, k_beam=args.k_beam,
+                                     max_length=job.max_length, **where)
+        if getattr(job, "probe", None) is None:  # the answer's choice (asked first), not the comparison's
+            job.probe = choice
+        return tuple(choice.layers), float(choice.error)
     if args.method == "elsi":
-        return select.elsi(Z, args.m, args.k_beam, args.k_expand).layers
-    if args.method == "elsi-c":
-        return select.elsi_c(Z, args.m, args.k_beam, args.k_expand).layers
-    if args.method == "exhaustive":
-        return select.exhaustive(Z, args.m).layers
-    return _fixed_layers(args.method, N)
+        chosen = select.elsi(Z, args.m, args.k_beam, args.k_expand, **where)
+    elif args.method == "elsi-c":
+        chosen = select.elsi_c(Z, args.m, args.k_beam, args.k_expand, **where)
+    elif args.method == "exhaustive":
+        chosen = select.exhaustive(Z, args.m, **where)
+    else:
+        layers = tuple(_fixed_layers(args.method, N))
+        return layers, set_entropy(Z, layers)
+    return tuple(int(l) for l in chosen.layers), float(chosen.entropy)
 
 
 def _stability(args, stats, layers: tuple, n_prompts: int) -> dict:
@@ -178,24 +193,55 @@ def _recipe_line(fragment: dict) -> str:
     from .selection.conventions import SPECULATORS_RECIPE
 
     if "recipe_unavailable" in fragment:
-        return f"speculators' recipe: {fragment['recipe_unavailable']}"
+        return f"speculators' recipe: {fragment['recipe_unavailable']} (--engine speculators restricts the search to sets it can train)"
     return (f"speculators' recipe: {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])} -- ..., "
             f"then {SPECULATORS_RECIPE[1]} ... {' '.join(fragment['train_args'])}")
 
 
+def _recipe_commands(fragment: dict) -> list[str]:
+    """speculators' recipe as two commands whose ids agree (launch_vllm.py appends N; train.py takes the ids without it)."""
+    from .selection.conventions import SPECULATORS_RECIPE
+
+    return [f"python {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])}",
+            f"python {SPECULATORS_RECIPE[1]} ... {' '.join(fragment['train_args'])}"]
+
+
+def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) -> dict:
+    """What --engine's restriction cost: the unrestricted choice and both scores (the probe's held-out
+    error is lower-better, set entropy higher-better)."""
+    free, free_score = _selection(Z, args, job) if args.method in MEASURED else (layers, score)
+    name = "probe held-out relative error" if args.method == "probe" else "set entropy"
+    return {"engine": args.engine, "rules": list(restricted.why), "allowed": list(restricted.allowed),
+            "required": list(restricted.required), "score": name, "restricted": {"layers": list(layers), "score": score},
+            "unrestricted": {"layers": list(free), "score": free_score}, "costs": abs(free_score - score)}
+
+
+def _restriction_lines(info: dict) -> list[str]:
+    if not info["rules"]:
+        return []
+    free, mine = info["unrestricted"], info["restricted"]
+    lines = [f"restricted to the sets {info['engine']} can feed a draft: " + "; ".join(info["rules"])]
+    if free["layers"] == mine["layers"]:
+        return lines + ["  the unrestricted choice is the same set: the restriction costs nothing"]
+    return lines + [f"  unrestricted, the choice would be {tuple(free['layers'])} ({info['score']} {free['score']:.4f} "
+                    f"against {mine['score']:.4f}: the restriction costs {info['costs']:.4f})"]
+
+
 def cmd_select(args) -> str:
     from . import __version__
+    from .common.identity import model_fingerprint
+    from .draft.evidence import evidence_lines
     from .selection import select
     from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
     from .selection.entropy import set_entropy
-    from .common.identity import model_fingerprint
 
     job = _Job(args)
     _check_select(args, job)
     stats, described = _stats(args, job)
     model = job.loaded[0]
     Z, N = stats.Z, stats.Z.shape[0]
-    layers = tuple(int(l) for l in _selection(Z, args, job))
+    restricted = _restriction(args, job)
+    layers, score = _selection(Z, args, job, restricted)
     fragment = None
     if args.format not in ("text", "json"):
         try:
@@ -212,6 +258,10 @@ def cmd_select(args) -> str:
                              **described, "rho": args.rho, "block": args.block, "seed": args.seed,
                              "k_beam": args.k_beam, "k_expand": args.k_expand, "elsi_version": __version__,
                              "n_layers": N, "convention": "elsi: layer l = output of decoder layer l"}}
+    if restricted is not None:
+        result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
+    differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
+    result["evidence"] = evidence_lines(args.model, args.method, len(layers), chosen_differs=differs)
     if args.method == "probe":
         result["probe"] = {"heldout_relative_error": job.probe.error, "ridge": job.probe.ridge,
                            "search": job.probe.search}
@@ -220,31 +270,35 @@ def cmd_select(args) -> str:
     if args.format == "json":
         return json.dumps(result, indent=2)
     if fragment is not None:
-        return json.dumps({**fragment, "elsi_provenance": result["provenance"] | {
+        extra = {"recipe_commands": _recipe_commands(fragment)} if "launch_args" in fragment else {}
+        return json.dumps({**fragment, **extra, "elsi_provenance": result["provenance"] | {
             "layers_elsi": list(layers), "entropy": result["entropy"],
             "eagle3_entropy": result["eagle3"]["entropy"] if eagle3 else None,
-            "architecture": job.architecture, "ids_for": engine_reading(args.format, job.architecture)}},
-            indent=2)
+            "architecture": job.architecture, "ids_for": engine_reading(args.format, job.architecture),
+            **({"restriction": result["restriction"]} if restricted is not None else {}),
+            "evidence": result["evidence"]}}, indent=2)
     lines = [f"{args.model}: {N} layers, {described['prompts']} conversations, rho {args.rho}, B {args.block}",
              "", f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
              f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}"]
     if eagle3:
         lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
-    lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}",
-              "", f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
+    lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}", ""]
+    if restricted is not None:
+        lines += _restriction_lines(result["restriction"])
+    lines += [f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
               _recipe_line(engine_fragment(layers, N, "speculators"))]
     try:
         sglang = engine_fragment(layers, N, "sglang", job.architecture)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
     except ValueError as err:
-        lines.append(f"SGLang: none: {err}")
+        lines.append(f"SGLang: none: {err} (--engine sglang restricts the search to the sets it can capture)")
     if args.method == "probe":
         lines.append(f"probe: held-out relative error {job.probe.error:.4f} (ridge {job.probe.ridge:g}, "
                      f"{job.probe.search} search)")
     if args.stability:
         lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
                      f"{args.stability} bootstrap resamples of the prompts")
-    return "\n".join(lines)
+    return "\n".join(lines + [""] + result["evidence"])
 
 
 def cmd_capture(args) -> str:
@@ -254,7 +308,7 @@ def cmd_capture(args) -> str:
 
 
 def cmd_report(args) -> str:
-    from .paper.study import compartments
+    from .selection.cka import compartments
 
     stats, described = _stats(args, _Job(args))
     Z = stats.Z
@@ -265,9 +319,10 @@ def cmd_report(args) -> str:
              "layer  entropy  top-row energy  CKA boundary after it (Eq. 8 peak)"]
     lines += [f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])]
     if args.figures:
-        from .paper import plots
+        from .common import figures as plots
+        from .common.results import slug
         fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
-        paths = plots.save_figure(fig, f"profile_{plots.slug(args.model)}", args.figures)
+        paths = plots.save_figure(fig, f"profile_{slug(args.model)}", args.figures)
         print("saved " + ", ".join(map(str, paths)), file=sys.stderr)
     return "\n".join(lines)
 

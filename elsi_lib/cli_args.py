@@ -13,6 +13,10 @@ MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set co
 FIXED_SIZES = {"eagle3": 3, "eagle2": 1}  # the layers in a fixed method's set, whatever the layer count
 DEFAULTS = {"m": 3, "k_beam": 10, "k_expand": 5}  # the parser's default is None: an explicit value is told apart
 READ_BY = {"k_beam": ("elsi", "elsi-c", "probe"), "k_expand": ("elsi", "elsi-c")}  # the methods that use each
+ENGINES = ("vllm", "speculators", "sglang", "specforge")
+# the versions whose layer-id handling elsi has read (selection/conventions.py says where): another is refused
+ENGINE_VERSIONS = {"vllm": ("0.32.0",), "speculators": ("0.7.0", "0.9.0"), "sglang": ("0.5.14",),
+                   "specforge": ("a6b6b023",)}
 STABILITY_MIN = 20  # fewer resamples: a share in steps coarser than 5 % (one resample: 0 or 100 %)
 STABILITY_MAX = 10_000  # more: hours of selection, and the resample weights alone fill memory
 
@@ -49,7 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "the task probe (ridge map from the set's states to the target's next-token state)")
     select.add_argument("--k-beam", type=int, help="beam width (default 10; elsi, elsi-c and probe only)")
     select.add_argument("--k-expand", type=int, help="expansion pool (default 5; elsi and elsi-c only)")
-    select.add_argument("--format", choices=FORMATS, default="text", help="default text")
+    select.add_argument("--format", choices=FORMATS, default="text", help="default text; an engine's format "
+                        "(vllm, speculators, sglang, specforge) also restricts the search to the sets it can feed a "
+                        "draft, as --engine does")
+    select.add_argument("--engine", choices=ENGINES, help="restrict the search to the sets this engine or training "
+                        "recipe can feed a draft (speculators' recipe, SGLang, SpecForge: never the last layer; "
+                        "SpecForge: exactly 3 layers) and say what the restriction cost (default: the --format's engine)")
+    select.add_argument("--engine-version", help="the engine version the ids are for; only versions elsi has read "
+                        "are accepted (" + "; ".join(f"{e}: {', '.join(v)}" for e, v in ENGINE_VERSIONS.items()) + ")")
     select.add_argument("--stability", type=int, default=0, metavar="N",
                         help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
                         f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
@@ -80,14 +91,32 @@ def _check(args) -> None:
     if args.command == "select":
         _check_method_options(args)
         _check_stability(args)
-        if args.format == "specforge" and args.method in MEASURED and args.m != 3:
-            raise UsageError(f"--format specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
-                             f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
+        _check_engine(args)
     _check_data(args.data or [])
     if getattr(args, "out", None) is not None:
         _check_writable_file(args.out, "--out")
     if getattr(args, "figures", None) is not None:
         _check_writable_folder(args.figures, "--figures")
+
+
+def _check_engine(args) -> None:
+    """--engine (default: the --format's engine) agrees with --format, --engine-version is one elsi has
+    read, and SpecForge gets three layers."""
+    if args.format in ENGINES:
+        if args.engine not in (None, args.format):
+            raise UsageError(f"--engine {args.engine} with --format {args.format}: the format's ids are for "
+                             f"{args.format}; drop --engine, or print --format text / json")
+        args.engine = args.format
+    if args.engine_version is not None:
+        if args.engine is None:
+            raise UsageError("--engine-version needs --engine (or an engine's --format)")
+        if args.engine_version not in ENGINE_VERSIONS[args.engine]:
+            raise UsageError(f"--engine-version {args.engine_version}: elsi has read how {args.engine} "
+                             f"{' and '.join(ENGINE_VERSIONS[args.engine])} name layers, not this version; its ids "
+                             "may name other layers (selection/conventions.py says what was read)")
+    if args.engine == "specforge" and args.method in MEASURED and args.m != 3:
+        raise UsageError(f"--engine specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
+                         f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
 
 
 def _check_method_options(args) -> None:

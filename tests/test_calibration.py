@@ -1,7 +1,7 @@
 import pytest
 
 from elsi_lib.paper import calibration
-from elsi_lib.paper.calibration import SELECTIONS
+from elsi_lib.hidden.calibration import SELECTIONS
 from elsi_lib.hidden.settings import CaptureSettings
 
 

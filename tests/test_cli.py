@@ -70,25 +70,57 @@ def test_methods(capsys, folder, data, method):
 @pytest.mark.parametrize("fmt", ENGINE_FORMATS)
 def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     """Each format's ids, read back by the engine's own rule (tests/test_conventions.py), are the
-    selected set; SGLang / SpecForge refuse a set holding the last layer, whose output they cannot capture."""
+    selected set; an engine's format restricts the search to the sets it can feed a draft (before, a
+    set holding the last layer was refused by SGLang / SpecForge and the user got no set at all), and
+    the answer says what the restriction cost."""
     out_file = tmp_path / "fragment.json"
-    selected = json.loads(run(capsys, "select", *base(folder, data), "--format", "json")[1])["layers"]
+    free = json.loads(run(capsys, "select", *base(folder, data), "--format", "json")[1])
     code, out, err = run(capsys, "select", *base(folder, data), "--format", fmt, "--out", out_file)
-    if fmt in ("sglang", "specforge") and N_LAYERS - 1 in selected:
-        assert code == 2 and "last decoder layer" in err and not out and not out_file.exists()
-        return
-    assert code == 0 and json.loads(out_file.read_text()) == json.loads(out)
+    assert code == 0 and json.loads(out_file.read_text()) == json.loads(out), err
     fragment = json.loads(out)
     layers = fragment["elsi_provenance"]["layers_elsi"]
-    assert layers == selected and fragment["elsi_provenance"]["architecture"] == "LlamaForCausalLM"
+    assert fragment["elsi_provenance"]["architecture"] == "LlamaForCausalLM"
+    info = fragment["elsi_provenance"]["restriction"]
+    assert info["unrestricted"]["layers"] == free["layers"] and info["restricted"]["layers"] == layers
+    assert info["restricted"]["score"] <= info["unrestricted"]["score"] + 1e-12  # set entropy: higher is better
+    if fmt in ("speculators", "sglang", "specforge"):
+        assert N_LAYERS - 1 not in layers and info["rules"]
+    else:
+        assert layers == free["layers"] and not info["rules"]
     if fmt in ("vllm", "speculators"):
         assert list(vllm_captured(fragment["eagle_aux_hidden_state_layer_ids"], N_LAYERS)) == layers
     else:
         ids = fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         assert list(sglang_captured(ids, N_LAYERS, "LlamaForCausalLM")) == layers
-    if fmt == "speculators" and N_LAYERS - 1 not in layers:
+    if fmt == "speculators":
         features, verifier_last = speculators_recipe(fragment, N_LAYERS)
         assert list(features) == layers and verifier_last == N_LAYERS - 1
+        launch, train = fragment["recipe_commands"]
+        ids = " ".join(str(l + 1) for l in layers)
+        assert launch.endswith(f"--target-layer-ids {ids} {N_LAYERS}") and train.endswith(f"--target-layer-ids {ids}")
+
+
+def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
+    """--engine restricts a text answer too and says what it cost; every answer ends with the project's
+    evidence for the criterion (none for this random model: said plainly, with the bundled families')."""
+    code, text, _ = run(capsys, "select", *base(folder, data), "--engine", "speculators")
+    assert code == 0 and "restricted to the sets speculators can feed a draft: no last layer (7)" in text
+    assert "unrestricted" in text and "evidence: none for" in text and "no ELSI m=3 draft was trained on it" in text
+    code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json", "--engine", "sglang")
+    result = json.loads(out)
+    assert code == 0 and N_LAYERS - 1 not in result["layers"] and result["restriction"]["engine"] == "sglang"
+    assert any("qwen2.5-coder-0.5b" in line for line in result["evidence"])
+
+
+def test_engine_refusals_come_before_the_capture(capsys, folder, data, no_capture):
+    cases = [(["--engine", "speculators", "--method", "eagle2"], "cannot feed a draft --method eagle2's set (7,)"),
+             (["--engine", "specforge", "--m", 2], "exactly three"),
+             (["--format", "sglang", "--engine", "vllm"], "--engine vllm with --format sglang"),
+             (["--engine", "sglang", "--engine-version", "0.3.0"], "--engine-version 0.3.0: elsi has read"),
+             (["--engine-version", "0.32.0"], "--engine-version needs --engine")]
+    for extra, message in cases:
+        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
 
 
 def test_text_format_names_every_engine(capsys, folder, data):
@@ -117,13 +149,14 @@ def test_refusals_and_exit_codes(capsys, folder, data):
 @pytest.fixture
 def no_capture(monkeypatch):
     """The command must refuse before it writes a reply or captures anything."""
-    import elsi_lib.paper.calibration
+    import elsi_lib.hidden.calibration
     import elsi_lib.hidden.replies
 
     def reached(*args, **kwargs):
         raise AssertionError("the command started its work before refusing")
 
-    for module, name in ((elsi_lib.paper.calibration, "capture_selections"), (elsi_lib.paper.calibration, "calibration_conversations"),
+    for module, name in ((elsi_lib.hidden.calibration, "capture_selections"),
+                         (elsi_lib.hidden.calibration, "calibration_conversations"),
                          (elsi_lib.hidden.replies, "reply_conversations")):
         monkeypatch.setattr(module, name, reached)
 

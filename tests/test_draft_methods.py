@@ -12,7 +12,8 @@ from conftest import random_layers
 from elsi_lib import eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
 from elsi_lib.draft.methods import beam_overlap, draft_methods, method_row
 from elsi_lib.draft.model import FINAL_NORM as FINAL
-from elsi_lib.paper.study import compartments, regimes
+from elsi_lib.paper.study import regimes
+from elsi_lib.selection.cka import compartments
 
 N = 8
 

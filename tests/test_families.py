@@ -4,7 +4,7 @@ import pytest
 
 from conftest import random_layers
 from elsi_lib.paper import families
-from elsi_lib.paper.study import compartments
+from elsi_lib.selection.cka import compartments
 
 
 def blocks(sizes, rows=12, dim=16, noise=0.05, seed=0):

@@ -11,7 +11,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ..paper.study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, compartments, selection_table
+from ..paper.study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
+from ..selection.cka import compartments
 from ..selection.conventions import eagle3_layers
 from ..selection.entropy import set_entropy
 from ..selection.scorer import SetScorer

@@ -67,11 +67,15 @@ def heldout_conversations(n: int, share: float, seed: int) -> np.ndarray:
     return np.sort(np.random.default_rng(seed).permutation(n)[:count])
 
 
-def cached_probe_choice(model, tokenizer, conversations, m: int, *, k_beam: int = 10, **probe) -> ProbeChoice:
-    """`selection.probe.probe_choice` of `cached_probe(..., **probe)` for m layers, itself cached (a
-    JSON beside the statistics: scoring every set takes minutes on 2 cores, reading it a moment)."""
+def cached_probe_choice(model, tokenizer, conversations, m: int, *, k_beam: int = 10, allowed=None, required=(),
+                        **probe) -> ProbeChoice:
+    """`selection.probe.probe_choice` of `cached_probe(..., **probe)` for m layers (restricted to
+    `allowed` / `required` layers when given), itself cached (a JSON beside the statistics: scoring
+    every set takes minutes on 2 cores, reading it a moment)."""
     stats, key = cached_probe(model, tokenizer, conversations, with_key=True, **probe)
-    choice_key = {**key, "m": m, "k_beam": k_beam, "choice_format": 1}
+    restricted = {} if allowed is None and not required else {"allowed": sorted(allowed or range(stats.n_layers)),
+                                                               "required": sorted(required)}
+    choice_key = {**key, "m": m, "k_beam": k_beam, "choice_format": 1, **restricted}
     path = keyed_path("probe", choice_key, suffix=".json")
     if path.is_file():
         try:
@@ -82,7 +86,7 @@ def cached_probe_choice(model, tokenizer, conversations, m: int, *, k_beam: int 
                                    {float(r): e for r, e in c["ridge_errors"].items()})
         except (ValueError, KeyError, TypeError):
             pass  # corrupt or foreign: chosen again below
-    choice = probe_choice(stats, m, k_beam=k_beam)
+    choice = probe_choice(stats, m, k_beam=k_beam, allowed=allowed, required=required)
     entry = {"key": choice_key, "choice": {"layers": list(choice.layers), "error": choice.error, "ridge": choice.ridge,
                                            "search": choice.search, "ridge_errors": choice.ridge_errors}}
     write_checked(path, json.dumps(entry).encode())

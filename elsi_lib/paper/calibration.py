@@ -1,4 +1,5 @@
-"""The calibration step of every paper notebook: prompts -> replies -> one capture per model.
+"""The calibration step of every paper notebook: prompts -> replies -> one capture per model, for
+every model a notebook runs (the steps themselves are the core's, `hidden.calibration`).
 
 Calibration follows the paper's setup: fixed conversations (prompt + reply) shared by every target
 model, as the paper shares ShareGPT. Here the replies are written once by `reply_model` (the small
@@ -6,24 +7,10 @@ default model, greedy), because generating them with each target would dominate 
 """
 from __future__ import annotations
 
-from ..hidden.capture import capture_variants
-from ..inputs.prompts import calibration_prompts
+from ..hidden.calibration import calibration_conversations, capture_selections
 from ..hidden.layerstats import LayerStats
-from ..inputs.models import DEFAULT_MODEL, load_model
-from ..hidden.replies import reply_conversations
 from ..hidden.settings import CaptureSettings
-
-# Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
-# random control of the same size, and the entropy filter with chat-template positions (where the
-# attention sinks sit) excluded.
-SELECTIONS = {
-    "all": {"rho": 1.0},
-    "entropy": {"keep_samples": True},
-    "random": {"select": "random"},
-    "entropy_no_template": {"exclude": "template"},
-}
-REPLY_BATCH = 16  # replies per generate call: on 2 CPU cores that halves the time of batches of 8
-
+from ..inputs.models import DEFAULT_MODEL, load_model
 
 def model_names(models, model=None) -> list[str]:
     """The models a notebook runs: `models` (a list, or a comma-separated string as papermill's
@@ -41,28 +28,6 @@ def model_names(models, model=None) -> list[str]:
     if model is not None and model not in names:
         names = [model, *names]
     return list(dict.fromkeys(names))
-
-
-def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
-                              max_new_tokens: int = 128, max_length: int = CaptureSettings.max_length,
-                              progress: bool = True, loaded: tuple | None = None) -> list[list[dict]]:
-    """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached).
-    `loaded`: the reply model's (model, tokenizer) when the caller already holds them."""
-    model, tokenizer = loaded or load_model(reply_model)
-    return reply_conversations(model, tokenizer, calibration_prompts(n_prompts, seed=seed),
-                               max_new_tokens=max_new_tokens, max_length=max_length, batch_size=REPLY_BATCH,
-                               progress=progress)
-
-
-def capture_selections(model_name, conversations, settings: CaptureSettings | None = None, *,
-                       selections: dict | None = None, progress: bool = True,
-                       loaded: tuple | None = None) -> dict[str, LayerStats]:
-    """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
-    Each selection overrides `settings` (default: the paper's) in the fields it names.
-    `loaded`: the model's (model, tokenizer) when the caller already holds them."""
-    model, tokenizer = loaded or load_model(model_name)
-    return capture_variants(model, tokenizer, conversations, SELECTIONS if selections is None else selections,
-                            settings, progress=progress)
 
 
 def paper_stats(models, n_prompts: int, *, capture: dict | None = None, seed: int = 0,

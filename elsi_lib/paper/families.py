@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .study import compartments
+from ..selection.cka import compartments
 
 THRESHOLDS = (0.8, 0.9, 0.95)
 

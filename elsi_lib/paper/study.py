@@ -8,12 +8,11 @@ its Findings cell quotes, so that the prose is rendered from the run rather than
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-from ..selection.cka import cka_matrix, find_boundaries, transition_scores
+from ..selection.cka import COMPARTMENT_PROMINENCE, Compartments, compartments, cka_matrix  # noqa: F401
 from ..selection.conventions import eagle3_paper_layers
 from ..selection.entropy import set_entropy
 from ..hidden.layerstats import LayerStats
@@ -24,7 +23,6 @@ from ..selection.stability import MAX_BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_PROMPTS
 
 Stats = dict[str, dict[str, LayerStats]]  # {model: {selection: LayerStats}}, as `paper_stats` returns
 REGIMES = ("early", "middle", "late")
-COMPARTMENT_PROMINENCE = 0.2  # a boundary's transition peak rises 0.2 x the score range above its surroundings
 # Table 1's settings: (position selection, normalization before concatenation)
 TABLE1_SETTINGS = {"paper": ("entropy", "none"), "no_template": ("entropy_no_template", "none"),
                    "frobenius": ("entropy", "frobenius")}
@@ -151,23 +149,6 @@ def pair_findings(gains: pd.DataFrame, n_layers: dict[str, int]) -> pd.DataFrame
 
 
 # ---------------------------------------------------------------- notebook 04: compartments (Fig. 5-6)
-
-class Compartments(NamedTuple):
-    """CKA view of one Z (N, B, d): M (N, N) (Eq. 7), delta (N-1,) (Eq. 8), boundaries (k,) ascending,
-    a boundary l lying between layers l and l+1."""
-    cka: np.ndarray
-    scores: np.ndarray
-    boundaries: np.ndarray
-
-
-def compartments(Z, top_k: int | None = None) -> Compartments:
-    """Compartments of Fig. 5-6: peaks of the transition scores of the CKA matrix, one detector for
-    every notebook (`find_boundaries` at relative prominence COMPARTMENT_PROMINENCE, the first and
-    last scores included). top_k keeps the most prominent boundaries."""
-    M = cka_matrix(Z)
-    delta = transition_scores(M)
-    return Compartments(M, delta, find_boundaries(delta, relative_prominence=COMPARTMENT_PROMINENCE, top_k=top_k))
-
 
 def boundary_table(views: dict[tuple[str, str], Compartments]) -> pd.DataFrame:
     """Fig. 5's table, one row per (model, selection): the boundaries, the mean off-diagonal CKA

@@ -7,6 +7,8 @@ power of two first (exact; see `entropy.scaled_layer_grams`), ordinary inputs ar
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from scipy.signal import find_peaks
 
@@ -139,3 +141,23 @@ def find_boundaries(scores, *, relative_prominence: float = 0.2, prominence: flo
             else np.argsort(-scores[peaks], kind="stable")[:top_k]
         peaks = np.sort(peaks[order])
     return peaks
+
+
+COMPARTMENT_PROMINENCE = 0.2  # a boundary's transition peak rises 0.2 x the score range above its surroundings
+
+
+class Compartments(NamedTuple):
+    """CKA view of one Z (N, B, d): M (N, N) (Eq. 7), delta (N-1,) (Eq. 8), boundaries (k,) ascending,
+    a boundary l lying between layers l and l+1."""
+    cka: np.ndarray
+    scores: np.ndarray
+    boundaries: np.ndarray
+
+
+def compartments(Z, top_k: int | None = None) -> Compartments:
+    """Compartments of Fig. 5-6: peaks of the transition scores of the CKA matrix, one detector for
+    every notebook (`find_boundaries` at relative prominence COMPARTMENT_PROMINENCE, the first and
+    last scores included). top_k keeps the most prominent boundaries."""
+    M = cka_matrix(Z)
+    delta = transition_scores(M)
+    return Compartments(M, delta, find_boundaries(delta, relative_prominence=COMPARTMENT_PROMINENCE, top_k=top_k))

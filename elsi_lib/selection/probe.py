@@ -24,6 +24,7 @@ so all C(N, m) sets are scored without the model (`set_errors`). Float64 through
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -185,13 +186,24 @@ def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) ->
     return min(means, key=means.get), means
 
 
-def probe_ranking(stats: ProbeStats, m: int, ridge: float, *, limit: int = 20000):
-    """Every m-set of the N layers with its held-out error, best (lowest) first: (sets, errors).
-    Refuses more than `limit` sets (use `probe_beam`)."""
+def _candidate_sets(N: int, m: int, allowed, required) -> tuple[list, tuple]:
+    """The m-sets of `allowed` layers (default all N) holding every `required` one, and the free layers."""
+    from .select import restriction  # the same checks as the entropy searches' restriction
+
+    allowed, required = restriction(N, m, allowed, required)
+    free = [l for l in allowed if l not in required]
+    return free, required
+
+
+def probe_ranking(stats: ProbeStats, m: int, ridge: float, *, limit: int = 20000, allowed=None, required=()):
+    """Every m-set of the N layers (only `allowed` layers, every `required` one: a restricted search)
+    with its held-out error, best (lowest) first: (sets, errors). Refuses more than `limit` sets (use
+    `probe_beam`)."""
     N = stats.n_layers
     if not 1 <= m <= N:
         raise ValueError(f"m must be in 1..{N}, got {m}")
-    sets = list(itertools.combinations(range(N), m))
+    free, required = _candidate_sets(N, m, allowed, required)
+    sets = [tuple(sorted(required + rest)) for rest in itertools.combinations(free, m - len(required))]
     if len(sets) > limit:
         raise ValueError(f"{len(sets)} sets of {m} layers exceed limit={limit}: use probe_beam")
     errors = set_errors(stats, sets, ridge)
@@ -199,13 +211,16 @@ def probe_ranking(stats: ProbeStats, m: int, ridge: float, *, limit: int = 20000
     return [sets[i] for i in order], errors[order]
 
 
-def probe_beam(stats: ProbeStats, m: int, ridge: float, k_beam: int = 10) -> tuple[tuple, float]:
+def probe_beam(stats: ProbeStats, m: int, ridge: float, k_beam: int = 10, *, allowed=None,
+               required=()) -> tuple[tuple, float]:
     """Beam search by held-out error (the sets of size k + 1 extend the `k_beam` best of size k by one
-    layer each), for when C(N, m) is too many to score: (best set, its error)."""
+    layer each), for when C(N, m) is too many to score: (best set, its error). A restricted search
+    starts from the `required` layers and extends by `allowed` ones only."""
     N = stats.n_layers
-    beam = [()]
-    for _ in range(m):
-        children = sorted({tuple(sorted(s + (l,))) for s in beam for l in range(N) if l not in s})
+    free, required = _candidate_sets(N, m, allowed, required)
+    beam, best = [required], float(set_errors(stats, [required], ridge)[0]) if required else np.nan
+    for _ in range(m - len(required)):
+        children = sorted({tuple(sorted(s + (l,))) for s in beam for l in free if l not in s})
         errors = set_errors(stats, children, ridge)
         order = np.argsort(errors, kind="stable")[:k_beam]
         beam, best = [children[i] for i in order], float(errors[order[0]])
@@ -238,18 +253,21 @@ class ProbeChoice:
 
 
 def probe_choice(stats: ProbeStats, m: int, *, k_beam: int = 10, exhaustive_limit: int = 5000,
-                 ridge_sets: int = 64, seed: int = 0, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> ProbeChoice:
+                 ridge_sets: int = 64, seed: int = 0, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0), allowed=None,
+                 required=()) -> ProbeChoice:
     """Select m layers by the probe: the ridge of `grid` with the lowest mean held-out error over
     `ridge_sets` seeded random m-sets, then every m-set scored when there are at most
-    `exhaustive_limit` of them, else beam search (`probe_beam`)."""
+    `exhaustive_limit` of them, else beam search (`probe_beam`). `allowed` / `required` restrict the
+    sets searched (the ridge is chosen as without them: it belongs to the probe, not to the restriction)."""
     N = stats.n_layers
     if not 1 <= m <= N:
         raise ValueError(f"m must be in 1..{N}, got {m}")
     rng = np.random.default_rng(seed)
     sample = sorted({tuple(sorted(rng.choice(N, m, replace=False).tolist())) for _ in range(ridge_sets)})
     ridge, means = choose_ridge(stats, sample, grid)
-    if len(list(itertools.islice(itertools.combinations(range(N), m), exhaustive_limit + 1))) <= exhaustive_limit:
-        sets, errors = probe_ranking(stats, m, ridge, limit=exhaustive_limit)
+    free, fixed = _candidate_sets(N, m, allowed, required)
+    if math.comb(len(free), m - len(fixed)) <= exhaustive_limit:
+        sets, errors = probe_ranking(stats, m, ridge, limit=exhaustive_limit, allowed=allowed, required=required)
         return ProbeChoice(sets[0], float(errors[0]), ridge, "exhaustive", means)
-    layers, error = probe_beam(stats, m, ridge, k_beam)
+    layers, error = probe_beam(stats, m, ridge, k_beam, allowed=allowed, required=required)
     return ProbeChoice(layers, error, ridge, "beam", means)

@@ -89,26 +89,49 @@ def _checked_layers(Z, m, alpha, min_single_layer=None, **positive) -> tuple[np.
     return Z, check_alpha(alpha)
 
 
-def _seed_beam(scorer: SetScorer, k_beam: int) -> list[BeamEntry]:
-    singles = [(l,) for l in range(scorer.n_layers)]
+def _seed_beam(scorer: SetScorer, k_beam: int, allowed: tuple) -> list[BeamEntry]:
+    singles = [(l,) for l in allowed]
     return [BeamEntry(s, e) for s, e in scorer.best([(singles, k_beam)])[0]]
 
 
-def _best_single(scorer: SetScorer, min_single_layer: int | None) -> BeamEntry:
+def _best_single(scorer: SetScorer, min_single_layer: int | None, allowed: tuple) -> BeamEntry:
     lowest = 0 if min_single_layer is None else int(min_single_layer)  # checked by _checked_layers
-    singles = [(l,) for l in range(lowest, scorer.n_layers)]
+    singles = [(l,) for l in allowed if l >= lowest]
+    if not singles:
+        raise ValueError(f"no allowed layer is >= min_single_layer {lowest}")
     return BeamEntry(*scorer.best([(singles, 1)])[0][0])
 
 
-def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params):
+def restriction(n_layers: int, m: int, allowed=None, required=()) -> tuple[tuple, tuple]:
+    """(allowed layers, required layers) of a restricted search, checked: the sets searched hold only
+    `allowed` layers (default: all N) and every `required` one, so an engine that cannot feed some
+    layers gets the best set it can use (`selection.feasible`)."""
+    allowed = tuple(range(n_layers)) if allowed is None else tuple(sorted({int(l) for l in allowed}))
+    required = tuple(sorted({int(l) for l in required}))
+    if any(not 0 <= l < n_layers for l in allowed + required):
+        raise ValueError(f"allowed and required layers must lie in 0..{n_layers - 1}, got {allowed} and {required}")
+    if not set(required) <= set(allowed):
+        raise ValueError(f"required layers {required} must be allowed ({allowed})")
+    if not len(required) <= m <= len(allowed):
+        raise ValueError(f"m = {m} layers cannot hold the {len(required)} required ones {required} from the "
+                         f"{len(allowed)} allowed {allowed}")
+    return allowed, required
+
+
+def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params,
+                 allowed: tuple, required: tuple = ()):
     """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it may
     expand to and how many of the best of them to keep; the kept sets are deduplicated (the first
-    parent found is kept) and the beam pruned to k_beam by entropy."""
-    beams = {1: _seed_beam(scorer, k_beam)}
-    if m == 1:
-        best = _best_single(scorer, min_single_layer)
+    parent found is kept) and the beam pruned to k_beam by entropy. A restricted search
+    (`restriction`) starts from the required layers instead of the best single layers."""
+    if required:
+        beams = {len(required): [BeamEntry(*scorer.best([([required], 1)])[0][0])]}
+    else:
+        beams = {1: _seed_beam(scorer, k_beam, allowed)}
+    if m == 1 and not required:
+        best = _best_single(scorer, min_single_layer, allowed)
         return Selection(best.layers, best.entropy, method, beams, params, scorer.n_evaluated)
-    for depth in range(2, m + 1):
+    for depth in range(max(2, len(required) + 1), m + 1):
         per_member = pools(beams[depth - 1])  # [(member, [candidate sets], keep)]
         choosy = [(sets, keep) for _, sets, keep in per_member if keep < len(sets)]
         kept = iter(scorer.best(choosy))  # one shared batch per round for the whole beam
@@ -128,23 +151,29 @@ def _extensions(member: LayerSet, pool) -> list[LayerSet]:
 
 @one_blas_thread
 def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, normalize: str = "none",
-         min_single_layer: int | None = None, backend: str = "gram") -> Selection:
+         min_single_layer: int | None = None, backend: str = "gram", allowed=None, required=()) -> Selection:
     """ELSI (paper Alg. 1): beam search over layer sets scored by set entropy S_alpha.
 
     The beam starts from the k_beam highest-entropy single layers; each member is extended by its
     k_expand best single-layer additions; candidates are deduplicated and the beam pruned to k_beam
     by entropy, until size m. min_single_layer (the paper's Llama rule) restricts the m=1 answer to
-    layers >= that index.
+    layers >= that index; `allowed` / `required` restrict the search (`restriction`).
     """
     Z, alpha = _checked_layers(Z, m, alpha, min_single_layer, k_beam=k_beam, k_expand=k_expand)
+    allowed, required = restriction(Z.shape[0], m, allowed, required)
     scorer = SetScorer(Z, alpha, normalize, backend)
 
     def pools(beam: list[BeamEntry]):
-        return [(member, _extensions(member.layers, range(scorer.n_layers)), k_expand) for member in beam]
+        return [(member, _extensions(member.layers, allowed), k_expand) for member in beam]
 
     params = dict(m=m, k_beam=k_beam, k_expand=k_expand, alpha=alpha, normalize=normalize,
-                  min_single_layer=min_single_layer)
-    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI", params)
+                  min_single_layer=min_single_layer, **_restricted(Z.shape[0], allowed, required))
+    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI", params, allowed, required)
+
+
+def _restricted(n_layers: int, allowed: tuple, required: tuple) -> dict:
+    """A restricted search's params entries (none for an unrestricted one: its params stay as they were)."""
+    return {} if allowed == tuple(range(n_layers)) and not required else {"allowed": allowed, "required": required}
 
 
 def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
@@ -156,40 +185,46 @@ def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
 
 @one_blas_thread
 def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, normalize: str = "none",
-           min_single_layer: int | None = None, backend: str = "gram") -> Selection:
+           min_single_layer: int | None = None, backend: str = "gram", allowed=None, required=()) -> Selection:
     """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
     outside L with the highest conditional-CKA transition scores delta_L; candidates are
-    deduplicated and the beam pruned to k_beam by set entropy, as in ELSI."""
+    deduplicated and the beam pruned to k_beam by set entropy, as in ELSI. `allowed` / `required`
+    restrict the search (`restriction`): layers outside `allowed` never enter a pool."""
     Z, alpha = _checked_layers(Z, m, alpha, min_single_layer, k_beam=k_beam, k_pool=k_pool)
+    allowed, required = restriction(Z.shape[0], m, allowed, required)
+    barred = [l for l in range(Z.shape[0]) if l not in allowed]
     scorer = SetScorer(Z, alpha, normalize, backend)
 
     def pools(beam: list[BeamEntry]):
         out = []
         deltas = conditional_transition_scores(scorer.conditional_cka([member.layers for member in beam]))  # (k, N)
         for member, delta in zip(beam, deltas):  # deltas is fresh: its rows may be written
-            delta[list(member.layers)] = -np.inf  # members last; the stable sort keeps the rest's order
-            outside = np.argsort(-delta, kind="stable")[:min(k_pool, scorer.n_layers - len(member.layers))]
+            delta[list(member.layers) + barred] = -np.inf  # members last; the stable sort keeps the rest's order
+            outside = np.argsort(-delta, kind="stable")[:min(k_pool, len(allowed) - len(member.layers))]
             out.append((member, _extensions(member.layers, outside), k_pool))
         return out
 
     params = dict(m=m, k_beam=k_beam, k_pool=k_pool, alpha=alpha, normalize=normalize,
-                  min_single_layer=min_single_layer)
-    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params)
+                  min_single_layer=min_single_layer, **_restricted(Z.shape[0], allowed, required))
+    return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params, allowed, required)
 
 
 @one_blas_thread
 def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
-               backend: str = "gram", max_sets: int = 5_000_000) -> Selection:
+               backend: str = "gram", max_sets: int = 5_000_000, allowed=None, required=()) -> Selection:
     """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon
-    entropy the gram backend skips the sets whose upper bound rules them out; see SetScorer.best.)"""
+    entropy the gram backend skips the sets whose upper bound rules them out; see SetScorer.best.)
+    `allowed` / `required` restrict the sets (`restriction`)."""
     Z, alpha = _checked_layers(Z, m, alpha, keep=keep, max_sets=max_sets)
+    allowed, required = restriction(Z.shape[0], m, allowed, required)
     scorer = SetScorer(Z, alpha, normalize, backend)
-    total = math.comb(scorer.n_layers, m)
+    free = [l for l in allowed if l not in required]
+    total = math.comb(len(free), m - len(required))
     if total > max_sets:
-        raise ValueError(f"C({scorer.n_layers}, {m}) = {total} sets exceeds max_sets={max_sets}")
-    sets = list(itertools.combinations(range(scorer.n_layers), m))
+        raise ValueError(f"C({len(free)}, {m - len(required)}) = {total} sets exceeds max_sets={max_sets}")
+    sets = [tuple(sorted(required + rest)) for rest in itertools.combinations(free, m - len(required))]
     top = [BeamEntry(s, e) for s, e in scorer.best([(sets, keep)])[0]]
-    params = dict(m=m, alpha=alpha, normalize=normalize)
+    params = dict(m=m, alpha=alpha, normalize=normalize, **_restricted(Z.shape[0], allowed, required))
     return Selection(top[0].layers, top[0].entropy, "exhaustive", {m: top}, params, scorer.n_evaluated)
 
 

@@ -1,0 +1,35 @@
+"""Where the committed results live and what names their files (the study writes them; `elsi select`
+reads them for its evidence line): `data/results/{table}_{kind}_{model slug}.csv`.
+
+PROTOCOLS lists each family's trained-draft protocols, strongest (most training prompts) first.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .cachefiles import REPO_ROOT
+
+# family (model registry name) -> [(table name, what it is)], the strongest protocol first
+PROTOCOLS = {
+    "smollm2-135m": [("table2_strong", "the strong protocol, vLLM replies to 4,744 prompts"),
+                     ("table2", "the paper's Table 2 protocol, 1,000 prompts")],
+    "qwen2.5-coder-0.5b": [("table3", "the paper's Table 3 protocol, vLLM replies to 936 prompts")],
+}
+
+
+def results_dir() -> Path:
+    """The committed results: $ELSI_RESULTS, else `data/results` in the repository."""
+    return Path(os.environ.get("ELSI_RESULTS") or REPO_ROOT / "data" / "results")
+
+
+def slug(model_name) -> str:
+    """A file-name-safe form of a model name, hub id or path (e.g. Qwen/Qwen3-4B -> Qwen--Qwen3-4B)."""
+    text = str(model_name).strip().rstrip("/\\")
+    text = text.replace("/", "--").replace("\\", "--")
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
+
+
+def result_path(table: str, kind: str, model, folder: Path | None = None) -> Path:
+    """The file a table's `kind` ("paired", "question_tau", "accepted_tokens", ...) of `model` lives in."""
+    return (folder or results_dir()) / f"{table}_{kind}_{slug(model)}.csv"

@@ -1,0 +1,102 @@
+"""What the project's own trained drafts showed for a selection criterion, read from the committed
+results (`common.results`): the paired difference in tau (accepted tokens per target forward) between
+the criterion's draft and EAGLE3's on the same SpecBench questions, with its 95% interval, per
+family and protocol. `elsi select` prints it beside its answer; where no draft of the criterion was
+trained on the model, it says so and shows the bundled families instead.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..common.results import PROTOCOLS, result_path, slug
+
+NODES = 60  # the larger tree of the tables
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One criterion's drafts against EAGLE3's on one family and protocol, at NODES nodes."""
+
+    family: str
+    protocol: str
+    about: str
+    method: str  # the tables' label, e.g. "ELSI m=3"
+    drafts: int  # trained drafts the table rests on
+    prompts: int | None
+    differences: dict  # {temperature: (diff, low, high)}
+
+    def verdict(self) -> str:
+        lows, highs = [d[1] for d in self.differences.values()], [d[2] for d in self.differences.values()]
+        if all(low > 0 for low in lows):
+            return "for it: above EAGLE3 at every temperature"
+        if all(high < 0 for high in highs):
+            return "against it: below EAGLE3 at every temperature"
+        if any(high < 0 for high in highs):
+            return "against it at some temperature, no difference shown at another"
+        if any(low > 0 for low in lows):
+            return "for it at some temperature, no difference shown at another"
+        return "no difference from EAGLE3 shown"
+
+    def line(self) -> str:
+        cells = "; ".join(f"T = {t:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for t, (d, lo, hi) in
+                          sorted(self.differences.items()))
+        prompts = f"{self.prompts:,} training prompts, " if self.prompts else ""
+        return (f"{self.method} drafts on {self.family} ({self.protocol}: {prompts}{self.drafts} drafts): tau minus "
+                f"EAGLE3's at {NODES} nodes {cells}: {self.verdict()}")
+
+
+def method_label(method: str, m: int) -> str | None:
+    """The tables' label of a criterion's draft (None: a criterion the study trains no draft of)."""
+    return {"elsi": f"ELSI m={m}", "elsi-c": f"ELSI-C m={m}", "probe": f"probe m={m}",
+            "eagle2": "EAGLE2"}.get(method)
+
+
+def _drafts(table: str, family: str) -> tuple[int, int | None]:
+    """(trained drafts, training prompts) of a protocol: its per-question rows at their largest prompt
+    count where they exist, else the rows of its accepted-token table at seed 0."""
+    rows = result_path(table, "question_tau", family)
+    if rows.is_file():
+        frame = pd.read_csv(rows, usecols=["prompts", "method", "seed"])
+        last = frame[frame.prompts == frame.prompts.max()]
+        return int(last[["method", "seed"]].drop_duplicates().shape[0]), int(frame.prompts.max())
+    tau = pd.read_csv(result_path(table, "accepted_tokens", family), usecols=["method"])
+    return int(tau.method.nunique()), None
+
+
+def evidence(family: str, method: str, m: int) -> list[Evidence]:
+    """Every protocol's evidence on `family` (a registry name) for `method` with m layers, strongest first."""
+    label = method_label(method, m)
+    found = []
+    for table, about in PROTOCOLS.get(slug(family), []):
+        path = result_path(table, "paired", family)
+        if label is None or not path.is_file():
+            continue
+        paired = pd.read_csv(path)
+        rows = paired[(paired.method == label) & (paired.nodes == NODES)]
+        if rows.empty:
+            continue
+        drafts, prompts = _drafts(table, family)
+        found.append(Evidence(family, table, about, label, drafts, prompts,
+                              {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high))
+                               for _, r in rows.iterrows()}))
+    return found
+
+
+def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False) -> list[str]:
+    """What `elsi select` prints beside its answer: the model's own evidence (its strongest protocol), or,
+    where there is none, a plain statement that it is absent and the bundled families' evidence."""
+    if method == "eagle3":
+        return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
+    own = evidence(model, method, m)
+    note = (" (the drafts read the criterion's unrestricted choice, not this restricted set)"
+            if chosen_differs and own else "")
+    if own:
+        return [f"evidence: {own[0].line()}{note}"]
+    label = method_label(method, m) or f"--method {method}"
+    lines = [f"evidence: none for {model}: no {label} draft was trained on it in this project's results"]
+    for family in PROTOCOLS:
+        others = evidence(family, method, m)
+        lines.append(f"  on {family}: {others[0].line()}" if others else f"  on {family}: no {label} draft trained")
+    return lines
