@@ -1,0 +1,45 @@
+"""The evidence line `elsi select` prints (elsi_lib.draft.evidence): read from the committed results,
+it follows their numbers (a changed cell changes the line and, across 0, the verdict), and says
+plainly when no draft of the criterion was trained on the model."""
+import shutil
+
+import pandas as pd
+import pytest
+
+from elsi_lib.common.results import result_path, results_dir
+from elsi_lib.draft.evidence import NODES, evidence, evidence_lines
+
+
+def test_the_line_quotes_the_committed_paired_difference():
+    paired = pd.read_csv(result_path("table3", "paired", "qwen2.5-coder-0.5b"))
+    row = paired[(paired.method == "ELSI m=3") & (paired.nodes == NODES) & (paired.temperature == 0)].iloc[0]
+    [line] = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)
+    assert f"T = 0: {row['diff']:+.3f} [{row.low:+.3f}, {row.high:+.3f}]" in line and "table3" in line
+    strong = evidence("smollm2-135m", "elsi", 3)[0]
+    assert strong.protocol == "table2_strong" and strong.prompts == 4744 and strong.drafts == 3
+
+
+def test_a_changed_number_changes_the_line_and_the_verdict(tmp_path, monkeypatch):
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("ELSI_RESULTS", str(copy))
+    assert "for it" in evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
+    path = result_path("table3", "paired", "qwen2.5-coder-0.5b")
+    paired = pd.read_csv(path)
+    mine = (paired.method == "ELSI m=3") & (paired.nodes == NODES)
+    paired.loc[mine, ["diff", "low", "high"]] = [-0.5, -0.6, -0.4]
+    paired.to_csv(path, index=False)
+    line = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
+    assert "-0.500 [-0.600, -0.400]" in line and "against it: below EAGLE3 at every temperature" in line
+
+
+@pytest.mark.parametrize("method, m", [("elsi-c", 3), ("exhaustive", 3), ("elsi", 2)])
+def test_absent_evidence_is_said_plainly(method, m):
+    lines = evidence_lines("qwen2.5-coder-0.5b", method, m)
+    assert lines[0].startswith("evidence: none for qwen2.5-coder-0.5b")
+    assert len(lines) == 3 and all(line.startswith("  on ") for line in lines[1:])
+
+
+def test_a_restricted_set_is_not_passed_off_as_the_trained_one():
+    line = evidence_lines("smollm2-135m", "elsi", 3, chosen_differs=True)[0]
+    assert "not this restricted set" in line
