@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -110,7 +110,20 @@ replies-qwen: venv models $(ENGINES_STAMP)
 replies-archive: venv models $(ENGINES_STAMP)
 	for params in $(REPLY_PARAMS); do $(BIN)/python engines/training_replies.py --params $$params --archive || exit 1; done
 
+# The documentation site (mkdocs-material) generated from data/results/, bench/results/ and figures/
+# (elsi_lib/study/pages.py; a results file a page needs that is missing fails naming it), built
+# strictly (a broken link inside it fails), then opened page by page in headless Chromium (Debian's
+# chromium, installed here when missing): every image must decode, every link inside the site answer;
+# a screenshot of the home page goes to build/site-home.png.
+docs: venv
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[docs]'
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+	$(BIN)/python -m elsi_lib.study.pages build/docs-src
+	cd build/docs-src && NO_MKDOCS_2_WARNING=1 $(abspath $(BIN))/mkdocs build --strict -q -d ../site
+	$(BIN)/python docs/check_site.py build/site
+
 test: venv
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider
 
 # Executes every numbered notebook headless at paper scale (both families); executed copies (with

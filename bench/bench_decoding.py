@@ -28,12 +28,12 @@ import time
 
 import torch
 
-from elsi_lib.paper import calibration
+from elsi_lib.study import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.draft.experiment import trained_drafts
-from elsi_lib.draft.protocol import Experiment
-from elsi_lib.draft.methods import draft_methods, run_methods
+from elsi_lib.study.experiment import trained_drafts
+from elsi_lib.study.protocol import Experiment
+from elsi_lib.study.methods import draft_methods, run_methods
 from elsi_lib.draft.export import load_draft
 from record import write
 from elsi_lib.inputs.chat import tokenize_conversation

@@ -19,14 +19,15 @@ import time
 
 import torch
 
-from elsi_lib.draft import corpus, experiment
+from elsi_lib.draft import corpus
+from elsi_lib.study import experiment
 from elsi_lib.draft.features import build_features
 from elsi_lib.draft.live import LiveFeatures
-from elsi_lib.draft.methods import draft_methods, select_methods
+from elsi_lib.study.methods import draft_methods, select_methods
 from elsi_lib.draft.train import TrainSettings, batch_plan, collate, soft_targets, _train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.inputs.models import load_model
-from elsi_lib.paper.calibration import paper_stats
+from elsi_lib.study.calibration import paper_stats
 from record import write
 
 STRONG = ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3"]

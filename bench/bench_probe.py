@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from elsi_lib.paper import calibration
+from elsi_lib.study import calibration
 from elsi_lib.selection import probe as P
 from record import write
 

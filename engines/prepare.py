@@ -3,7 +3,7 @@ elsi's own numbers to compare against.
 
 SmolLM2-135M: the ELSI m=3 and EAGLE3 layer sets from the calibration statistics (200 prompts, as
 notebooks 05-06), one draft each, trained alike on the target's greedy replies to 240 training
-prompts (notebook 06's own pipeline, `elsi_lib.draft.experiment`, at a small scale: the check needs
+prompts (notebook 06's own pipeline, `elsi_lib.study.experiment`, at a small scale: the check needs
 real acceptance, not the best draft). Each draft is written in both layouts (`elsi_lib.draft.export`). On SpecBench
 questions (`PER_COLUMN` per paper column, first turn) elsi's own loop (`elsi_lib.draft.decode`,
 float32 draft on float32 features, as vLLM runs it with dtype float32) decodes with chains of
@@ -30,13 +30,13 @@ from pathlib import Path
 
 import torch
 
-from elsi_lib.paper import calibration
+from elsi_lib.study import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.draft.experiment import data_key, groups, train_group, trained_drafts, training_data
-from elsi_lib.draft.protocol import Experiment, from_parameters
-from elsi_lib.draft.methods import draft_methods, run_methods
-from elsi_lib.draft.tables import AVG, read_tau_csv
+from elsi_lib.study.experiment import data_key, groups, train_group, trained_drafts, training_data
+from elsi_lib.study.protocol import Experiment, from_parameters
+from elsi_lib.study.methods import draft_methods, run_methods
+from elsi_lib.study.tables import AVG, read_tau_csv
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.hidden.engine_replies import engine_replies

@@ -1,6 +1,6 @@
 import pytest
 
-from elsi_lib.paper import calibration
+from elsi_lib.study import calibration
 from elsi_lib.hidden.calibration import SELECTIONS
 from elsi_lib.hidden.settings import CaptureSettings
 

@@ -1,12 +1,12 @@
-"""The Findings claims of notebooks 01-05 (`elsi_lib.paper.claims`) on hand-made findings tables: two
+"""The Findings claims of notebooks 01-05 (`elsi_lib.study.claims`) on hand-made findings tables: two
 models "a" and "b" for which every claim holds, then variants that change model b's findings so
 that exactly one claim (one row) turns false while every other row, and model a, stays true."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.paper import claims
-from elsi_lib.paper.study import EAGLE3_PAPER_READING
+from elsi_lib.study import claims
+from elsi_lib.study.study import EAGLE3_PAPER_READING
 
 
 def vary(rows: list[dict], changes: dict, **where) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Notebook 06's experiment (elsi_lib.draft.experiment): seed groups, time plan and configuration,
+"""Notebook 06's experiment (elsi_lib.study.experiment): seed groups, time plan and configuration,
 and the drafts `run` trained, read back from their checkpoint (what bench_decoding and an export
 take), refused before the training has finished."""
 from dataclasses import replace
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from elsi_lib import load_model, random_model
-from elsi_lib.draft import budget
-from elsi_lib.draft import experiment as E
-from elsi_lib.draft.curve import snapshot_batches
+from elsi_lib.study import budget
+from elsi_lib.study import experiment as E
+from elsi_lib.study.curve import snapshot_batches
 from elsi_lib.draft.model import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
 
@@ -51,8 +51,8 @@ def test_every_result_records_its_numeric_settings(tiny_experiment, tmp_path):
     """The same parameter file trains in bf16 on one CPU and float32 on another: every frame of a run,
     its per-question rows, its saved tables and its drafts (and so their exports) say which."""
     from elsi_lib.common.hardware import numeric_label
-    from elsi_lib.draft.tables import read_tau_csv, save_tau_tables, tau_long, tau_table
-    from elsi_lib.paper import plots, validation
+    from elsi_lib.study.tables import read_tau_csv, save_tau_tables, tau_long, tau_table
+    from elsi_lib.study import plots, validation
 
     exp, loaded = tiny_experiment
     ran = E.run(exp, METHODS, loaded=loaded, progress=False)

@@ -1,4 +1,4 @@
-"""Notebook 06's tables (elsi_lib.draft.tables: tau per paper column with stratified bootstrap
+"""Notebook 06's tables (elsi_lib.study.tables: tau per paper column with stratified bootstrap
 intervals, paired differences, seed spread, rank correlation, summary) on small synthetic
 per-question frames with hand-computed values."""
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.draft import tables as T
+from elsi_lib.study import tables as T
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -504,7 +504,7 @@ def written_blocks():
 
 def old_markdown(blocks) -> str:
     """The Markdown notebook 06 wrote before the CSV held numbers: the formatted blocks, concatenated."""
-    from elsi_lib.paper.plots import markdown_table
+    from elsi_lib.study.plots import markdown_table
 
     return markdown_table(pd.concat([T.formatted(*b).rename_axis("method").reset_index().assign(temperature=t, nodes=n)
                                      for (t, n), b in blocks.items()], ignore_index=True))

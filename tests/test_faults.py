@@ -11,7 +11,7 @@ import torch
 
 from elsi_lib import CacheError, LayerStats, reply_conversations
 from elsi_lib import capture
-from elsi_lib.paper import study
+from elsi_lib.study import study
 from elsi_lib.common.cachefiles import cache_dir
 
 from conftest import interrupted_then_rerun, make_conversations

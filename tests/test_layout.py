@@ -9,7 +9,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "elsi_lib"
-STAGES = ("inputs", "hidden", "selection", "paper", "draft", "common")
+STAGES = ("inputs", "hidden", "selection", "draft", "study", "common")
+# the study: the paper's figures and tables, the accepted-token experiments and their records; it imports
+# the core (everything else) and is never imported by it
+STUDY = "elsi_lib.study"
 MAX_LINES = 400
 
 
@@ -109,3 +112,35 @@ def test_stage_packages_do_not_re_export(stage):
     """Only `elsi_lib` itself gathers public names; a stage's names live in its modules."""
     tree = ast.parse((PACKAGE / stage / "__init__.py").read_text())
     assert not [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _imported_modules(module: str, source: str, is_package: bool):
+    """Every elsi_lib module `source` imports (absolute or relative, at module level or inside a function)."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("elsi_lib"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = module.split(".") if is_package else module.split(".")[:-1]
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base.startswith("elsi_lib"):
+                yield base
+                yield from (f"{base}.{a.name}" for a in node.names)
+
+
+def test_the_core_never_imports_the_study():
+    """The command and the Python API stand on the core; the study imports the core, never the reverse."""
+    arrows = [f"{name} -> {target}" for name, path in _modules().items() if not name.startswith(STUDY)
+              for target in _imported_modules(name, path.read_text(), path.name == "__init__.py")
+              if target == STUDY or target.startswith(STUDY + ".")]
+    assert not arrows, arrows
+
+
+def test_no_core_module_names_a_notebook():
+    named = [name for name, path in _modules().items() if not name.startswith(STUDY)
+             and any(f"notebook {n:02d}" in path.read_text().lower() or f"{n:02d}_" in path.read_text()
+                     for n in range(1, 10))]
+    assert not named, named
+

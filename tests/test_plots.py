@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from elsi_lib import cka_matrix, elsi, elsi_c, transition_scores
-from elsi_lib.paper import plots
+from elsi_lib.study import plots
 
 from conftest import random_layers
 

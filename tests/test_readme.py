@@ -24,7 +24,7 @@ import pandas as pd
 from elsi_lib.common.cachefiles import REPO_ROOT
 
 RESULTS = REPO_ROOT / "data" / "results"
-README = REPO_ROOT / "README.md"
+README = REPO_ROOT / "docs" / "lab-notes.md"
 ACCEPTED = "### What the accepted-token tables show"
 FIGURES = "### What the figures show on these models"
 DECIMAL = re.compile(r"(?<![\w.])[-+]?\d+\.\d+(?!\w|\.\w)")  # a full stop may end a sentence after it
@@ -193,7 +193,7 @@ def _tau_table(q: Quotes, name: str, column: str, layer_table: str, after: int) 
     if header[:2] != ["method", "layers"] or not blocks:
         q.problems.append(f"the tau table's header {header} is not method | layers | T = t, n nodes ...")
         return
-    cell = re.compile(rf" *(?P<tau>\d+\.\d+) \[(?P<low>\d+\.\d+), (?P<high>\d+\.\d+)\] *")
+    cell = re.compile(r" *(?P<tau>\d+\.\d+) \[(?P<low>\d+\.\d+), (?P<high>\d+\.\d+)\] *")
     for row in cells[2:]:
         method = row[0][1].strip()
         layers = q.row(layer_table, method=method)

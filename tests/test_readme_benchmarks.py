@@ -14,7 +14,7 @@ import pytest
 from elsi_lib.common.cachefiles import REPO_ROOT
 
 RESULTS = REPO_ROOT / "bench" / "results"
-README = REPO_ROOT / "README.md"
+README = REPO_ROOT / "docs" / "lab-notes.md"
 LOOP, ENGINES, BENCH = ("### Wall clock of elsi's own loop", "## Speculative decoding, and drafts that engines load",
                         "## Benchmarks")
 REPLIES = "### Training replies through vLLM"

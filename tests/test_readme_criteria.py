@@ -18,7 +18,7 @@ TAU = "tau minus EAGLE3"
 
 
 def section() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "lab-notes.md").read_text()
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     return text[start:end if end > 0 else None]

@@ -22,7 +22,7 @@ NODES = 60
 
 
 def section() -> str:
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "lab-notes.md").read_text()
     start = text.index(SECTION)
     end = text.find("\n## ", start + len(SECTION))
     nxt = text.find("\n### ", start + len(SECTION))
@@ -151,7 +151,7 @@ def test_the_words_of_the_strong_findings():
     assert cell("EAGLE3", "step 1", 0.0) > TARGET_STEP1 and cell("EAGLE3", "tau", 0.0) < TARGET_TAU
     assert "ELSI m = 3 (9, 10, 29)" in text and "(21, 28, 29)" in text
     stages = pd.read_csv(RESULTS / f"table2_strong_stage_times_{SLUG}.csv").set_index("stage")
-    whole = " ".join((REPO_ROOT / "README.md").read_text().split())
+    whole = " ".join((REPO_ROOT / "docs" / "lab-notes.md").read_text().split())
     assert f"({stages.loc['total', 'seconds']:,.0f} s of stages" in whole
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from elsi_lib import (LayerStats, cka_matrix, eagle3_layers, eagle3_paper_layers, elsi, exhaustive, find_boundaries,
                       set_entropy, transition_scores)
-from elsi_lib.paper import study
+from elsi_lib.study import study
 from elsi_lib.selection.select import single_layer_entropies
 
 from conftest import random_layers

@@ -1,4 +1,4 @@
-"""Rank correlations of selection criteria with trained drafts (elsi_lib.paper.validation): Spearman
+"""Rank correlations of selection criteria with trained drafts (elsi_lib.study.validation): Spearman
 against scipy, the sign convention of each criterion, intervals that hold their estimate, and the
 refusals."""
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from elsi_lib.paper import validation as V
+from elsi_lib.study import validation as V
 from elsi_lib.selection import probe as P
 
 
@@ -120,7 +120,7 @@ def test_fig10_draws_every_point_with_its_rho(tmp_path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from elsi_lib.paper import draft_plots, plots
+    from elsi_lib.study import draft_plots, plots
 
     rows = pd.concat([drafts_rows([1.2, 1.4, 1.6], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
                       drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50)])

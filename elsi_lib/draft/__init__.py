@@ -8,8 +8,7 @@ config, which carries its feature source (a layer set, or FINAL_NORM for EAGLE-2
 `corpus`, `features`, `train`: the training data (the target's replies, its hidden states) and training.
 `runner`: the draft's causal step-1 pass and its tree step, shared by `replay` (tau from recorded
 sequences) and `decode` (the real speculative decoding loop, T = 0 and T > 0).
-`methods`, `experiment`, `curve`, `agreement`, `tables`: notebook 06's layer sets (ids apart from
-labels, entropy ranks), its stages, the learning curve of one run, the loop against replay, and
-its tables.
+`evidence`: what the project's trained drafts showed for a criterion (read from the committed results).
+The experiments that train drafts on many layer sets and tabulate them are the study's (`elsi_lib.study`).
 `export`: drafts in the speculators and EAGLE layouts that vLLM and speculators load, and back.
 """

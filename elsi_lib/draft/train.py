@@ -265,12 +265,12 @@ def finished_drafts(path, full_key: dict, target) -> dict:
     missing, corrupt, of another configuration or unfinished."""
     state, problem = read_checkpoint(path)
     if state is None:
-        raise RuntimeError(f"{path}: {problem}; train the drafts first (`make tables`: notebook 06; `make tables-strong`: 07)")
+        raise RuntimeError(f"{path}: {problem}; train the drafts first (the run that trains them: `make tables`, `make tables-strong`)")
     if state["key"] != full_key:
         raise RuntimeError(f"{path} holds drafts of another configuration; train these first")
     if state["done"] < state["total"]:
         raise RuntimeError(f"{path}: the drafts are trained to batch {state['done']} of {state['total']}; "
-                           "finish them first (`make tables`: notebook 06; `make tables-strong`: 07)")
+                           "finish them first (rerun `make tables` or `make tables-strong`: training resumes)")
     return {m: draft_from_record(record, target) for m, record in state["drafts"].items()}
 
 

@@ -6,11 +6,11 @@ import pandas as pd
 from ..common.cachefiles import per_question_cache, save_per_question
 from ..common.identity import weights_sha256
 from ..common.progress import progress_bar
-from .decode import speculative_generate
+from ..draft.decode import speculative_generate
 from .experiment import Run
 from .protocol import Experiment
-from .replay import continuation_end, question_tau
-from .runner import ran_on
+from ..draft.replay import continuation_end, question_tau
+from ..draft.runner import ran_on
 
 
 def loop_agreement(exp: Experiment, ran: Run, checked, *, per_column: int = 2, nodes: int | None = None,

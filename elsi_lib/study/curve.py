@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .tables import AVG, paired_differences, tau_table
-from .train import batch_plan, finished_drafts, snapshot_key, snapshot_path
+from ..draft.train import batch_plan, finished_drafts, snapshot_key, snapshot_path
 
 
 def _plan(exp, store, seed: int) -> list[list[int]]:

@@ -7,7 +7,7 @@ import numbers
 
 import pandas as pd
 
-from . import corpus
+from ..draft import corpus
 from .experiment import groups
 
 

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from ..draft.tables import _check_n_boot, paired_differences
-from ..draft.protocol import NUMERIC_COLUMNS
+from .tables import _check_n_boot, paired_differences
+from .protocol import NUMERIC_COLUMNS
 from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does

@@ -11,12 +11,12 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from ..paper.study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
+from .study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
 from ..selection.cka import compartments
 from ..selection.conventions import eagle3_layers
 from ..selection.entropy import set_entropy
 from ..selection.scorer import SetScorer
-from .model import FINAL_NORM
+from ..draft.model import FINAL_NORM
 
 # how notebook 05's settings are named in method ids and labels
 VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("frobenius", "Frobenius")}
@@ -118,7 +118,7 @@ def run_methods(parameters, *, loaded: tuple | None = None):
     import yaml
     from pathlib import Path
 
-    from ..paper import calibration
+    from . import calibration
     from .protocol import from_parameters
 
     exp, method_ids = from_parameters(parameters)

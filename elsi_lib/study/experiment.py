@@ -23,16 +23,16 @@ import torch
 
 from ..common.progress import StageClock
 from ..inputs.models import load_model
-from . import corpus, features
-from .features import FeatureStore, build_features
-from .live import LiveFeatures
-from .model import FINAL_NORM, Eagle3Draft
-from .replay import question_tau, replay
+from ..draft import corpus, features
+from ..draft.features import FeatureStore, build_features
+from ..draft.live import LiveFeatures
+from ..draft.model import FINAL_NORM, Eagle3Draft
+from ..draft.replay import question_tau, replay
 from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches, trained_reply_tokens
 from .protocol import Experiment, from_parameters, numeric_settings  # noqa: F401 (the names notebooks use)
-from .train import (checkpoint_key, checkpoint_path, finished_drafts, snapshot_path, step_accuracy,
+from ..draft.train import (checkpoint_key, checkpoint_path, finished_drafts, snapshot_path, step_accuracy,
                     train_drafts)
-from .vocabulary import draft_vocabulary, init_lm_head_from_target
+from ..draft.vocabulary import draft_vocabulary, init_lm_head_from_target
 
 LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
 LEVER_ID = "eagle3-random-lm-head"  # ... and the id of EAGLE3's, the lever's ablation

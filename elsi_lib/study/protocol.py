@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..common.hardware import numeric_label
-from .train import TrainSettings
+from ..draft.train import TrainSettings
 
 # Experiment's count fields and the least value of each; COUNT_TUPLES: (least value, may the tuple be empty).
 COUNTS = {"n_train": 1, "n_heldout": 0, "train_max_new_tokens": 1, "eval_per_column": 1, "replay_tokens": 1,

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .corpus import COLUMNS
+from ..draft.corpus import COLUMNS
 
 AVG = "AVG"
 REQUIRED = ("method", "seed", "nodes", "question_id", "column", "tau")
@@ -272,7 +272,7 @@ def tau_formatted(long: pd.DataFrame, *, markdown: bool = True) -> pd.DataFrame:
 
 def tau_markdown(long: pd.DataFrame) -> str:
     """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals)."""
-    from elsi_lib.paper.plots import markdown_table
+    from elsi_lib.study.plots import markdown_table
 
     return markdown_table(tau_formatted(long))
 
