@@ -137,43 +137,18 @@ figures: venv models
 	  echo "   done at $$(( $$(date +%s) - start )) s"; \
 	done
 
-# Notebook 06 at paper scale: drafts trained on every layer set, tau by replay (hours on 2 cores;
-# every stage is cached, so an interrupted run continues where it stopped). Needs the calibration
-# statistics of `make figures` (computed here when missing).
-tables: venv
-	mkdir -p build figures data/results
-	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_scale.yaml \
-	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens.ipynb
-
-# Notebook 06 on the second family (the paper's Table 3 protocol on Qwen2.5-Coder-0.5B, replies by
-# vLLM): data/results/table3_*. Hours on 2 cores, resumable as `make tables`.
-tables-qwen: venv models $(ENGINES_STAMP)
-	mkdir -p build figures data/results
-	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_qwen.yaml \
-	  notebooks/06_accepted_tokens.ipynb build/06_accepted_tokens_qwen.ipynb
-
-# Notebook 08: set entropy and the task probe against every draft the accepted-token notebooks trained
-# (their per-question rows in data/results; minutes: the probe's statistics are cached by `make figures`
-# or computed here)
-criteria: venv models
-	mkdir -p build figures data/results
-	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/criteria_scale.yaml \
-	  notebooks/08_selection_criteria.ipynb build/08_selection_criteria.ipynb
-
-# Notebook 09: Table 2 against Table 3, what the layer choice was worth on each family beside how
-# interchangeable its layers are (reads notebook 06's committed tables and the calibration statistics)
-families: venv models
-	mkdir -p build figures data/results
-	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/families_scale.yaml \
-	  notebooks/09_families.ipynb build/09_families.ipynb
-
-# Notebook 07: the strong drafts (every training prompt, replies by vLLM, live features) and their
-# learning curve. Many hours on 2 cores, over several sessions: every stage resumes from its caches
-# and checkpoints (rerun to continue), and each stage's time is appended to a log as it ends.
-tables-strong: venv $(ENGINES_STAMP)
-	mkdir -p build figures data/results
-	ELSI_PROGRESS=stderr $(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/tables_strong.yaml \
-	  notebooks/07_strong_drafts.ipynb build/07_strong_drafts.ipynb
+# The study's runs, declared once in elsi_lib/study/runs.py (notebook, parameter file, executed copy,
+# what each writes and needs): one rule executes any of them headless into build/.
+#   tables         notebook 06 at paper scale on SmolLM2: Table 2 (hours on 2 cores; every stage cached, resumable)
+#   tables-qwen    notebook 06 on Qwen2.5-Coder-0.5B: Table 3 (hours; replies by vLLM, archived in data/replies)
+#   tables-strong  notebook 07: the strong drafts and their learning curve (hours; replies by vLLM, archived)
+#   criteria       notebook 08: set entropy and the task probe against every trained draft (minutes)
+#   families       notebook 09: Table 2 against Table 3 beside how interchangeable each family's layers are
+STUDY_RUNS := tables tables-qwen tables-strong criteria families
+tables-qwen criteria families: models
+tables-qwen tables-strong: $(ENGINES_STAMP)
+$(STUDY_RUNS): venv
+	$(BIN)/python -m elsi_lib.study.runs $@
 
 # JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
 # root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'
