@@ -30,6 +30,12 @@ def slug(model_name) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in text)
 
 
+def table_name(table: str, kind: str, model) -> str:
+    """The name (no suffix) of a table's `kind` ("paired", "question_tau", "accepted_tokens", ...) of
+    `model`: the one place the study's result files are named."""
+    return f"{table}_{kind}_{slug(model)}"
+
+
 def result_path(table: str, kind: str, model, folder: Path | None = None) -> Path:
-    """The file a table's `kind` ("paired", "question_tau", "accepted_tokens", ...) of `model` lives in."""
-    return (folder or results_dir()) / f"{table}_{kind}_{slug(model)}.csv"
+    """The CSV a table's `kind` of `model` lives in (`table_name`), in `folder` (default `results_dir()`)."""
+    return Path(folder or results_dir()) / f"{table_name(table, kind, model)}.csv"
