@@ -126,6 +126,7 @@ docs: venv
 # notebooks 06 and 07 just wrote under nbval (their *_small.yaml parameter files)
 test: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider \
 	  --ignore=notebooks/08_selection_criteria.ipynb --ignore=notebooks/09_families.ipynb
 	$(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/criteria_small.yaml \

@@ -17,10 +17,14 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .cli_args import (  # noqa: F401 (the parser and its checks, kept apart: cli_args.py)
     DEFAULTS, FIXED_SIZES, FORMATS, MEASURED, METHODS, READ_BY, STABILITY_MAX, STABILITY_MIN, UsageError, _check,
     _check_data, _check_method_options, _check_stability, _check_writable_file, _check_writable_folder, build_parser)
+
+if TYPE_CHECKING:
+    from .selection.probe import ProbeChoice
 
 
 def _prompts(args) -> list:
@@ -54,17 +58,20 @@ def _prompts(args) -> list:
 class _Job:
     """What a command has read and loaded before its capture: prompts, the model, its shape."""
 
-    def __init__(self, args):
+    def __init__(self, args) -> None:
         from .inputs.models import load_model
 
         self.prompts = _prompts(args)
-        self.loaded = load_model(args.model)
+        self.loaded: tuple[Any, Any] = load_model(args.model)  # (model, tokenizer)
         decoder = self.loaded[0].get_decoder()
         self.n_layers = len(decoder.layers)
         self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[0]
-        self._replier = self.loaded if args.reply_model in ("self", args.model) else None
+        self._replier: tuple[Any, Any] | None = self.loaded if args.reply_model in ("self", args.model) else None
+        self.conversations: list[list[dict]] | None = None  # set by `_stats`: the conversations captured ...
+        self.max_length: int | None = None  # ... and their max_length, the probe's data too
+        self.probe: ProbeChoice | None = None  # set by `_selection` with --method probe: the answer's choice
 
-    def replier(self, args):
+    def replier(self, args) -> tuple[Any, Any]:
         from .inputs.models import load_model
 
         if self._replier is None:
@@ -86,7 +93,7 @@ def _stats(args, job: _Job):
         replied = iter(reply_conversations(*job.replier(args), needs, max_length=settings.max_length,
                                            batch_size=16)) if needs else iter(())
         conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in prompts]
-        described = {"data": list(args.data)}
+        described: dict[str, Any] = {"data": list(args.data)}
     else:
         conversations = calibration_conversations(args.prompts, seed=args.seed, max_length=settings.max_length,
                                                   loaded=job.replier(args)) if args.reply_model != "self" else \
@@ -151,9 +158,10 @@ def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
     if args.method == "probe":
         from .hidden.probe_capture import cached_probe_choice
 
-        choice = cached_probe_choice(*job.loaded, job.conversations, args.m, k_beam=args.k_beam,
+        model, tokenizer = job.loaded
+        choice = cached_probe_choice(model, tokenizer, job.conversations, args.m, k_beam=args.k_beam,
                                      max_length=job.max_length, **where)
-        if getattr(job, "probe", None) is None:  # the answer's choice (asked first), not the comparison's
+        if job.probe is None:  # the answer's choice (asked first), not the comparison's
             job.probe = choice
         return tuple(choice.layers), float(choice.error)
     if args.method == "elsi":
@@ -242,6 +250,7 @@ def cmd_select(args) -> str:
     Z, N = stats.Z, stats.Z.shape[0]
     restricted = _restriction(args, job)
     layers, score = _selection(Z, args, job, restricted)
+    probe = job.probe  # the probe's choice with --method probe, else None
     fragment = None
     if args.format not in ("text", "json"):
         try:
@@ -262,9 +271,8 @@ def cmd_select(args) -> str:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
     differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
     result["evidence"] = evidence_lines(args.model, args.method, len(layers), chosen_differs=differs)
-    if args.method == "probe":
-        result["probe"] = {"heldout_relative_error": job.probe.error, "ridge": job.probe.ridge,
-                           "search": job.probe.search}
+    if probe is not None:
+        result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:
         result["stability"] = _stability(args, stats, layers, described["prompts"])
     if args.format == "json":
@@ -292,9 +300,9 @@ def cmd_select(args) -> str:
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
     except ValueError as err:
         lines.append(f"SGLang: none: {err} (--engine sglang restricts the search to the sets it can capture)")
-    if args.method == "probe":
-        lines.append(f"probe: held-out relative error {job.probe.error:.4f} (ridge {job.probe.ridge:g}, "
-                     f"{job.probe.search} search)")
+    if probe is not None:
+        lines.append(f"probe: held-out relative error {probe.error:.4f} (ridge {probe.ridge:g}, "
+                     f"{probe.search} search)")
     if args.stability:
         lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
                      f"{args.stability} bootstrap resamples of the prompts")

@@ -163,7 +163,7 @@ def _check_data(data: list) -> None:
     resolved path), which would count its conversations twice."""
     from .inputs.prompts import PROMPT_SETS
 
-    seen = {}
+    seen: dict[str | Path, str] = {}  # a prompt set's name or a file's resolved path -> the --data given
     for prompt_set in data:
         if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
             raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")

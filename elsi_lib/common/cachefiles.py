@@ -14,7 +14,9 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
+from types import ModuleType
 
+fcntl: ModuleType | None  # the module, or None where there is none
 try:
     import fcntl
 except ImportError:  # Windows has no flock: there, no temporary file is judged stale
@@ -168,6 +170,8 @@ def _unlink_if_unlocked(tmp: Path, of: str) -> bool:
         return False  # gone already, or not ours to read
     try:
         try:
+            if fcntl is None:  # no lock to test (`remove_stale_tmp` does not call it then)
+                return False
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False  # a live writer holds it

@@ -28,7 +28,7 @@ class StageClock:
     """Wall-clock seconds per stage, summed over the times a stage runs; with `log`, each stage's
     time is also appended to that JSONL file as it ends (finished or interrupted), for `stage_history`."""
 
-    def __init__(self, log=None):
+    def __init__(self, log=None) -> None:
         self.seconds: dict[str, float] = {}
         self.log = log
 

@@ -81,6 +81,8 @@ def keep_cache(cache, index) -> None:
     for layer in cache.layers:
         if type(layer) is not DynamicLayer:  # a sliding-window layer also tracks what it dropped
             raise NotImplementedError(f"cannot prune a {type(layer).__name__} cache layer to the accepted path")
+        if layer.keys is None or layer.values is None:  # a layer no forward has filled: nothing to keep
+            continue
         layer.keys = layer.keys.index_select(-2, index)
         layer.values = layer.values.index_select(-2, index)
 
@@ -98,7 +100,8 @@ def accept_greedy(logits, tree: DraftTree) -> tuple[list[int], int]:
     """T = 0. logits (n + 1, V): row 0 the root's, row i + 1 node i's. Walks from the root to the
     child that is the target's argmax while one exists. Returns (accepted node indices, bonus token)."""
     children, tokens = children_of(tree), tree.tokens.tolist()
-    node, path = -1, []
+    node = -1
+    path: list[int] = []
     while True:
         y = int(logits[node + 1].argmax())
         match = [c for c in children.get(node, []) if tokens[c] == y]
@@ -117,7 +120,8 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
     distributed exactly as p = softmax(logits / T): the output is the target's own sampling
     distribution. Returns (accepted node indices, bonus token)."""
     children, tokens = children_of(tree), tree.tokens.tolist()
-    node, path = -1, []
+    node = -1
+    path: list[int] = []
     while True:
         p = torch.softmax(logits[node + 1].double().cpu() / temperature, dim=-1)  # (V,), on the generator's device
         for child in children.get(node, []):

@@ -272,7 +272,10 @@ def open_features(root: Path, key: dict, layers, n_shards: int) -> FeatureStore:
         problem = verify_manifest(folder, {**key, "index": k})
         if problem:
             raise RuntimeError(f"feature shard {folder} is not usable ({problem}); rerun build_features")
-        stamps.append(before or shard_stamps(folder))
+        stamp = before or shard_stamps(folder)
+        if stamp is None:  # a file gone again since the check: no stamp to hold the reads to
+            raise RuntimeError(f"feature shard {folder} is not usable (a file of it is missing); rerun build_features")
+        stamps.append(stamp)
         shards.append({name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in ARRAYS})
     store = FeatureStore(root, tuple(layers), shards, key.get("max_length"), stamps)
     for k in range(n_shards):

@@ -23,6 +23,7 @@ which Qwen2 also uses unchanged; q/k/v carry no bias in either family, as in vLL
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import SupportsFloat, cast
 
 import torch
 import torch.nn.functional as F
@@ -107,10 +108,11 @@ class DraftConfig:
     @property
     def layer_ids(self) -> LayerSet:
         """The layers the draft reads (elsi convention); an error for a final-norm draft, which reads no layer."""
-        if self.reads_final_norm:
+        source = self.source
+        if isinstance(source, str):  # FINAL_NORM, the one string `check_source` lets through
             raise ValueError("this draft reads the target's final-norm state (EAGLE-2's feature), which has no "
                              "layer id (layer N-1 is the state before the norm)")
-        return self.source
+        return source
 
     @property
     def m(self) -> int:
@@ -119,7 +121,7 @@ class DraftConfig:
 
     @property
     def rope_theta(self) -> float:
-        return float(dict(self.rope_parameters)["rope_theta"])
+        return float(cast(SupportsFloat, dict(self.rope_parameters)["rope_theta"]))
 
     def to_dict(self) -> dict:
         """JSON-ready fields (what a checkpoint or an export records)."""
@@ -238,6 +240,9 @@ class Eagle3Draft(nn.Module):
     `embed_tokens` is the target's input embedding (an nn.Embedding or its (V, d) weight); it is
     used detached and never registered. `seed` makes the initial weights reproducible without
     touching the global RNG."""
+
+    d2t: torch.Tensor  # the vocabulary maps, buffers registered in __init__ (declared for the type checker)
+    t2d: torch.Tensor
 
     def __init__(self, config: DraftConfig, embed_tokens, *, seed: int | None = None):
         super().__init__()

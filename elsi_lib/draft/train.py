@@ -84,9 +84,9 @@ def collate(store, indices, sources) -> dict:
     first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)
-    out = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
-           "argmax": torch.zeros(b, T, dtype=torch.long), "start": torch.tensor([s["start"] for s in first]),
-           "final_norm": torch.zeros(b, T, first[0]["final_norm"].shape[-1])}
+    out: dict = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
+                 "argmax": torch.zeros(b, T, dtype=torch.long), "start": torch.tensor([s["start"] for s in first]),
+                 "final_norm": torch.zeros(b, T, first[0]["final_norm"].shape[-1])}
     for row, s in enumerate(first):
         n = len(s["ids"])
         out["ids"][row, :n], out["valid"][row, :n] = s["ids"], True
@@ -164,6 +164,7 @@ def ttt_unroll(draft: Eagle3Draft, batch: dict, K: int, *, autocast: bool):
                                            allowed=masks[0], logits=False)
                 hidden = full.gather(1, rows[..., None].expand(-1, -1, full.shape[-1]))  # (b, Tq, d)
             else:  # the query rows only, token t+k at row t, position t+k-1
+                assert past is not None  # step 1 (k == 1) set it
                 tokens = ids.gather(1, (rows + k).clamp(max=T - 1))  # (b, Tq)
                 _, hidden, kv = draft.step(tokens, hidden, positions=rows + (k - 1), allowed=masks[k - 1], past=past,
                                            logits=False)

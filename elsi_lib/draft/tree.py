@@ -278,7 +278,7 @@ def accepted_length(tree: DraftTree, continuation) -> int:
     expected = torch.full_like(tree.tokens, -1)
     expected[reachable] = continuation[depths[reachable] - 1]  # (n,) the token each node must equal
     token_ok = reachable & (tree.tokens == expected)  # (n,)
-    matched = []  # walked in Python: n is small, and parents come first
+    matched: list[bool] = []  # walked in Python: n is small, and parents come first
     for ok, parent in zip(token_ok.tolist(), tree.parents.tolist()):
         matched.append(ok and (parent < 0 or matched[parent]))
     return max((d for d, m in zip(depths.tolist(), matched) if m), default=0)

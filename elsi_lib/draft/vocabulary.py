@@ -2,6 +2,8 @@
 vLLM's layout) and the draft lm_head's initialisation from the target's rows."""
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -39,7 +41,8 @@ def to_draft(target_ids, t2d):
 @torch.no_grad()
 def init_lm_head_from_target(draft, target_lm_head_weight) -> None:
     """Copy the target's lm_head rows of the draft vocabulary into the draft's lm_head (V, d) -> (V_draft, d)."""
-    weight = target_lm_head_weight.weight if isinstance(target_lm_head_weight, nn.Module) else target_lm_head_weight
+    weight = cast(torch.Tensor, target_lm_head_weight.weight) if isinstance(target_lm_head_weight, nn.Module) \
+        else target_lm_head_weight  # (cast: torch types a module's attributes Tensor | Module)
     expected = (draft.config.vocab_size, draft.config.hidden_size)
     if tuple(weight.shape) != expected:
         raise ValueError(f"target lm_head weight {tuple(weight.shape)}, expected {expected}")

@@ -4,6 +4,8 @@ forward of a model over them giving every position selection's LayerStats (cache
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..inputs.models import DEFAULT_MODEL, load_model
 from ..inputs.prompts import calibration_prompts
 from .capture import capture_variants
@@ -14,7 +16,7 @@ from .settings import CaptureSettings
 # Position selections at the same rho: all tokens (no filtering), the paper's entropy filter, a
 # random control of the same size, and the entropy filter with chat-template positions (where the
 # attention sinks sit) excluded.
-SELECTIONS = {
+SELECTIONS: dict[str, dict[str, Any]] = {
     "all": {"rho": 1.0},
     "entropy": {"keep_samples": True},
     "random": {"select": "random"},

@@ -355,7 +355,7 @@ def _reduce(acc: Accumulator, distributed: bool) -> dict:
         dist.all_reduce(tensors["abs_max"], op=dist.ReduceOp.MAX)
         dist.all_reduce(counts, op=dist.ReduceOp.SUM)
         per_sample = [k for k in ("sample_entropy", "sample_index", "sample_sums", "sample_blocks") if k in tensors]
-        gathered = [None] * dist.get_world_size()
+        gathered: list = [None] * dist.get_world_size()  # each process's per-sample tensors
         dist.all_gather_object(gathered, [tensors[k] for k in per_sample])
         for position, k in enumerate(per_sample):
             tensors[k] = torch.cat([part[position] for part in gathered])

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from ..inputs.chat import tokenize_conversation, truncate
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -38,7 +41,7 @@ class HiddenBatch:
 
     samples: list[Sample]
     layers: list  # N tensors (b, T, d): output of each decoder layer, right-padded rows
-    final_norm: object  # (b, T, d): the last layer after the final norm
+    final_norm: torch.Tensor  # (b, T, d): the last layer after the final norm
     entropies: list  # per sample, (T_i,) float32 next-token entropies on the CPU
 
 
@@ -76,7 +79,8 @@ def plan_batches(lengths: list[int], batch_size: int, max_batch_tokens: int) -> 
     """Group sample positions by length into batches of at most `batch_size` samples and
     `max_batch_tokens` padded tokens; deterministic for given lengths."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    batches, current = [], []
+    batches: list[list[int]] = []
+    current: list[int] = []
     for i in order:
         if current and (len(current) + 1 > batch_size or (len(current) + 1) * lengths[i] > max_batch_tokens):
             batches.append(current)
@@ -105,7 +109,7 @@ def pad_id(tokenizer) -> int:
 
 
 @contextmanager
-def layer_outputs(model):
+def layer_outputs(model) -> Iterator[list]:
     """Collect the output of every decoder layer during a forward; hooks removed in `finally`."""
     decoder = model.get_decoder()
     captured: list = [None] * len(decoder.layers)

@@ -74,7 +74,7 @@ class LayerStats:
         """Z had the samples been drawn `weights` times each (a bootstrap replicate: multinomial
         counts): sum_s w_s sums_s / sum_s w_s blocks_s, in float64. weights (S,) gives (N, B, d);
         weights (R, S), R replicates at once, gives (R, N, B, d)."""
-        if self.sample_sums is None:
+        if self.sample_sums is None or self.sample_blocks is None:  # kept together (keep_samples=True)
             raise ValueError("per-sample sums were not kept: capture with keep_samples=True")
         weights = np.asarray(weights, dtype=np.float64)
         table = np.atleast_2d(weights)  # (R, S)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ def probe_rows(model, tokenizer, conversations, *, max_length: int = 1024, batch
     samples, _ = tokenize_samples(tokenizer, conversations, max_length)
     starts = reply_starts(tokenizer, conversations, max_length)
     embedding, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
-    parts = {"x": [], "y": [], "next": [], "conversation": []}
+    parts: dict[str, list[np.ndarray]] = {"x": [], "y": [], "next": [], "conversation": []}
     bar = progress_bar(total=len(samples), desc="probe forward", unit="conv", disable=not progress)
     for batch in hidden_batches(model, samples, plan_batches([len(s.ids) for s in samples], 64, batch_tokens),
                                 pad_id(tokenizer), entropies=False):
@@ -117,7 +118,8 @@ def cached_probe(model, tokenizer, conversations, *, rank: int | None = None, he
     stats, _ = probe_stats(rows["x"][~held], rows["y"][~held], rows["x"][held], rows["y"][held], rank,
                            heldout_next=rows["next"][held])
     buffer = io.BytesIO()
-    np.savez(buffer, key=json.dumps(key), **{name: np.asarray(getattr(stats, name)) for name in FIELDS})
+    arrays: dict[str, Any] = {name: np.asarray(getattr(stats, name)) for name in FIELDS}  # (Any: savez's **kwds)
+    np.savez(buffer, key=json.dumps(key), **arrays)
     write_checked(path, buffer.getvalue())
     return (stats, key) if with_key else stats
 

@@ -37,9 +37,10 @@ def request_digest(raw: bytes) -> str:
     return hashlib.sha256(json.dumps(request, sort_keys=True).encode()).hexdigest()
 
 
-def record_sum(digest: str, i: int, ids: list[int]) -> str:
+def record_sum(digest: str, i: int | None, ids: list[int]) -> str:
     """A record's checksum: the first 16 hex digits of sha256 over the request digest, the prompt
-    index and the ids (engines/replies.py computes the same)."""
+    index and the ids (engines/replies.py computes the same). `i` is None only for a format-1 record
+    without an index (`upgrade_records`), which `check_records` then refuses."""
     return hashlib.sha256(f"{digest}|{i}|{','.join(map(str, ids))}".encode()).hexdigest()[:16]
 
 

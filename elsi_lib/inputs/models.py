@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from ..common.cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
                                  write_manifest)
@@ -87,7 +88,7 @@ def _package_file(entry: BundledModel, distribution: str, relative: str) -> Path
         ) from None
     for file in dist.files or ():
         if str(file) == relative or file.name == relative:
-            path = Path(dist.locate_file(file))
+            path = Path(cast(os.PathLike, dist.locate_file(file)))  # a pathlib.Path, typed as a protocol
             if path.is_file():
                 return path
     raise ModelNotFoundError(
@@ -205,7 +206,9 @@ def _load_gguf(gguf_path: Path):
             f"({problem}); download it again") from err
     # transformers refuses save_pretrained on a quantizer-loaded model; the weights are already
     # de-quantized to float32, so drop the quantizer and its config entry.
-    model.hf_quantizer = None
+    # (ignore: transformers sets hf_quantizer on every model but declares it on none, so mypy checks the
+    # assignment against nn.Module.__setattr__'s Tensor | Module)
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     return model, tokenizer
@@ -351,7 +354,8 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
             "download it beforehand or pass a local folder"
         ) from err
     if device_map is None:
-        model = model.to(device)
+        # (ignore: transformers wraps PreTrainedModel.to with functools.wraps, whose typeshed type does not bind self)
+        model = model.to(device)  # type: ignore[arg-type]
     return model.eval(), tokenizer
 
 

@@ -173,7 +173,8 @@ def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | o
     import pandas as pd
 
     path = Path(path) if path else verify_pinned(data_dir(data_dir_path), "spec_bench/question.jsonl")
-    rows, first_line = [], {}
+    rows: list[dict] = []
+    first_line: dict[int, int] = {}  # question_id -> the line it is first on
     for lineno, record in read_jsonl(path):
         turns = record_field(record, "turns", path, lineno, list)
         if not turns or not all(isinstance(t, str) for t in turns):

@@ -233,7 +233,8 @@ def parse_ultrachat_eval(path: Path, drop_classes: Iterable[str] = ("Vicuna",)) 
 
 def parse_instruction_input(path: Path) -> list[Conversation]:
     """GPTeacher `{instruction, input}` (the stored responses are ignored)."""
-    return [_user(_with_input(record_field(r, "instruction", path, n), r.get("input") or ""))
+    return [_user(_with_input(record_field(r, "instruction", path, n),  # refuses a record that is not an object
+                              (r.get("input") if isinstance(r, dict) else None) or ""))
             for n, r in _read_records(path)]
 
 

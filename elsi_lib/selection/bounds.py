@@ -82,7 +82,7 @@ def _power_vector(G: np.ndarray, steps: int = 12) -> np.ndarray:
     """A unit vector near G's top eigenvector, by power iteration from a fixed start (a few
     matrix-vector products; an eigensolver costs more). Any vector gives valid bounds in
     `top_eigenvalue_bracket`; a better one gives tighter bounds."""
-    v = np.random.default_rng(0).normal(size=G.shape[0])
+    v = np.random.default_rng(0).normal(size=(G.shape[0],))
     for _ in range(steps):
         v = G @ v
         v /= np.sqrt(v @ v) or 1.0

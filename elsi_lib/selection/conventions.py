@@ -111,7 +111,7 @@ def sglang_reading(architecture: str | None) -> str | None:
     if architecture is not None and not isinstance(architecture, str):
         raise TypeError(f"architecture must be a model class name such as 'LlamaForCausalLM' or None, "
                         f"got {architecture!r}")
-    return SGLANG_READINGS.get(architecture)
+    return None if architecture is None else SGLANG_READINGS.get(architecture)
 
 
 def _sglang_ids(layers: tuple, n_layers: int, architecture: str | None, engine: str) -> list[int]:

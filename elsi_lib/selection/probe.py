@@ -109,14 +109,15 @@ def block_name(b: int, n_blocks: int) -> str:
 def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
     """ValueError naming `what`, and with `blocks` (array (n, N + 1, d)) each block holding NaN or inf
     values, with their count; read in chunks of rows (the features may be memory-mapped)."""
-    bad = 0
+    bad: np.ndarray | int = 0  # with `blocks`, per block (an array); else a count
     for i in range(0, len(array), chunk):
         part = ~np.isfinite(np.asarray(array[i:i + chunk]))
         bad = bad + (part.sum(axis=(0, 2)) if blocks else part.sum())
     if not np.any(bad):
         return
     if blocks:
-        where = ", ".join(f"{int(c)} in {block_name(b, len(bad))}" for b, c in enumerate(bad) if c)
+        per_block = np.asarray(bad)
+        where = ", ".join(f"{int(c)} in {block_name(b, len(per_block))}" for b, c in enumerate(per_block) if c)
     else:
         where = f"{int(bad)} value{'s' if bad > 1 else ''}"
     raise ValueError(f"the probe's {what} hold non-finite values (NaN or inf): {where}; refused, as they "
@@ -183,7 +184,7 @@ def check_errors(sets, errors) -> None:
 def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> tuple[float, dict]:
     """The ridge of `grid` with the lowest mean held-out error over `sets`, and {ridge: that mean}."""
     means = {float(r): float(set_errors(stats, sets, r).mean()) for r in grid}
-    return min(means, key=means.get), means
+    return min(means, key=means.__getitem__), means
 
 
 def _candidate_sets(N: int, m: int, allowed, required) -> tuple[list, tuple]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bounds import layer_bound_terms, set_upper_bounds
+from .bounds import BoundTerms, layer_bound_terms, set_upper_bounds
 from .cka import _cka_from_products, center_gram, conditional_cka_matrices
 from ..common.checks import LayerSet, as_layer_stack, check_alpha, check_normalize
 from .entropy import concat_layers, grams_of, matrix_entropy, spectrum_entropy
@@ -48,8 +48,8 @@ class SetScorer:
         self.grams = np.concatenate(parallel_map(lambda part: grams_of(part, normalize), parts))  # (N, B, B)
         self.n_evaluated = 0
         self._memo: dict[LayerSet, float] = {}
-        self._products = None
-        self._bound_terms = None
+        self._products: np.ndarray | None = None  # (N, N) products of the centered Grams, on first use
+        self._bound_terms: BoundTerms | None = None  # `bounds.layer_bound_terms`, on first use
 
     def upper_bounds(self, sets: list[LayerSet]) -> np.ndarray:
         """An upper bound on the entropy of each set, without an eigensolve; +inf where none is

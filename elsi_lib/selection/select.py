@@ -45,7 +45,8 @@ class Selection:
     def path(self) -> list[LayerSet]:
         """The chain of beam members that led to the chosen set, smallest first."""
         parents = {e.layers: e.parent for entries in self.beams.values() for e in entries}
-        chain, node = [], self.layers
+        chain: list[LayerSet] = []
+        node: LayerSet | None = self.layers
         while node is not None:
             chain.append(node)
             node = parents.get(node)
@@ -90,13 +91,13 @@ def _checked_layers(Z, m, alpha, min_single_layer=None, **positive) -> tuple[np.
 
 
 def _seed_beam(scorer: SetScorer, k_beam: int, allowed: tuple) -> list[BeamEntry]:
-    singles = [(l,) for l in allowed]
+    singles: list[LayerSet] = [(l,) for l in allowed]
     return [BeamEntry(s, e) for s, e in scorer.best([(singles, k_beam)])[0]]
 
 
 def _best_single(scorer: SetScorer, min_single_layer: int | None, allowed: tuple) -> BeamEntry:
     lowest = 0 if min_single_layer is None else int(min_single_layer)  # checked by _checked_layers
-    singles = [(l,) for l in allowed if l >= lowest]
+    singles: list[LayerSet] = [(l,) for l in allowed if l >= lowest]
     if not singles:
         raise ValueError(f"no allowed layer is >= min_single_layer {lowest}")
     return BeamEntry(*scorer.best([(singles, 1)])[0][0])

@@ -1,0 +1,27 @@
+"""The README is a front door: at most 15 KB; the evidence line of its `elsi select` example is the one
+the committed results give today (draft/evidence.py), the notebooks and files it names exist."""
+import re
+
+from elsi_lib.common.cachefiles import REPO_ROOT
+from elsi_lib.draft.evidence import evidence_lines
+
+README = REPO_ROOT / "README.md"
+
+
+def test_the_readme_is_short():
+    assert README.stat().st_size <= 15_000
+
+
+def test_its_evidence_line_is_the_committed_results():
+    text = README.read_text()
+    quoted = [line for line in text.splitlines() if line.startswith("evidence: ")]
+    assert quoted, "the README's example shows no evidence line"
+    assert quoted[0] == evidence_lines("smollm2-135m", "elsi", 3, chosen_differs=True)[0]
+
+
+def test_what_it_names_exists():
+    text = README.read_text()
+    for notebook in set(re.findall(r"`(\d\d_\w+\.ipynb)`", text)):
+        assert (REPO_ROOT / "notebooks" / notebook).is_file(), notebook
+    for path in set(re.findall(r"\]\(([^)#:]+)\)", text)):
+        assert (REPO_ROOT / path).exists(), path
