@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -122,9 +122,17 @@ docs: venv
 	cd build/docs-src && NO_MKDOCS_2_WARNING=1 $(abspath $(BIN))/mkdocs build --strict -q -d ../site
 	$(BIN)/python docs/check_site.py build/site
 
+# notebooks 01 and 09 opened as a user opens them: JupyterLab in headless Chromium (playwright drives
+# Debian's chromium), the elsi kernel preselected, every cell run, figures inline; screenshots in build/lab
+lab-check: venv
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[docs]'
+	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
+	$(BIN)/python docs/check_lab.py notebooks/01_activation_wave.ipynb notebooks/09_families.ipynb --out build/lab
+
 # notebooks 08 and 09 read the committed results by default; here they read the small run that
 # notebooks 06 and 07 just wrote under nbval (their *_small.yaml parameter files)
 test: venv
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider \
@@ -157,6 +165,16 @@ tables-qwen criteria families: models
 tables-qwen tables-strong: $(ENGINES_STAMP)
 $(STUDY_RUNS): venv
 	$(BIN)/python -m elsi_lib.study.runs $@
+
+# A protocol's ledger of trained drafts (elsi_lib/study/protocols.py): `make ledger-table3_f32` trains
+# its missing units in order, one record each under data/drafts/, within BUDGET minutes (a calibration
+# on this machine estimates each unit first); COMMIT=1 commits each record as it lands. `make
+# ledger-status` lists every protocol's units, present and missing.
+BUDGET ?= 150
+ledger-status: venv
+	@for p in table3 table3_f32 table2_strong table2_strong_f32; do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
+ledger-%: venv models
+	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET) $(if $(COMMIT),--commit)
 
 # JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
 # root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'

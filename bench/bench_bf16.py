@@ -10,6 +10,7 @@ Prints and writes bench/results/bench_bf16.{json,md}.
 
     .venv/bin/python bench/bench_bf16.py [--repeat 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,13 +51,28 @@ def main() -> None:
     for d, name in ((576, "SmolLM2"), (896, "Qwen2.5-Coder-0.5B")):
         for out, what in ((4 * d, "MLP layer"), (VOCAB, "vocabulary head")):
             f32, b16 = (step_seconds(d, out, bf16, args.repeat) for bf16 in (False, True))
-            rows.append({"shape": f"{name} {what}: ({POSITIONS} x {d}) @ ({d} x {out})", "float32 ms": round(1e3 * f32, 1),
-                         "bf16 autocast ms": round(1e3 * b16, 1), "bf16 / float32": round(b16 / f32, 1)})
+            rows.append(
+                {
+                    "shape": f"{name} {what}: ({POSITIONS} x {d}) @ ({d} x {out})",
+                    "float32 ms": round(1e3 * f32, 1),
+                    "bf16 autocast ms": round(1e3 * b16, 1),
+                    "bf16 / float32": round(b16 / f32, 1),
+                }
+            )
             print(rows[-1])
     present = [f for f in BF16_FLAGS if f in flags]
-    write("bench_bf16", {"positions": POSITIONS, "repeat": args.repeat, "bf16 flags present": present,
-                         "torch cpu capability": torch.backends.cpu.get_cpu_capability()}, rows, load_before=load,
-          notes="forward and backward, median of the repeats after a warm-up; bf16 / float32 above 1 means bf16 is slower")
+    write(
+        "bench_bf16",
+        {
+            "positions": POSITIONS,
+            "repeat": args.repeat,
+            "bf16 flags present": present,
+            "torch cpu capability": torch.backends.cpu.get_cpu_capability(),
+        },
+        rows,
+        load_before=load,
+        notes="forward and backward, median of the repeats after a warm-up; bf16 / float32 above 1 means bf16 is slower",
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ forward; peak memory for 256 prompts within 10% of that for 64.
 
     .venv/bin/python bench/bench_capture.py [--prompts 64] [--big 256]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,8 +51,15 @@ def capture_rate(model, tokenizer, prompts) -> tuple[float, dict]:
     return stats.counts["tokens_seen"] / (time.perf_counter() - start), stats.counts
 
 
-QWEN3_4B_SHAPE = dict(n_layers=36, hidden_size=2560, intermediate_size=9728, n_heads=32, num_key_value_heads=8,
-                      head_dim=128, vocab_size=49152)  # Qwen3-4B but for the vocabulary (SmolLM2's tokenizer)
+QWEN3_4B_SHAPE = dict(
+    n_layers=36,
+    hidden_size=2560,
+    intermediate_size=9728,
+    n_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=49152,
+)  # Qwen3-4B but for the vocabulary (SmolLM2's tokenizer)
 
 
 def child(n_prompts: int, qwen3: bool = False) -> None:
@@ -67,8 +75,16 @@ def child(n_prompts: int, qwen3: bool = False) -> None:
     before = resident_kib("VmRSS")
     reset_peak()  # the peak of loading is not the peak of capture
     rate, counts = capture_rate(model, tokenizer, prompts)
-    print(json.dumps({"peak_mib": resident_kib("VmHWM") / 1024, "after_load_mib": before / 1024, "rate": rate,
-                      "tokens": counts["tokens_seen"]}))
+    print(
+        json.dumps(
+            {
+                "peak_mib": resident_kib("VmHWM") / 1024,
+                "after_load_mib": before / 1024,
+                "rate": rate,
+                "tokens": counts["tokens_seen"],
+            }
+        )
+    )
 
 
 def resident_kib(field: str) -> float:
@@ -88,8 +104,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--big", type=int, default=256)
-    parser.add_argument("--qwen3", action="store_true",
-                        help="also measure peak memory on a random Qwen3-4B-shaped bf16 model (8 vs 32 prompts, ~5 min, 9 GB)")
+    parser.add_argument(
+        "--qwen3",
+        action="store_true",
+        help="also measure peak memory on a random Qwen3-4B-shaped bf16 model (8 vs 32 prompts, ~5 min, 9 GB)",
+    )
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--child-qwen3", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -111,19 +130,33 @@ def main() -> None:
     print(f"{'bare forward, logits_to_keep=1':<44}{last:>9.0f} tok/s   ({last / full:.2f}x full)")
     print(f"{'capture':<44}{rate:>9.0f} tok/s   ({rate / full:.2f}x full, target >= 0.90)")
     capture_seconds = counts["tokens_seen"] / rate
-    print(f"{'hashing every weight for the cache key':<44}{hashing:>9.2f} s       "
-          f"({hashing / capture_seconds:.3f}x this capture's {capture_seconds:.0f} s)")
+    print(
+        f"{'hashing every weight for the cache key':<44}{hashing:>9.2f} s       "
+        f"({hashing / capture_seconds:.3f}x this capture's {capture_seconds:.0f} s)"
+    )
 
-    rows = [{"measure": "bare forward, logits at every position", "tok/s": round(full), "ratio": 1.0},
-            {"measure": "bare forward, logits_to_keep=1", "tok/s": round(last), "ratio": round(last / full, 2)},
-            {"measure": "capture", "tok/s": round(rate), "ratio": round(rate / full, 2)},
-            {"measure": "hashing every weight (s)", "tok/s": round(hashing, 2), "ratio": round(hashing / capture_seconds, 3)}]
+    rows = [
+        {"measure": "bare forward, logits at every position", "tok/s": round(full), "ratio": 1.0},
+        {"measure": "bare forward, logits_to_keep=1", "tok/s": round(last), "ratio": round(last / full, 2)},
+        {"measure": "capture", "tok/s": round(rate), "ratio": round(rate / full, 2)},
+        {
+            "measure": "hashing every weight (s)",
+            "tok/s": round(hashing, 2),
+            "ratio": round(hashing / capture_seconds, 3),
+        },
+    ]
     peaks = {"SmolLM2-135M": peak_memory("SmolLM2-135M", args.prompts, args.big, [])}
     if args.qwen3:
-        peaks["random Qwen3-4B-shaped"] = peak_memory("random Qwen3-4B-shaped, bf16, max_length 128", 8, 32,
-                                                      ["--child-qwen3"])
-    settings = {"prompts": args.prompts, "big": args.big, "batches": BATCH, "tokens": counts["tokens_seen"],
-                "peak memory MiB": peaks}
+        peaks["random Qwen3-4B-shaped"] = peak_memory(
+            "random Qwen3-4B-shaped, bf16, max_length 128", 8, 32, ["--child-qwen3"]
+        )
+    settings = {
+        "prompts": args.prompts,
+        "big": args.big,
+        "batches": BATCH,
+        "tokens": counts["tokens_seen"],
+        "peak memory MiB": peaks,
+    }
     write("bench_capture", settings, rows, load_before=load_before)
 
 
@@ -131,11 +164,14 @@ def peak_memory(label: str, small: int, big: int, flags: list[str]) -> None:
     """Peak resident memory of capture, each size in a fresh process."""
     peaks = {}
     for n in (small, big):
-        out = subprocess.run([sys.executable, __file__, "--child", str(n), *flags], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(n), *flags], capture_output=True, text=True, check=True
+        )
         peaks[n] = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{label}: peak memory, capture of {n:>4} prompts ({peaks[n]['tokens']:>6} tokens): "
-              f"{peaks[n]['peak_mib']:7.0f} MiB (before capture: {peaks[n]['after_load_mib']:.0f} MiB)")
+        print(
+            f"{label}: peak memory, capture of {n:>4} prompts ({peaks[n]['tokens']:>6} tokens): "
+            f"{peaks[n]['peak_mib']:7.0f} MiB (before capture: {peaks[n]['after_load_mib']:.0f} MiB)"
+        )
     ratio = peaks[big]["peak_mib"] / peaks[small]["peak_mib"]
     print(f"{label}: peak ratio {big}/{small} prompts: {ratio:.3f}   (target <= 1.10)")
     return {str(n): round(p["peak_mib"]) for n, p in peaks.items()} | {"ratio": round(ratio, 3)}

@@ -12,6 +12,7 @@ Prints best-of-`repeat` times; later changes compare against these lines.
 
     .venv/bin/python bench/bench_draft.py [--repeat 5] [--questions 4] [--nodes 60] [--draft-vocab 32000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,7 +23,8 @@ import time
 import torch
 
 import elsi_lib
-from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.draft.tree import build_trees
 from elsi_lib.draft import train as training
 from elsi_lib.draft.replay import replay_sequence
@@ -72,9 +74,13 @@ def _batch(model, b: int, length: int, reply_from: int, vocab: int, layers) -> d
     """A random batch as `train.collate` gives it, with features for the draft source `layers`."""
     g = torch.Generator().manual_seed(0)
     d, m = model.config.hidden_size, len(layers)
-    return {"ids": torch.randint(0, vocab, (b, length), generator=g), "valid": torch.ones(b, length, dtype=torch.bool),
-            "start": torch.full((b,), reply_from), "argmax": torch.randint(0, vocab, (b, length), generator=g),
-            "features": {tuple(layers): torch.randn(b, length, m * d, generator=g)}}
+    return {
+        "ids": torch.randint(0, vocab, (b, length), generator=g),
+        "valid": torch.ones(b, length, dtype=torch.bool),
+        "start": torch.full((b,), reply_from),
+        "argmax": torch.randint(0, vocab, (b, length), generator=g),
+        "features": {tuple(layers): torch.randn(b, length, m * d, generator=g)},
+    }
 
 
 def training_rates(repeat: int, b: int = 6, length: int = 680, reply_from: int = 300) -> dict[bool, float]:
@@ -103,13 +109,18 @@ def replay_cost(repeat: int, prefix: int = 550, tokens: int = 128) -> tuple[floa
     """Seconds per question (all its roots at once, 30- and 60-node trees from one expansion) and
     its number of roots, for a random draft (which accepts little: every root is expanded anyway)."""
     model, _ = elsi_lib.load_model()
-    draft = Eagle3Draft.from_target(model, elsi_lib.eagle3_layers(model.config.num_hidden_layers), TRAIN_VOCAB,
-                                    seed=0).eval()
+    draft = Eagle3Draft.from_target(
+        model, elsi_lib.eagle3_layers(model.config.num_hidden_layers), TRAIN_VOCAB, seed=0
+    ).eval()
     g = torch.Generator().manual_seed(0)
     n = prefix + tokens
     ids = torch.randint(0, TRAIN_VOCAB, (n,), generator=g)
-    sequence = {"ids": ids, "argmax": torch.cat([ids[1:], ids[:1]]), "start": prefix,
-                "features": torch.randn(n, 3 * model.config.hidden_size, generator=g)}
+    sequence = {
+        "ids": ids,
+        "argmax": torch.cat([ids[1:], ids[:1]]),
+        "start": prefix,
+        "features": torch.randn(n, 3 * model.config.hidden_size, generator=g),
+    }
     seconds = best_time(lambda: replay_sequence(draft, sequence, tree_nodes=(30, 60), max_tokens=tokens), repeat)
     return seconds, tokens - 1
 
@@ -122,8 +133,10 @@ def feature_costs(repeat: int, n_conversations: int = 8) -> tuple[float, float, 
     from elsi_lib.hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 
     model, tokenizer = elsi_lib.load_model()
-    conversations = [c + [{"role": "assistant", "content": c[0]["content"][:400]}]
-                     for c in calibration_prompts(n_conversations, seed=1)]
+    conversations = [
+        c + [{"role": "assistant", "content": c[0]["content"][:400]}]
+        for c in calibration_prompts(n_conversations, seed=1)
+    ]
     layers = [1, 9, 10, 14, 26, 29]
     with tempfile.TemporaryDirectory() as folder:
         os.environ["ELSI_CACHE_DIR"] = folder
@@ -132,8 +145,9 @@ def feature_costs(repeat: int, n_conversations: int = 8) -> tuple[float, float, 
         read = best_time(lambda: training.collate(store, list(range(len(store))), {tuple(layers), FINAL_NORM}), repeat)
         samples, _ = tokenize_samples(tokenizer, conversations, 1024)
         batches = plan_batches([len(s.ids) for s in samples], 64, 8192)
-        forward = best_time(lambda: list(hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False)),
-                            repeat)
+        forward = best_time(
+            lambda: list(hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False)), repeat
+        )
     return tokens / read, tokens / forward, tokens
 
 
@@ -150,28 +164,51 @@ def main() -> None:
     rate, shape = draft_forward_rate(args.repeat)
     print(f"{'EAGLE-3 draft forward (SmolLM2 shape, m = 3)':<48}{rate:>9.0f} tok/s   ({shape})")
     ms = tree_round_ms(args.repeat, args.questions, args.nodes, args.depth, args.top_k, args.draft_vocab)
-    print(f"{'EAGLE-2 tree logic per round':<48}{ms:>9.1f} ms      ({args.questions} questions, {args.nodes} nodes, "
-          f"depth {args.depth}, top_k {args.top_k}, V_draft {args.draft_vocab}; draft forwards not included)")
+    print(
+        f"{'EAGLE-2 tree logic per round':<48}{ms:>9.1f} ms      ({args.questions} questions, {args.nodes} nodes, "
+        f"depth {args.depth}, top_k {args.top_k}, V_draft {args.draft_vocab}; draft forwards not included)"
+    )
     rates = training_rates(max(1, args.repeat // 2))
-    print(f"{'training, bf16 autocast (K = 3, 6 x 680 tokens)':<48}{rates[True]:>9.0f} tok/s   per draft, V_draft {TRAIN_VOCAB}")
+    print(
+        f"{'training, bf16 autocast (K = 3, 6 x 680 tokens)':<48}{rates[True]:>9.0f} tok/s   per draft, V_draft {TRAIN_VOCAB}"
+    )
     print(f"{'training, float32':<48}{rates[False]:>9.0f} tok/s   bf16 / fp32 = {rates[True] / rates[False]:.2f}x")
     seconds, roots = replay_cost(max(1, args.repeat // 2))
-    print(f"{'replay, one question (30 + 60 nodes)':<48}{seconds:>9.2f} s       ({roots} roots, "
-          f"{1000 * seconds / roots:.1f} ms per root, depth 6, top_k 10, V_draft {TRAIN_VOCAB})")
+    print(
+        f"{'replay, one question (30 + 60 nodes)':<48}{seconds:>9.2f} s       ({roots} roots, "
+        f"{1000 * seconds / roots:.1f} ms per root, depth 6, top_k 10, V_draft {TRAIN_VOCAB})"
+    )
     read, forward, tokens = feature_costs(args.repeat)
     print(f"{'features: read stored (fp16, 6 layers + final)':<48}{read:>9.0f} tok/s")
-    print(f"{'features: recompute (target forward)':<48}{forward:>9.0f} tok/s   read / recompute = "
-          f"{read / forward:.1f}x ({tokens} tokens)")
-    rows = [{"measure": "draft forward (SmolLM2 shape, m = 3)", "value": round(rate), "unit": "tok/s", "detail": str(shape)},
-            {"measure": "EAGLE-2 tree logic per round", "value": round(ms, 1), "unit": "ms",
-             "detail": f"{args.questions} questions, {args.nodes} nodes, depth {args.depth}, top_k {args.top_k}, "
-                       f"V_draft {args.draft_vocab}"},
-            {"measure": "training, bf16 autocast", "value": round(rates[True]), "unit": "tok/s per draft", "detail": ""},
-            {"measure": "training, float32", "value": round(rates[False]), "unit": "tok/s per draft", "detail": ""},
-            {"measure": "replay, one question (30 + 60 nodes)", "value": round(seconds, 2), "unit": "s",
-             "detail": f"{roots} roots"},
-            {"measure": "features: read stored", "value": round(read), "unit": "tok/s", "detail": ""},
-            {"measure": "features: recompute", "value": round(forward), "unit": "tok/s", "detail": f"{tokens} tokens"}]
+    print(
+        f"{'features: recompute (target forward)':<48}{forward:>9.0f} tok/s   read / recompute = "
+        f"{read / forward:.1f}x ({tokens} tokens)"
+    )
+    rows = [
+        {
+            "measure": "draft forward (SmolLM2 shape, m = 3)",
+            "value": round(rate),
+            "unit": "tok/s",
+            "detail": str(shape),
+        },
+        {
+            "measure": "EAGLE-2 tree logic per round",
+            "value": round(ms, 1),
+            "unit": "ms",
+            "detail": f"{args.questions} questions, {args.nodes} nodes, depth {args.depth}, top_k {args.top_k}, "
+            f"V_draft {args.draft_vocab}",
+        },
+        {"measure": "training, bf16 autocast", "value": round(rates[True]), "unit": "tok/s per draft", "detail": ""},
+        {"measure": "training, float32", "value": round(rates[False]), "unit": "tok/s per draft", "detail": ""},
+        {
+            "measure": "replay, one question (30 + 60 nodes)",
+            "value": round(seconds, 2),
+            "unit": "s",
+            "detail": f"{roots} roots",
+        },
+        {"measure": "features: read stored", "value": round(read), "unit": "tok/s", "detail": ""},
+        {"measure": "features: recompute", "value": round(forward), "unit": "tok/s", "detail": f"{tokens} tokens"},
+    ]
     write("bench_draft", vars(args), rows, load_before=load_before)
 
 

@@ -13,6 +13,7 @@ bench/results/bench_levers.{json,md}.
 
     .venv/bin/python bench/bench_levers.py [--train 1000] [--heldout 100]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,7 +54,7 @@ def main() -> None:
     load_before = [round(x, 2) for x in os.getloadavg()]
     model, tokenizer = load_model("smollm2-135m")
     convs = corpus.training_conversations_written(model, tokenizer, N_PROMPTS, args.train + args.heldout)
-    train_convs, heldout_convs = convs[:args.train], convs[args.train:]
+    train_convs, heldout_convs = convs[: args.train], convs[args.train :]
     layers = eagle3_layers(len(model.get_decoder().layers))
     store = build_features(model, tokenizer, train_convs, layers, desc="features (train)")
     heldout = build_features(model, tokenizer, heldout_convs, layers, desc="features (held-out)")
@@ -63,22 +64,36 @@ def main() -> None:
         d2t, t2d = draft_vocabulary(counts, vocab)
         draft = experiment.make_draft(model, layers, d2t, t2d, settings.seed)
         features = LiveFeatures(model, tokenizer, train_convs, layers, bf16=True) if bf16 else store
-        out = train_drafts({"eagle3": draft}, features, model.get_output_embeddings().weight[t2d].detach().float(),
-                           settings, key={"levers": {"prompts": N_PROMPTS, "train": args.train, "vocab": vocab,
-                                                     "bf16_forward": bf16}}, name="lever")
+        out = train_drafts(
+            {"eagle3": draft},
+            features,
+            model.get_output_embeddings().weight[t2d].detach().float(),
+            settings,
+            key={"levers": {"prompts": N_PROMPTS, "train": args.train, "vocab": vocab, "bf16_forward": bf16}},
+            name="lever",
+        )
         seconds = out["seconds"]  # training time summed over every run that trained it (resumes included)
         accuracy = step_accuracy(draft, heldout, 3, autocast=settings.autocast_bf16)
         tokens = sum(features.length(i) for i in range(len(features)))
-        row = {"lever": name, **{f"step {k + 1}": round(a, 4) for k, a in enumerate(accuracy)},
-               "batches": out["total"], "train tok/s": round(tokens / seconds) if seconds > 5 else ""}
+        row = {
+            "lever": name,
+            **{f"step {k + 1}": round(a, 4) for k, a in enumerate(accuracy)},
+            "batches": out["total"],
+            "train tok/s": round(tokens / seconds) if seconds > 5 else "",
+        }
         print(row, flush=True)
         rows.append(row)
     base = rows[0]["step 1"]
     for row in rows:
         row["step 1 minus base"] = round(row["step 1"] - base, 4)
-    write("bench_levers", {**vars(args), "base": BASE.__dict__, "layers": list(layers)}, rows, load_before=load_before,
-          notes=f"EAGLE3's draft, {args.train} training prompts' replies, {args.heldout} held-out; the seed-1 row is "
-                "what a reseed alone moves. tok/s: beside whatever else ran (see the load), not a speed measure.")
+    write(
+        "bench_levers",
+        {**vars(args), "base": BASE.__dict__, "layers": list(layers)},
+        rows,
+        load_before=load_before,
+        notes=f"EAGLE3's draft, {args.train} training prompts' replies, {args.heldout} held-out; the seed-1 row is "
+        "what a reseed alone moves. tok/s: beside whatever else ran (see the load), not a speed measure.",
+    )
 
 
 if __name__ == "__main__":

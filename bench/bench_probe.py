@@ -13,6 +13,7 @@ with the load average before the run (the numbers are wall-clock on a shared 2-c
 
     .venv/bin/python bench/bench_probe.py [--sample 300]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,20 @@ def synthetic(n_layers: int, d: int, rank: int, n: int = 3000, seed: int = 0) ->
     z, zh = rng.standard_normal((n, K)), rng.standard_normal((n // 3, K))
     w = rng.standard_normal((K, d)) / np.sqrt(K)
     y, yh = z @ w + rng.standard_normal((n, d)), zh @ w + rng.standard_normal((n // 3, d))
-    return P.ProbeStats(gram=z.T @ z, cross=z.T @ y, heldout_gram=zh.T @ zh, heldout_cross=zh.T @ yh,
-                        heldout_yy=float(np.sum(yh ** 2)), n_train=n, n_heldout=n // 3, rank=rank,
-                        kept_variance=np.ones(n_layers + 1), heldout_z=zh.astype(np.float32),
-                        heldout_next=np.full(n // 3, -1), y_mean=np.zeros(d))
+    return P.ProbeStats(
+        gram=z.T @ z,
+        cross=z.T @ y,
+        heldout_gram=zh.T @ zh,
+        heldout_cross=zh.T @ yh,
+        heldout_yy=float(np.sum(yh**2)),
+        n_train=n,
+        n_heldout=n // 3,
+        rank=rank,
+        kept_variance=np.ones(n_layers + 1),
+        heldout_z=zh.astype(np.float32),
+        heldout_next=np.full(n // 3, -1),
+        y_mean=np.zeros(d),
+    )
 
 
 def timed(stats: P.ProbeStats, sets, ridge: float) -> float:
@@ -58,9 +69,18 @@ def main() -> None:
     start = time.perf_counter()
     P.probe_beam(smol, 3, 0.1)
     beam = time.perf_counter() - start
-    rows.append({"target": "smollm2-135m (its statistics)", "layers": smol.n_layers, "width": smol.cross.shape[1],
-                 "triples": len(triples), "triples timed": len(triples), "ms per triple": round(1e3 * seconds / len(triples), 2),
-                 "all triples (s)": round(seconds, 1), "beam k=10 (s)": round(beam, 1)})
+    rows.append(
+        {
+            "target": "smollm2-135m (its statistics)",
+            "layers": smol.n_layers,
+            "width": smol.cross.shape[1],
+            "triples": len(triples),
+            "triples timed": len(triples),
+            "ms per triple": round(1e3 * seconds / len(triples), 2),
+            "all triples (s)": round(seconds, 1),
+            "beam k=10 (s)": round(beam, 1),
+        }
+    )
     print(rows[-1], flush=True)
     big = synthetic(36, 2560, 64)
     triples = list(itertools.combinations(range(36), 3))
@@ -69,12 +89,26 @@ def main() -> None:
     start = time.perf_counter()
     P.probe_beam(big, 3, 0.1)
     beam = time.perf_counter() - start
-    rows.append({"target": "36 layers, width 2,560 (synthetic)", "layers": 36, "width": 2560, "triples": len(triples),
-                 "triples timed": len(sample), "ms per triple": round(1e3 * seconds / len(sample), 2),
-                 "all triples (s)": round(seconds / len(sample) * len(triples), 1), "beam k=10 (s)": round(beam, 1)})
+    rows.append(
+        {
+            "target": "36 layers, width 2,560 (synthetic)",
+            "layers": 36,
+            "width": 2560,
+            "triples": len(triples),
+            "triples timed": len(sample),
+            "ms per triple": round(1e3 * seconds / len(sample), 2),
+            "all triples (s)": round(seconds / len(sample) * len(triples), 1),
+            "beam k=10 (s)": round(beam, 1),
+        }
+    )
     print(rows[-1], flush=True)
-    write("bench_probe", {"rank": 64, "ridge": 0.1, "sample": args.sample}, rows, load_before=load_before,
-          notes="all triples (s) of the 36-layer shape: the timed sample's seconds per triple times 7,140.")
+    write(
+        "bench_probe",
+        {"rank": 64, "ridge": 0.1, "sample": args.sample},
+        rows,
+        load_before=load_before,
+        notes="all triples (s) of the 36-layer shape: the timed sample's seconds per triple times 7,140.",
+    )
 
 
 if __name__ == "__main__":

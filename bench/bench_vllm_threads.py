@@ -8,6 +8,7 @@ start each). Every run generates afresh (a temporary cache).
 
 Needs `.venv-engines` (`make test-engines` builds it). Results: bench/results/bench_vllm_threads.json and .md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,7 +17,8 @@ import tempfile
 import time
 
 from elsi_lib.draft import corpus
-from elsi_lib.hidden.engine_replies import engine_replies, vllm_version
+from elsi_lib.hidden.engine_replies import engine_replies
+from elsi_lib.hidden.engine_env import vllm_version
 from elsi_lib.inputs.models import load_model
 from record import write
 
@@ -46,17 +48,31 @@ def main() -> None:
             start = time.perf_counter()
             _, ids[name], _ = engine_replies(model, tokenizer, prompts, max_new_tokens=args.tokens)
             seconds = time.perf_counter() - start
-        rows.append({"engine": f"vLLM {vllm_version()}, {name}", "seconds": round(seconds, 1),
-                     "tokens": sum(map(len, ids[name]))})
+        rows.append(
+            {
+                "engine": f"vLLM {vllm_version()}, {name}",
+                "seconds": round(seconds, 1),
+                "tokens": sum(map(len, ids[name])),
+            }
+        )
     first = next(iter(ids))
     for row, name in zip(rows, ids):
         row["tok/s"] = round(row["tokens"] / row["seconds"], 1)
         row["vs default"] = round(row["tok/s"] / rows[0]["tok/s"], 2)
         row["replies equal to the default's"] = sum(a == b for a, b in zip(ids[name], ids[first]))
         print(row, flush=True)
-    write("bench_vllm_threads", {"model": "smollm2-135m", "dtype": str(next(model.parameters()).dtype),
-                                 "prompts": args.prompts, "max_new_tokens": args.tokens, "cores": os.cpu_count()},
-          rows, load_before=load_before)
+    write(
+        "bench_vllm_threads",
+        {
+            "model": "smollm2-135m",
+            "dtype": str(next(model.parameters()).dtype),
+            "prompts": args.prompts,
+            "max_new_tokens": args.tokens,
+            "cores": os.cpu_count(),
+        },
+        rows,
+        load_before=load_before,
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Benchmark results as committed files: `bench/results/<name>.json` (the machine, the date, the
 settings and the measured rows) and `<name>.md` (the same rows as the Markdown table the README
 quotes). Standalone (no elsi import), so that the engines' environment can use it too."""
+
 from __future__ import annotations
 
 import datetime
@@ -22,11 +23,16 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu,
-            "cores": os.cpu_count(), "load_1_5_15": [round(x, 2) for x in os.getloadavg()],
-            "python": platform.python_version()}
+    info = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+    }
     try:
         import torch
+
         info["torch"] = torch.__version__
         info["torch_threads"] = torch.get_num_threads()
     except ImportError:
@@ -44,8 +50,15 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(name: str, settings: dict, rows: list[dict], *, load_before: list | None = None, notes: str = "",
-          folder: Path = RESULTS) -> Path:
+def write(
+    name: str,
+    settings: dict,
+    rows: list[dict],
+    *,
+    load_before: list | None = None,
+    notes: str = "",
+    folder: Path = RESULTS,
+) -> Path:
     """Write `<folder>/<name>.json` and `.md`; `load_before`: the load averages when the run began
     (default: now). Returns the JSON file's path."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -55,8 +68,10 @@ def write(name: str, settings: dict, rows: list[dict], *, load_before: list | No
     record = {"benchmark": name, "machine": info, "settings": settings, "rows": rows, "notes": notes}
     path = folder / f"{name}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
-    header = (f"{name}: {info['date']}, {info['cpu']} ({info['cores']} cores), load before the run "
-              f"{' / '.join(map(str, info['load_1_5_15']))}; settings {json.dumps(settings)}\n\n")
+    header = (
+        f"{name}: {info['date']}, {info['cpu']} ({info['cores']} cores), load before the run "
+        f"{' / '.join(map(str, info['load_1_5_15']))}; settings {json.dumps(settings)}\n\n"
+    )
     (folder / f"{name}.md").write_text(header + markdown_table(rows) + (f"\n{notes}\n" if notes else ""))
     return path
 

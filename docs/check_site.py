@@ -4,6 +4,7 @@ answers, and a screenshot of the home page goes to build/site-home.png. Exits 1 
 
     python docs/check_site.py build/site
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,8 +19,16 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
@@ -34,8 +43,12 @@ def serve(site: Path) -> tuple[http.server.ThreadingHTTPServer, str]:
 
 
 def chromium(*args: str, profile: Path) -> str:
-    run = subprocess.run(["chromium", *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=8000", *args],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        ["chromium", *FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=8000", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if run.returncode != 0:
         raise RuntimeError(f"chromium {' '.join(args)} failed: {run.stderr[-500:]}")
     return run.stdout
@@ -73,8 +86,10 @@ def check(site: Path, screenshot: Path) -> list[str]:
             problems.append(f"{screenshot}: no screenshot of the home page was written")
     finally:
         server.shutdown()
-    print(f"{len(pages)} pages opened in Chromium, {len(links)} links inside the site followed, "
-          f"screenshot {screenshot}: {len(problems)} problem(s)")
+    print(
+        f"{len(pages)} pages opened in Chromium, {len(links)} links inside the site followed, "
+        f"screenshot {screenshot}: {len(problems)} problem(s)"
+    )
     return problems
 
 

@@ -10,6 +10,7 @@ arguments, the data files and the model's config allow runs before the capture (
 is written). Exit status: 0 on success, 2 for bad arguments, 1 when a run fails; user errors print
 one line, not a traceback.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,9 +20,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .cli_args import (  # noqa: F401 (the parser and its checks, kept apart: cli_args.py)
-    DEFAULTS, FIXED_SIZES, FORMATS, MEASURED, METHODS, READ_BY, STABILITY_MAX, STABILITY_MIN, UsageError, _check,
-    _check_data, _check_method_options, _check_stability, _check_writable_file, _check_writable_folder, build_parser)
+from .cli_args import MEASURED, UsageError, _check, build_parser
+from .cli_select import recipe_commands, recipe_line, restriction_lines, stability
 
 if TYPE_CHECKING:
     from .selection.probe import ProbeChoice
@@ -42,16 +42,22 @@ def _prompts(args) -> list:
     for prompt_set in args.data:
         conversations = load_prompts(prompt_set)
         if not conversations:
-            raise UsageError(f"--data {prompt_set}: no usable conversation (each needs a user turn: ShareGPT "
-                             "'from': 'human' or 'user')")
+            raise UsageError(
+                f"--data {prompt_set}: no usable conversation (each needs a user turn: ShareGPT "
+                "'from': 'human' or 'user')"
+            )
         for i, conversation in enumerate(conversations, 1):
             if conversation[-1]["role"] not in ("user", "assistant"):
-                raise UsageError(f"--data {prompt_set}: conversation {i} ends with a {conversation[-1]['role']} turn; "
-                                 "end it with a user turn (the reply model answers it) or an assistant reply")
+                raise UsageError(
+                    f"--data {prompt_set}: conversation {i} ends with a {conversation[-1]['role']} turn; "
+                    "end it with a user turn (the reply model answers it) or an assistant reply"
+                )
         pool += conversations
     if args.prompts > len(pool):
-        raise UsageError(f"--prompts {args.prompts}: --data {' '.join(map(str, args.data))} holds only {len(pool)} "
-                         f"conversations; pass --prompts {len(pool)} or fewer, or more data")
+        raise UsageError(
+            f"--prompts {args.prompts}: --data {' '.join(map(str, args.data))} holds only {len(pool)} "
+            f"conversations; pass --prompts {len(pool)} or fewer, or more data"
+        )
     return sample(pool, args.prompts, seed=args.seed)
 
 
@@ -65,7 +71,9 @@ class _Job:
         self.loaded: tuple[Any, Any] = load_model(args.model)  # (model, tokenizer)
         decoder = self.loaded[0].get_decoder()
         self.n_layers = len(decoder.layers)
-        self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[0]
+        self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[
+            0
+        ]
         self._replier: tuple[Any, Any] | None = self.loaded if args.reply_model in ("self", args.model) else None
         self.conversations: list[list[dict]] | None = None  # set by `_stats`: the conversations captured ...
         self.max_length: int | None = None  # ... and their max_length, the probe's data too
@@ -90,17 +98,29 @@ def _stats(args, job: _Job):
     if args.data:
         prompts = job.prompts
         needs = [c for c in prompts if c[-1]["role"] == "user"]
-        replied = iter(reply_conversations(*job.replier(args), needs, max_length=settings.max_length,
-                                           batch_size=16)) if needs else iter(())
+        replied = (
+            iter(reply_conversations(*job.replier(args), needs, max_length=settings.max_length, batch_size=16))
+            if needs
+            else iter(())
+        )
         conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in prompts]
         described: dict[str, Any] = {"data": list(args.data)}
     else:
-        conversations = calibration_conversations(args.prompts, seed=args.seed, max_length=settings.max_length,
-                                                  loaded=job.replier(args)) if args.reply_model != "self" else \
-            reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
+        conversations = (
+            calibration_conversations(
+                args.prompts, seed=args.seed, max_length=settings.max_length, loaded=job.replier(args)
+            )
+            if args.reply_model != "self"
+            else reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
+        )
         described = {"data": "calibration mix"}
-    described.update({"prompts": len(conversations), "conversations_sha256": conversations_hash(conversations),
-                      "reply_model": args.reply_model})
+    described.update(
+        {
+            "prompts": len(conversations),
+            "conversations_sha256": conversations_hash(conversations),
+            "reply_model": args.reply_model,
+        }
+    )
     job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
     stats = capture_selections(args.model, conversations, settings, loaded=job.loaded)["entropy"]
     if stats.Z.shape[0] != job.n_layers:
@@ -159,8 +179,9 @@ def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
         from .hidden.probe_capture import cached_probe_choice
 
         model, tokenizer = job.loaded
-        choice = cached_probe_choice(model, tokenizer, job.conversations, args.m, k_beam=args.k_beam,
-                                     max_length=job.max_length, **where)
+        choice = cached_probe_choice(
+            model, tokenizer, job.conversations, args.m, k_beam=args.k_beam, max_length=job.max_length, **where
+        )
         if job.probe is None:  # the answer's choice (asked first), not the comparison's
             job.probe = choice
         return tuple(choice.layers), float(choice.error)
@@ -176,63 +197,21 @@ def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
     return tuple(int(l) for l in chosen.layers), float(chosen.entropy)
 
 
-def _stability(args, stats, layers: tuple, n_prompts: int) -> dict:
-    """How often `layers` wins over --stability bootstrap resamples of the prompts that filled a block
-    (the others add nothing to resample): refused when fewer than 2 did."""
-    import numpy as np
-
-    from .selection.stability import bootstrap_choices
-    from .selection import select
-
-    if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:
-        raise UsageError(f"--stability: only {np.count_nonzero(stats.sample_blocks)} of the {n_prompts} prompts "
-                         f"kept a full block of --block {args.block} tokens, and a bootstrap needs 2 or more: pass "
-                         "more or longer prompts, or a smaller --block")
-    methods = {"elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
-               "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
-               "exhaustive": select.exhaustive}
-    choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
-    wins = choices[choices.layers == layers]["share"].sum()
-    return {"resamples": args.stability, "share_choosing_this_set": float(wins),
-            "choices": [{"layers": list(l), "share": float(s)} for l, s in zip(choices.layers, choices.share)]}
-
-
-def _recipe_line(fragment: dict) -> str:
-    from .selection.conventions import SPECULATORS_RECIPE
-
-    if "recipe_unavailable" in fragment:
-        return f"speculators' recipe: {fragment['recipe_unavailable']} (--engine speculators restricts the search to sets it can train)"
-    return (f"speculators' recipe: {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])} -- ..., "
-            f"then {SPECULATORS_RECIPE[1]} ... {' '.join(fragment['train_args'])}")
-
-
-def _recipe_commands(fragment: dict) -> list[str]:
-    """speculators' recipe as two commands whose ids agree (launch_vllm.py appends N; train.py takes the ids without it)."""
-    from .selection.conventions import SPECULATORS_RECIPE
-
-    return [f"python {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])}",
-            f"python {SPECULATORS_RECIPE[1]} ... {' '.join(fragment['train_args'])}"]
-
-
 def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) -> dict:
     """What --engine's restriction cost: the unrestricted choice and both scores (the probe's held-out
     error is lower-better, set entropy higher-better)."""
     free, free_score = _selection(Z, args, job) if args.method in MEASURED else (layers, score)
     name = "probe held-out relative error" if args.method == "probe" else "set entropy"
-    return {"engine": args.engine, "rules": list(restricted.why), "allowed": list(restricted.allowed),
-            "required": list(restricted.required), "score": name, "restricted": {"layers": list(layers), "score": score},
-            "unrestricted": {"layers": list(free), "score": free_score}, "costs": abs(free_score - score)}
-
-
-def _restriction_lines(info: dict) -> list[str]:
-    if not info["rules"]:
-        return []
-    free, mine = info["unrestricted"], info["restricted"]
-    lines = [f"restricted to the sets {info['engine']} can feed a draft: " + "; ".join(info["rules"])]
-    if free["layers"] == mine["layers"]:
-        return lines + ["  the unrestricted choice is the same set: the restriction costs nothing"]
-    return lines + [f"  unrestricted, the choice would be {tuple(free['layers'])} ({info['score']} {free['score']:.4f} "
-                    f"against {mine['score']:.4f}: the restriction costs {info['costs']:.4f})"]
+    return {
+        "engine": args.engine,
+        "rules": list(restricted.why),
+        "allowed": list(restricted.allowed),
+        "required": list(restricted.required),
+        "score": name,
+        "restricted": {"layers": list(layers), "score": score},
+        "unrestricted": {"layers": list(free), "score": free_score},
+        "costs": abs(free_score - score),
+    }
 
 
 def cmd_select(args) -> str:
@@ -259,14 +238,28 @@ def cmd_select(args) -> str:
             raise UsageError(f"--format {args.format} cannot express the selected set {layers}: {err}") from None
     eagle3 = eagle3_layers(N) if N >= 6 else None
     optimum = select.exhaustive(Z, len(layers))
-    result = {"layers": list(layers), "entropy": set_entropy(Z, layers), "method": args.method, "m": len(layers),
-              "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)} if eagle3 else None,
-              "exhaustive_optimum": {"layers": list(optimum.layers), "entropy": optimum.entropy},
-              "vllm_layer_ids": list(convert_layer_ids(layers, "elsi", "vllm", N)),
-              "provenance": {"model": args.model, "weights_sha256": model_fingerprint(model)["weights_sha256"],
-                             **described, "rho": args.rho, "block": args.block, "seed": args.seed,
-                             "k_beam": args.k_beam, "k_expand": args.k_expand, "elsi_version": __version__,
-                             "n_layers": N, "convention": "elsi: layer l = output of decoder layer l"}}
+    result = {
+        "layers": list(layers),
+        "entropy": set_entropy(Z, layers),
+        "method": args.method,
+        "m": len(layers),
+        "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)} if eagle3 else None,
+        "exhaustive_optimum": {"layers": list(optimum.layers), "entropy": optimum.entropy},
+        "vllm_layer_ids": list(convert_layer_ids(layers, "elsi", "vllm", N)),
+        "provenance": {
+            "model": args.model,
+            "weights_sha256": model_fingerprint(model)["weights_sha256"],
+            **described,
+            "rho": args.rho,
+            "block": args.block,
+            "seed": args.seed,
+            "k_beam": args.k_beam,
+            "k_expand": args.k_expand,
+            "elsi_version": __version__,
+            "n_layers": N,
+            "convention": "elsi: layer l = output of decoder layer l",
+        },
+    }
     if restricted is not None:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
     differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
@@ -274,45 +267,66 @@ def cmd_select(args) -> str:
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:
-        result["stability"] = _stability(args, stats, layers, described["prompts"])
+        result["stability"] = stability(args, stats, layers, described["prompts"])
     if args.format == "json":
         return json.dumps(result, indent=2)
     if fragment is not None:
-        extra = {"recipe_commands": _recipe_commands(fragment)} if "launch_args" in fragment else {}
-        return json.dumps({**fragment, **extra, "elsi_provenance": result["provenance"] | {
-            "layers_elsi": list(layers), "entropy": result["entropy"],
-            "eagle3_entropy": result["eagle3"]["entropy"] if eagle3 else None,
-            "architecture": job.architecture, "ids_for": engine_reading(args.format, job.architecture),
-            **({"restriction": result["restriction"]} if restricted is not None else {}),
-            "evidence": result["evidence"]}}, indent=2)
-    lines = [f"{args.model}: {N} layers, {described['prompts']} conversations, rho {args.rho}, B {args.block}",
-             "", f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
-             f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}"]
+        extra = {"recipe_commands": recipe_commands(fragment)} if "launch_args" in fragment else {}
+        return json.dumps(
+            {
+                **fragment,
+                **extra,
+                "elsi_provenance": result["provenance"]
+                | {
+                    "layers_elsi": list(layers),
+                    "entropy": result["entropy"],
+                    "eagle3_entropy": result["eagle3"]["entropy"] if eagle3 else None,
+                    "architecture": job.architecture,
+                    "ids_for": engine_reading(args.format, job.architecture),
+                    **({"restriction": result["restriction"]} if restricted is not None else {}),
+                    "evidence": result["evidence"],
+                },
+            },
+            indent=2,
+        )
+    lines = [
+        f"{args.model}: {N} layers, {described['prompts']} conversations, rho {args.rho}, B {args.block}",
+        "",
+        f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
+        f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}",
+    ]
     if eagle3:
         lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
     lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}", ""]
     if restricted is not None:
-        lines += _restriction_lines(result["restriction"])
-    lines += [f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
-              _recipe_line(engine_fragment(layers, N, "speculators"))]
+        lines += restriction_lines(result["restriction"])
+    lines += [
+        f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
+        recipe_line(engine_fragment(layers, N, "speculators")),
+    ]
     try:
-        sglang = engine_fragment(layers, N, "sglang", job.architecture)["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
+        sglang = engine_fragment(layers, N, "sglang", job.architecture)["eagle_config"][
+            "eagle_aux_hidden_state_layer_ids"
+        ]
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
     except ValueError as err:
         lines.append(f"SGLang: none: {err} (--engine sglang restricts the search to the sets it can capture)")
     if probe is not None:
-        lines.append(f"probe: held-out relative error {probe.error:.4f} (ridge {probe.ridge:g}, "
-                     f"{probe.search} search)")
+        lines.append(f"probe: held-out relative error {probe.error:.4f} (ridge {probe.ridge:g}, {probe.search} search)")
     if args.stability:
-        lines.append(f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
-                     f"{args.stability} bootstrap resamples of the prompts")
+        lines.append(
+            f"stability: chosen in {100 * result['stability']['share_choosing_this_set']:.0f}% of "
+            f"{args.stability} bootstrap resamples of the prompts"
+        )
     return "\n".join(lines + [""] + result["evidence"])
 
 
 def cmd_capture(args) -> str:
     stats, described = _stats(args, _Job(args))
-    return (f"{args.model}: Z {stats.Z.shape} from {described['prompts']} conversations, "
-            f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (cached)")
+    return (
+        f"{args.model}: Z {stats.Z.shape} from {described['prompts']} conversations, "
+        f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (cached)"
+    )
 
 
 def cmd_report(args) -> str:
@@ -323,12 +337,18 @@ def cmd_report(args) -> str:
     entropy = stats.layer_entropy()
     energy = _top_row_energy(Z)
     bounds = set(int(b) for b in compartments(Z).boundaries)
-    lines = [f"{args.model}: {Z.shape[0]} layers, {described['prompts']} conversations", "",
-             "layer  entropy  top-row energy  CKA boundary after it (Eq. 8 peak)"]
-    lines += [f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])]
+    lines = [
+        f"{args.model}: {Z.shape[0]} layers, {described['prompts']} conversations",
+        "",
+        "layer  entropy  top-row energy  CKA boundary after it (Eq. 8 peak)",
+    ]
+    lines += [
+        f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])
+    ]
     if args.figures:
         from .common import figures as plots
         from .common.results import slug
+
         fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
         paths = plots.save_figure(fig, f"profile_{slug(args.model)}", args.figures)
         print("saved " + ", ".join(map(str, paths)), file=sys.stderr)

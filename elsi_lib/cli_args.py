@@ -1,6 +1,7 @@
 """The `elsi` command's arguments: the parser (`build_parser`) and every check the arguments alone
 allow (`_check`), run before any file is read or model loaded. Bad arguments raise `UsageError`
 (exit status 2)."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,12 @@ DEFAULTS = {"m": 3, "k_beam": 10, "k_expand": 5}  # the parser's default is None
 READ_BY = {"k_beam": ("elsi", "elsi-c", "probe"), "k_expand": ("elsi", "elsi-c")}  # the methods that use each
 ENGINES = ("vllm", "speculators", "sglang", "specforge")
 # the versions whose layer-id handling elsi has read (selection/conventions.py says where): another is refused
-ENGINE_VERSIONS = {"vllm": ("0.32.0",), "speculators": ("0.7.0", "0.9.0"), "sglang": ("0.5.14",),
-                   "specforge": ("a6b6b023",)}
+ENGINE_VERSIONS = {
+    "vllm": ("0.32.0",),
+    "speculators": ("0.7.0", "0.9.0"),
+    "sglang": ("0.5.14",),
+    "specforge": ("a6b6b023",),
+}
 STABILITY_MIN = 20  # fewer resamples: a share in steps coarser than 5 % (one resample: 0 or 100 %)
 STABILITY_MAX = 10_000  # more: hours of selection, and the resample weights alone fill memory
 
@@ -26,54 +31,105 @@ class UsageError(Exception):
 
 
 def _capture_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="registry name (e.g. smollm2-135m), local folder, .gguf file or hub id")
-    p.add_argument("--data", nargs="+", metavar="FILE", help="ShareGPT-format JSON/JSONL conversation files or prompt-set "
-                   "names (default: the clean-licence calibration mix)")
+    p.add_argument(
+        "--model", required=True, help="registry name (e.g. smollm2-135m), local folder, .gguf file or hub id"
+    )
+    p.add_argument(
+        "--data",
+        nargs="+",
+        metavar="FILE",
+        help="ShareGPT-format JSON/JSONL conversation files or prompt-set "
+        "names (default: the clean-licence calibration mix)",
+    )
     p.add_argument("--prompts", type=int, default=200, help="calibration conversations (default 200)")
     p.add_argument("--rho", type=float, default=0.3, help="share of positions kept by next-token entropy (default 0.3)")
     p.add_argument("--block", type=int, default=32, help="retained tokens averaged per block, B (default 32)")
     p.add_argument("--seed", type=int, default=0, help="seeds the prompt sample and the bootstrap (default 0)")
-    p.add_argument("--reply-model", default="smollm2-135m", help="writes the greedy replies to prompts that end "
-                   "with a user turn (default smollm2-135m, as the notebooks; 'self' = the model itself)")
+    p.add_argument(
+        "--reply-model",
+        default="smollm2-135m",
+        help="writes the greedy replies to prompts that end "
+        "with a user turn (default smollm2-135m, as the notebooks; 'self' = the model itself)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="elsi", description="Which layers should my EAGLE-3 draft see?", formatter_class=fmt)
+    parser = argparse.ArgumentParser(
+        prog="elsi", description="Which layers should my EAGLE-3 draft see?", formatter_class=fmt
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{select,capture,report}")
-    select = commands.add_parser("select", formatter_class=fmt, help="choose the draft's layers",
-                                 description="Capture (or reuse the cached capture), select a layer set and print "
-                                 "it next to EAGLE3's and the exhaustive optimum.",
-                                 epilog="example:\n  elsi select --model smollm2-135m --format vllm\n"
-                                        "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json")
+    select = commands.add_parser(
+        "select",
+        formatter_class=fmt,
+        help="choose the draft's layers",
+        description="Capture (or reuse the cached capture), select a layer set and print "
+        "it next to EAGLE3's and the exhaustive optimum.",
+        epilog="example:\n  elsi select --model smollm2-135m --format vllm\n"
+        "  elsi select --model smollm2-135m --m 2 --method elsi-c --format json --out set.json",
+    )
     _capture_options(select)
-    select.add_argument("--m", type=int, help="layers in the set (default 3); the layer count fixes eagle3's set "
-                        "(3 layers) and eagle2's (1): with them, --m may only repeat that size")
-    select.add_argument("--method", choices=METHODS, default="elsi", help="default elsi (beam search, Alg. 1); probe: "
-                        "the task probe (ridge map from the set's states to the target's next-token state)")
+    select.add_argument(
+        "--m",
+        type=int,
+        help="layers in the set (default 3); the layer count fixes eagle3's set "
+        "(3 layers) and eagle2's (1): with them, --m may only repeat that size",
+    )
+    select.add_argument(
+        "--method",
+        choices=METHODS,
+        default="elsi",
+        help="default elsi (beam search, Alg. 1); probe: "
+        "the task probe (ridge map from the set's states to the target's next-token state)",
+    )
     select.add_argument("--k-beam", type=int, help="beam width (default 10; elsi, elsi-c and probe only)")
     select.add_argument("--k-expand", type=int, help="expansion pool (default 5; elsi and elsi-c only)")
-    select.add_argument("--format", choices=FORMATS, default="text", help="default text; an engine's format "
-                        "(vllm, speculators, sglang, specforge) also restricts the search to the sets it can feed a "
-                        "draft, as --engine does")
-    select.add_argument("--engine", choices=ENGINES, help="restrict the search to the sets this engine or training "
-                        "recipe can feed a draft (speculators' recipe, SGLang, SpecForge: never the last layer; "
-                        "SpecForge: exactly 3 layers) and say what the restriction cost (default: the --format's engine)")
-    select.add_argument("--engine-version", help="the engine version the ids are for; only versions elsi has read "
-                        "are accepted (" + "; ".join(f"{e}: {', '.join(v)}" for e, v in ENGINE_VERSIONS.items()) + ")")
-    select.add_argument("--stability", type=int, default=0, metavar="N",
-                        help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
-                        f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
-                        f"{STABILITY_MAX}; needs --prompts 2 or more (below 20 the shares overstate the stability, "
-                        f"and a warning says so)")
+    select.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="text",
+        help="default text; an engine's format "
+        "(vllm, speculators, sglang, specforge) also restricts the search to the sets it can feed a "
+        "draft, as --engine does",
+    )
+    select.add_argument(
+        "--engine",
+        choices=ENGINES,
+        help="restrict the search to the sets this engine or training "
+        "recipe can feed a draft (speculators' recipe, SGLang, SpecForge: never the last layer; "
+        "SpecForge: exactly 3 layers) and say what the restriction cost (default: the --format's engine)",
+    )
+    select.add_argument(
+        "--engine-version",
+        help="the engine version the ids are for; only versions elsi has read "
+        "are accepted (" + "; ".join(f"{e}: {', '.join(v)}" for e, v in ENGINE_VERSIONS.items()) + ")",
+    )
+    select.add_argument(
+        "--stability",
+        type=int,
+        default=0,
+        metavar="N",
+        help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
+        f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
+        f"{STABILITY_MAX}; needs --prompts 2 or more (below 20 the shares overstate the stability, "
+        f"and a warning says so)",
+    )
     select.add_argument("--out", help="also write the output to this file")
-    capture = commands.add_parser("capture", formatter_class=fmt, help="capture layer statistics only",
-                                  description="Capture the per-layer statistics (cached) that select and report read.",
-                                  epilog="example:\n  elsi capture --model smollm2-135m --prompts 200")
+    capture = commands.add_parser(
+        "capture",
+        formatter_class=fmt,
+        help="capture layer statistics only",
+        description="Capture the per-layer statistics (cached) that select and report read.",
+        epilog="example:\n  elsi capture --model smollm2-135m --prompts 200",
+    )
     _capture_options(capture)
-    report = commands.add_parser("report", formatter_class=fmt, help="print a depth profile",
-                                 description="Per-layer entropy, top-row energy share and CKA compartment boundaries.",
-                                 epilog="example:\n  elsi report --model smollm2-135m --figures figures/")
+    report = commands.add_parser(
+        "report",
+        formatter_class=fmt,
+        help="print a depth profile",
+        description="Per-layer entropy, top-row energy share and CKA compartment boundaries.",
+        epilog="example:\n  elsi report --model smollm2-135m --figures figures/",
+    )
     _capture_options(report)
     report.add_argument("--figures", metavar="DIR", help="also save the profile figure (PNG and PDF) here")
     return parser
@@ -104,19 +160,25 @@ def _check_engine(args) -> None:
     read, and SpecForge gets three layers."""
     if args.format in ENGINES:
         if args.engine not in (None, args.format):
-            raise UsageError(f"--engine {args.engine} with --format {args.format}: the format's ids are for "
-                             f"{args.format}; drop --engine, or print --format text / json")
+            raise UsageError(
+                f"--engine {args.engine} with --format {args.format}: the format's ids are for "
+                f"{args.format}; drop --engine, or print --format text / json"
+            )
         args.engine = args.format
     if args.engine_version is not None:
         if args.engine is None:
             raise UsageError("--engine-version needs --engine (or an engine's --format)")
         if args.engine_version not in ENGINE_VERSIONS[args.engine]:
-            raise UsageError(f"--engine-version {args.engine_version}: elsi has read how {args.engine} "
-                             f"{' and '.join(ENGINE_VERSIONS[args.engine])} name layers, not this version; its ids "
-                             "may name other layers (selection/conventions.py says what was read)")
+            raise UsageError(
+                f"--engine-version {args.engine_version}: elsi has read how {args.engine} "
+                f"{' and '.join(ENGINE_VERSIONS[args.engine])} name layers, not this version; its ids "
+                "may name other layers (selection/conventions.py says what was read)"
+            )
     if args.engine == "specforge" and args.method in MEASURED and args.m != 3:
-        raise UsageError(f"--engine specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
-                         f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format")
+        raise UsageError(
+            f"--engine specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
+            f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format"
+        )
 
 
 def _check_method_options(args) -> None:
@@ -131,11 +193,15 @@ def _check_method_options(args) -> None:
             raise UsageError(f"{option} must be at least 1, got {value}")
         if name == "m" and args.method in FIXED_SIZES and value != FIXED_SIZES[args.method]:
             size = FIXED_SIZES[args.method]
-            raise UsageError(f"--m {value}: --method {args.method}'s set is fixed by the layer count ({size} "
-                             f"layer{'s' * (size > 1)}); drop --m, or choose a measured method ({', '.join(MEASURED)})")
+            raise UsageError(
+                f"--m {value}: --method {args.method}'s set is fixed by the layer count ({size} "
+                f"layer{'s' * (size > 1)}); drop --m, or choose a measured method ({', '.join(MEASURED)})"
+            )
         if name in READ_BY and args.method not in READ_BY[name]:
-            raise UsageError(f"{option} {value} does not apply to --method {args.method}: only "
-                             f"{', '.join(READ_BY[name])} search with it; drop {option}")
+            raise UsageError(
+                f"{option} {value} does not apply to --method {args.method}: only "
+                f"{', '.join(READ_BY[name])} search with it; drop {option}"
+            )
 
 
 def _check_stability(args) -> None:
@@ -147,15 +213,21 @@ def _check_stability(args) -> None:
     if args.method == "probe":
         raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
     if args.method not in MEASURED:
-        raise UsageError(f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
-                         f"{args.method}'s set is fixed by the layer count, so there is nothing to resample")
+        raise UsageError(
+            f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
+            f"{args.method}'s set is fixed by the layer count, so there is nothing to resample"
+        )
     if args.prompts < 2:
-        raise UsageError(f"--stability needs at least 2 prompts to resample, got --prompts {args.prompts} "
-                         f"(every resample of one prompt is that prompt: the share would be 100 %)")
+        raise UsageError(
+            f"--stability needs at least 2 prompts to resample, got --prompts {args.prompts} "
+            f"(every resample of one prompt is that prompt: the share would be 100 %)"
+        )
     if not STABILITY_MIN <= args.stability <= STABILITY_MAX:
         bound = f"at least {STABILITY_MIN}" if args.stability < STABILITY_MIN else f"at most {STABILITY_MAX}"
-        raise UsageError(f"--stability {args.stability}: {bound} resamples (from {STABILITY_MIN}, a share in "
-                         f"steps of 5 % or finer, to {STABILITY_MAX})")
+        raise UsageError(
+            f"--stability {args.stability}: {bound} resamples (from {STABILITY_MIN}, a share in "
+            f"steps of 5 % or finer, to {STABILITY_MAX})"
+        )
 
 
 def _check_data(data: list) -> None:
@@ -166,13 +238,17 @@ def _check_data(data: list) -> None:
     seen: dict[str | Path, str] = {}  # a prompt set's name or a file's resolved path -> the --data given
     for prompt_set in data:
         if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
-            raise UsageError(f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})")
+            raise UsageError(
+                f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})"
+            )
         key = prompt_set if prompt_set in PROMPT_SETS else Path(prompt_set).resolve()
         if key in seen and prompt_set in PROMPT_SETS:
             raise UsageError(f"--data {prompt_set} is given twice: pass each prompt set once")
         if key in seen:
-            raise UsageError(f"--data {seen[key]} and {prompt_set} are the same file ({key}): pass it once, or "
-                             "its conversations count twice")
+            raise UsageError(
+                f"--data {seen[key]} and {prompt_set} are the same file ({key}): pass it once, or "
+                "its conversations count twice"
+            )
         seen[key] = prompt_set
 
 
@@ -202,5 +278,6 @@ def _check_writable_file(name: str, option: str) -> None:
     if path.exists() and not path.is_file():
         raise UsageError(f"{option} {name!r} exists and is not a regular file")
     if not os.access(path if path.exists() else folder, os.W_OK) or not os.access(folder, os.X_OK):
-        raise UsageError(f"{option} {name!r} cannot be written (permission denied on "
-                         f"{str(path if path.exists() else folder)!r})")
+        raise UsageError(
+            f"{option} {name!r} cannot be written (permission denied on {str(path if path.exists() else folder)!r})"
+        )

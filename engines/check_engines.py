@@ -25,6 +25,7 @@ table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, wh
 
     VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python engines/check_engines.py [--drafts small|strong|qwen]
 """
+
 from __future__ import annotations
 
 import gc
@@ -39,6 +40,7 @@ from pathlib import Path
 OUT = Path("build/engines")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from record import write  # noqa: E402  (standalone: no elsi import in this environment)
+
 TOLERANCE = 0.05  # |vLLM's mean acceptance length - elsi's| (tokens per target forward)
 
 
@@ -96,8 +98,15 @@ def run_vllm(plan: dict, draft_folder: str | None, k: int = 0, out: Path = OUT) 
     log: list[str] = []
     name = "plain" if draft_folder is None else f"{Path(draft_folder).name}-k{k}"
     with captured_output(out / "logs" / f"vllm-{name}.log", log):
-        llm = LLM(model=plan["target"], dtype="float32", enforce_eager=True, max_model_len=2048,
-                  disable_log_stats=False, speculative_config=spec, seed=0)
+        llm = LLM(
+            model=plan["target"],
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=2048,
+            disable_log_stats=False,
+            speculative_config=spec,
+            seed=0,
+        )
     params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"])
     llm.generate([{"prompt_token_ids": plan["prompts"][0]}], params, use_tqdm=False)  # warm-up
     before = metric_totals(llm)
@@ -108,13 +117,21 @@ def run_vllm(plan: dict, draft_folder: str | None, k: int = 0, out: Path = OUT) 
     seconds = time.perf_counter() - start
     after = metric_totals(llm)
     counters = {}
-    for name in ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens",
-                 "vllm:spec_decode_num_draft_tokens"):
+    for name in (
+        "vllm:spec_decode_num_drafts",
+        "vllm:spec_decode_num_accepted_tokens",
+        "vllm:spec_decode_num_draft_tokens",
+    ):
         counters[name.split("spec_decode_")[1]] = after.get(name, 0) - before.get(name, 0)
     del llm
     gc.collect()
-    return {"tokens": tokens, "seconds": seconds, "generated": sum(map(len, tokens)), **counters,
-            "aux_layers": aux_layers_used("".join(log))}
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "generated": sum(map(len, tokens)),
+        **counters,
+        "aux_layers": aux_layers_used("".join(log)),
+    }
 
 
 def check_speculators(folder: str) -> str:
@@ -136,11 +153,18 @@ def main() -> int:
     import argparse
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--drafts", choices=["small", "strong", "qwen"], default="small",
-                        help="which drafts engines/prepare.py --drafts exported")
+    parser.add_argument(
+        "--drafts",
+        choices=["small", "strong", "qwen"],
+        default="small",
+        help="which drafts engines/prepare.py --drafts exported",
+    )
     # their output folder and this check's record
-    out, name = {"small": (OUT, "engines_vllm"), "strong": (Path("build/engines-strong"), "engines_vllm_strong"),
-                 "qwen": (Path("build/engines-qwen"), "engines_vllm_qwen")}[parser.parse_args().drafts]
+    out, name = {
+        "small": (OUT, "engines_vllm"),
+        "strong": (Path("build/engines-strong"), "engines_vllm_strong"),
+        "qwen": (Path("build/engines-qwen"), "engines_vllm_qwen"),
+    }[parser.parse_args().drafts]
     load_before = [round(x, 2) for x in os.getloadavg()]
     plan = json.loads((out / "plan.json").read_text())
     failures, rows, results = [], [], {"plain": None, "drafts": {}}
@@ -152,8 +176,18 @@ def main() -> int:
     plain = run_vllm(plan, None, out=out)
     results["plain"] = plain
     plain_rate = plain["generated"] / plain["seconds"]
-    rows.append({"draft": "plain decoding", "layout": "", "k": "", "tau vLLM": "", "tau elsi": "",
-                 "tok/s": round(plain_rate, 1), "vs plain": 1.0, "outputs equal to elsi's": ""})
+    rows.append(
+        {
+            "draft": "plain decoding",
+            "layout": "",
+            "k": "",
+            "tau vLLM": "",
+            "tau elsi": "",
+            "tok/s": round(plain_rate, 1),
+            "vs plain": 1.0,
+            "outputs equal to elsi's": "",
+        }
+    )
     for method, entry in plan["drafts"].items():
         results["drafts"][method] = {}
         for fmt, folder in entry["folders"].items():
@@ -165,28 +199,59 @@ def main() -> int:
                 lossless = r["tokens"] == plain["tokens"]
                 same_as_elsi = sum(a == b for a, b in zip(r["tokens"], elsi["tokens"]))
                 rate = r["generated"] / r["seconds"]
-                results["drafts"][method][f"{fmt} k={k}"] = {**r, "tau_vllm": tau_vllm, "tau_elsi": tau_elsi,
-                                                            "lossless": lossless, "questions_equal_to_elsi": same_as_elsi}
-                rows.append({"draft": entry.get("label", method), "layout": fmt, "k": k, "tau vLLM": round(tau_vllm, 3),
-                             "tau elsi": round(tau_elsi, 3), "tok/s": round(rate, 1),
-                             "vs plain": round(rate / plain_rate, 2), "outputs equal to elsi's": same_as_elsi})
-                print(f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "
-                      f"{rate:.1f} tok/s ({rate / plain_rate:.2f}x), elsi's tokens on {same_as_elsi} questions", flush=True)
+                results["drafts"][method][f"{fmt} k={k}"] = {
+                    **r,
+                    "tau_vllm": tau_vllm,
+                    "tau_elsi": tau_elsi,
+                    "lossless": lossless,
+                    "questions_equal_to_elsi": same_as_elsi,
+                }
+                rows.append(
+                    {
+                        "draft": entry.get("label", method),
+                        "layout": fmt,
+                        "k": k,
+                        "tau vLLM": round(tau_vllm, 3),
+                        "tau elsi": round(tau_elsi, 3),
+                        "tok/s": round(rate, 1),
+                        "vs plain": round(rate / plain_rate, 2),
+                        "outputs equal to elsi's": same_as_elsi,
+                    }
+                )
+                print(
+                    f"{method} {fmt} k={k}: lossless {lossless}, tau vLLM {tau_vllm:.3f} elsi {tau_elsi:.3f}, "
+                    f"{rate:.1f} tok/s ({rate / plain_rate:.2f}x), elsi's tokens on {same_as_elsi} questions",
+                    flush=True,
+                )
                 exported = json.loads((Path(folder) / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
                 if r["aux_layers"] != ("config", exported):
-                    failures.append(f"{method} {fmt} k={k}: vLLM captured {r['aux_layers']} (from its log), not the "
-                                    f"exported ids {exported}")
+                    failures.append(
+                        f"{method} {fmt} k={k}: vLLM captured {r['aux_layers']} (from its log), not the "
+                        f"exported ids {exported}"
+                    )
                 if not lossless:
                     failures.append(f"{method} {fmt} k={k}: vLLM's output with the draft differs from without it")
                 if abs(tau_vllm - tau_elsi) > TOLERANCE:
-                    failures.append(f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
-                                    f"{tau_elsi:.3f} (tolerance {TOLERANCE})")
+                    failures.append(
+                        f"{method} {fmt} k={k}: vLLM's acceptance length {tau_vllm:.3f} vs elsi's "
+                        f"{tau_elsi:.3f} (tolerance {TOLERANCE})"
+                    )
     (out / "results.json").write_text(json.dumps(results, indent=1))
     replies = plan.get("reply_check")  # the small drafts' run only
-    record = write(name, {"questions": len(plan["prompts"]), "max_tokens": plan["max_tokens"],
-                                    "chains": plan["chains"], "dtype": "float32", "batch": 1, "tolerance": TOLERANCE,
-                                    **({"greedy replies equal to transformers'": replies} if replies else {})}, rows,
-                   load_before=load_before)
+    record = write(
+        name,
+        {
+            "questions": len(plan["prompts"]),
+            "max_tokens": plan["max_tokens"],
+            "chains": plan["chains"],
+            "dtype": "float32",
+            "batch": 1,
+            "tolerance": TOLERANCE,
+            **({"greedy replies equal to transformers'": replies} if replies else {}),
+        },
+        rows,
+        load_before=load_before,
+    )
     print(record.with_suffix(".md").read_text())
     for f in failures:
         print("FAILED:", f)

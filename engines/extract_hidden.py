@@ -8,6 +8,7 @@ them with elsi's forward and times both.
 
     .venv-engines/bin/python engines/extract_hidden.py REQUEST.json OUT.npz
 """
+
 from __future__ import annotations
 
 import json
@@ -24,15 +25,29 @@ def main() -> None:
 
     request = json.loads(open(sys.argv[1]).read())
     with tempfile.TemporaryDirectory() as folder:
-        llm = LLM(model=request["model"], dtype="float32", max_model_len=2048, enforce_eager=True, seed=0,
-                  speculative_config={"method": "extract_hidden_states", "num_speculative_tokens": 1,
-                                      "draft_model_config": {"hf_config": {
-                                          "eagle_aux_hidden_state_layer_ids": request["layers"]}}},
-                  kv_transfer_config={"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer",
-                                      "kv_connector_extra_config": {"shared_storage_path": folder}})
+        llm = LLM(
+            model=request["model"],
+            dtype="float32",
+            max_model_len=2048,
+            enforce_eager=True,
+            seed=0,
+            speculative_config={
+                "method": "extract_hidden_states",
+                "num_speculative_tokens": 1,
+                "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": request["layers"]}},
+            },
+            kv_transfer_config={
+                "kv_connector": "ExampleHiddenStatesConnector",
+                "kv_role": "kv_producer",
+                "kv_connector_extra_config": {"shared_storage_path": folder},
+            },
+        )
         start = time.perf_counter()
-        outputs = llm.generate([{"prompt_token_ids": p} for p in request["prompts"]],
-                               SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+        outputs = llm.generate(
+            [{"prompt_token_ids": p} for p in request["prompts"]],
+            SamplingParams(max_tokens=1, temperature=0.0),
+            use_tqdm=False,
+        )
         arrays = {}
         for i, output in enumerate(outputs):
             data = load_hidden_states(output.kv_transfer_params["hidden_states_path"])

@@ -21,6 +21,7 @@ build/engines-strong and build/engines-qwen; the reply check runs with the small
 
     .venv/bin/python engines/prepare.py [--drafts small|qwen-small|strong|qwen [--skip-untrained]]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,10 +34,12 @@ import torch
 from elsi_lib.study import calibration
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.study.experiment import data_key, groups, train_group, trained_drafts, training_data
+from elsi_lib.study.experiment import groups, train_group, trained_drafts
+from elsi_lib.study.run_data import data_key, training_data
 from elsi_lib.study.protocol import Experiment, from_parameters
 from elsi_lib.study.methods import draft_methods, run_methods
-from elsi_lib.study.tables import AVG, read_tau_csv
+from elsi_lib.study.tables import AVG
+from elsi_lib.study.tau_files import read_tau_csv
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.hidden.engine_replies import engine_replies
@@ -48,30 +51,61 @@ from elsi_lib.common.progress import progress_bar
 MODEL = "smollm2-135m"
 METHODS = ("elsi-m3", "eagle3")  # method ids
 # notebook 06's pipeline at a small scale: 240 training prompts (all trained on, none held out), 3 epochs
-EXPERIMENT = Experiment(model=MODEL, n_train=240, n_heldout=0, draft_vocab=8192, seeds=(0,), reseeded=(),
-                        lever_lm_head=False, temperatures=(0.0,), train=TrainSettings(epochs=3.0))
+EXPERIMENT = Experiment(
+    model=MODEL,
+    n_train=240,
+    n_heldout=0,
+    draft_vocab=8192,
+    seeds=(0,),
+    reseeded=(),
+    lever_lm_head=False,
+    temperatures=(0.0,),
+    train=TrainSettings(epochs=3.0),
+)
 # the second family's check (`make test-engines-qwen`): its ELSI m=3 draft on the first 240 of the 1,000 replies
 # vLLM wrote for Table 3 (archived in data/replies/), one epoch (this target's features and draft cost about
 # three times SmolLM2's), the draft in float32: on a CPU without bf16 matmul instructions (AVX2 only) bf16
 # autocast runs a draft's matmuls 31 to 110 times slower (bench/bench_bf16.py)
-QWEN_EXPERIMENT = Experiment(model="qwen2.5-coder-0.5b", n_train=240, n_heldout=0, reply_engine="vllm",
-                             reply_request=1000, draft_vocab=8192, seeds=(0,), reseeded=(), lever_lm_head=False,
-                             temperatures=(0.0,), train=TrainSettings(epochs=1.0, autocast_bf16=False))
+QWEN_EXPERIMENT = Experiment(
+    model="qwen2.5-coder-0.5b",
+    n_train=240,
+    n_heldout=0,
+    reply_engine="vllm",
+    reply_request=1000,
+    draft_vocab=8192,
+    seeds=(0,),
+    reseeded=(),
+    lever_lm_head=False,
+    temperatures=(0.0,),
+    train=TrainSettings(epochs=1.0, autocast_bf16=False),
+)
 PER_COLUMN = 2  # SpecBench questions per paper column
 CHAINS = (1, 2, 3, 4, 5)
 OUT = Path("build/engines")
 # drafts trained here: (experiment, method ids, output folder, questions per column, chains); the Qwen target's
 # loop costs about a minute per question and chain on 2 cores, so its check is one question per column, k = 1, 3, 5
-SMALL = {"small": (EXPERIMENT, METHODS, OUT, PER_COLUMN, CHAINS),
-         "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"), 1, (1, 3, 5))}
+SMALL = {
+    "small": (EXPERIMENT, METHODS, OUT, PER_COLUMN, CHAINS),
+    "qwen-small": (QWEN_EXPERIMENT, ("elsi-m3",), Path("build/engines-qwen"), 1, (1, 3, 5)),
+}
 MAX_TOKENS = 64  # generated tokens per question
 REPLY_SAMPLE = 64  # training prompts whose greedy replies vLLM and transformers both write (128 tokens)
 # finished runs whose drafts the engines serve: (parameter file, its accepted-token table, output folder,
 # the method ids served: "best elsi" is the entropy-chosen set with the highest AVG tau, 60 nodes, T = 0)
-FINISHED = {"strong": ("notebooks/tables_strong.yaml", "data/results/table2_strong_accepted_tokens_smollm2-135m.csv",
-                       "build/engines-strong", ("eagle3", "best elsi")),
-            "qwen": ("notebooks/tables_qwen.yaml", "data/results/table3_accepted_tokens_qwen2.5-coder-0.5b.csv",
-                     "build/engines-qwen", ("elsi-m3",))}
+FINISHED = {
+    "strong": (
+        "notebooks/tables_strong.yaml",
+        "data/results/table2_strong_accepted_tokens_smollm2-135m.csv",
+        "build/engines-strong",
+        ("eagle3", "best elsi"),
+    ),
+    "qwen": (
+        "notebooks/tables_qwen.yaml",
+        "data/results/table3_accepted_tokens_qwen2.5-coder-0.5b.csv",
+        "build/engines-qwen",
+        ("elsi-m3",),
+    ),
+}
 
 
 def small_drafts(exp: Experiment, ids, model, tokenizer, methods) -> dict:
@@ -103,10 +137,17 @@ def finished_drafts(name: str, model, tokenizer) -> tuple[dict, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--drafts", choices=[*SMALL, *FINISHED], default="small",
-                        help="the small check's drafts (trained here: SmolLM2's, or qwen-small), or a finished run's")
-    parser.add_argument("--skip-untrained", action="store_true",
-                        help="a finished run's drafts: when its checkpoint is not here, say so and write no plan")
+    parser.add_argument(
+        "--drafts",
+        choices=[*SMALL, *FINISHED],
+        default="small",
+        help="the small check's drafts (trained here: SmolLM2's, or qwen-small), or a finished run's",
+    )
+    parser.add_argument(
+        "--skip-untrained",
+        action="store_true",
+        help="a finished run's drafts: when its checkpoint is not here, say so and write no plan",
+    )
     args = parser.parse_args()
     torch.manual_seed(0)
     per_column, chains = PER_COLUMN, CHAINS
@@ -126,40 +167,74 @@ def main() -> None:
         except RuntimeError as error:  # trained_drafts: no finished checkpoint of that run here
             if not args.skip_untrained:
                 raise
-            print(f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first (or "
-                  "--drafts qwen-small: make test-engines-qwen)")
+            print(
+                f"skipped: {args.drafts} drafts not trained here ({error}); run its notebook first (or "
+                "--drafts qwen-small: make test-engines-qwen)"
+            )
             return
 
     questions = corpus.eval_questions(per_column, seed=0)
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
-    plan = {"target": resolve_model_path(target)[0], "max_tokens": MAX_TOKENS, "chains": list(chains),
-            "questions": questions.question_id.tolist(), "prompts": prompts, "drafts": {}}
+    plan = {
+        "target": resolve_model_path(target)[0],
+        "max_tokens": MAX_TOKENS,
+        "chains": list(chains),
+        "questions": questions.question_id.tolist(),
+        "prompts": prompts,
+        "drafts": {},
+    }
     out_dir.mkdir(parents=True, exist_ok=True)
     for method, draft in drafts.items():
-        folders = {fmt: str(save_draft(draft, out_dir / f"{method}-{fmt}", target=model, format=fmt,
-                                       verifier=plan["target"]).resolve())
-                   for fmt in ("speculators", "eagle")}
+        folders = {
+            fmt: str(
+                save_draft(
+                    draft, out_dir / f"{method}-{fmt}", target=model, format=fmt, verifier=plan["target"]
+                ).resolve()
+            )
+            for fmt in ("speculators", "eagle")
+        }
         runs = {}
         bar = progress_bar(total=len(chains) * len(prompts), desc=f"elsi loop, {method}", unit="question")
         for k in chains:
             decoded = []
             for prompt in prompts:
-                decoded.append(speculative_generate(model, draft, prompt, max_new_tokens=MAX_TOKENS,
-                                                    nodes=k, depth=k, top_k=1, autocast=False,
-                                                    round_features=False))
+                decoded.append(
+                    speculative_generate(
+                        model,
+                        draft,
+                        prompt,
+                        max_new_tokens=MAX_TOKENS,
+                        nodes=k,
+                        depth=k,
+                        top_k=1,
+                        autocast=False,
+                        round_features=False,
+                    )
+                )
                 bar.update(1)
             # vLLM counts a round's accepted tokens before it cuts at the end-of-sequence token or the length
             # limit: compare with elsi's counts before those cuts too
-            runs[k] = {"tokens": [d.tokens for d in decoded], "accepted": sum(sum(d.accepted_full) for d in decoded),
-                       "rounds": sum(len(d.accepted) for d in decoded)}
+            runs[k] = {
+                "tokens": [d.tokens for d in decoded],
+                "accepted": sum(sum(d.accepted_full) for d in decoded),
+                "rounds": sum(len(d.accepted) for d in decoded),
+            }
         bar.close()
         label = methods.set_index("id").method[method]
-        plan["drafts"][method] = {"label": label, "layers_elsi": list(draft.config.layer_ids), "folders": folders,
-                                  "elsi": runs}
+        plan["drafts"][method] = {
+            "label": label,
+            "layers_elsi": list(draft.config.layer_ids),
+            "folders": folders,
+            "elsi": runs,
+        }
     plan["reply_check"] = reply_check(model, tokenizer) if args.drafts == "small" else None
     (out_dir / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():
-        print(method, entry["layers_elsi"], {k: round(1 + r["accepted"] / r["rounds"], 3) for k, r in entry["elsi"].items()})
+        print(
+            method,
+            entry["layers_elsi"],
+            {k: round(1 + r["accepted"] / r["rounds"], 3) for k, r in entry["elsi"].items()},
+        )
 
 
 def reply_check(model, tokenizer) -> dict:
@@ -168,10 +243,15 @@ def reply_check(model, tokenizer) -> dict:
     prompts = corpus.training_prompt_list(REPLY_SAMPLE)
     _, hf = generate_responses(model, tokenizer, prompts, max_new_tokens=128, batch_size=16, with_ids=True)
     _, vllm, _ = engine_replies(model, tokenizer, prompts, max_new_tokens=128)
-    parted = [next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
-              for x, y in zip(hf, vllm) if x != y]
-    print(f"replies: vLLM equals transformers on {len(prompts) - len(parted)} of {len(prompts)} prompts; the others "
-          f"part at tokens {parted}")
+    parted = [
+        next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
+        for x, y in zip(hf, vllm)
+        if x != y
+    ]
+    print(
+        f"replies: vLLM equals transformers on {len(prompts) - len(parted)} of {len(prompts)} prompts; the others "
+        f"part at tokens {parted}"
+    )
     return {"prompts": len(prompts), "equal": len(prompts) - len(parted), "parted_at": parted}
 
 

@@ -11,6 +11,7 @@ header names another request or engine version is refused (elsi discards it).
 
     .venv-engines/bin/python engines/replies.py REQUEST.json OUTPUT.jsonl [--chunk 512]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,11 @@ def request_digest(raw: bytes) -> str:
 
 def record(digest: str, i: int, ids: list[int]) -> dict:
     """One reply record with its checksum (elsi_lib.hidden.reply_records.record_sum)."""
-    return {"i": i, "ids": ids, "sum": hashlib.sha256(f"{digest}|{i}|{','.join(map(str, ids))}".encode()).hexdigest()[:16]}
+    return {
+        "i": i,
+        "ids": ids,
+        "sum": hashlib.sha256(f"{digest}|{i}|{','.join(map(str, ids))}".encode()).hexdigest()[:16],
+    }
 
 
 def _problem(entry, digest: str, n_prompts: int, done: set) -> str | None:
@@ -114,28 +119,38 @@ def main() -> int:
     print(f"vLLM {vllm.__version__}: {len(done)} replies present, {len(todo)} to write", file=sys.stderr, flush=True)
     if not todo:
         return 0
-    llm = LLM(model=request["model"], dtype=request["dtype"], max_model_len=request["max_model_len"], seed=0,
-              enforce_eager=True)
+    llm = LLM(
+        model=request["model"],
+        dtype=request["dtype"],
+        max_model_len=request["max_model_len"],
+        seed=0,
+        enforce_eager=True,
+    )
     params = SamplingParams(temperature=0.0, max_tokens=request["max_new_tokens"])
     with open(args.output, "ab") as out:
         if out.tell() == 0:  # a new output (done_indices kept the header of one that holds no reply yet)
             out.write((json.dumps(header) + "\n").encode())
         start, written, tokens = time.perf_counter(), 0, 0
         for k in range(0, len(todo), args.chunk):
-            chunk = todo[k:k + args.chunk]
+            chunk = todo[k : k + args.chunk]
             results = llm.generate([{"prompt_token_ids": request["prompts"][i]} for i in chunk], params, use_tqdm=False)
             replies = {i: [int(t) for t in result.outputs[0].token_ids] for i, result in zip(chunk, results)}
             empty = [i for i, ids in replies.items() if not ids]
             if empty:
-                raise SystemExit(f"vLLM returned an empty reply to prompts {empty[:5]}; nothing written for their chunk")
+                raise SystemExit(
+                    f"vLLM returned an empty reply to prompts {empty[:5]}; nothing written for their chunk"
+                )
             out.write(b"".join((json.dumps(record(digest, i, ids)) + "\n").encode() for i, ids in replies.items()))
             tokens += sum(map(len, replies.values()))
             out.flush()
             os.fsync(out.fileno())
             written += len(chunk)
             rate = tokens / (time.perf_counter() - start)
-            print(f"replies {len(done) + written}/{len(request['prompts'])}, {rate:.0f} tok/s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"replies {len(done) + written}/{len(request['prompts'])}, {rate:.0f} tok/s",
+                file=sys.stderr,
+                flush=True,
+            )
     return 0
 
 

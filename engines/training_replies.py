@@ -17,6 +17,7 @@ named the model and checked each record (format 1) in today's format, the same r
     .venv/bin/python engines/training_replies.py [--params FILE] [--archive | --upgrade-archive]
     (make replies-strong / replies-archive)
 """
+
 import argparse
 import time
 from pathlib import Path
@@ -29,11 +30,18 @@ from elsi_lib.inputs.models import load_model
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", type=Path, default=REPO_ROOT / "notebooks" / "tables_strong.yaml",
-                        help="the run's parameter file (notebooks/tables_*.yaml)")
+    parser.add_argument(
+        "--params",
+        type=Path,
+        default=REPO_ROOT / "notebooks" / "tables_strong.yaml",
+        help="the run's parameter file (notebooks/tables_*.yaml)",
+    )
     parser.add_argument("--archive", action="store_true", help="archive the replies written so far; run no engine")
-    parser.add_argument("--upgrade-archive", metavar="VLLM_VERSION",
-                        help="rewrite the archive vLLM VLLM_VERSION wrote in today's format; run no engine")
+    parser.add_argument(
+        "--upgrade-archive",
+        metavar="VLLM_VERSION",
+        help="rewrite the archive vLLM VLLM_VERSION wrote in today's format; run no engine",
+    )
     args = parser.parse_args()
     exp, _ = from_parameters(args.params)
     if exp.reply_engine != "vllm":
@@ -43,8 +51,9 @@ if __name__ == "__main__":
     start = time.time()
     model, tokenizer = load_model(exp.model)
     if args.upgrade_archive:
-        path, count = upgrade_archive(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings,
-                                      version=args.upgrade_archive)
+        path, count = upgrade_archive(
+            model, tokenizer, corpus.training_prompt_list(n_prompts), **settings, version=args.upgrade_archive
+        )
         print(f"{path}: {count} of {n_prompts} replies, in today's format")
         raise SystemExit(0)
     if args.archive:

@@ -1,5 +1,6 @@
 """Shared fixtures: small random layer stacks, tiny random models, and the bundled real model
 (loaded once per test session)."""
+
 from __future__ import annotations
 
 import os
@@ -33,11 +34,14 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a tiny test model.<|im_end|>\n' }}{% endif %}"
     "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' }}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
 
-CORPUS = ("the quick brown fox jumps over the lazy dog while a model predicts the next token "
-          "entropy layers blocks attention sink prompt reply question answer system user assistant "
-          "what is two plus two tell me about speculative decoding drafts and hidden states").split()
+CORPUS = (
+    "the quick brown fox jumps over the lazy dog while a model predicts the next token "
+    "entropy layers blocks attention sink prompt reply question answer system user assistant "
+    "what is two plus two tell me about speculative decoding drafts and hidden states"
+).split()
 
 
 def make_tiny_tokenizer(chat_template: bool = True):
@@ -47,13 +51,18 @@ def make_tiny_tokenizer(chat_template: bool = True):
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>", "<|im_start|>", "<|im_end|>", "<s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=200,
+        special_tokens=["<unk>", "<|im_start|>", "<|im_end|>", "<s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([" ".join(CORPUS)] * 20, trainer)
     from tokenizers import decoders
+
     tok.decoder = decoders.ByteLevel()
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                      eos_token="<|im_end|>", pad_token="<|im_end|>")
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>", pad_token="<|im_end|>"
+    )
     if chat_template:
         wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
@@ -61,15 +70,16 @@ def make_tiny_tokenizer(chat_template: bool = True):
 
 def make_conversations(n: int, seed: int = 0, words=(20, 60)):
     rng = np.random.default_rng(seed)
-    return [[{"role": "user", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*words)))}]
-            for _ in range(n)]
+    return [[{"role": "user", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*words)))}] for _ in range(n)]
 
 
 def replied_conversations(n: int, seed: int = 0, reply_words=(6, 12)):
     """Short prompts with hand-written assistant replies (no generation: fast)."""
     rng = np.random.default_rng(seed + 100)
-    return [c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*reply_words)))}]
-            for c in make_conversations(n, seed, words=(3, 8))]
+    return [
+        c + [{"role": "assistant", "content": " ".join(rng.choice(CORPUS, size=rng.integers(*reply_words)))}]
+        for c in make_conversations(n, seed, words=(3, 8))
+    ]
 
 
 def module_feature_store(model, tokenizer, tmp_path_factory, n_conversations: int, layers):
@@ -110,8 +120,12 @@ def perturb_norms(draft, seed: int) -> None:
 
     g = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
-        for norm in (draft.norm, draft.midlayer.input_layernorm, draft.midlayer.hidden_norm,
-                     draft.midlayer.post_attention_layernorm):
+        for norm in (
+            draft.norm,
+            draft.midlayer.input_layernorm,
+            draft.midlayer.hidden_norm,
+            draft.midlayer.post_attention_layernorm,
+        ):
             norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=g))
 
 
@@ -176,3 +190,5 @@ def isolated_cache(tmp_path, monkeypatch):
     `bundled` are set up before this runs, so the converted model stays in the user's cache.)"""
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ELSI_REPLY_ARCHIVE", str(tmp_path / "replies"))  # never the committed data/replies
+    monkeypatch.setenv("ELSI_CONTINUATIONS", str(tmp_path / "continuations"))  # nor data/continuations
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "drafts"))  # nor data/drafts

@@ -1,6 +1,7 @@
 """Cache entries you can trust (elsi_lib.common.cachefiles): a manifest refuses files it does not list,
 a write killed before its rename leaves a temporary file the next write removes (saying so), and a
 folder entry with a file in its place is named, not its temporary folder."""
+
 from __future__ import annotations
 
 import json

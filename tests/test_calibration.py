@@ -5,12 +5,15 @@ from elsi_lib.hidden.calibration import SELECTIONS
 from elsi_lib.hidden.settings import CaptureSettings
 
 
-@pytest.mark.parametrize("models, model, expected", [
-    (["smollm2-135m"], None, ["smollm2-135m"]),
-    (["qwen2.5-coder-0.5b"], "smollm2-135m", ["smollm2-135m", "qwen2.5-coder-0.5b"]),
-    ("smollm2-135m, qwen2.5-coder-0.5b", None, ["smollm2-135m", "qwen2.5-coder-0.5b"]),  # papermill -p
-    (("smollm2-135m", "smollm2-135m"), "smollm2-135m", ["smollm2-135m"]),
-])
+@pytest.mark.parametrize(
+    "models, model, expected",
+    [
+        (["smollm2-135m"], None, ["smollm2-135m"]),
+        (["qwen2.5-coder-0.5b"], "smollm2-135m", ["smollm2-135m", "qwen2.5-coder-0.5b"]),
+        ("smollm2-135m, qwen2.5-coder-0.5b", None, ["smollm2-135m", "qwen2.5-coder-0.5b"]),  # papermill -p
+        (("smollm2-135m", "smollm2-135m"), "smollm2-135m", ["smollm2-135m"]),
+    ],
+)
 def test_model_names_accept_lists_and_comma_separated_strings(models, model, expected):
     assert calibration.model_names(models, model) == expected
 

@@ -6,8 +6,16 @@ import pytest
 import torch
 
 from elsi_lib.common.cachefiles import cache_dir
-from elsi_lib import (CacheError, CaptureSettings, LayerStats, capture, capture_variants, reply_conversations,
-                      select_positions, token_entropy)
+from elsi_lib import (
+    CacheError,
+    CaptureSettings,
+    LayerStats,
+    capture,
+    capture_variants,
+    reply_conversations,
+    select_positions,
+    token_entropy,
+)
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.hidden.forward import tokenize_samples
 
@@ -91,8 +99,14 @@ def test_exclude_modes(tiny_model, tiny_tokenizer):
     assert template.counts["tokens_eligible"] == content
     assert 0 < content < template.counts["tokens_seen"]
     im_start = tiny_tokenizer.convert_tokens_to_ids("<|im_start|>")
-    predicate = capture(tiny_model, tiny_tokenizer, conversations, cache=False,
-                        exclude=lambda position, token, is_template: token == im_start, **OPTS)
+    predicate = capture(
+        tiny_model,
+        tiny_tokenizer,
+        conversations,
+        cache=False,
+        exclude=lambda position, token, is_template: token == im_start,
+        **OPTS,
+    )
     assert predicate.counts["tokens_eligible"] == sum(len(ids) - ids.count(im_start) for ids, _ in per_sample)
 
 
@@ -138,8 +152,9 @@ def test_interrupted_capture_resumes_with_identical_results(tiny_model, tiny_tok
     conversations = make_conversations(10)
     opts = dict(OPTS, batch_size=2, checkpoint_every=1)
     uninterrupted = capture(tiny_model, tiny_tokenizer, conversations, cache=False, **opts)
-    resumed, forwards = interrupted_then_rerun(tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations,
-                                                                           **opts))
+    resumed, forwards = interrupted_then_rerun(
+        tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations, **opts)
+    )
     assert "resuming from a checkpoint: batch 2 of 5" in capsys.readouterr().out
     assert forwards == 3  # batches 3-5 only
     np.testing.assert_array_equal(resumed.Z, uninterrupted.Z)
@@ -152,8 +167,7 @@ def test_hooks_are_removed_even_on_error(tiny_model, tiny_tokenizer):
     layers = tiny_model.get_decoder().layers
     before = [len(layer._forward_hooks) for layer in layers]
     with pytest.raises(ValueError):
-        capture(tiny_model, tiny_tokenizer, make_conversations(2, words=(1, 2)), cache=False,
-                **{**OPTS, "block": 512})
+        capture(tiny_model, tiny_tokenizer, make_conversations(2, words=(1, 2)), cache=False, **{**OPTS, "block": 512})
     assert [len(layer._forward_hooks) for layer in layers] == before
 
 
@@ -171,26 +185,31 @@ def test_non_finite_hidden_state_names_layer_and_sample(tiny_model, tiny_tokeniz
         handle.remove()
 
 
-def test_replies_are_a_step_of_their_own_cached_and_truncated_as_capture_truncates(tiny_model, tiny_tokenizer,
-                                                                                    monkeypatch):
+def test_replies_are_a_step_of_their_own_cached_and_truncated_as_capture_truncates(
+    tiny_model, tiny_tokenizer, monkeypatch
+):
     prompts = make_conversations(3) + make_conversations(1, seed=1, words=(80, 90))  # the last one is long
-    replied = reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64,
-                                  progress=False)
+    replied = reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64, progress=False)
     assert [c[:-1] for c in replied] == prompts and all(c[-1]["role"] == "assistant" for c in replied)
     with_replies_stats = capture(tiny_model, tiny_tokenizer, replied[:3], **OPTS)
     without = capture(tiny_model, tiny_tokenizer, prompts[:3], **OPTS)
     assert with_replies_stats.counts["tokens_seen"] > without.counts["tokens_seen"]
 
     seen = []  # what generation saw: each row's prompt without its left padding
+
     def record(input_ids, attention_mask, max_new_tokens, **kwargs):
         seen.extend(row[mask.bool()].tolist() for row, mask in zip(input_ids, attention_mask))
         return torch.cat([input_ids, torch.zeros(len(input_ids), max_new_tokens, dtype=torch.long)], dim=1)
+
     monkeypatch.setattr(tiny_model, "generate", record)
-    assert reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64,
-                               progress=False) == replied  # from the cache: nothing generated
+    assert (
+        reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64, progress=False)
+        == replied
+    )  # from the cache: nothing generated
     assert seen == []
-    reply_conversations(tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64, cache=False,
-                        progress=False)
+    reply_conversations(
+        tiny_model, tiny_tokenizer, prompts, max_new_tokens=6, max_length=64, cache=False, progress=False
+    )
     samples, truncated = tokenize_samples(tiny_tokenizer, replied, 64)
     assert max(map(len, seen)) == 64 and truncated >= 1
     assert samples[3].ids in seen  # one rule: both keep the first max_length tokens of the long prompt
@@ -202,8 +221,16 @@ def test_capture_takes_conversations_as_given(tiny_model, tiny_tokenizer):
 
 
 def test_capture_settings_are_checked_when_built():
-    assert CaptureSettings() == CaptureSettings(rho=0.3, block=32, max_length=1024, exclude="none",
-                                                select="entropy", keep_samples=False, on_long="truncate", seed=0)
+    assert CaptureSettings() == CaptureSettings(
+        rho=0.3,
+        block=32,
+        max_length=1024,
+        exclude="none",
+        select="entropy",
+        keep_samples=False,
+        on_long="truncate",
+        seed=0,
+    )
     with pytest.raises(ValueError, match="rho"):
         CaptureSettings(rho=0)
     with pytest.raises(ValueError, match="unknown capture setting"):
@@ -232,16 +259,19 @@ def test_cached_statistics_are_reused_from_another_checkout_folder(tiny_model, t
     assert "checkout-a" not in json.dumps(first.metadata) and str(tmp_path) not in json.dumps(first.metadata)
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(rho=0.0), ValueError, "rho"),
-    (dict(rho=1.5), ValueError, "rho"),
-    (dict(block=1), ValueError, "block"),
-    (dict(exclude="sinks"), ValueError, "exclude"),
-    (dict(select="top"), ValueError, "select"),
-    (dict(max_length=1), ValueError, "max_length"),
-    (dict(rhoo=0.3), ValueError, "unknown capture setting"),
-    (dict(on_long="skip"), ValueError, "on_long"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(rho=0.0), ValueError, "rho"),
+        (dict(rho=1.5), ValueError, "rho"),
+        (dict(block=1), ValueError, "block"),
+        (dict(exclude="sinks"), ValueError, "exclude"),
+        (dict(select="top"), ValueError, "select"),
+        (dict(max_length=1), ValueError, "max_length"),
+        (dict(rhoo=0.3), ValueError, "unknown capture setting"),
+        (dict(on_long="skip"), ValueError, "on_long"),
+    ],
+)
 def test_bad_arguments(tiny_model, tiny_tokenizer, kwargs, error, message):
     with pytest.raises(error, match=message):
         capture(tiny_model, tiny_tokenizer, make_conversations(2), **{**OPTS, **kwargs})
@@ -274,24 +304,34 @@ def test_token_entropy_chunks_and_selection():
     p = torch.softmax(head(hidden).double(), -1)
     expected = -(p * p.log()).sum(-1)
     for chunk in (50, 500, 1 << 24):  # one position, ten, all at once
-        torch.testing.assert_close(token_entropy(hidden, head, chunk_elements=chunk).double(), expected,
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            token_entropy(hidden, head, chunk_elements=chunk).double(), expected, rtol=1e-5, atol=1e-6
+        )
     entropy = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.2])
     eligible = torch.tensor([True, True, True, False, True])
     assert select_positions(entropy, eligible, 0.5).tolist() == [1, 2]
     assert select_positions(entropy, eligible, 1.0).tolist() == [0, 1, 2, 4]
     g = lambda: torch.Generator().manual_seed(3)
-    assert select_positions(entropy, eligible, 0.5, "random", g()).tolist() == \
+    assert (
         select_positions(entropy, eligible, 0.5, "random", g()).tolist()
+        == select_positions(entropy, eligible, 0.5, "random", g()).tolist()
+    )
 
 
 def test_layerstats_round_trip_and_faults(tmp_path):
     rng = np.random.default_rng(0)
     Z = rng.normal(size=(3, 4, 5))
     Z[1, 0] *= 100  # one dominant row in layer 1
-    stats = LayerStats(Z=Z, final_norm=rng.normal(size=(4, 5)), sample_entropy=rng.random((2, 3)),
-                       sample_index=np.array([0, 2]), abs_max=np.ones((3, 5)), abs_sum=np.ones((3, 5)) * 10,
-                       counts={"retained": 10}, metadata={"rho": 0.3})
+    stats = LayerStats(
+        Z=Z,
+        final_norm=rng.normal(size=(4, 5)),
+        sample_entropy=rng.random((2, 3)),
+        sample_index=np.array([0, 2]),
+        abs_max=np.ones((3, 5)),
+        abs_sum=np.ones((3, 5)) * 10,
+        counts={"retained": 10},
+        metadata={"rho": 0.3},
+    )
     stats.abs_max[2, 4] = 500.0
     path = stats.save(tmp_path / "s.safetensors")
     loaded = LayerStats.load(path, expect_metadata={"rho": 0.3})
@@ -311,8 +351,8 @@ def test_layerstats_round_trip_and_faults(tmp_path):
 def test_bundled_model_capture(bundled):
     model, tokenizer = bundled
     from elsi_lib import calibration_prompts
-    stats = capture(model, tokenizer, calibration_prompts(4, seed=0), rho=0.3, block=8,
-                    cache=False, progress=False)
+
+    stats = capture(model, tokenizer, calibration_prompts(4, seed=0), rho=0.3, block=8, cache=False, progress=False)
     assert stats.Z.shape == (30, 8, 576) and np.all(np.isfinite(stats.Z))
     assert stats.counts["blocks"] >= 4
 
@@ -320,8 +360,15 @@ def test_bundled_model_capture(bundled):
 def test_bf16_qwen3_shaped_model_loaded_with_device_map(tiny_tokenizer, tmp_path):
     from elsi_lib import load_model, random_model
 
-    small = random_model("qwen3", n_layers=6, hidden_size=64, n_heads=4, num_key_value_heads=2, head_dim=16,
-                         vocab_size=len(tiny_tokenizer))
+    small = random_model(
+        "qwen3",
+        n_layers=6,
+        hidden_size=64,
+        n_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=len(tiny_tokenizer),
+    )
     small.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)
     model, tokenizer = load_model(tmp_path, dtype="bfloat16", device_map="cpu")
@@ -331,8 +378,12 @@ def test_bf16_qwen3_shaped_model_loaded_with_device_map(tiny_tokenizer, tmp_path
     assert stats.metadata["dtype"] == "torch.bfloat16"
 
 
-VARIANTS = {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"},
-            "no_template": {"exclude": "template", "keep_samples": True}}
+VARIANTS = {
+    "all": {"rho": 1.0},
+    "entropy": {},
+    "random": {"select": "random"},
+    "no_template": {"exclude": "template", "keep_samples": True},
+}
 
 
 def test_variants_equal_separate_captures_from_one_pass(tiny_model, tiny_tokenizer):
@@ -369,7 +420,11 @@ def test_kept_sample_sums_rebuild_Z_and_survive_the_cache(tiny_model, tiny_token
     first = stats.sample_sums[0].astype(np.float64) / stats.sample_blocks[0]
     assert np.allclose(stats.resampled_Z(weights), first)
     both = stats.resampled_Z(np.stack([np.ones(S), weights]))  # (R, N, B, d)
-    assert both.shape == (2, *stats.Z.shape) and np.allclose(both[1], first) and np.allclose(both[0], stats.Z, rtol=1e-5, atol=1e-6)
+    assert (
+        both.shape == (2, *stats.Z.shape)
+        and np.allclose(both[1], first)
+        and np.allclose(both[0], stats.Z, rtol=1e-5, atol=1e-6)
+    )
     loaded = capture(tiny_model, tiny_tokenizer, conversations, keep_samples=True, **OPTS)  # from the cache
     assert np.array_equal(loaded.sample_sums, stats.sample_sums)
     plain = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)

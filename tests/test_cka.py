@@ -4,8 +4,14 @@ from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra.numpy import arrays
 from scipy.stats import ortho_group
 
-from elsi_lib import (cka_matrix, conditional_cka_matrices, conditional_cka_matrix, find_boundaries, linear_cka,
-                      transition_scores)
+from elsi_lib import (
+    cka_matrix,
+    conditional_cka_matrices,
+    conditional_cka_matrix,
+    find_boundaries,
+    linear_cka,
+    transition_scores,
+)
 from elsi_lib.selection.cka import centered_gram_products
 
 from conftest import random_layers
@@ -17,8 +23,11 @@ def naive_cka(X, Y):
     return np.linalg.norm(Yc.T @ Xc) ** 2 / (np.linalg.norm(Xc.T @ Xc) * np.linalg.norm(Yc.T @ Yc))
 
 
-pairs = st.integers(3, 8).flatmap(lambda n: st.tuples(
-    arrays(np.float64, (n, 5), elements=st.floats(-5, 5)), arrays(np.float64, (n, 4), elements=st.floats(-5, 5))))
+pairs = st.integers(3, 8).flatmap(
+    lambda n: st.tuples(
+        arrays(np.float64, (n, 5), elements=st.floats(-5, 5)), arrays(np.float64, (n, 4), elements=st.floats(-5, 5))
+    )
+)
 
 
 def varied(X):
@@ -141,8 +150,9 @@ def test_cka_matrix_and_products_are_scale_safe(normalize, exponent):
     sets = [(2,), (0, 5)]
     expected = conditional_cka_matrices(P, sets)
     np.testing.assert_allclose(SetScorer(scaled, normalize=normalize).conditional_cka(sets), expected, rtol=1e-12)
-    np.testing.assert_allclose(SetScorer(scaled, normalize=normalize, backend="naive").conditional_cka(sets), expected,
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        SetScorer(scaled, normalize=normalize, backend="naive").conditional_cka(sets), expected, rtol=1e-10
+    )
     try:
         scaled_P = centered_gram_products(scaled, normalize)
     except ValueError as error:

@@ -2,13 +2,14 @@
 answers on stdout, exit status 2 for bad arguments and 1 for failures (one line, no traceback),
 provenance and the cache (a second run prints the same answer), every engine format converted from
 elsi's convention, and each engine's ids pointing at the very tensor elsi measured."""
+
 import json
 
 import pytest
 import torch
 
 from conftest import replied_conversations
-from elsi_lib import cli, random_model
+from elsi_lib import cli, cli_args, random_model
 from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
 from test_conventions import sglang_captured, speculators_recipe, vllm_captured
 
@@ -28,8 +29,10 @@ def folder(tmp_path_factory, tiny_tokenizer):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "convs.jsonl"
-    records = [{"conversations": [{"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]} for m in c]}
-               for c in replied_conversations(24, seed=3, reply_words=(40, 80))]
+    records = [
+        {"conversations": [{"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]} for m in c]}
+        for c in replied_conversations(24, seed=3, reply_words=(40, 80))
+    ]
     path.write_text("\n".join(json.dumps(r) for r in records))
     return path
 
@@ -49,7 +52,9 @@ def test_select_text_json_and_cache(capsys, folder, data):
     assert code == 0 and "EAGLE3" in text and "exhaustive optimum" in text
     code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json")
     result = json.loads(out)
-    assert code == 0 and len(result["layers"]) == 3 and result["entropy"] <= result["exhaustive_optimum"]["entropy"] + 1e-9
+    assert (
+        code == 0 and len(result["layers"]) == 3 and result["entropy"] <= result["exhaustive_optimum"]["entropy"] + 1e-9
+    )
     prov = result["provenance"]
     assert prov["rho"] == 0.3 and prov["block"] == 4 and prov["prompts"] == 24 and len(prov["weights_sha256"]) == 64
     assert len(prov["conversations_sha256"]) == 64 and prov["elsi_version"]
@@ -64,7 +69,11 @@ def test_methods(capsys, folder, data, method):
     code, out, _ = run(capsys, "select", *base(folder, data), "--method", method, *m, "--format", "json")
     layers = json.loads(out)["layers"]
     expected = {"eagle3": [1, 3, 4], "eagle2": [N_LAYERS - 1]}  # EAGLE's inputs of (2, 4, 5) = outputs of (1, 3, 4)
-    assert code == 0 and layers == expected.get(method, layers) and len(layers) == {"eagle3": 3, "eagle2": 1}.get(method, 2)
+    assert (
+        code == 0
+        and layers == expected.get(method, layers)
+        and len(layers) == {"eagle3": 3, "eagle2": 1}.get(method, 2)
+    )
 
 
 @pytest.mark.parametrize("fmt", ENGINE_FORMATS)
@@ -113,11 +122,13 @@ def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
 
 
 def test_engine_refusals_come_before_the_capture(capsys, folder, data, no_capture):
-    cases = [(["--engine", "speculators", "--method", "eagle2"], "cannot feed a draft --method eagle2's set (7,)"),
-             (["--engine", "specforge", "--m", 2], "exactly three"),
-             (["--format", "sglang", "--engine", "vllm"], "--engine vllm with --format sglang"),
-             (["--engine", "sglang", "--engine-version", "0.3.0"], "--engine-version 0.3.0: elsi has read"),
-             (["--engine-version", "0.32.0"], "--engine-version needs --engine")]
+    cases = [
+        (["--engine", "speculators", "--method", "eagle2"], "cannot feed a draft --method eagle2's set (7,)"),
+        (["--engine", "specforge", "--m", 2], "exactly three"),
+        (["--format", "sglang", "--engine", "vllm"], "--engine vllm with --format sglang"),
+        (["--engine", "sglang", "--engine-version", "0.3.0"], "--engine-version 0.3.0: elsi has read"),
+        (["--engine-version", "0.32.0"], "--engine-version needs --engine"),
+    ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
@@ -155,9 +166,11 @@ def no_capture(monkeypatch):
     def reached(*args, **kwargs):
         raise AssertionError("the command started its work before refusing")
 
-    for module, name in ((elsi_lib.hidden.calibration, "capture_selections"),
-                         (elsi_lib.hidden.calibration, "calibration_conversations"),
-                         (elsi_lib.hidden.replies, "reply_conversations")):
+    for module, name in (
+        (elsi_lib.hidden.calibration, "capture_selections"),
+        (elsi_lib.hidden.calibration, "calibration_conversations"),
+        (elsi_lib.hidden.replies, "reply_conversations"),
+    ):
         monkeypatch.setattr(module, name, reached)
 
 
@@ -166,15 +179,17 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
     and names the argument: the answer (stdout) stays empty and the exit status is 2."""
     a_file = tmp_path / "a-file"
     a_file.write_text("")
-    cases = [(["--m", 2, "--format", "specforge"], "exactly three"),
-             (["--m", N_LAYERS + 1], f"--m {N_LAYERS + 1} exceeds the model's {N_LAYERS} layers"),
-             (["--method", "eagle3", "--stability", 3], "--stability needs a measured method"),
-             (["--method", "eagle2", "--format", "sglang"], "last decoder layer"),  # (7,): out of SGLang's reach
-             (["--method", "eagle2", "--format", "specforge"], "exactly three"),
-             (["--prompts", 25], "--prompts 25: --data"),  # the file holds 24: refused, not clamped
-             (["--out", tmp_path / "missing" / "set.json"], "does not exist"),
-             (["--out", tmp_path], "is a folder"),
-             (["--out", a_file / "set.json"], "is not a folder")]
+    cases = [
+        (["--m", 2, "--format", "specforge"], "exactly three"),
+        (["--m", N_LAYERS + 1], f"--m {N_LAYERS + 1} exceeds the model's {N_LAYERS} layers"),
+        (["--method", "eagle3", "--stability", 3], "--stability needs a measured method"),
+        (["--method", "eagle2", "--format", "sglang"], "last decoder layer"),  # (7,): out of SGLang's reach
+        (["--method", "eagle2", "--format", "specforge"], "exactly three"),
+        (["--prompts", 25], "--prompts 25: --data"),  # the file holds 24: refused, not clamped
+        (["--out", tmp_path / "missing" / "set.json"], "does not exist"),
+        (["--out", tmp_path], "is a folder"),
+        (["--out", a_file / "set.json"], "is not a folder"),
+    ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
@@ -185,10 +200,12 @@ def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(caps
     """--stability over one prompt reported "chosen in 100% of 20 resamples", --stability 1 a share
     from one resample, 10**12 a MemoryError after the capture: each is refused before any work, and
     the help states the bounds."""
-    cases = [(["--prompts", 1, "--stability", 20], "--stability needs at least 2 prompts to resample, got --prompts 1"),
-             (["--stability", 1], "--stability 1: at least 20 resamples"),
-             (["--stability", 19], "--stability 19: at least 20 resamples"),
-             (["--stability", 10 ** 12], f"--stability {10 ** 12}: at most 10000 resamples")]
+    cases = [
+        (["--prompts", 1, "--stability", 20], "--stability needs at least 2 prompts to resample, got --prompts 1"),
+        (["--stability", 1], "--stability 1: at least 20 resamples"),
+        (["--stability", 19], "--stability 19: at least 20 resamples"),
+        (["--stability", 10**12], f"--stability {10**12}: at most 10000 resamples"),
+    ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
@@ -220,17 +237,19 @@ def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(ca
 def test_explicit_options_a_method_ignores_are_refused(capsys, folder, data, no_capture):
     """--m with a fixed method (its set is fixed by the layer count) was silently ignored, and so were
     --k-beam / --k-expand with a method that has no beam: an explicit value is refused, naming it."""
-    cases = [(["--method", "eagle3", "--m", 2], "--m 2: --method eagle3's set is fixed by the layer count (3 layers)"),
-             (["--method", "eagle2", "--m", 3], "--m 3: --method eagle2's set is fixed by the layer count (1 layer)"),
-             (["--method", "exhaustive", "--k-beam", 4], "--k-beam 4 does not apply to --method exhaustive"),
-             (["--method", "eagle3", "--k-expand", 5], "--k-expand 5 does not apply to --method eagle3"),
-             (["--method", "probe", "--k-expand", 2], "--k-expand 2 does not apply to --method probe")]
+    cases = [
+        (["--method", "eagle3", "--m", 2], "--m 2: --method eagle3's set is fixed by the layer count (3 layers)"),
+        (["--method", "eagle2", "--m", 3], "--m 3: --method eagle2's set is fixed by the layer count (1 layer)"),
+        (["--method", "exhaustive", "--k-beam", 4], "--k-beam 4 does not apply to --method exhaustive"),
+        (["--method", "eagle3", "--k-expand", 5], "--k-expand 5 does not apply to --method eagle3"),
+        (["--method", "probe", "--k-expand", 2], "--k-expand 2 does not apply to --method probe"),
+    ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
-    args = cli.build_parser().parse_args(["select", "--model", "x"])
+    args = cli_args.build_parser().parse_args(["select", "--model", "x"])
     assert (args.m, args.k_beam, args.k_expand) == (None, None, None)  # the default is told from an explicit value
-    cli._check(args)
+    cli_args._check(args)
     assert (args.m, args.k_beam, args.k_expand) == (3, 10, 5)
 
 
@@ -251,8 +270,9 @@ def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_
     assert code == 2 and "--data gsm8k-train is given twice" in err
 
 
-def test_an_unwritable_figures_folder_is_refused_before_the_capture(capsys, folder, data, tmp_path, no_capture,
-                                                                    monkeypatch):
+def test_an_unwritable_figures_folder_is_refused_before_the_capture(
+    capsys, folder, data, tmp_path, no_capture, monkeypatch
+):
     """--figures was checked only for being a file: a folder that cannot be made or written failed
     after the capture. Both are refused first, naming the folder."""
     import os
@@ -262,10 +282,16 @@ def test_an_unwritable_figures_folder_is_refused_before_the_capture(capsys, fold
     read_only = tmp_path / "read-only"
     read_only.mkdir()
     real_access = os.access
-    monkeypatch.setattr(os, "access", lambda path, mode, **kw: False if str(path).startswith(str(read_only))
-                        else real_access(path, mode, **kw))
-    cases = [(a_file / "figures", "is not a folder"), (read_only, "cannot be written"),
-             (read_only / "new" / "figures", "cannot be written")]
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda path, mode, **kw: False if str(path).startswith(str(read_only)) else real_access(path, mode, **kw),
+    )
+    cases = [
+        (a_file / "figures", "is not a folder"),
+        (read_only, "cannot be written"),
+        (read_only / "new" / "figures", "cannot be written"),
+    ]
     for figures, message in cases:
         code, out, err = run(capsys, "report", *base(folder, data), "--figures", figures)
         assert code == 2 and f"--figures {str(figures)!r}" in err and message in err and not out, (figures, err)
@@ -283,10 +309,23 @@ def test_data_without_a_usable_conversation(capsys, folder, tmp_path, no_capture
     replies_only = tmp_path / "replies-only.jsonl"
     replies_only.write_text(json.dumps({"conversations": [{"from": "gpt", "value": "hello"}]}) + "\n")
     ends_with_system = tmp_path / "system-last.json"
-    ends_with_system.write_text(json.dumps([{"conversations": [
-        {"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}, {"from": "system", "value": "be brief"}]}]))
+    ends_with_system.write_text(
+        json.dumps(
+            [
+                {
+                    "conversations": [
+                        {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "hello"},
+                        {"from": "system", "value": "be brief"},
+                    ]
+                }
+            ]
+        )
+    )
     for path, message in ((replies_only, "no usable conversation"), (ends_with_system, "ends with a system turn")):
-        code, out, err = run(capsys, "select", "--model", folder, "--data", path, "--prompts", 1, "--reply-model", "self")
+        code, out, err = run(
+            capsys, "select", "--model", folder, "--data", path, "--prompts", 1, "--reply-model", "self"
+        )
         assert code == 2 and str(path) in err and message in err and not out and "Traceback" not in err
 
 
@@ -349,9 +388,14 @@ def test_capture_report_and_stability(capsys, folder, data, tmp_path):
     assert 0 <= stability["share_choosing_this_set"] <= 1
 
 
-ENGINE_CASES = [("vllm", None, (0, 2, 3)), ("speculators", None, (0, 2, 3)),
-                ("sglang", "LlamaForCausalLM", (0, 1, 2)), ("specforge", "LlamaForCausalLM", (0, 1, 2)),
-                ("sglang", "DeepseekV3ForCausalLM", (2,)), ("sglang", "DeepseekV3ForCausalLM", (1, 2))]
+ENGINE_CASES = [
+    ("vllm", None, (0, 2, 3)),
+    ("speculators", None, (0, 2, 3)),
+    ("sglang", "LlamaForCausalLM", (0, 1, 2)),
+    ("specforge", "LlamaForCausalLM", (0, 1, 2)),
+    ("sglang", "DeepseekV3ForCausalLM", (2,)),
+    ("sglang", "DeepseekV3ForCausalLM", (1, 2)),
+]
 
 
 @pytest.mark.parametrize("fmt, architecture, layers", ENGINE_CASES)
@@ -367,13 +411,24 @@ def test_engine_ids_point_at_the_tensor_elsi_measured(fmt, architecture, layers,
     fragment = engine_fragment(layers, n, fmt, architecture=architecture)
     inputs, outputs, handles = {}, {}, []
     for i, layer in enumerate(tiny_model.get_decoder().layers):
-        handles.append(layer.register_forward_pre_hook(
-            lambda mod, args, kwargs, i=i: inputs.__setitem__(i, (args[0] if args else kwargs["hidden_states"]).clone()),
-            with_kwargs=True))
-        handles.append(layer.register_forward_hook(
-            lambda mod, args, out, i=i: outputs.__setitem__(i, (out[0] if isinstance(out, tuple) else out).clone())))
-    handles.append(tiny_model.get_decoder().norm.register_forward_pre_hook(  # vLLM's id N: the residual stream
-        lambda mod, args: inputs.__setitem__(n, args[0].clone())))          # after the last layer, before the norm
+        handles.append(
+            layer.register_forward_pre_hook(
+                lambda mod, args, kwargs, i=i: inputs.__setitem__(
+                    i, (args[0] if args else kwargs["hidden_states"]).clone()
+                ),
+                with_kwargs=True,
+            )
+        )
+        handles.append(
+            layer.register_forward_hook(
+                lambda mod, args, out, i=i: outputs.__setitem__(i, (out[0] if isinstance(out, tuple) else out).clone())
+            )
+        )
+    handles.append(
+        tiny_model.get_decoder().norm.register_forward_pre_hook(  # vLLM's id N: the residual stream
+            lambda mod, args: inputs.__setitem__(n, args[0].clone())
+        )
+    )  # after the last layer, before the norm
     ids_tensor = torch.tensor([tiny_tokenizer("alpha beta gamma delta")["input_ids"]])
     with torch.no_grad():
         tiny_model(ids_tensor)

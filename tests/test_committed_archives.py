@@ -4,6 +4,7 @@ the ones archived before the upgrade to format 2 (header naming the model, a che
 The fingerprints below are sha256 over the sorted [index, ids] pairs of each format-1 archive as it
 stood at commit 0394665, computed before the upgrade; where git still holds that commit, the
 format-1 archive itself is read again and compared reply for reply."""
+
 from __future__ import annotations
 
 import gzip

@@ -7,6 +7,7 @@ Sources read (see `conventions.engine_fragment`): SGLang python/sglang/srt/model
 (commits 00239548, bf7a0e23) and PR #25454 (f5049709b323, deepseek_v2.py); SpecForge main a6b6b023
 (pins sglang==0.5.14); speculators v0.7.0 and main c05b95b3 (scripts/launch_vllm.py,
 src/speculators/train/data.py); vLLM's EagleModelMixin."""
+
 import argparse
 import itertools
 
@@ -14,8 +15,14 @@ import numpy as np
 import pytest
 
 from elsi_lib.selection import conventions
-from elsi_lib.selection.conventions import (ENGINE_FORMATS, convert_layer_ids, eagle2_layers, eagle3_layers,
-                                            eagle3_paper_layers, engine_fragment)
+from elsi_lib.selection.conventions import (
+    ENGINE_FORMATS,
+    convert_layer_ids,
+    eagle2_layers,
+    eagle3_layers,
+    eagle3_paper_layers,
+    engine_fragment,
+)
 
 DEEPSEEK = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")  # deepseek_v2.py's classes
 ARCHITECTURES = (None, "LlamaForCausalLM", "DeepseekV3ForCausalLM", "Qwen2ForCausalLM")
@@ -24,6 +31,7 @@ SMOLLM2_ELSI, EAGLE3 = (9, 10, 29), (1, 14, 26)  # SmolLM2's ELSI m = 3; EAGLE-3
 
 
 # ------------------------------------------------------------ each engine's rule, after its source
+
 
 def sglang_layers_to_capture(ids, architecture):
     """`set_eagle3_layers_to_capture(layer_ids)` of the SGLang model file serving `architecture`.
@@ -104,8 +112,7 @@ def speculators_recipe(fragment, n_layers):
 
 def expressible(layers, n_layers, reads):
     """Whether any ascending id list (each id l or l + 1) is read as exactly `layers`."""
-    return any(reads(list(ids)) == tuple(layers)
-               for ids in itertools.product(*[(l, l + 1) for l in layers]))
+    return any(reads(list(ids)) == tuple(layers) for ids in itertools.product(*[(l, l + 1) for l in layers]))
 
 
 def fragment_or_refusal(layers, n_layers, engine, architecture=None):
@@ -118,6 +125,7 @@ def fragment_or_refusal(layers, n_layers, engine, architecture=None):
 
 
 # ------------------------------------------------------------------------------------ the tests
+
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 @pytest.mark.parametrize("engine", ["sglang", "specforge"])
@@ -154,10 +162,21 @@ def test_vllm_and_speculators_ids_read_back(engine):
                 continue
             if n - 1 in layers:  # the recipe takes id N as the verifier's state: no flags to give
                 assert "launch_args" not in fragment and "last layer" in fragment["recipe_unavailable"]
-                assert not expressible(layers, n, lambda ids: (speculators_recipe(
-                    {"launch_args": ["--target-layer-ids", *map(str, ids)],
-                     "train_args": ["--target-layer-ids", *map(str, ids)],
-                     "eagle_aux_hidden_state_layer_ids": ids}, n) or (None,))[0])
+                assert not expressible(
+                    layers,
+                    n,
+                    lambda ids: (
+                        speculators_recipe(
+                            {
+                                "launch_args": ["--target-layer-ids", *map(str, ids)],
+                                "train_args": ["--target-layer-ids", *map(str, ids)],
+                                "eagle_aux_hidden_state_layer_ids": ids,
+                            },
+                            n,
+                        )
+                        or (None,)
+                    )[0],
+                )
             else:
                 assert speculators_recipe(fragment, n) is not None
                 features, verifier_last = speculators_recipe(fragment, n)
@@ -180,7 +199,8 @@ def test_smollm2_sets():
     assert eagle3["train_args"] == ["--target-layer-ids", "2", "15", "27"]
     for arch in ARCHITECTURES:  # smallest layer 1: every SGLang reading adds the +1
         assert engine_fragment(EAGLE3, n, "sglang", architecture=arch) == {
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}}
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 14, 26]}
+        }
         assert engine_fragment(EAGLE3, n, "specforge", architecture=arch)["aux_hidden_state_layer_ids"] == [1, 14, 26]
 
 
@@ -190,7 +210,8 @@ def test_sglang_first_id_both_ways():
     would be read as layer 1, id 0 as the embeddings)."""
     n = SMOLLM2_N
     ids = lambda layers, arch: engine_fragment(layers, n, "sglang", architecture=arch)["eagle_config"][
-        "eagle_aux_hidden_state_layer_ids"]
+        "eagle_aux_hidden_state_layer_ids"
+    ]
     assert ids((9, 10, 20), "LlamaForCausalLM") == [9, 10, 20]
     assert ids((9, 10, 20), "DeepseekV3ForCausalLM") == [10, 11, 21]
     assert sglang_captured([9, 10, 20], n, "DeepseekV3ForCausalLM") == (8, 9, 19)  # what the old output ids meant there
@@ -213,7 +234,9 @@ def test_bad_arguments():
     assert conventions.engine_reading("sglang", "LlamaForCausalLM").startswith("SGLang llama.py")
     assert set(ENGINE_FORMATS) == {"vllm", "speculators", "sglang", "specforge"}
 
+
 # ---------------------------------------------------------------- fixed sets and id conversion
+
 
 def test_baselines():
     assert eagle2_layers(30) == (29,)
@@ -238,22 +261,25 @@ def test_convert_layer_ids():
         convert_layer_ids((1,), "hf", "elsi", 30)
 
 
-@pytest.mark.parametrize("call, error, message", [
-    (lambda: convert_layer_ids((True,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids(("1",), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids((1.0,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
-    (lambda: convert_layer_ids("12", "output", "vllm", 30), TypeError, "layers must be"),
-    (lambda: convert_layer_ids(3, "output", "vllm", 30), TypeError, "layers must be"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", 30.0), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", "30"), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", True), TypeError, "n_layers"),
-    (lambda: convert_layer_ids((1,), "output", "vllm", 0), ValueError, "n_layers"),
-    (lambda: convert_layer_ids((), "output", "vllm", 30), ValueError, "empty"),
-    (lambda: convert_layer_ids((1,), 1, "vllm", 30), ValueError, "unknown convention"),
-    (lambda: eagle3_layers(30.0), TypeError, "n_layers"),
-    (lambda: eagle2_layers("30"), TypeError, "n_layers"),
-    (lambda: eagle2_layers(0), ValueError, "n_layers"),
-])
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda: convert_layer_ids((True,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+        (lambda: convert_layer_ids(("1",), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+        (lambda: convert_layer_ids((1.0,), "output", "vllm", 30), TypeError, "layer ids must be integers"),
+        (lambda: convert_layer_ids("12", "output", "vllm", 30), TypeError, "layers must be"),
+        (lambda: convert_layer_ids(3, "output", "vllm", 30), TypeError, "layers must be"),
+        (lambda: convert_layer_ids((1,), "output", "vllm", 30.0), TypeError, "n_layers"),
+        (lambda: convert_layer_ids((1,), "output", "vllm", "30"), TypeError, "n_layers"),
+        (lambda: convert_layer_ids((1,), "output", "vllm", True), TypeError, "n_layers"),
+        (lambda: convert_layer_ids((1,), "output", "vllm", 0), ValueError, "n_layers"),
+        (lambda: convert_layer_ids((), "output", "vllm", 30), ValueError, "empty"),
+        (lambda: convert_layer_ids((1,), 1, "vllm", 30), ValueError, "unknown convention"),
+        (lambda: eagle3_layers(30.0), TypeError, "n_layers"),
+        (lambda: eagle2_layers("30"), TypeError, "n_layers"),
+        (lambda: eagle2_layers(0), ValueError, "n_layers"),
+    ],
+)
 def test_convert_layer_ids_rejects_bad_types(call, error, message):
     with pytest.raises(error, match=message):
         call()

@@ -1,4 +1,5 @@
 """Capture sharded over 2 gloo processes gives the Z of a single-process run."""
+
 import os
 
 import numpy as np
@@ -24,9 +25,16 @@ def _worker(rank, world, folder, init_file):
         forwards = []
         model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: forwards.append(1))
         stats = capture(model, tokenizer, make_conversations(7), **OPTS)
-        np.savez(os.path.join(folder, f"rank{rank}.npz"), Z=stats.Z, final_norm=stats.final_norm,
-                 sample_entropy=stats.sample_entropy, sample_index=stats.sample_index,
-                 blocks=stats.counts["blocks"], seen=stats.counts["tokens_seen"], forwards=len(forwards))
+        np.savez(
+            os.path.join(folder, f"rank{rank}.npz"),
+            Z=stats.Z,
+            final_norm=stats.final_norm,
+            sample_entropy=stats.sample_entropy,
+            sample_index=stats.sample_index,
+            blocks=stats.counts["blocks"],
+            seen=stats.counts["tokens_seen"],
+            forwards=len(forwards),
+        )
     finally:
         dist.destroy_process_group()
 

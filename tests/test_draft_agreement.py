@@ -9,6 +9,7 @@ through public functions only:
    of the target's greedy continuation, for each tree size, and the loop's tokens are that
    continuation (notebook 06's `loop_agreement`, here asserted round by round).
 """
+
 import pytest
 import torch
 
@@ -16,7 +17,8 @@ from conftest import CHAT_TEMPLATE, CORPUS, make_conversations, module_feature_s
 from elsi_lib import random_model
 from elsi_lib.draft.decode import speculative_generate
 from elsi_lib.draft.features import build_features
-from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.draft.replay import continuation_end, replay_sequence
 from elsi_lib.draft.train import TrainSettings, train_drafts
 from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
@@ -65,8 +67,16 @@ def test_a_draft_trained_in_lock_step_equals_the_draft_trained_alone(tiny_model,
     store = group_store
     vocabulary = vocabulary_of(store, tiny_model.config.vocab_size, GROUP_VOCAB)
     rows = tiny_model.get_output_embeddings().weight[vocabulary[1]].detach()
-    settings = TrainSettings(ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=autocast,
-                             seed=3, checkpoint_seconds=1e9)
+    settings = TrainSettings(
+        ttt_steps=3,
+        epochs=2,
+        batch_tokens=400,
+        warmup=2,
+        lr=2e-3,
+        autocast_bf16=autocast,
+        seed=3,
+        checkpoint_seconds=1e9,
+    )
     key = {"test": "lock-step"}
 
     def drafts(methods):
@@ -97,6 +107,7 @@ def test_a_draft_trained_in_lock_step_equals_the_draft_trained_alone(tiny_model,
 
 # ---------------------------------------------------------------- 2. real loop == replay, round by round
 
+
 def word_tokenizer():
     """A word-level tokenizer over conftest's corpus with the same ChatML template: any token ids
     decode to text that re-tokenises to the same ids (a BPE tokenizer re-merges across token
@@ -108,8 +119,9 @@ def word_tokenizer():
     words = sorted(set(CORPUS) | set("system user assistant You are a tiny test model.".split()))
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(specials + words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    wrapped = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
-                                      eos_token="<|im_end|>", pad_token="<|im_end|>")
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>", pad_token="<|im_end|>"
+    )
     wrapped.add_special_tokens({"additional_special_tokens": specials})
     wrapped.chat_template = CHAT_TEMPLATE
     return wrapped
@@ -137,18 +149,25 @@ def loop_setup(tmp_path_factory):
     replies, replied = [], []
     for conversation in conversations:
         prompt = torch.tensor(tokenize_conversation(tokenizer, conversation, add_generation_prompt=True)[0])
-        generated = target.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                                    do_sample=False, max_new_tokens=REPLY, min_new_tokens=REPLY)
-        replies.append(generated[0, len(prompt):].tolist())
+        generated = target.generate(
+            prompt[None],
+            attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=REPLY,
+            min_new_tokens=REPLY,
+        )
+        replies.append(generated[0, len(prompt) :].tolist())
         replied.append(conversation + [{"role": "assistant", "content": tokenizer.decode(replies[-1])}])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("ELSI_CACHE_DIR", str(tmp_path_factory.mktemp("loop")))
         store = build_features(target, tokenizer, replied, LAYERS, progress=False)
         vocabulary = vocabulary_of(store, len(tokenizer), LOOP_VOCAB)
-        drafts = {m: new_draft(target, s, vocabulary, LOOP_VOCAB, seed=0, perturb=False)
-                  for m, s in LOOP_SOURCES.items()}
-        settings = TrainSettings(epochs=10, batch_tokens=400, warmup=2, lr=3e-3, autocast_bf16=False,
-                                 checkpoint_seconds=1e9)
+        drafts = {
+            m: new_draft(target, s, vocabulary, LOOP_VOCAB, seed=0, perturb=False) for m, s in LOOP_SOURCES.items()
+        }
+        settings = TrainSettings(
+            epochs=10, batch_tokens=400, warmup=2, lr=3e-3, autocast_bf16=False, checkpoint_seconds=1e9
+        )
         rows = target.get_output_embeddings().weight[vocabulary[1]].detach().float()
         train_drafts(drafts, store, rows, settings, key={"test": "loop"}, progress=False)
     return target, store, replies, {m: d.eval() for m, d in drafts.items()}
@@ -165,11 +184,21 @@ def test_the_real_loop_agrees_with_replay_round_by_round(loop_setup, method, aut
         ids, start = sequence["ids"], sequence["start"]
         end = continuation_end(ids, sequence["argmax"], start, REPLY)
         assert ids[start:end].tolist() == reply  # the stored continuation is the target's greedy reply, whole
-        rounds = replay_sequence(draft, sequence, tree_nodes=SIZES, depth=DEPTH, top_k=TOP_K, max_tokens=REPLY,
-                                 autocast=autocast)
+        rounds = replay_sequence(
+            draft, sequence, tree_nodes=SIZES, depth=DEPTH, top_k=TOP_K, max_tokens=REPLY, autocast=autocast
+        )
         for nodes in SIZES:
-            out = speculative_generate(target, draft, ids[:start], max_new_tokens=len(reply), nodes=nodes,
-                                       depth=DEPTH, top_k=TOP_K, stop_at_eos=False, autocast=autocast)
+            out = speculative_generate(
+                target,
+                draft,
+                ids[:start],
+                max_new_tokens=len(reply),
+                nodes=nodes,
+                depth=DEPTH,
+                top_k=TOP_K,
+                stop_at_eos=False,
+                autocast=autocast,
+            )
             assert out.tokens == reply, (i, nodes)
             assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
             assert out.accepted == rounds[nodes], (i, nodes)

@@ -2,12 +2,21 @@
 (elsi_lib.draft.corpus) on the real SpecBench of the data folder, and the training prompts
 (elsi_lib.inputs.prompts.training_prompts: round robin over sources, length bound, exclusions, disjointness)
 on the real training mix and on small hand-written ShareGPT files."""
+
 import json
 
 import pytest
 
-from elsi_lib.inputs.prompts import (TRAINING_MIX, OverlapError, check_disjoint, load_prompts, load_specbench,
-                                     normalized_text, specbench_conversations, training_prompts)
+from elsi_lib.inputs.prompts import (
+    TRAINING_MIX,
+    OverlapError,
+    check_disjoint,
+    load_prompts,
+    load_specbench,
+    normalized_text,
+    specbench_conversations,
+    training_prompts,
+)
 from elsi_lib.draft.corpus import COLUMNS, column_of, eval_questions
 
 MT_CATEGORIES = {"writing", "roleplay", "coding", "extraction", "stem", "humanities"}
@@ -37,6 +46,7 @@ def sharegpt_file(path, prompts):
 
 # ---------------------------------------------------------------- column_of
 
+
 def test_every_specbench_category_has_a_column(specbench):
     categories = set(specbench["category"])
     assert categories == {c for cats in COLUMNS.values() for c in cats}  # none missing, none invented
@@ -47,9 +57,20 @@ def test_every_specbench_category_has_a_column(specbench):
 
 def test_column_of_hand_values():
     assert list(COLUMNS) == ["MT", "Trans", "Sum", "QA", "M/R", "RAG"]
-    assert [column_of(c) for c in ("writing", "humanities", "math", "reasoning", "math_reasoning",
-                                    "translation", "summarization", "qa", "rag")] == \
-        ["MT", "MT", "M/R", "M/R", "M/R", "Trans", "Sum", "QA", "RAG"]
+    assert [
+        column_of(c)
+        for c in (
+            "writing",
+            "humanities",
+            "math",
+            "reasoning",
+            "math_reasoning",
+            "translation",
+            "summarization",
+            "qa",
+            "rag",
+        )
+    ] == ["MT", "MT", "M/R", "M/R", "M/R", "Trans", "Sum", "QA", "RAG"]
 
 
 @pytest.mark.parametrize("category", ["poetry", "", "MT", "Math", "math reasoning"])
@@ -59,6 +80,7 @@ def test_column_of_unknown_category_raises(category):
 
 
 # ---------------------------------------------------------------- eval_questions
+
 
 def test_eval_questions_per_column(specbench):
     picked = eval_questions(5, seed=0)
@@ -83,8 +105,14 @@ def test_eval_questions_caps_at_the_column_size(specbench):
     assert set(picked.loc[picked.column == "MT", "category"]) == MT_CATEGORIES
     everything = eval_questions(10_000, seed=3)
     assert everything["question_id"].tolist() == sorted(specbench["question_id"])  # each question once
-    assert everything["column"].value_counts().to_dict() == {"MT": 60, "Trans": 80, "Sum": 80, "QA": 80,
-                                                             "M/R": 100, "RAG": 80}
+    assert everything["column"].value_counts().to_dict() == {
+        "MT": 60,
+        "Trans": 80,
+        "Sum": 80,
+        "QA": 80,
+        "M/R": 100,
+        "RAG": 80,
+    }
 
 
 def test_eval_questions_are_seeded():
@@ -102,6 +130,7 @@ def test_eval_questions_bad_per_column_raises(bad):
 
 
 # ---------------------------------------------------------------- training_prompts on the training mix
+
 
 def test_training_prompts_round_robin_over_sources(source_texts):
     chosen = texts(training_prompts(12, 0))
@@ -156,6 +185,7 @@ def test_training_prompts_too_many_raises():
 
 
 # ---------------------------------------------------------------- training_prompts on hand-written files
+
 
 def test_training_prompts_round_robin_exact_with_uneven_sources(tmp_path):
     a = sharegpt_file(tmp_path / "a.json", ["alpha one", "alpha two"])

@@ -1,6 +1,7 @@
 """The learning-curve table (elsi_lib.study.curve.learning_curve) on hand-made per-question rows:
 each point's tau, interval and paired difference are the accepted-token tables' own, and its
 accuracy and token counts are carried from the rows."""
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,10 +21,22 @@ def points(seed: int = 0) -> pd.DataFrame:
             base = 1.5 + rng.random(12) + prompts / 2000
             for method, gain, acc in (("EAGLE3", 0.0, 0.3), ("ELSI m=3", 0.5 * (prompts == 2000), 0.25)):
                 for q in range(12):
-                    rows.append({"method": method, "seed": 0, "temperature": temperature, "nodes": 60,
-                                 "question_id": q, "column": "MT" if q < 6 else "QA", "tau": base[q] + gain,
-                                 "step 1": acc + prompts / 1e4, "step 2": acc / 2, "prompts": prompts,
-                                 "reply_tokens": tokens, "batches": batches})
+                    rows.append(
+                        {
+                            "method": method,
+                            "seed": 0,
+                            "temperature": temperature,
+                            "nodes": 60,
+                            "question_id": q,
+                            "column": "MT" if q < 6 else "QA",
+                            "tau": base[q] + gain,
+                            "step 1": acc + prompts / 1e4,
+                            "step 2": acc / 2,
+                            "prompts": prompts,
+                            "reply_tokens": tokens,
+                            "batches": batches,
+                        }
+                    )
     return pd.DataFrame(rows)
 
 
@@ -55,6 +68,7 @@ def test_a_point_without_the_baseline_is_refused():
 def test_snapshot_batches_leave_the_finished_drafts_out():
     class Exp:
         curve_prompts = (1000, 3000, 15000, 20000, 0)
+
     assert snapshot_batches(Exp, 15000, 3000) == (200, 600)
 
 

@@ -2,6 +2,7 @@
 families: token-identical to greedy decoding at T = 0 (trees, chains, a vocabulary so small that the
 tree holds every token, so long paths are accepted and the KV cache is pruned every round), and at
 T = 1 the output distribution equals the target's (chi-square against exact probabilities)."""
+
 import copy
 
 import numpy as np
@@ -14,7 +15,7 @@ from elsi_lib import random_model
 from elsi_lib.hidden.replies import GumbelSampler, generate_responses
 from elsi_lib.draft.model import Eagle3Draft
 from elsi_lib.draft import decode as D
-from elsi_lib.draft.model import FINAL_NORM
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.draft.tree import DraftTree
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -29,19 +30,26 @@ def tiny(arch: str, vocab: int, seed: int = 1):
 
 
 def greedy(target, prompt, n):
-    out = target.generate(prompt[None], attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
-                          do_sample=False, max_new_tokens=n, min_new_tokens=n)
-    return out[0, len(prompt):].tolist()
+    out = target.generate(
+        prompt[None],
+        attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-@pytest.mark.parametrize("vocab, nodes, depth, top_k", [(8, 136, 3, 8), (8, 60, 6, 8), (8, 5, 5, 1), (40, 30, 4, 6),
-                                                         (40, 3, 3, 1)])
+@pytest.mark.parametrize(
+    "vocab, nodes, depth, top_k", [(8, 136, 3, 8), (8, 60, 6, 8), (8, 5, 5, 1), (40, 30, 4, 6), (40, 3, 3, 1)]
+)
 def test_greedy_output_is_token_identical(arch, vocab, nodes, depth, top_k):
     target, draft = tiny(arch, vocab)
     prompt = torch.randint(0, vocab, (7,), generator=torch.Generator().manual_seed(0))
-    out = D.speculative_generate(target, draft, prompt, max_new_tokens=33, nodes=nodes, depth=depth,
-                                 top_k=top_k, stop_at_eos=False)
+    out = D.speculative_generate(
+        target, draft, prompt, max_new_tokens=33, nodes=nodes, depth=depth, top_k=top_k, stop_at_eos=False
+    )
     assert out.tokens == greedy(target, prompt, 33)
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
     if vocab == 8 and top_k == 8:  # every token is a child of the root: at least one accepted per full round
@@ -53,8 +61,9 @@ def test_max_new_tokens_cuts_inside_an_accepted_path():
     prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
     reference = greedy(target, prompt, 12)
     for n in range(1, 12):
-        out = D.speculative_generate(target, draft, prompt, max_new_tokens=n, nodes=136, depth=3, top_k=8,
-                                     stop_at_eos=False)
+        out = D.speculative_generate(
+            target, draft, prompt, max_new_tokens=n, nodes=136, depth=3, top_k=8, stop_at_eos=False
+        )
         assert out.tokens == reference[:n]
 
 
@@ -64,7 +73,7 @@ def test_stops_at_eos():
     reference = greedy(target, prompt, 20)
     target.generation_config.eos_token_id = reference[4]
     out = D.speculative_generate(target, draft, prompt, max_new_tokens=20, nodes=136, depth=3, top_k=8)
-    assert out.tokens == reference[:reference.index(reference[4]) + 1]
+    assert out.tokens == reference[: reference.index(reference[4]) + 1]
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)  # no round after the end-of-sequence token
     assert sum(out.accepted_full) >= sum(out.accepted) and len(out.accepted_full) == len(out.accepted)
 
@@ -75,8 +84,9 @@ def test_eos_inside_an_accepted_path_ends_the_round():
     target, draft = tiny("llama", 8)
     prompt = torch.randint(0, 8, (5,), generator=torch.Generator().manual_seed(3))
     reference = greedy(target, prompt, 30)
-    probe = D.speculative_generate(target, draft, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8,
-                                   stop_at_eos=False)
+    probe = D.speculative_generate(
+        target, draft, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8, stop_at_eos=False
+    )
     position, inside = 1, None  # find a token accepted inside a path (not a round's bonus)
     for a in probe.accepted:
         if a >= 2:
@@ -86,7 +96,7 @@ def test_eos_inside_an_accepted_path_ends_the_round():
     assert inside is not None
     target.generation_config.eos_token_id = inside
     out = D.speculative_generate(target, draft, prompt, max_new_tokens=30, nodes=136, depth=3, top_k=8)
-    assert out.tokens == reference[:reference.index(inside) + 1]
+    assert out.tokens == reference[: reference.index(inside) + 1]
     assert len(out.tokens) == 1 + sum(a + 1 for a in out.accepted)
 
 
@@ -95,8 +105,9 @@ def test_final_norm_draft_decodes_losslessly():
     draft = Eagle3Draft.from_target(target, FINAL_NORM, 40, seed=0).eval()
     assert draft.config.reads_final_norm and draft.config.m == 1
     prompt = torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0))
-    out = D.speculative_generate(target, draft, prompt, max_new_tokens=10, nodes=10, depth=3, top_k=4,
-                                 stop_at_eos=False)
+    out = D.speculative_generate(
+        target, draft, prompt, max_new_tokens=10, nodes=10, depth=3, top_k=4, stop_at_eos=False
+    )
     assert out.tokens == greedy(target, prompt, 10)
 
 
@@ -108,8 +119,9 @@ def test_the_loop_reads_the_draft_s_own_layers(monkeypatch):
     with pytest.raises(TypeError):
         D.speculative_generate(target, draft, (1, 2), prompt, max_new_tokens=5)
     seen, original = [], D.target_forward
-    monkeypatch.setattr(D, "target_forward", lambda model, ids, source, **kw: seen.append(source) or
-                        original(model, ids, source, **kw))
+    monkeypatch.setattr(
+        D, "target_forward", lambda model, ids, source, **kw: seen.append(source) or original(model, ids, source, **kw)
+    )
     D.speculative_generate(target, draft, prompt, max_new_tokens=8, nodes=6, depth=3, top_k=2)
     assert seen and set(seen) == {SOURCE}
     with pytest.raises(ValueError, match="layer set"):
@@ -141,8 +153,15 @@ BAD_ARGUMENTS = [
 @pytest.mark.parametrize("change,error,message", BAD_ARGUMENTS)
 def test_bad_arguments_are_refused_before_the_prefill(monkeypatch, change, error, message):
     target, draft = tiny("llama", 40)
-    args = {"prompt_ids": torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0)),
-            "max_new_tokens": 5, "nodes": 10, "depth": 3, "top_k": 4, "temperature": 0.0, **change}
+    args = {
+        "prompt_ids": torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0)),
+        "max_new_tokens": 5,
+        "nodes": 10,
+        "depth": 3,
+        "top_k": 4,
+        "temperature": 0.0,
+        **change,
+    }
     monkeypatch.setattr(D, "target_forward", lambda *a, **k: pytest.fail("the prefill ran"))
     with pytest.raises(error, match=message):
         D.speculative_generate(target, draft, args.pop("prompt_ids"), **args)
@@ -151,9 +170,11 @@ def test_bad_arguments_are_refused_before_the_prefill(monkeypatch, change, error
 def test_a_draft_that_does_not_fit_the_target_is_refused(monkeypatch):
     target, draft = tiny("llama", 40)
     monkeypatch.setattr(D, "target_forward", lambda *a, **k: pytest.fail("the prefill ran"))
-    for other, field in ((random_model("llama", n_layers=3, hidden_size=32, vocab_size=48, seed=0), "vocab_size"),
-                         (random_model("llama", n_layers=3, hidden_size=48, vocab_size=40, seed=0), "hidden_size"),
-                         (random_model("llama", n_layers=4, hidden_size=32, vocab_size=40, seed=0), "num_hidden_layers")):
+    for other, field in (
+        (random_model("llama", n_layers=3, hidden_size=32, vocab_size=48, seed=0), "vocab_size"),
+        (random_model("llama", n_layers=3, hidden_size=48, vocab_size=40, seed=0), "hidden_size"),
+        (random_model("llama", n_layers=4, hidden_size=32, vocab_size=40, seed=0), "num_hidden_layers"),
+    ):
         with pytest.raises(ValueError, match=field):
             D.speculative_generate(other, draft, [1, 2, 3], max_new_tokens=4)
     windowed = copy.deepcopy(target)
@@ -164,14 +185,22 @@ def test_a_draft_that_does_not_fit_the_target_is_refused(monkeypatch):
 
 def chain_tree(tokens, scores=None):
     n = len(tokens)
-    return DraftTree(tokens=torch.tensor(tokens), parents=torch.arange(-1, n - 1), depths=torch.arange(1, n + 1),
-                     scores=torch.tensor(scores or [-float(i) for i in range(n)]))
+    return DraftTree(
+        tokens=torch.tensor(tokens),
+        parents=torch.arange(-1, n - 1),
+        depths=torch.arange(1, n + 1),
+        scores=torch.tensor(scores or [-float(i) for i in range(n)]),
+    )
 
 
 def test_accept_greedy_walks_the_argmax():
     # root's children: nodes 0 (token 3) and 1 (token 5); node 2 (token 1) under node 1
-    tree = DraftTree(tokens=torch.tensor([3, 5, 1]), parents=torch.tensor([-1, -1, 1]), depths=torch.tensor([1, 1, 2]),
-                     scores=torch.tensor([-1.0, -0.5, -2.0]))
+    tree = DraftTree(
+        tokens=torch.tensor([3, 5, 1]),
+        parents=torch.tensor([-1, -1, 1]),
+        depths=torch.tensor([1, 1, 2]),
+        scores=torch.tensor([-1.0, -0.5, -2.0]),
+    )
     logits = torch.full((4, 8), -5.0)
     logits[0, 5] = 1  # the root's argmax is node 1's token
     logits[2, 1] = 1  # node 1's argmax is node 2's token
@@ -187,8 +216,12 @@ def test_accept_sampling_emits_the_target_distribution():
     """Recursive rejection over a node with 3 children of a 6-token vocabulary: the first emitted
     token follows the root's distribution; given an accepted child, the next token follows that
     child's distribution (both exact, chi-square over 20,000 draws)."""
-    tree = DraftTree(tokens=torch.tensor([2, 0, 4, 1]), parents=torch.tensor([-1, -1, -1, 0]),
-                     depths=torch.tensor([1, 1, 1, 2]), scores=torch.tensor([-0.1, -0.2, -0.3, -0.5]))
+    tree = DraftTree(
+        tokens=torch.tensor([2, 0, 4, 1]),
+        parents=torch.tensor([-1, -1, -1, 0]),
+        depths=torch.tensor([1, 1, 1, 2]),
+        scores=torch.tensor([-0.1, -0.2, -0.3, -0.5]),
+    )
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(5, 6, generator=g) * 1.5
     p_root = torch.softmax(logits[0].double(), -1).numpy()
@@ -228,8 +261,18 @@ def test_sampling_loop_matches_the_target_distribution(arch):
     counts, accepted = np.zeros(vocab * vocab), 0
     runs = 1500
     for seed in range(runs):
-        out = D.speculative_generate(target, draft, prompt, max_new_tokens=3, nodes=20, depth=3, top_k=4,
-                                     temperature=1.0, seed=seed, stop_at_eos=False)
+        out = D.speculative_generate(
+            target,
+            draft,
+            prompt,
+            max_new_tokens=3,
+            nodes=20,
+            depth=3,
+            top_k=4,
+            temperature=1.0,
+            seed=seed,
+            stop_at_eos=False,
+        )
         counts[out.tokens[0] * vocab + out.tokens[1]] += 1
         accepted += out.accepted[0]
     expected = exact * runs
@@ -248,7 +291,9 @@ def test_gumbel_sampler_draws_softmax_over_temperature():
     exact probabilities (chi-square), and rows with their own seeds draw independently of the batch."""
     scores = torch.tensor([[2.0, 1.0, 0.0, -1.0, 0.5, 1.5]])
     p = torch.softmax(scores[0] / 0.7, -1).numpy()
-    draws = [int(GumbelSampler(0.7, [s], 0)(torch.zeros(1, 3, dtype=torch.long), scores).argmax()) for s in range(12000)]
+    draws = [
+        int(GumbelSampler(0.7, [s], 0)(torch.zeros(1, 3, dtype=torch.long), scores).argmax()) for s in range(12000)
+    ]
     counts = np.bincount(draws, minlength=6)
     assert stats.chisquare(counts, p * len(draws)).pvalue > 1e-3
     pair = GumbelSampler(0.7, [5, 9], 0)(torch.zeros(2, 3, dtype=torch.long), scores.expand(2, -1))
@@ -260,15 +305,37 @@ def test_sampled_replies_do_not_depend_on_the_batch():
     tokenizer = make_tiny_tokenizer()
     model = random_model(n_layers=2, hidden_size=32, vocab_size=len(tokenizer), seed=0)
     convs = [[{"role": "user", "content": f"hello world {i} " * (1 + i % 3)}] for i in range(5)]
-    a, ids_a = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
-                                  batch_size=2, cache=False, progress=False)
-    b, ids_b = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
-                                  batch_size=5, progress=False)  # cached
+    a, ids_a = generate_responses(
+        model,
+        tokenizer,
+        convs,
+        max_new_tokens=10,
+        temperature=1.0,
+        seed=3,
+        with_ids=True,
+        batch_size=2,
+        cache=False,
+        progress=False,
+    )
+    b, ids_b = generate_responses(
+        model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True, batch_size=5, progress=False
+    )  # cached
     assert (a, ids_a) == (b, ids_b)
-    assert generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True,
-                              batch_size=5, progress=False) == (b, ids_b)  # from the cache
-    other = generate_responses(model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=4, with_ids=True,
-                               batch_size=5, cache=False, progress=False)[1]
+    assert generate_responses(
+        model, tokenizer, convs, max_new_tokens=10, temperature=1.0, seed=3, with_ids=True, batch_size=5, progress=False
+    ) == (b, ids_b)  # from the cache
+    other = generate_responses(
+        model,
+        tokenizer,
+        convs,
+        max_new_tokens=10,
+        temperature=1.0,
+        seed=4,
+        with_ids=True,
+        batch_size=5,
+        cache=False,
+        progress=False,
+    )[1]
     greedy = generate_responses(model, tokenizer, convs, max_new_tokens=10, batch_size=5, cache=False, progress=False)
     assert other != ids_a and greedy != a
     with pytest.raises(ValueError, match="temperature"):
@@ -307,14 +374,21 @@ def test_bundled_model_on_specbench_questions_is_token_identical(bundled, tmp_pa
     draft.set_vocabulary(d2t, t2d)
     init_lm_head_from_target(draft, model.get_output_embeddings())
     settings = TrainSettings(epochs=30, batch_tokens=4096, warmup=2, lr=3e-3, autocast_bf16=False)
-    train_drafts({"d": draft}, store, model.get_output_embeddings().weight[t2d].detach().float(),
-                 settings, key={"test": "memorised"}, progress=False)
+    train_drafts(
+        {"d": draft},
+        store,
+        model.get_output_embeddings().weight[t2d].detach().float(),
+        settings,
+        key={"test": "memorised"},
+        progress=False,
+    )
     draft.eval()
     accepted = {}
     for prompt, reference in zip(prompts, references):
         for nodes, depth, top_k in ((16, 4, 4), (3, 3, 1)):
-            out = D.speculative_generate(target, draft, prompt, max_new_tokens=n, nodes=nodes,
-                                         depth=depth, top_k=top_k, stop_at_eos=False)
+            out = D.speculative_generate(
+                target, draft, prompt, max_new_tokens=n, nodes=nodes, depth=depth, top_k=top_k, stop_at_eos=False
+            )
             assert out.tokens == reference
             accepted.setdefault(nodes, []).extend(out.accepted)
     for nodes, per_round in accepted.items():  # the memorised draft does get long paths accepted

@@ -1,6 +1,7 @@
 """Drafts written in the speculators and EAGLE layouts (elsi_lib.draft.export) and read back: identical
 logits for m = 1..4 on both target families, layer ids in the engines' convention (elsi's l is their
 l + 1), every weight present, and refusals where a layout cannot express the draft."""
+
 import copy
 import json
 
@@ -13,7 +14,7 @@ from elsi_lib.draft.model import Eagle3Draft
 from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.common.cachefiles import sha256_file
 from elsi_lib.draft import export as X
-from elsi_lib.draft.model import FINAL_NORM
+from elsi_lib.draft.config import FINAL_NORM
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -66,7 +67,10 @@ def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
     assert layout == fmt and ids_engine == [l + 1 for l in layers]
     names = set(load_file(str(tmp_path / "model.safetensors")))
     prefix = "layers.0." if fmt == "speculators" else "midlayer."
-    assert f"{prefix}self_attn.q_proj.weight" in names and {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} <= names
+    assert (
+        f"{prefix}self_attn.q_proj.weight" in names
+        and {"fc.weight", "norm.weight", "lm_head.weight", "d2t", "t2d"} <= names
+    )
     assert not any(n.startswith("embed") for n in names)
     layer_config = config["transformer_layer_config"] if fmt == "speculators" else config
     assert layer_config["num_aux_hidden_states"] == len(layers) and config["norm_before_residual"] is False
@@ -92,7 +96,9 @@ def test_full_vocabulary_writes_no_maps(target, tmp_path):
     back = X.load_draft(tmp_path, target)
     features = torch.randn(1, 4, 64)
     with torch.no_grad():
-        assert torch.equal(draft(torch.arange(4)[None], features=features)[0], back(torch.arange(4)[None], features=features)[0])
+        assert torch.equal(
+            draft(torch.arange(4)[None], features=features)[0], back(torch.arange(4)[None], features=features)[0]
+        )
 
 
 def test_missing_or_unexpected_weights_are_an_error(target, tmp_path):
@@ -137,6 +143,7 @@ def test_refusals(target, tmp_path):
 
 # --- a draft describes itself; exports lose nothing ---------------------------------------------
 
+
 def test_save_draft_takes_no_source_and_checks_the_target(target, tmp_path):
     """The layer set is the draft's own; a target of another shape (layers, width, vocabulary,
     family, norm epsilon, rope) is refused before anything is written."""
@@ -144,11 +151,14 @@ def test_save_draft_takes_no_source_and_checks_the_target(target, tmp_path):
     with pytest.raises(TypeError):
         X.save_draft(draft, tmp_path / "a", target=target, source=(1, 3))
     family = target.config.model_type
-    others = {"num_hidden_layers": random_model(family, n_layers=6, hidden_size=32, vocab_size=70, seed=0),
-              "vocab_size": random_model(family, n_layers=5, hidden_size=32, vocab_size=80, seed=0),
-              "hidden_size": random_model(family, n_layers=5, hidden_size=48, vocab_size=70, seed=0),
-              "family": random_model("qwen2" if family == "llama" else "llama", n_layers=5, hidden_size=32,
-                                     vocab_size=70, seed=0)}
+    others = {
+        "num_hidden_layers": random_model(family, n_layers=6, hidden_size=32, vocab_size=70, seed=0),
+        "vocab_size": random_model(family, n_layers=5, hidden_size=32, vocab_size=80, seed=0),
+        "hidden_size": random_model(family, n_layers=5, hidden_size=48, vocab_size=70, seed=0),
+        "family": random_model(
+            "qwen2" if family == "llama" else "llama", n_layers=5, hidden_size=32, vocab_size=70, seed=0
+        ),
+    }
     for field, other in others.items():
         with pytest.raises(ValueError, match=field):
             X.save_draft(draft, tmp_path / field, target=other)
@@ -164,7 +174,7 @@ def test_save_draft_takes_no_source_and_checks_the_target(target, tmp_path):
             X.save_draft(draft, tmp_path / field, target=other)
 
 
-@pytest.mark.parametrize("tokens", [0, -1, 1.5, True, "3", 10 ** 6])
+@pytest.mark.parametrize("tokens", [0, -1, 1.5, True, "3", 10**6])
 def test_save_draft_refuses_nonsensical_speculative_tokens(target, tmp_path, tokens):
     with pytest.raises(ValueError, match="speculative_tokens"):
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "x", target=target, speculative_tokens=tokens)
@@ -225,16 +235,24 @@ def test_load_draft_verifies_checksums_config_and_target(target, tmp_path):
     rewrite(tmp_path, "config.json", json.dumps(edited), update_record=False)
     with pytest.raises(ValueError, match="config.json: checksum mismatch"):
         X.load_draft(tmp_path, target)
-    for change in ({"eagle_aux_hidden_state_layer_ids": [2, 3]},
-                   {"transformer_layer_config": {**config["transformer_layer_config"], "rms_norm_eps": 0.5}},
-                   {"transformer_layer_config": {**config["transformer_layer_config"], "rope_theta": 99.0}},
-                   {"transformer_layer_config": {**config["transformer_layer_config"], "hidden_act": "gelu"}}):
+    for change in (
+        {"eagle_aux_hidden_state_layer_ids": [2, 3]},
+        {"transformer_layer_config": {**config["transformer_layer_config"], "rms_norm_eps": 0.5}},
+        {"transformer_layer_config": {**config["transformer_layer_config"], "rope_theta": 99.0}},
+        {"transformer_layer_config": {**config["transformer_layer_config"], "hidden_act": "gelu"}},
+    ):
         rewrite(tmp_path, "config.json", json.dumps({**config, **change}))  # consistent checksums, other content
         with pytest.raises(ValueError, match="config.json: .*elsi's record"):
             X.load_draft(tmp_path, target)
     rewrite(tmp_path, "config.json", json.dumps(config, indent=2, sort_keys=True) + "\n")
-    same_shape = random_model(target.config.model_type, n_layers=5, hidden_size=32, vocab_size=70, seed=1,
-                              **({"num_key_value_heads": 2} if target.config.model_type == "qwen2" else {}))
+    same_shape = random_model(
+        target.config.model_type,
+        n_layers=5,
+        hidden_size=32,
+        vocab_size=70,
+        seed=1,
+        **({"num_key_value_heads": 2} if target.config.model_type == "qwen2" else {}),
+    )
     with pytest.raises(ValueError, match="another model of the same shape"):
         X.load_draft(tmp_path, same_shape)
     assert X.load_draft(tmp_path, target).config == draft.config

@@ -1,5 +1,6 @@
 """Stored target features (elsi_lib.draft.features) on a tiny random target: where each reply
 starts, the stored states against the model itself, and a corrupt shard rebuilt alone."""
+
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import torch
 from conftest import module_feature_store, replied_conversations
 from elsi_lib.common.cachefiles import verify_manifest
 from elsi_lib.draft import features as F
-from elsi_lib.draft.model import FINAL_NORM
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.inputs.chat import tokenize_conversation
 
 LAYERS = (0, 1, 2, 3)
@@ -44,7 +45,8 @@ def reference_states(model, ids):
     captured = {}
     layers = model.get_decoder().layers
     handle = layers[-1].register_forward_hook(
-        lambda module, args, output: captured.update(last=output[0] if isinstance(output, tuple) else output))
+        lambda module, args, output: captured.update(last=output[0] if isinstance(output, tuple) else output)
+    )
     try:
         with torch.no_grad():
             out = model(ids[None], output_hidden_states=True)
@@ -63,7 +65,7 @@ def test_feature_store_matches_the_model(tiny_model, store):
             n = len(s["ids"])
             assert s["features"].shape == (n, len(layer_ids) * 32)
             for j, l in enumerate(layer_ids):
-                torch.testing.assert_close(s["features"][:, j * 32:(j + 1) * 32], states[l], atol=2e-3, rtol=2e-3)
+                torch.testing.assert_close(s["features"][:, j * 32 : (j + 1) * 32], states[l], atol=2e-3, rtol=2e-3)
         s = store.sequence(i, FINAL_NORM)
         torch.testing.assert_close(s["features"], final, atol=2e-3, rtol=2e-3)
         torch.testing.assert_close(s["final_norm"], final, atol=2e-3, rtol=2e-3)
@@ -106,6 +108,7 @@ def test_features_rebuild_a_corrupt_shard(tiny_model, tiny_tokenizer, monkeypatc
 
 
 # ---------------------------------------------------------------- shards you can trust
+
 
 @pytest.fixture
 def three_shards(tiny_model, tiny_tokenizer, monkeypatch):

@@ -1,11 +1,13 @@
 """Live training features (elsi_lib.draft.live): the same batches as a feature store, from one target
 forward per batch, and drafts trained on them that match drafts trained on the store."""
+
 import pytest
 import torch
 
 from conftest import module_feature_store, replied_conversations
 from elsi_lib.draft.live import LiveFeatures
-from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.draft.train import TrainSettings, collate, step_accuracy, train_drafts
 from elsi_lib.draft.vocabulary import draft_vocabulary
 
@@ -97,8 +99,7 @@ def test_live_training_without_reply_tokens_is_refused_before_any_forward(tiny_m
     handle = tiny_model.get_decoder().layers[0].register_forward_pre_hook(lambda *a: forwards.append(1))
     try:
         with pytest.raises(ValueError, match=r"3 sequences hold 0 reply tokens.*past max_length=10"):
-            train_drafts(drafts, cut, rows, TrainSettings(autocast_bf16=False), key={"features": "cut"},
-                         progress=False)
+            train_drafts(drafts, cut, rows, TrainSettings(autocast_bf16=False), key={"features": "cut"}, progress=False)
     finally:
         handle.remove()
     assert forwards == []

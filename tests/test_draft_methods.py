@@ -1,5 +1,6 @@
 """Notebook 06's methods (elsi_lib.study.methods): the layer sets a draft is trained on, each with an
 id apart from its label, and their entropy ranks and compartments, on small random layer stacks."""
+
 import itertools
 import math
 from types import SimpleNamespace
@@ -11,7 +12,7 @@ import pytest
 from conftest import random_layers
 from elsi_lib import eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
 from elsi_lib.study.methods import beam_overlap, draft_methods, method_row
-from elsi_lib.draft.model import FINAL_NORM as FINAL
+from elsi_lib.draft.config import FINAL_NORM as FINAL
 from elsi_lib.study.study import regimes
 from elsi_lib.selection.cka import compartments
 
@@ -19,8 +20,10 @@ N = 8
 
 
 def stats_for(Z, Z_no_template=None):
-    return {"entropy": SimpleNamespace(Z=Z), "entropy_no_template": SimpleNamespace(Z=Z if Z_no_template is None
-                                                                                      else Z_no_template)}
+    return {
+        "entropy": SimpleNamespace(Z=Z),
+        "entropy_no_template": SimpleNamespace(Z=Z if Z_no_template is None else Z_no_template),
+    }
 
 
 def single_entropies(Z):
@@ -42,7 +45,7 @@ def test_draft_methods_rows(seed):
 
     singles = single_entropies(Z)
     rule = by.loc["ELSI m=1", "source"]
-    assert rule == (N // 2 + int(np.argmax(singles[N // 2:])),)  # the best layer from N // 2 on
+    assert rule == (N // 2 + int(np.argmax(singles[N // 2 :])),)  # the best layer from N // 2 on
     assert rule[0] >= N // 2
     best = int(np.argmax(singles))
     assert ("ELSI m=1, unrestricted" in by.index) == (best < N // 2)  # kept only when it differs
@@ -54,8 +57,10 @@ def test_draft_methods_rows(seed):
     lowest = tuple(sorted(int(l) for l in np.argsort(singles)[:3]))
     assert by.loc["lowest-entropy m=3", "source"] == lowest
 
-    variants = {"ELSI m=3, template excluded": ("no_template", elsi(Z2, 3).layers),
-                "ELSI m=3, Frobenius": ("frobenius", elsi(Z, 3, normalize="frobenius").layers)}
+    variants = {
+        "ELSI m=3, template excluded": ("no_template", elsi(Z2, 3).layers),
+        "ELSI m=3, Frobenius": ("frobenius", elsi(Z, 3, normalize="frobenius").layers),
+    }
     paper_sources = set(methods.loc[methods.setting == "paper", "source"])
     for name, (setting, layers) in variants.items():
         assert (name in by.index) == (layers not in paper_sources)  # a variant on a paper set is dropped
@@ -83,8 +88,9 @@ def test_draft_methods_drops_a_variant_that_chose_the_paper_set():
 def test_beam_overlap_ranks_against_brute_force():
     Z = random_layers(N, 6, 10, seed=3)
     opt3, opt2 = exhaustive(Z, 3).layers, exhaustive(Z, 2).layers
-    methods = pd.DataFrame({"method": ["opt3", "opt2", "eagle3", "mid", "single"],
-                            "layers": [opt3, opt2, (1, 3, 4), (0, 5, 7), (6,)]})
+    methods = pd.DataFrame(
+        {"method": ["opt3", "opt2", "eagle3", "mid", "single"], "layers": [opt3, opt2, (1, 3, 4), (0, 5, 7), (6,)]}
+    )
     out = beam_overlap(Z, methods).set_index("method")
     assert out.loc["opt3", "rank"] == 1 and out.loc["opt2", "rank"] == 1
     bounds = compartments(Z).boundaries
@@ -155,17 +161,22 @@ def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, mo
     STATS = stats_for(random_layers(N, 6, 10, seed=3), random_layers(N, 6, 10, seed=103))
     fresh = next(s for s in itertools.combinations(range(N), 3) if s not in set(M.draft_methods(STATS).source))
     calls = {}
+
     def fake_stats(models, n_prompts, seed=0, **kw):
         calls["stats"] = (tuple(models), n_prompts, seed)
         return {models[0]: STATS}
+
     def fake_probe(model, n_prompts, set_sizes, seed=0, rank=None, **kw):
         calls["probe"] = (model, n_prompts, tuple(set_sizes), seed, rank)
         return {3: fresh}
+
     monkeypatch.setattr(calibration, "paper_stats", fake_stats)
     monkeypatch.setattr(calibration, "probe_choices", fake_probe)
     path = tmp_path / "run.yaml"
-    path.write_text('MODEL: "m"\nN_PROMPTS: 40\nSEED: 2\nPROBE_RANK: 16\nMETHOD_IDS: ["probe-m3", "eagle3"]\n'
-                    'EXPERIMENT: {"n_train": 7, "n_heldout": 2}\n')
+    path.write_text(
+        'MODEL: "m"\nN_PROMPTS: 40\nSEED: 2\nPROBE_RANK: 16\nMETHOD_IDS: ["probe-m3", "eagle3"]\n'
+        'EXPERIMENT: {"n_train": 7, "n_heldout": 2}\n'
+    )
     exp, methods = M.run_methods(path)
     assert exp.n_train == 7 and exp.model == "m"
     assert calls == {"stats": (("m",), 40, 2), "probe": ("m", 40, (3,), 2, 16)}
@@ -184,4 +195,5 @@ def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, mo
     for name in ("tables_scale.yaml", "tables_qwen.yaml", "tables_strong.yaml"):  # the committed files set both
         import yaml
         from elsi_lib.common.cachefiles import REPO_ROOT
+
         assert {"N_PROMPTS", "PROBE_RANK"} <= set(yaml.safe_load((REPO_ROOT / "notebooks" / name).read_text()))

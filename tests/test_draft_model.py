@@ -1,10 +1,12 @@
 """EAGLE-3 draft model (elsi_lib.draft.model) on tiny random Llama / Qwen2 targets."""
+
 import pytest
 import torch
 
 from elsi_lib import random_model
 from elsi_lib.draft.vocabulary import NOT_IN_DRAFT, draft_vocabulary, init_lm_head_from_target, to_draft, to_target
-from elsi_lib.draft.model import DraftConfig, Eagle3Draft
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.config import DraftConfig
 
 N_LAYERS, D, VOCAB, DRAFT_VOCAB = 6, 64, 256, 40
 LAYER_SETS = {1: (4,), 2: (1, 4), 3: (1, 3, 5), 4: (0, 2, 3, 5)}
@@ -66,7 +68,7 @@ def test_inputs_are_checked(target):
     with pytest.raises(ValueError, match="exactly one"):
         draft(ids, features[..., :D], features=features)
     with pytest.raises(ValueError, match="m\\*d"):
-        draft(ids, features=features[..., :2 * D])
+        draft(ids, features=features[..., : 2 * D])
     with pytest.raises(ValueError, match="expected d"):
         draft(ids, features)
 
@@ -87,7 +89,9 @@ def test_attention_matches_transformers_llama_attention(target):
     additive = torch.full((7, 7), float("-inf")).triu(1).expand(2, 1, 7, 7)
     causal = torch.ones(7, 7, dtype=torch.bool).tril().expand(2, 1, 7, 7)
     with torch.no_grad():
-        torch.testing.assert_close(draft.midlayer.self_attn(x, cos, sin, causal)[0], reference(x, (cos, sin), additive)[0])
+        torch.testing.assert_close(
+            draft.midlayer.self_attn(x, cos, sin, causal)[0], reference(x, (cos, sin), additive)[0]
+        )
 
 
 def test_vocabulary_maps_round_trip():

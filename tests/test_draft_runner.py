@@ -1,6 +1,7 @@
 """The draft's shared passes (elsi_lib.draft.runner) on a tiny random target: the batched tree
 forwards (`root_step_fn` with the prefix KV cache of `prefix_pass`) against a naive re-run of the
 draft from scratch, for several roots at once, a Qwen2 GQA draft, and the prefix mask."""
+
 import pytest
 import torch
 
@@ -31,7 +32,7 @@ def draft(tiny_model, store):
 def naive_step_fn(draft, ids, features, r):
     """step_fn for `build_trees` (batch 1) at root r that re-runs `draft.step` from scratch at every
     depth over [prefix rows 0..r-1 ; every tree node forwarded so far] with one full mask."""
-    prefix_ids, prefix_g = ids[1:r + 1], draft.project(features[:r])  # (r,), (r, d)
+    prefix_ids, prefix_g = ids[1 : r + 1], draft.project(features[:r])  # (r,), (r, d)
 
     def run(nodes):
         T = r + len(nodes)
@@ -52,17 +53,25 @@ def naive_step_fn(draft, ids, features, r):
     def step_fn(state, frontier):
         if frontier is None:
             logits, out = run([])
-            return torch.log_softmax(logits[r - 1:r], -1)[None], \
-                {"nodes": [], "last": [-1], "hidden": out[r - 1:r]}
+            return torch.log_softmax(logits[r - 1 : r], -1)[None], {"nodes": [], "last": [-1], "hidden": out[r - 1 : r]}
         nodes, first = list(state["nodes"]), len(state["nodes"])
         assert frontier.rows.shape[0] == 1
         for row, draft_id in zip(frontier.rows[0].tolist(), frontier.draft_ids[0].tolist()):
-            nodes.append({"token": int(draft.to_target(torch.tensor(draft_id))), "hidden": state["hidden"][row],
-                          "pos": r - 1 + frontier.depth, "parent": state["last"][row]})
+            nodes.append(
+                {
+                    "token": int(draft.to_target(torch.tensor(draft_id))),
+                    "hidden": state["hidden"][row],
+                    "pos": r - 1 + frontier.depth,
+                    "parent": state["last"][row],
+                }
+            )
         logits, out = run(nodes)
         k = len(nodes) - first
-        return torch.log_softmax(logits[r + first:], -1)[None], \
-            {"nodes": nodes, "last": list(range(first, first + k)), "hidden": out[r + first:]}
+        return torch.log_softmax(logits[r + first :], -1)[None], {
+            "nodes": nodes,
+            "last": list(range(first, first + k)),
+            "hidden": out[r + first :],
+        }
 
     return step_fn
 
@@ -72,11 +81,19 @@ def assert_fast_trees_equal_naive(draft, ids, features, roots, tree_nodes=(6, 14
     with torch.no_grad():
         hidden, kv = runner.prefix_pass(draft, ids, features, autocast=False)
         step_fn, state = runner.root_step_fn(draft, hidden, kv, roots, autocast=False)
-        fast = build_tree_sizes(step_fn, state, tree_nodes=tree_nodes, depth=depth, top_k=top_k, to_target=draft.to_target)
+        fast = build_tree_sizes(
+            step_fn, state, tree_nodes=tree_nodes, depth=depth, top_k=top_k, to_target=draft.to_target
+        )
         for q, r in enumerate(roots.tolist()):
             for nodes in tree_nodes:
-                naive = build_trees(naive_step_fn(draft, ids, features, r), None, nodes=nodes, depth=depth,
-                                    top_k=top_k, to_target=draft.to_target)[0]
+                naive = build_trees(
+                    naive_step_fn(draft, ids, features, r),
+                    None,
+                    nodes=nodes,
+                    depth=depth,
+                    top_k=top_k,
+                    to_target=draft.to_target,
+                )[0]
                 got = fast[nodes][q]
                 assert got.tokens.tolist() == naive.tokens.tolist(), (r, nodes)
                 assert got.parents.tolist() == naive.parents.tolist(), (r, nodes)
@@ -121,7 +138,7 @@ def test_root_step_fn_masks_later_prefix_rows(draft, store):
             return build_tree_sizes(step_fn, state, tree_nodes=[10], depth=3, top_k=3, to_target=draft.to_target)[10][0]
 
     before = tree(ids)
-    ids[r + 1:] = (ids[r + 1:] + 7) % len(draft.t2d)
+    ids[r + 1 :] = (ids[r + 1 :] + 7) % len(draft.t2d)
     after = tree(ids)
     assert before.tokens.tolist() == after.tokens.tolist()
     torch.testing.assert_close(before.scores, after.scores, atol=1e-5, rtol=1e-5)

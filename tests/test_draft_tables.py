@@ -1,6 +1,7 @@
 """Notebook 06's tables (elsi_lib.study.tables: tau per paper column with stratified bootstrap
 intervals, paired differences, seed spread, rank correlation, summary) on small synthetic
 per-question frames with hand-computed values."""
+
 import math
 
 import numpy as np
@@ -8,12 +9,14 @@ import pandas as pd
 import pytest
 
 from elsi_lib.study import tables as T
+from elsi_lib.study import tau_files as F
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # ---------------------------------------------------------------- synthetic per-question results
+
 
 def frame(per_method: dict, *, nodes: int = 30, seed: int = 0, start_id: int = 0) -> pd.DataFrame:
     """{method: {column: [tau, ...]}} as the long results frame; question ids are numbered over the
@@ -23,8 +26,17 @@ def frame(per_method: dict, *, nodes: int = 30, seed: int = 0, start_id: int = 0
         qid = start_id
         for column, taus in by_column.items():
             for tau in taus:
-                rows.append({"method": method, "seed": seed, "nodes": nodes, "question_id": qid,
-                             "column": column, "tau": float(tau), "rounds": 10})
+                rows.append(
+                    {
+                        "method": method,
+                        "seed": seed,
+                        "nodes": nodes,
+                        "question_id": qid,
+                        "column": column,
+                        "tau": float(tau),
+                        "rounds": 10,
+                    }
+                )
                 qid += 1
     return pd.DataFrame(rows)
 
@@ -35,9 +47,9 @@ def width(low, high, method, col=T.AVG):
 
 # ---------------------------------------------------------------- tau_table
 
+
 def test_tau_table_cells_are_column_means_and_avg_is_sample_weighted():
-    results = frame({"A": {"QA": [10, 20], "MT": [1, 2, 3]},
-                     "B": {"QA": [4, 4], "MT": [2, 2, 5]}})
+    results = frame({"A": {"QA": [10, 20], "MT": [1, 2, 3]}, "B": {"QA": [4, 4], "MT": [2, 2, 5]}})
     tau, low, high = T.tau_table(results, 30, n_boot=200)
     assert list(tau.columns) == ["MT", "QA", "AVG"]  # the paper's column order, AVG last
     assert list(tau.index) == ["A", "B"]  # first-appearance order
@@ -54,8 +66,9 @@ def test_tau_table_keeps_only_the_block_and_drops_missing_tau():
     base = frame({"A": {"MT": [1, 2, 3], "QA": [4, 5]}})
     other_nodes = frame({"A": {"MT": [100, 100, 100], "QA": [100, 100]}, "C": {"MT": [9, 9, 9]}}, nodes=60)
     other_seed = frame({"A": {"MT": [50, 50, 50], "QA": [50, 50]}}, seed=1)
-    missing = pd.DataFrame([{"method": "A", "seed": 0, "nodes": 30, "question_id": 99, "column": "MT",
-                             "tau": np.nan, "rounds": 0}])
+    missing = pd.DataFrame(
+        [{"method": "A", "seed": 0, "nodes": 30, "question_id": 99, "column": "MT", "tau": np.nan, "rounds": 0}]
+    )
     tau, low, high = T.tau_table(pd.concat([base, other_nodes, other_seed, missing], ignore_index=True), 30, n_boot=200)
     assert list(tau.index) == ["A"]
     assert tau.loc["A", "MT"] == pytest.approx(2.0)
@@ -68,8 +81,12 @@ def test_tau_table_keeps_only_the_block_and_drops_missing_tau():
 
 def test_tau_table_intervals_contain_the_estimate():
     rng = np.random.default_rng(0)
-    results = frame({m: {"MT": rng.uniform(1, 4, 12), "QA": rng.uniform(2, 3, 9), "RAG": rng.uniform(1, 5, 7)}
-                     for m in ("A", "B", "C")})
+    results = frame(
+        {
+            m: {"MT": rng.uniform(1, 4, 12), "QA": rng.uniform(2, 3, 9), "RAG": rng.uniform(1, 5, 7)}
+            for m in ("A", "B", "C")
+        }
+    )
     tau, low, high = T.tau_table(results, 30, n_boot=500)
     assert (low.to_numpy() <= tau.to_numpy()).all() and (tau.to_numpy() <= high.to_numpy()).all()
     assert (low.to_numpy() < high.to_numpy()).all()  # nothing degenerate here
@@ -100,8 +117,12 @@ def test_avg_interval_of_one_question_per_column_is_not_zero_width():
     difference does the same."""
     columns = ["MT", "Trans", "Sum", "QA", "M/R", "RAG"]
     taus = [1.0, 1.2, 1.0, 1.6, 1.1, 1.0]
-    results = frame({"A": {c: [t] for c, t in zip(columns, taus)},
-                     "B": {c: [t + d] for c, t, d in zip(columns, taus, [0.0, 0.3, 0.0, 0.0, 0.1, 0.0])}})
+    results = frame(
+        {
+            "A": {c: [t] for c, t in zip(columns, taus)},
+            "B": {c: [t + d] for c, t, d in zip(columns, taus, [0.0, 0.3, 0.0, 0.0, 0.1, 0.0])},
+        }
+    )
     tau, low, high = T.tau_table(results, 30, n_boot=500)
     assert low.loc["A", "AVG"] < tau.loc["A", "AVG"] < high.loc["A", "AVG"]
     assert low.loc["A", columns].isna().all()
@@ -150,6 +171,7 @@ def test_resample_draws_within_each_column():
 
 # ---------------------------------------------------------------- formatted
 
+
 def test_formatted_bolds_exactly_the_best_of_each_column():
     idx, cols = ["A", "B", "C"], ["MT", "AVG"]
     tau = pd.DataFrame([[2.0, 3.0], [2.5, 1.0], [1.0, 2.0]], index=idx, columns=cols)
@@ -168,6 +190,7 @@ def test_formatted_bolds_exactly_the_best_of_each_column():
 
 
 # ---------------------------------------------------------------- paired_differences
+
 
 def correlated_results(n=40, seed=0):
     """B = A + 0.1 + small noise, A spread widely: strongly correlated per question. C is below A
@@ -236,16 +259,20 @@ def test_paired_differences_missing_baseline_raises():
 
 # ---------------------------------------------------------------- seed_spread, rank_correlation, summary
 
+
 def test_seed_spread_keeps_reseeded_methods_and_their_range():
-    results = pd.concat([
-        frame({"A": {"MT": [2.0, 2.0], "QA": [2.0]}}, seed=0),
-        frame({"A": {"MT": [2.0, 3.0], "QA": [2.5]}}, seed=1),  # AVG 2.5
-        frame({"A": {"MT": [1.0, 2.0], "QA": [2.4]}}, seed=2),  # AVG 1.8
-        frame({"B": {"MT": [5.0, 5.0], "QA": [5.0]}}, seed=0),  # one seed only: dropped
-        frame({"C": {"MT": [1.0, 1.0], "QA": [1.0]}}, seed=0),
-        frame({"C": {"MT": [4.0, 4.0], "QA": [4.0]}}, seed=2),
-        frame({"A": {"MT": [90.0, 90.0], "QA": [90.0]}}, seed=3, nodes=60),  # another tree size
-    ], ignore_index=True)
+    results = pd.concat(
+        [
+            frame({"A": {"MT": [2.0, 2.0], "QA": [2.0]}}, seed=0),
+            frame({"A": {"MT": [2.0, 3.0], "QA": [2.5]}}, seed=1),  # AVG 2.5
+            frame({"A": {"MT": [1.0, 2.0], "QA": [2.4]}}, seed=2),  # AVG 1.8
+            frame({"B": {"MT": [5.0, 5.0], "QA": [5.0]}}, seed=0),  # one seed only: dropped
+            frame({"C": {"MT": [1.0, 1.0], "QA": [1.0]}}, seed=0),
+            frame({"C": {"MT": [4.0, 4.0], "QA": [4.0]}}, seed=2),
+            frame({"A": {"MT": [90.0, 90.0], "QA": [90.0]}}, seed=3, nodes=60),  # another tree size
+        ],
+        ignore_index=True,
+    )
     spread = T.seed_spread(results, 30)
     assert list(spread.index) == ["A", "C"]
     assert list(spread.columns) == ["seed 0", "seed 1", "seed 2", "range"]
@@ -292,6 +319,7 @@ def test_summary_rows():
 
 
 # ---------------------------------------------------------------- what the tables refuse to estimate
+
 
 def test_a_cell_of_one_question_has_no_interval():
     results = frame({"A": {"MT": [2.5], "QA": [1.0, 2.0, 3.0]}, "B": {"MT": [3.0], "QA": [1.5, 2.5, 1.0]}})
@@ -366,8 +394,9 @@ def test_an_unrelated_method_with_fewer_questions_changes_no_other_row():
 
 
 def test_each_method_is_paired_with_the_baseline_on_the_questions_those_two_share():
-    results = frame({"base": {"MT": [1.0, 2.0, 3.0, 4.0]}, "X": {"MT": [2.0, 3.0, 4.0, 5.0]},
-                     "Y": {"MT": [1.0, 1.0, 1.0, 9.0]}})
+    results = frame(
+        {"base": {"MT": [1.0, 2.0, 3.0, 4.0]}, "X": {"MT": [2.0, 3.0, 4.0, 5.0]}, "Y": {"MT": [1.0, 1.0, 1.0, 9.0]}}
+    )
     results = results[~((results.method == "Y") & (results.question_id < 2))]  # Y has questions 2, 3 only
     diffs = T.paired_differences(results, 30, "base", n_boot=200).set_index("method")
     assert diffs.loc["X", "questions"] == 4 and diffs.loc["X", "diff"] == pytest.approx(1.0)
@@ -376,9 +405,12 @@ def test_each_method_is_paired_with_the_baseline_on_the_questions_those_two_shar
 
 def two_temperatures():
     """Both temperatures' rows in one frame, as experiment.run returns them; A trained with 2 seeds."""
+
     def at(temperature, a, b, a1):
-        return pd.concat([frame({"A": {"MT": a}, "B": {"MT": b}}), frame({"A": {"MT": a1}}, seed=1)],
-                         ignore_index=True).assign(temperature=temperature)
+        return pd.concat(
+            [frame({"A": {"MT": a}, "B": {"MT": b}}), frame({"A": {"MT": a1}}, seed=1)], ignore_index=True
+        ).assign(temperature=temperature)
+
     cold = at(0.0, [1.0, 2.0, 3.0], [2.0, 2.0, 4.0], [1.0, 1.0, 2.0])
     hot = at(1.0, [5.0, 5.0, 6.0], [1.0, 1.5, 2.0], [3.0, 4.0, 4.0])
     return pd.concat([cold, hot], ignore_index=True), cold, hot
@@ -391,10 +423,12 @@ def as_tuple(x):
 def test_several_temperatures_must_be_chosen_between():
     both, cold, hot = two_temperatures()
     methods = pd.DataFrame({"method": ["A", "B"], "entropy": [1.0, 2.0]})
-    calls = {"tau_table": lambda r, **k: T.tau_table(r, 30, n_boot=200, **k),
-             "paired_differences": lambda r, **k: T.paired_differences(r, 30, "A", n_boot=200, **k),
-             "seed_spread": lambda r, **k: T.seed_spread(r, 30, **k),
-             "summary": lambda r, **k: T.summary(r, methods, 30, n_boot=200, baseline="A", **k)}
+    calls = {
+        "tau_table": lambda r, **k: T.tau_table(r, 30, n_boot=200, **k),
+        "paired_differences": lambda r, **k: T.paired_differences(r, 30, "A", n_boot=200, **k),
+        "seed_spread": lambda r, **k: T.seed_spread(r, 30, **k),
+        "summary": lambda r, **k: T.summary(r, methods, 30, n_boot=200, baseline="A", **k),
+    }
     for name, call in calls.items():
         with pytest.raises(ValueError, match=r"temperatures \[0\.0, 1\.0\]"):
             call(both)
@@ -419,8 +453,11 @@ def test_a_temperature_asked_of_results_without_one_is_refused():
 def test_a_duplicated_question_is_refused():
     results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}})
     twice = pd.concat([results, results.iloc[[4]]], ignore_index=True)  # B's question 1 again
-    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
-                 lambda r: T.seed_spread(r, 30)):
+    for call in (
+        lambda r: T.tau_table(r, 30, n_boot=200),
+        lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+        lambda r: T.seed_spread(r, 30),
+    ):
         with pytest.raises(ValueError, match=r"'B'.*question 1"):
             call(twice)
     # the same question at another tree size, seed or temperature is no duplicate
@@ -439,8 +476,12 @@ def test_a_method_without_a_finite_tau_is_refused():
     results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}, "C": {"MT": [2.0, 3.0, 3.0]}})
     results.loc[results.method == "B", "tau"] = np.nan
     methods = pd.DataFrame({"method": ["A"], "entropy": [1.0]})
-    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
-                 lambda r: T.seed_spread(r, 30), lambda r: T.summary(r, methods, 30, n_boot=200, baseline="A")):
+    for call in (
+        lambda r: T.tau_table(r, 30, n_boot=200),
+        lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+        lambda r: T.seed_spread(r, 30),
+        lambda r: T.summary(r, methods, 30, n_boot=200, baseline="A"),
+    ):
         with pytest.raises(ValueError, match=r"'B'.*no finite tau"):
             call(results)
 
@@ -458,16 +499,22 @@ def test_a_question_without_a_round_is_dropped_for_that_method_only():
 def test_a_tau_below_one_or_infinite_is_refused(bad):
     results = frame({"A": {"MT": [1.0, 2.0, 3.0]}, "B": {"MT": [2.0, 2.0, 4.0]}})
     results.loc[(results.method == "B") & (results.question_id == 2), "tau"] = bad
-    for call in (lambda r: T.tau_table(r, 30, n_boot=200), lambda r: T.paired_differences(r, 30, "A", n_boot=200),
-                 lambda r: T.seed_spread(r, 30)):
+    for call in (
+        lambda r: T.tau_table(r, 30, n_boot=200),
+        lambda r: T.paired_differences(r, 30, "A", n_boot=200),
+        lambda r: T.seed_spread(r, 30),
+    ):
         with pytest.raises(ValueError, match=r"'B'.*question 2"):
             call(results)
     results.loc[(results.method == "B") & (results.question_id == 2), "tau"] = 1.0  # no draft token accepted
     T.tau_table(results, 30, n_boot=200)
 
 
-TABLE_CALLS = (lambda r, n: T.tau_table(r, n, n_boot=200), lambda r, n: T.paired_differences(r, n, "A", n_boot=200),
-               lambda r, n: T.seed_spread(r, n))
+TABLE_CALLS = (
+    lambda r, n: T.tau_table(r, n, n_boot=200),
+    lambda r, n: T.paired_differences(r, n, "A", n_boot=200),
+    lambda r, n: T.seed_spread(r, n),
+)
 
 
 def test_missing_columns_are_named():
@@ -489,6 +536,7 @@ def test_an_absent_tree_size_or_training_seed_lists_those_present():
 
 # ---------------------------------------------------------------- the written accepted-token table
 
+
 def written_blocks():
     """Blocks as notebook 06 builds them: two temperatures x two sizes, a column where method B has
     no question (n/a) and one where A has a single question (no interval)."""
@@ -496,8 +544,13 @@ def written_blocks():
     blocks = {}
     for temperature in (0.0, 1.0):
         for nodes in (30, 60):
-            results = frame({"A": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5), "RAG": [2.0]},
-                             "B": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5)}}, nodes=nodes)
+            results = frame(
+                {
+                    "A": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5), "RAG": [2.0]},
+                    "B": {"MT": rng.uniform(1, 3, 6), "QA": rng.uniform(1, 3, 5)},
+                },
+                nodes=nodes,
+            )
             blocks[temperature, nodes] = T.tau_table(results, nodes, n_boot=200, seed=1)
     return blocks
 
@@ -506,18 +559,25 @@ def old_markdown(blocks) -> str:
     """The Markdown notebook 06 wrote before the CSV held numbers: the formatted blocks, concatenated."""
     from elsi_lib.study.plots import markdown_table
 
-    return markdown_table(pd.concat([T.formatted(*b).rename_axis("method").reset_index().assign(temperature=t, nodes=n)
-                                     for (t, n), b in blocks.items()], ignore_index=True))
+    return markdown_table(
+        pd.concat(
+            [
+                T.formatted(*b).rename_axis("method").reset_index().assign(temperature=t, nodes=n)
+                for (t, n), b in blocks.items()
+            ],
+            ignore_index=True,
+        )
+    )
 
 
 def written_long(blocks):
-    return pd.concat([T.tau_long(*b, temperature=t, nodes=n) for (t, n), b in blocks.items()], ignore_index=True)
+    return pd.concat([F.tau_long(*b, temperature=t, nodes=n) for (t, n), b in blocks.items()], ignore_index=True)
 
 
 def test_tau_long_holds_each_cell_as_numbers():
     blocks = written_blocks()
     long = written_long(blocks)
-    assert list(long.columns) == list(T.TAU_CSV_COLUMNS)
+    assert list(long.columns) == list(F.TAU_CSV_COLUMNS)
     assert len(long) == 4 * 2 * 4  # blocks x methods x (MT, QA, RAG, AVG)
     for col in ("temperature", "tau", "low", "high"):
         assert long[col].dtype == np.float64, col
@@ -541,28 +601,28 @@ def test_tau_long_holds_each_cell_as_numbers():
 
 def test_tau_csv_is_numeric_and_round_trips_through_pandas(tmp_path):
     long = written_long(written_blocks())
-    csv, md = T.save_tau_tables(long, "table2_accepted_tokens_x", tmp_path)
+    csv, md = F.save_tau_tables(long, "table2_accepted_tokens_x", tmp_path)
     assert (csv.name, md.name) == ("table2_accepted_tokens_x.csv", "table2_accepted_tokens_x.md")
     text = csv.read_text()
     assert "**" not in text and "[" not in text and "n/a" not in text  # no formatting in the CSV
     plain = pd.read_csv(csv)  # a pandas user's read, no options
-    assert list(plain.columns) == list(T.TAU_CSV_COLUMNS)
+    assert list(plain.columns) == list(F.TAU_CSV_COLUMNS)
     for col in ("temperature", "tau", "low", "high", "questions"):
         assert pd.api.types.is_numeric_dtype(plain[col]), col
     assert plain["best"].dtype == bool
     for col in ("tau", "low", "high"):  # full precision: the very same floats come back
         np.testing.assert_array_equal(plain[col].to_numpy(), long[col].to_numpy())
-    pd.testing.assert_frame_equal(T.read_tau_csv(csv), long)
+    pd.testing.assert_frame_equal(F.read_tau_csv(csv), long)
     assert plain.tau.between(plain.low, plain.high).sum() == plain.low.notna().sum()  # estimate inside its interval
 
 
 def test_tau_markdown_is_the_formatted_table_as_before(tmp_path):
     blocks = written_blocks()
     long = written_long(blocks)
-    _, md = T.save_tau_tables(long, "t", tmp_path)
+    _, md = F.save_tau_tables(long, "t", tmp_path)
     before = old_markdown(blocks)
     assert md.read_text() == before  # byte for byte what notebook 06 wrote before
-    assert T.tau_markdown(T.read_tau_csv(tmp_path / "t.csv")) == before  # and again from the CSV alone
+    assert F.tau_markdown(F.read_tau_csv(tmp_path / "t.csv")) == before  # and again from the CSV alone
     assert "**" in before and "[no interval: 1 question]" in before and "n/a [no questions]" in before
     assert before.splitlines()[0] == "| method | MT | QA | RAG | AVG | temperature | nodes |"
     assert "| 0.0000 | 30 |" in before  # temperature to 4 decimals, nodes an integer, as before
@@ -570,18 +630,28 @@ def test_tau_markdown_is_the_formatted_table_as_before(tmp_path):
 
 def test_the_marked_best_is_bolded_where_printed_values_tie():
     """Read back at 2 decimals, two cells can tie that did not in the run: the CSV's `best` decides."""
-    long = pd.DataFrame({"method": ["A", "B"], "column": ["AVG", "AVG"], "temperature": [0.0, 0.0],
-                         "nodes": [30, 30], "tau": [1.55, 1.55], "low": [1.5, 1.5], "high": [1.61, 1.6],
-                         "questions": [pd.NA, pd.NA], "best": [False, True]})
-    out = T.tau_formatted(long)
+    long = pd.DataFrame(
+        {
+            "method": ["A", "B"],
+            "column": ["AVG", "AVG"],
+            "temperature": [0.0, 0.0],
+            "nodes": [30, 30],
+            "tau": [1.55, 1.55],
+            "low": [1.5, 1.5],
+            "high": [1.61, 1.6],
+            "questions": [pd.NA, pd.NA],
+            "best": [False, True],
+        }
+    )
+    out = F.tau_formatted(long)
     assert out["AVG"].tolist() == ["1.55 [1.50, 1.61]", "**1.55 [1.50, 1.60]**"]
-    assert T.tau_formatted(long, markdown=False)["AVG"].tolist() == ["1.55 [1.50, 1.61]", "1.55 [1.50, 1.60]"]
+    assert F.tau_formatted(long, markdown=False)["AVG"].tolist() == ["1.55 [1.50, 1.61]", "1.55 [1.50, 1.60]"]
     unknown = long.assign(low=np.nan, high=np.nan)  # count unknown: said so, as `formatted` does
-    assert T.tau_formatted(unknown)["AVG"].iloc[0] == f"1.55 [no interval: fewer than {T.MIN_QUESTIONS} questions]"
+    assert F.tau_formatted(unknown)["AVG"].iloc[0] == f"1.55 [no interval: fewer than {T.MIN_QUESTIONS} questions]"
     with pytest.raises(ValueError, match="more than once"):
-        T.tau_blocks(pd.concat([long, long]))
+        F.tau_blocks(pd.concat([long, long]))
     with pytest.raises(ValueError, match="lack the column"):
-        T.tau_markdown(long.drop(columns="best"))
+        F.tau_markdown(long.drop(columns="best"))
 
 
 def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_markdown():
@@ -591,16 +661,17 @@ def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_m
     assert paths
     for path in paths:
         plain = pd.read_csv(path)
-        assert list(plain.columns) == list(T.TAU_CSV_COLUMNS)
+        assert list(plain.columns) == list(F.TAU_CSV_COLUMNS)
         for col in ("temperature", "nodes", "tau", "low", "high"):
             assert pd.api.types.is_numeric_dtype(plain[col]), (path.name, col)
         assert (plain.low <= plain.tau).all() and (plain.tau <= plain.high).all()
         best = plain.groupby(["temperature", "nodes", "column"]).best.sum()
         assert (best >= 1).all()  # every column of every block has its bold cell
-        assert T.tau_markdown(T.read_tau_csv(path)) == path.with_suffix(".md").read_text()
+        assert F.tau_markdown(F.read_tau_csv(path)) == path.with_suffix(".md").read_text()
 
 
 # ---------------------------------------------------------------- what the tables refuse (issue 34)
+
 
 @pytest.mark.parametrize("label", ["Misc", "mt", np.nan])
 def test_a_question_outside_the_papers_columns_is_refused(label):

@@ -1,5 +1,6 @@
 """Draft training (elsi_lib.draft.train) on a tiny random target: training-time test against the
 inference chain it imitates, the masks, batch plans, determinism and resumption of `train_drafts`."""
+
 import re
 
 import numpy as np
@@ -7,8 +8,10 @@ import pytest
 import torch
 
 from conftest import module_feature_store, perturb_norms
-from elsi_lib.draft.model import FINAL_NORM, Eagle3Draft
+from elsi_lib.draft.model import Eagle3Draft
+from elsi_lib.draft.config import FINAL_NORM
 from elsi_lib.draft.vocabulary import draft_vocabulary, init_lm_head_from_target
+from elsi_lib.draft import checkpoints as C
 from elsi_lib.draft import train as T
 
 LAYERS = (0, 1, 2, 3)
@@ -45,16 +48,21 @@ def target_rows(model, vocab):
 
 # ---------------------------------------------------------------- 5. training-time test == inference chain
 
+
 def chain_logits(draft, ids, features, t, K):
     """What a tree round at root t+1 computes along the ground-truth path: a prefix pass over rows
     0..t (features of token j, embedding of token j+1, position j), then x[t+2], x[t+3], ... fed as a
     chain (hidden = the previous node's output, positions t+1, t+2, ...), each node attending to the
     prefix and the chain so far. Re-run from scratch for every step; returns [K] (V_draft,) logits."""
-    prefix_ids, prefix_g = ids[1:t + 2], draft.project(features[:t + 1])  # (t+1,), (t+1, d)
+    prefix_ids, prefix_g = ids[1 : t + 2], draft.project(features[: t + 1])  # (t+1,), (t+1, d)
     P = t + 1
     out, chain_ids, chain_hidden = [], [], []
-    _, hidden, _ = draft.step(prefix_ids[None], prefix_g[None], positions=torch.arange(P),
-                              allowed=torch.ones(P, P, dtype=torch.bool).tril()[None, None])
+    _, hidden, _ = draft.step(
+        prefix_ids[None],
+        prefix_g[None],
+        positions=torch.arange(P),
+        allowed=torch.ones(P, P, dtype=torch.bool).tril()[None, None],
+    )
     out.append(draft.lm_head(draft.norm(hidden[0, t])))
     last = hidden[0, t]
     for k in range(2, K + 1):
@@ -99,8 +107,7 @@ def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
     # from start - K - 1 on, and every scored row's logits equal those of the all-rows run.
     batch["start"] = torch.tensor([store.sequence(i)["start"] for i in indices])
     with torch.no_grad():
-        for (k, logits, chosen, position, label), full in zip(T.ttt_unroll(draft, batch, K, autocast=False),
-                                                              steps):
+        for (k, logits, chosen, position, label), full in zip(T.ttt_unroll(draft, batch, K, autocast=False), steps):
             assert (position[chosen[1]] + 1 >= batch["start"][chosen[0]]).all()
             assert int((position[chosen[1]] + 1 == batch["start"][chosen[0]]).sum()) == 2
             index = {(int(r), int(t)): i for i, (r, t) in enumerate(zip(*full[2]))}
@@ -110,6 +117,7 @@ def test_ttt_unroll_equals_inference_chain(tiny_model, vocab, store, source):
 
 
 # ---------------------------------------------------------------- 6. ttt_masks
+
 
 def test_ttt_masks_small_example():
     valid = torch.tensor([[True, True, True], [True, True, False]])
@@ -134,8 +142,9 @@ def test_ttt_masks_small_example():
 
 # ---------------------------------------------------------------- 7. train_drafts determinism / resume
 
-SETTINGS = T.TrainSettings(ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=False,
-                           seed=3, checkpoint_seconds=1e9)
+SETTINGS = T.TrainSettings(
+    ttt_steps=3, epochs=2, batch_tokens=400, warmup=2, lr=2e-3, autocast_bf16=False, seed=3, checkpoint_seconds=1e9
+)
 SOURCES = {"a": (1, 3), "b": FINAL_NORM}
 
 
@@ -206,11 +215,11 @@ def test_snapshots_are_the_drafts_as_they_were_after_so_many_batches(tiny_model,
     drafts = fresh_drafts(tiny_model, vocab)
     full = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, snapshots=(1, 2))
     assert full["done"] == full["total"] > 2
-    full_key = T.read_checkpoint(full["path"])[0]["key"]
-    kept = T.finished_drafts(T.snapshot_path("drafts", full_key, 2), T.snapshot_key(full_key, 2), tiny_model)
+    full_key = C.read_checkpoint(full["path"])[0]["key"]
+    kept = C.finished_drafts(C.snapshot_path("drafts", full_key, 2), C.snapshot_key(full_key, 2), tiny_model)
     assert_same_states(states(kept), at_two)
-    assert T.read_checkpoint(T.snapshot_path("drafts", full_key, 2))[0]["log"] == stopped["log"]
-    assert T.snapshot_path("drafts", full_key, 1).is_file() and not T.snapshot_path("drafts", full_key, 3).is_file()
+    assert C.read_checkpoint(C.snapshot_path("drafts", full_key, 2))[0]["log"] == stopped["log"]
+    assert C.snapshot_path("drafts", full_key, 1).is_file() and not C.snapshot_path("drafts", full_key, 3).is_file()
     plain = fresh_drafts(tiny_model, vocab)
     T.train_drafts(plain, store, rows, SETTINGS, key={"test": "no snapshots"}, progress=False)
     assert_same_states(states(drafts), states(plain))  # snapshots change nothing of the training
@@ -240,10 +249,10 @@ def test_a_checkpoint_with_a_flipped_bit_is_discarded_never_resumed(tiny_model, 
     data = bytearray(out["path"].read_bytes())
     data[len(data) // 2] ^= 0x10
     out["path"].write_bytes(bytes(data))
-    assert T.read_checkpoint(out["path"])[0] is None
-    full_key = T.checkpoint_key(SOURCES, SETTINGS, key)
+    assert C.read_checkpoint(out["path"])[0] is None
+    full_key = C.checkpoint_key(SOURCES, SETTINGS, key)
     with pytest.raises(RuntimeError, match=out["path"].name):
-        T.finished_drafts(out["path"], full_key, tiny_model)
+        C.finished_drafts(out["path"], full_key, tiny_model)
     drafts = fresh_drafts(tiny_model, vocab)
     rerun = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
     assert "discarding checkpoint" in capsys.readouterr().err and rerun["done"] == 1
@@ -254,44 +263,57 @@ def test_finished_drafts_rebuild_from_the_checkpoint_alone(tiny_model, vocab, st
     """Each draft's config (its source, EAGLE2's final-norm state said as such) and vocabulary maps
     are in the checkpoint: the drafts come back without the store; an unfinished one is refused."""
     rows, key = target_rows(tiny_model, vocab), {"test": "records"}
-    full_key = T.checkpoint_key(SOURCES, SETTINGS, key)
+    full_key = C.checkpoint_key(SOURCES, SETTINGS, key)
     drafts = fresh_drafts(tiny_model, vocab)
     part = T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False, max_batches=1)
     with pytest.raises(RuntimeError, match="batch 1 of"):
-        T.finished_drafts(part["path"], full_key, tiny_model)
+        C.finished_drafts(part["path"], full_key, tiny_model)
     T.train_drafts(drafts, store, rows, SETTINGS, key=key, progress=False)
-    back = T.finished_drafts(part["path"], full_key, tiny_model)
+    back = C.finished_drafts(part["path"], full_key, tiny_model)
     assert {m: d.config.source for m, d in back.items()} == SOURCES
     assert back["b"].config.reads_final_norm and back["b"].config.m == 1
     with pytest.raises(ValueError, match="final-norm"):
         back["b"].config.layer_ids
     assert_same_states(states(back), states(drafts))
     with pytest.raises(RuntimeError, match="another configuration"):
-        T.finished_drafts(part["path"], {**full_key, "seed": 99}, tiny_model)
+        C.finished_drafts(part["path"], {**full_key, "seed": 99}, tiny_model)
 
 
 # ---------------------------------------------------------------- 8. loss decreases
+
 
 def test_training_reduces_the_loss(tiny_model, vocab, store):
     # The random target is nearly uniform (its soft labels' entropy is ~log 48, the loss's floor), so
     # the labels come from its lm_head rows scaled by 20: a confident target (entropy ~1.5 nats).
     epochs = 12
-    settings = T.TrainSettings(ttt_steps=3, epochs=epochs, batch_tokens=400, warmup=2, lr=1e-2, autocast_bf16=False,
-                               seed=0, checkpoint_seconds=1e9)
+    settings = T.TrainSettings(
+        ttt_steps=3,
+        epochs=epochs,
+        batch_tokens=400,
+        warmup=2,
+        lr=1e-2,
+        autocast_bf16=False,
+        seed=0,
+        checkpoint_seconds=1e9,
+    )
     drafts = {"a": make_draft(tiny_model, vocab, (1, 3), seed=0, perturb=False)}
-    out = T.train_drafts(drafts, store, 20 * target_rows(tiny_model, vocab), settings,
-                         key={"test": "loss"}, progress=False)
+    out = T.train_drafts(
+        drafts, store, 20 * target_rows(tiny_model, vocab), settings, key={"test": "loss"}, progress=False
+    )
     per_epoch = out["total"] // epochs
     assert out["total"] == epochs * per_epoch and per_epoch >= 2
     losses = [entry["a"]["loss"] for entry in out["log"]]
     first, last = np.mean(losses[:per_epoch]), np.mean(losses[-per_epoch:])
     assert last < 0.8 * first, (first, last)
-    accuracy = [np.mean([entry["a"]["acc"][0] for entry in out["log"][:per_epoch]]),
-                np.mean([entry["a"]["acc"][0] for entry in out["log"][-per_epoch:]])]
+    accuracy = [
+        np.mean([entry["a"]["acc"][0] for entry in out["log"][:per_epoch]]),
+        np.mean([entry["a"]["acc"][0] for entry in out["log"][-per_epoch:]]),
+    ]
     assert accuracy[1] > accuracy[0] + 0.1, accuracy
 
 
 # ---------------------------------------------------------------- 9. batch_plan
+
 
 def test_batch_plan():
     rng = np.random.default_rng(0)
@@ -302,13 +324,13 @@ def test_batch_plan():
     n_batches = len(one)
     assert len(plan) == epochs * n_batches
     for e in range(epochs):  # every sequence exactly once per epoch
-        epoch = [i for batch in plan[e * n_batches:(e + 1) * n_batches] for i in batch]
+        epoch = [i for batch in plan[e * n_batches : (e + 1) * n_batches] for i in batch]
         assert sorted(epoch) == list(range(len(lengths)))
     for batch in plan:
         assert batch and (len(batch) * max(lengths[i] for i in batch) <= batch_tokens or len(batch) == 1)
     assert [40] in plan  # the long one alone
-    assert sorted(map(tuple, plan[:n_batches])) == sorted(map(tuple, plan[n_batches:2 * n_batches]))  # same batches
-    assert plan[:n_batches] != plan[n_batches:2 * n_batches]  # reshuffled each epoch
+    assert sorted(map(tuple, plan[:n_batches])) == sorted(map(tuple, plan[n_batches : 2 * n_batches]))  # same batches
+    assert plan[:n_batches] != plan[n_batches : 2 * n_batches]  # reshuffled each epoch
     assert T.batch_plan(lengths, batch_tokens, epochs, seed=1) == plan
     other = T.batch_plan(lengths, batch_tokens, epochs, seed=2)
     assert other != plan and sorted(map(tuple, other)) == sorted(map(tuple, plan))
@@ -333,8 +355,8 @@ def test_feature_noise_is_seeded_per_batch_keyed_and_survives_a_resume(tiny_mode
     rows, key = target_rows(tiny_model, vocab), {"test": "noise"}
     noisy = T.TrainSettings(**{**SETTINGS.__dict__, "feature_noise": 0.5})
     sources = {"a": (0, 1)}
-    assert "feature_noise" not in T.checkpoint_key(sources, SETTINGS, key)["settings"]
-    assert T.checkpoint_key(sources, noisy, key)["settings"]["feature_noise"] == 0.5
+    assert "feature_noise" not in C.checkpoint_key(sources, SETTINGS, key)["settings"]
+    assert C.checkpoint_key(sources, noisy, key)["settings"]["feature_noise"] == 0.5
     features = {(0, 1): torch.zeros(2, 3, 4)}
     assert T.with_noise(features, 0.0, 0, 0) is features
     once, twice = T.with_noise(features, 0.5, 0, 3), T.with_noise(features, 0.5, 0, 3)
@@ -359,17 +381,21 @@ def test_feature_noise_is_seeded_per_batch_keyed_and_survives_a_resume(tiny_mode
 
 def test_training_seconds_add_up_over_a_resume(tiny_model, vocab, store):
     rows, key = target_rows(tiny_model, vocab), {"test": "seconds"}
-    part = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False,
-                          max_batches=2)
-    saved = T.read_checkpoint(part["path"])[0]["seconds"]
+    part = T.train_drafts(
+        fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False, max_batches=2
+    )
+    saved = C.read_checkpoint(part["path"])[0]["seconds"]
     assert 0 < saved <= part["seconds"] + 1e-9
     rest = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False)
     assert rest["seconds"] > saved
     again = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False)
-    assert again["seconds"] == pytest.approx(T.read_checkpoint(rest["path"])[0]["seconds"])  # nothing trained: no time added
+    assert again["seconds"] == pytest.approx(
+        C.read_checkpoint(rest["path"])[0]["seconds"]
+    )  # nothing trained: no time added
 
 
 # ---------------------------------------------------------------- 10. nothing to train on
+
 
 def test_training_without_reply_tokens_is_refused_before_it_starts(tiny_model, tiny_tokenizer, vocab):
     """Every reply past max_length: the store holds 0 reply tokens, so every batch used to score
@@ -382,8 +408,8 @@ def test_training_without_reply_tokens_is_refused_before_it_starts(tiny_model, t
     drafts = fresh_drafts(tiny_model, vocab)
     with pytest.raises(ValueError, match=r"3 sequences hold 0 reply tokens.*past max_length=10"):
         T.train_drafts(drafts, cut, target_rows(tiny_model, vocab), SETTINGS, key={"test": "empty"}, progress=False)
-    full_key = T.checkpoint_key(SOURCES, SETTINGS, {"test": "empty"})
-    assert not T.checkpoint_path("drafts", full_key).exists()  # nothing was written
+    full_key = C.checkpoint_key(SOURCES, SETTINGS, {"test": "empty"})
+    assert not C.checkpoint_path("drafts", full_key).exists()  # nothing was written
 
 
 # ---------------------------------------------------------------- 11. a checkpoint write killed before its rename
@@ -407,7 +433,7 @@ def test_a_checkpoint_write_killed_before_its_rename_leaves_nothing_behind(tiny_
     from elsi_lib.common import cachefiles
 
     rows, key = target_rows(tiny_model, vocab), {"test": "killed"}
-    path = T.checkpoint_path("drafts", T.checkpoint_key(SOURCES, SETTINGS, key))
+    path = C.checkpoint_path("drafts", C.checkpoint_key(SOURCES, SETTINGS, key))
     path.parent.mkdir(parents=True, exist_ok=True)
     said = r"removed .*\.tmp \(\d+ bytes\).*interrupted write of " + re.escape(path.name)
 
@@ -419,10 +445,11 @@ def test_a_checkpoint_write_killed_before_its_rename_leaves_nothing_behind(tiny_
 
     tmp = killed_write()
     with pytest.warns(UserWarning, match=said):
-        assert T.read_checkpoint(path) == (None, "no checkpoint")
+        assert C.read_checkpoint(path) == (None, "no checkpoint")
     assert not tmp.exists()
     killed_write()
     with pytest.warns(UserWarning, match=said):
-        out = T.train_drafts(fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False,
-                             max_batches=1)
+        out = T.train_drafts(
+            fresh_drafts(tiny_model, vocab), store, rows, SETTINGS, key=key, progress=False, max_batches=1
+        )
     assert out["path"] == path and sorted(path.parent.iterdir()) == [path]

@@ -1,6 +1,7 @@
 """EAGLE-2 dynamic draft trees and replay acceptance (elsi_lib.draft.tree), on hand-made draft
 distributions: a fake step_fn whose next-token log-probs depend only on the drafted path, checked
 against a deliberately naive pure-Python EAGLE-2 reference."""
+
 import numpy as np
 import pytest
 import torch
@@ -13,14 +14,14 @@ V = 12
 
 def quarter_steps(path, question=0):
     """(V,) log-probs <= 0 in multiples of 1/4 (exact in float32: sums are exact, many ties)."""
-    seed = (question * 1_000_003 + sum((t + 1) * 13 ** k for k, t in enumerate(path))) % 2**31
+    seed = (question * 1_000_003 + sum((t + 1) * 13**k for k, t in enumerate(path))) % 2**31
     g = torch.Generator().manual_seed(seed)
     return -torch.randint(0, 9, (V,), generator=g).float() / 4
 
 
 def softmax_dist(path, question=0):
     """(V,) proper log-softmax draft distribution, peaked (like a trained draft)."""
-    seed = (question * 1_000_003 + sum((t + 1) * 17 ** k for k, t in enumerate(path))) % 2**31
+    seed = (question * 1_000_003 + sum((t + 1) * 17**k for k, t in enumerate(path))) % 2**31
     g = torch.Generator().manual_seed(seed)
     return torch.log_softmax(3 * torch.randn(V, generator=g), dim=0)
 
@@ -41,12 +42,14 @@ def path_step_fn(dist, questions=1):
             forwarded = [[] for _ in range(questions)]
         else:
             previous, forwarded = state
-            rows = [[previous[q][r] + (int(t),) for r, t in zip(frontier.rows[q], frontier.draft_ids[q])]
-                    for q in range(questions)]
+            rows = [
+                [previous[q][r] + (int(t),) for r, t in zip(frontier.rows[q], frontier.draft_ids[q])]
+                for q in range(questions)
+            ]
             forwarded = [forwarded[q] + rows[q] for q in range(questions)]
             assert all(len(p) == frontier.depth for q in rows for p in q)
             for q in range(questions):
-                expected = [[fwd == node[:len(fwd)] for fwd in forwarded[q]] for node in rows[q]]
+                expected = [[fwd == node[: len(fwd)] for fwd in forwarded[q]] for node in rows[q]]
                 assert frontier.mask[q].tolist() == expected
         log_probs = torch.stack([torch.stack([dist(p, q) for p in rows[q]]) for q in range(questions)])
         return log_probs, (rows, forwarded)  # (b, f, V)
@@ -56,6 +59,7 @@ def path_step_fn(dist, questions=1):
 
 def single_question(batched_step_fn):
     """The unbatched step_fn `build_tree` expects: (f, V) log-probs, Frontier without batch dim."""
+
     def step_fn(state, frontier):
         if frontier is not None:
             assert frontier.rows.dim() == 1 and frontier.mask.dim() == 2
@@ -68,6 +72,7 @@ def single_question(batched_step_fn):
 
 def reference_candidates(dist, depth, top_k, question=0):
     """Naive EAGLE-2 expansion: [(path, score, parent candidate)] in creation order, float32 sums."""
+
     def children(path, score):
         lp = dist(path, question).tolist()
         best = sorted(range(V), key=lambda t: (-lp[t], t))[:top_k]
@@ -89,9 +94,12 @@ def reference_tree(dist, nodes, depth, top_k, question=0):
     candidates = reference_candidates(dist, depth, top_k, question)
     keep = sorted(sorted(range(len(candidates)), key=lambda c: (-candidates[c][1], c))[:nodes])
     new_index = {c: i for i, c in enumerate(keep)}
-    return dict(tokens=[candidates[c][0][-1] for c in keep], scores=[candidates[c][1] for c in keep],
-                depths=[len(candidates[c][0]) for c in keep],
-                parents=[new_index[candidates[c][2]] if candidates[c][2] >= 0 else -1 for c in keep])
+    return dict(
+        tokens=[candidates[c][0][-1] for c in keep],
+        scores=[candidates[c][1] for c in keep],
+        depths=[len(candidates[c][0]) for c in keep],
+        parents=[new_index[candidates[c][2]] if candidates[c][2] >= 0 else -1 for c in keep],
+    )
 
 
 def brute_force_mask(parents):
@@ -181,8 +189,9 @@ def test_batched_equals_single_questions():
 def test_to_target_maps_tokens():
     d2t = torch.arange(V) * 3  # draft id i -> target id 4 i
     plain = build_trees(path_step_fn(softmax_dist), None, nodes=15, depth=4, top_k=3)[0]
-    mapped = build_trees(path_step_fn(softmax_dist), None, nodes=15, depth=4, top_k=3,
-                         to_target=lambda ids: to_target(ids, d2t))[0]
+    mapped = build_trees(
+        path_step_fn(softmax_dist), None, nodes=15, depth=4, top_k=3, to_target=lambda ids: to_target(ids, d2t)
+    )[0]
     assert torch.equal(mapped.tokens, 4 * plain.tokens) and torch.equal(mapped.parents, plain.parents)
 
 
@@ -226,25 +235,30 @@ def test_attention_mask_equals_brute_force(nodes, depth, top_k):
 #                -> 3[4]
 #        -> 1[7] -> 5[8] -> 6[1] -> 7[2]
 #        -> 8[5] -> 9[6]                    (a duplicate 5 under the root, reaching another path)
-HAND = DraftTree(tokens=torch.tensor([5, 7, 3, 4, 9, 8, 1, 2, 5, 6]),
-                 parents=torch.tensor([-1, -1, 0, 0, 2, 1, 5, 6, -1, 8]),
-                 depths=torch.tensor([1, 1, 2, 2, 3, 2, 3, 4, 1, 2]),
-                 scores=-torch.arange(10, dtype=torch.float))
+HAND = DraftTree(
+    tokens=torch.tensor([5, 7, 3, 4, 9, 8, 1, 2, 5, 6]),
+    parents=torch.tensor([-1, -1, 0, 0, 2, 1, 5, 6, -1, 8]),
+    depths=torch.tensor([1, 1, 2, 2, 3, 2, 3, 4, 1, 2]),
+    scores=-torch.arange(10, dtype=torch.float),
+)
 
 
-@pytest.mark.parametrize("continuation,accepted", [
-    ([5, 3, 9, 6, 6], 3),  # a deep path, then a miss
-    ([5, 3, 9], 3),  # the continuation ends exactly at the leaf
-    ([5, 0, 0], 1),  # only the first token
-    ([6, 5, 3], 0),  # nothing
-    ([5, 4, 9, 9], 2),  # a matching path of 2 while the sibling branch 1-5-6-7 is 4 deep
-    ([7, 8, 0], 2),  # inside the deepest branch, missing before its end
-    ([7, 8, 1, 2, 4], 4),  # the whole deepest branch
-    ([5, 3], 2),  # continuation shorter than the path 0-2-4
-    ([7], 1),
-    ([], 0),
-    ([5, 6], 2),  # only through the duplicate root child 8
-])
+@pytest.mark.parametrize(
+    "continuation,accepted",
+    [
+        ([5, 3, 9, 6, 6], 3),  # a deep path, then a miss
+        ([5, 3, 9], 3),  # the continuation ends exactly at the leaf
+        ([5, 0, 0], 1),  # only the first token
+        ([6, 5, 3], 0),  # nothing
+        ([5, 4, 9, 9], 2),  # a matching path of 2 while the sibling branch 1-5-6-7 is 4 deep
+        ([7, 8, 0], 2),  # inside the deepest branch, missing before its end
+        ([7, 8, 1, 2, 4], 4),  # the whole deepest branch
+        ([5, 3], 2),  # continuation shorter than the path 0-2-4
+        ([7], 1),
+        ([], 0),
+        ([5, 6], 2),  # only through the duplicate root child 8
+    ],
+)
 def test_accepted_length_hand_made(continuation, accepted):
     assert accepted_length(HAND, continuation) == accepted
     assert accepted_length(HAND, torch.tensor(continuation, dtype=torch.long)) == accepted
@@ -271,8 +285,12 @@ def test_hand_made_tree_helpers():
 
 
 def test_draft_tree_validation():
-    ok = dict(tokens=torch.tensor([1, 2]), parents=torch.tensor([-1, 0]), depths=torch.tensor([1, 2]),
-              scores=torch.tensor([-1.0, -2.0]))
+    ok = dict(
+        tokens=torch.tensor([1, 2]),
+        parents=torch.tensor([-1, 0]),
+        depths=torch.tensor([1, 2]),
+        scores=torch.tensor([-1.0, -2.0]),
+    )
     DraftTree(**ok)
     with pytest.raises(ValueError, match="earlier node"):
         DraftTree(**{**ok, "parents": torch.tensor([1, -1]), "depths": torch.tensor([2, 1])})
@@ -292,11 +310,14 @@ def test_tau():
         tau([1, -1])
 
 
-@pytest.mark.parametrize("log_probs,top_k,tokens", [
-    ([-1.0, -0.5, -0.5, -3.0, -2.0, -0.5], 4, [1, 2, 5, 0]),  # ties inside the kept top_k (topk path)
-    ([-1.0, -0.5, -1.0, -3.0, -1.0], 2, [1, 0]),  # a tie across the cut (stable sort path)
-    ([-2.0, -1.0], 2, [1, 0]),  # top_k == vocabulary
-])
+@pytest.mark.parametrize(
+    "log_probs,top_k,tokens",
+    [
+        ([-1.0, -0.5, -0.5, -3.0, -2.0, -0.5], 4, [1, 2, 5, 0]),  # ties inside the kept top_k (topk path)
+        ([-1.0, -0.5, -1.0, -3.0, -1.0], 2, [1, 0]),  # a tie across the cut (stable sort path)
+        ([-2.0, -1.0], 2, [1, 0]),  # top_k == vocabulary
+    ],
+)
 def test_sibling_ties_go_to_lower_draft_id(log_probs, top_k, tokens):
     fixed = torch.tensor(log_probs)[None]  # (1, V)
     tree = build_tree(lambda state, frontier: (fixed, state), None, nodes=top_k, depth=1, top_k=top_k)

@@ -2,6 +2,7 @@
 real engine script runs in a subprocess against a stand-in `vllm` package that writes known ids, so
 the protocol, the cache key, resumption after an interruption and the decoding are tested here; the
 engine's own greedy tokens against Hugging Face's are checked by `make test-engines`."""
+
 from __future__ import annotations
 
 import fcntl
@@ -14,11 +15,12 @@ import textwrap
 import pytest
 
 from conftest import make_conversations
+from elsi_lib.hidden import engine_env
 from elsi_lib.hidden import engine_replies as E
 from elsi_lib.hidden.replies import eos_ids
 from elsi_lib.inputs.chat import tokenize_conversation, truncate
 
-FAKE_VLLM = '''
+FAKE_VLLM = """
 import json, os
 __version__ = "0.0-test"
 
@@ -44,7 +46,7 @@ class LLM:
             raise RuntimeError("interrupted")
         eos = int(os.environ["FAKE_EOS"])
         return [_Out([(p["prompt_token_ids"][-1] + k) % 50 + 10 for k in range(3)] + [eos, 7]) for p in prompts]
-'''
+"""
 
 
 @pytest.fixture
@@ -133,8 +135,12 @@ def test_the_engine_refuses_records_it_cannot_trust_and_repairs_a_repeated_heade
     assert script.done_indices(path, header, "d", 2) == {0, 1}
     assert "dropped a repeated header at line 2" in capsys.readouterr().err
     assert [json.loads(line) for line in path.read_text().splitlines()] == [header] + rows[2:]
-    bad = {"a duplicate": script.record("d", 0, [5, 6]), "outside": script.record("d", 2, [1]),
-           "empty": script.record("d", 1, []), "checksum": {**script.record("d", 1, [7]), "ids": [8]}}
+    bad = {
+        "a duplicate": script.record("d", 0, [5, 6]),
+        "outside": script.record("d", 2, [1]),
+        "empty": script.record("d", 1, []),
+        "checksum": {**script.record("d", 1, [7]), "ids": [8]},
+    }
     for problem, row in bad.items():
         path.write_text("".join(json.dumps(r) + "\n" for r in [header, script.record("d", 0, [5, 6]), row]))
         with pytest.raises(SystemExit, match="line 3") as err:
@@ -159,10 +165,14 @@ def test_an_interrupted_first_chunk_resumes(engine, tiny_model, tiny_tokenizer, 
 def test_a_chunk_below_one_is_refused(engine, tiny_model, tiny_tokenizer, tmp_path):
     """`engines/replies.py --chunk -1` exited 0 having written nothing; now the command line refuses it."""
     request = tmp_path / "request.json"
-    request.write_text(json.dumps({"model": "m", "dtype": "float32", "max_new_tokens": 4, "max_model_len": 64,
-                                   "prompts": [[1, 2]]}))
-    run = subprocess.run([sys.executable, str(E.SCRIPT), str(request), str(tmp_path / "out.jsonl"), "--chunk", "-1"],
-                         capture_output=True, text=True)
+    request.write_text(
+        json.dumps({"model": "m", "dtype": "float32", "max_new_tokens": 4, "max_model_len": 64, "prompts": [[1, 2]]})
+    )
+    run = subprocess.run(
+        [sys.executable, str(E.SCRIPT), str(request), str(tmp_path / "out.jsonl"), "--chunk", "-1"],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 2 and "--chunk" in run.stderr and "positive" in run.stderr
     assert not (tmp_path / "out.jsonl").exists()
     with pytest.raises(ValueError, match="chunk"):
@@ -204,7 +214,7 @@ def test_replies_written_so_far_are_read_without_an_engine(engine, tiny_model, t
             E.replies_written(tiny_model, tiny_tokenizer, conversations, 3, max_new_tokens=8)
         with pytest.raises(RuntimeError, match="no replies of this request"):
             E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=9)
-    partial.write_text(partial.read_text()[:partial.read_text().rindex("\n") + 1])  # the engine cuts its torn tail too
+    partial.write_text(partial.read_text()[: partial.read_text().rindex("\n") + 1])  # the engine cuts its torn tail too
     E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert not partial.exists()
     assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 4, max_new_tokens=8) == want[:4]
@@ -229,8 +239,10 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     moved = tmp_path / "new-machine-model"  # the model folder lives elsewhere on the new machine
     tiny_model.save_pretrained(moved)
     monkeypatch.setattr(tiny_model.config, "_name_or_path", str(moved))
-    assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == \
-        expected(tiny_tokenizer, tiny_model, conversations)[:2]  # read from the archive alone
+    assert (
+        E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8)
+        == expected(tiny_tokenizer, tiny_model, conversations)[:2]
+    )  # read from the archive alone
     engine.write_text("")
     texts, ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert texts == expected(tiny_tokenizer, tiny_model, conversations)
@@ -240,7 +252,9 @@ def test_archived_replies_resume_a_request_on_a_new_machine(engine, tiny_model, 
     assert gzip.decompress(archived.read_bytes()).decode().splitlines()[:3] == partial_route
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "third-machine"))
     with monkeypatch.context() as patch:  # another patch release of the libraries: the archive is still found
-        patch.setattr(E, "versions", lambda: {"elsi": "0.1.0", "torch": "2.13.1", "transformers": "x", "tokenizers": "y"})
+        patch.setattr(
+            E, "versions", lambda: {"elsi": "0.1.0", "torch": "2.13.1", "transformers": "x", "tokenizers": "y"}
+        )
         patch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
         again, again_ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert again == texts and again_ids == ids
@@ -261,20 +275,38 @@ def test_an_archive_header_names_what_produced_the_replies(engine, tiny_model, t
     conversations = make_conversations(3)
     _, header, rows = _archive(engine, tiny_model, tiny_tokenizer, conversations)
     key = E.engine_key(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, max_length=1024, version="0.0-test")
-    assert header["model"]["weights_sha256"] == key["model"]["weights_sha256"] and header["tokenizer"] == key["tokenizer"]
+    assert (
+        header["model"]["weights_sha256"] == key["model"]["weights_sha256"] and header["tokenizer"] == key["tokenizer"]
+    )
     assert header["engine"] == {"name": "vllm", "version": "0.0-test", "dtype": "float32"}
-    assert header["generation"] == {"greedy": True, "max_new_tokens": 8, "max_length": 1024, "truncate": "keep_first",
-                                    "max_model_len": E.MAX_MODEL_LEN}
+    assert header["generation"] == {
+        "greedy": True,
+        "max_new_tokens": 8,
+        "max_length": 1024,
+        "truncate": "keep_first",
+        "max_model_len": E.MAX_MODEL_LEN,
+    }
     assert header["prompts"] == key["prompts"] and header["n_prompts"] == 3 and len(header["request"]) == 64
     assert all(set(r) == {"i", "ids", "sum"} for r in rows)
 
 
-@pytest.mark.parametrize("tamper, message", [
-    ("edit", "fails its checksum"), ("swap", "fails its checksum"), ("duplicate", "a second record of prompt 0"),
-    ("outside", "outside the request's 4 prompts"), ("empty", "is empty"), ("vocabulary", "outside the vocabulary"),
-    ("model", "header differs in model"), ("format1", "format 1"), ("flip", "not a readable gzip archive")])
-def test_an_archive_that_cannot_be_trusted_is_refused(engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path,
-                                                      tamper, message):
+@pytest.mark.parametrize(
+    "tamper, message",
+    [
+        ("edit", "fails its checksum"),
+        ("swap", "fails its checksum"),
+        ("duplicate", "a second record of prompt 0"),
+        ("outside", "outside the request's 4 prompts"),
+        ("empty", "is empty"),
+        ("vocabulary", "outside the vocabulary"),
+        ("model", "header differs in model"),
+        ("format1", "format 1"),
+        ("flip", "not a readable gzip archive"),
+    ],
+)
+def test_an_archive_that_cannot_be_trusted_is_refused(
+    engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, tamper, message
+):
     """Each way an archive can be wrong inside a valid gzip stream, which gzip's CRC alone let through
     before (an edited id, two records' replies swapped, a repeated or out-of-range index, an empty
     reply, a token outside the vocabulary, another model's archive renamed) or an old-format or
@@ -298,14 +330,16 @@ def test_an_archive_that_cannot_be_trusted_is_refused(engine, tiny_model, tiny_t
         header = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
     if tamper == "flip":
         good = archived.read_bytes()
-        archived.write_bytes(good[:len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1:])
+        archived.write_bytes(good[: len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1 :])
     else:
         _tampered(archived, header, rows)
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
-    for call in (lambda: E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2),
-                 lambda: E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=8),
-                 lambda: E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)):
+    for call in (
+        lambda: E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2),
+        lambda: E.replies_written(tiny_model, tiny_tokenizer, conversations, 1, max_new_tokens=8),
+        lambda: E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8),
+    ):
         with pytest.raises(E.ReplyRecordError, match=message) as err:
             call()
         assert str(archived) in str(err.value)
@@ -330,8 +364,11 @@ def test_a_format1_archive_is_upgraded_with_the_same_replies(engine, tiny_model,
     conversations = make_conversations(3)
     archived, header, rows = _archive(engine, tiny_model, tiny_tokenizer, conversations)
     old = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
-    archived.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in
-                                               [old] + [{"i": r["i"], "ids": r["ids"]} for r in rows]).encode()))
+    archived.write_bytes(
+        gzip.compress(
+            "".join(json.dumps(r) + "\n" for r in [old] + [{"i": r["i"], "ids": r["ids"]} for r in rows]).encode()
+        )
+    )
     path, count = E.upgrade_archive(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
     assert count == 3 and path == archived
     lines = gzip.decompress(archived.read_bytes()).decode().splitlines()
@@ -345,14 +382,14 @@ def test_the_engine_computes_on_every_core_of_a_small_machine(monkeypatch, tmp_p
     monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: {0, 1})
-    env = E.engine_environment(tmp_path / "bin" / "python")
+    env = engine_env.engine_environment(tmp_path / "bin" / "python")
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0,1" and env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "4"
     monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: set(range(16)))
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in E.engine_environment(tmp_path / "bin" / "python")
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_env.engine_environment(tmp_path / "bin" / "python")
     monkeypatch.setattr(E.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "auto")
-    env = E.engine_environment(tmp_path / "bin" / "python")
+    env = engine_env.engine_environment(tmp_path / "bin" / "python")
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "auto" and "VLLM_CPU_NUM_OF_RESERVED_CPU" not in env
 
 

@@ -12,7 +12,8 @@ from conftest import random_layers
 
 finite = st.floats(-10, 10, allow_nan=False, allow_infinity=False)
 matrices = arrays(np.float64, st.tuples(st.integers(2, 7), st.integers(2, 7)), elements=finite).filter(
-    lambda X: np.sum(X * X) > 1e-6)
+    lambda X: np.sum(X * X) > 1e-6
+)
 
 
 def naive_entropy(X, alpha=1.0):
@@ -100,12 +101,15 @@ def test_frobenius_normalization_removes_scale_dominance():
     assert set_entropy(Z, (0, 1), normalize="frobenius") > set_entropy(Z, (1,)) + 0.05
 
 
-@pytest.mark.parametrize("bad, message", [
-    (np.zeros((3, 4)), "zero matrix"),
-    (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN or Inf"),
-    (np.array([[1.0, np.inf], [0.0, 1.0]]), "NaN or Inf"),
-    (np.ones(4), "2-D"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros((3, 4)), "zero matrix"),
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), "NaN or Inf"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), "NaN or Inf"),
+        (np.ones(4), "2-D"),
+    ],
+)
 def test_matrix_entropy_bad_input(bad, message):
     with pytest.raises(ValueError, match=message):
         matrix_entropy(bad)
@@ -173,8 +177,14 @@ def test_shannon_upper_bound_bounds_every_spectrum(n, concentration, seed):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(2, 40), st.floats(0.5, 0.999), st.sampled_from([0.05, 0.3, 1.0, 5.0]),
-       st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**32 - 1))
+@given(
+    st.integers(2, 40),
+    st.floats(0.5, 0.999),
+    st.sampled_from([0.05, 0.3, 1.0, 5.0]),
+    st.floats(0.0, 1.0),
+    st.floats(0.0, 1.0),
+    st.integers(0, 2**32 - 1),
+)
 def test_dominant_bound_holds_for_any_bracket_of_the_largest_atom(n, top, concentration, below, above, seed):
     """Whatever the rest of the spectrum, and however loosely [low, high] brackets the largest atom
     (low > 1/2), the bound stays above the entropy."""
@@ -222,6 +232,7 @@ def test_top_eigenvalue_bracket_is_open_without_a_gap():
 
 # ---------------------------------------------------------------- Renyi entropy at the edges of alpha
 
+
 def exact_renyi(p, alpha) -> float:
     """Deliberately plain reference in 60-digit arithmetic (mpmath): S_alpha of p renormalized."""
     import mpmath
@@ -238,9 +249,34 @@ def exact_renyi(p, alpha) -> float:
         return float(mpmath.log(mpmath.fsum(x**a for x in q)) / (1 - a))
 
 
-EDGE_ALPHAS = [1e-300, 1e-9, 0.1, 0.5, 0.75, 0.7500001, 0.9, 0.999, 1 - 1e-9, 1 - 1e-12, 1 - 2.0**-53, 1.0,
-               1 + 2.0**-52, 1 + 1e-12, 1 + 1e-9, 1.001, 1.1, 1.2499999, 1.25, 2.0, 10.0, 1e3, 1e6, 1e12, 1e300,
-               np.inf]
+EDGE_ALPHAS = [
+    1e-300,
+    1e-9,
+    0.1,
+    0.5,
+    0.75,
+    0.7500001,
+    0.9,
+    0.999,
+    1 - 1e-9,
+    1 - 1e-12,
+    1 - 2.0**-53,
+    1.0,
+    1 + 2.0**-52,
+    1 + 1e-12,
+    1 + 1e-9,
+    1.001,
+    1.1,
+    1.2499999,
+    1.25,
+    2.0,
+    10.0,
+    1e3,
+    1e6,
+    1e12,
+    1e300,
+    np.inf,
+]
 
 
 def random_spectrum(n, concentration, seed, zeros=0):
@@ -252,8 +288,13 @@ def random_spectrum(n, concentration, seed, zeros=0):
     return p
 
 
-spectra = st.builds(random_spectrum, st.integers(1, 40), st.sampled_from([0.05, 0.3, 1.0, 5.0]),
-                    st.integers(0, 2**32 - 1), st.integers(0, 5))
+spectra = st.builds(
+    random_spectrum,
+    st.integers(1, 40),
+    st.sampled_from([0.05, 0.3, 1.0, 5.0]),
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 5),
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -279,8 +320,10 @@ def test_renyi_edges_monotone_finite_and_within_log_rank(p, scale):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.builds(random_spectrum, st.integers(2, 40), st.sampled_from([0.3, 1.0, 5.0]), st.integers(0, 2**32 - 1)),
-       st.floats(-15, -3))
+@given(
+    st.builds(random_spectrum, st.integers(2, 40), st.sampled_from([0.3, 1.0, 5.0]), st.integers(0, 2**32 - 1)),
+    st.floats(-15, -3),
+)
 def test_renyi_continuous_at_one(p, log_eps):
     """|S_{1 +- eps} - S_1| <= eps * (2 Var_p log p) + round-off, for eps from 1e-15 to 1e-3 (the first
     order term is eps Var/2)."""
@@ -305,9 +348,19 @@ def test_selection_near_alpha_one_is_selection_at_one():
     assert matrix_entropy(Z[0], 1 + 1e-14) == pytest.approx(matrix_entropy(Z[0]), abs=1e-12)
 
 
-@pytest.mark.parametrize("alpha, error", [(float("nan"), ValueError), (-np.inf, ValueError), (0, ValueError),
-                                          (True, TypeError), (np.True_, TypeError), ("2", TypeError),
-                                          (None, TypeError), ([2.0], TypeError)])
+@pytest.mark.parametrize(
+    "alpha, error",
+    [
+        (float("nan"), ValueError),
+        (-np.inf, ValueError),
+        (0, ValueError),
+        (True, TypeError),
+        (np.True_, TypeError),
+        ("2", TypeError),
+        (None, TypeError),
+        ([2.0], TypeError),
+    ],
+)
 def test_alpha_validation_is_clear(alpha, error):
     with pytest.raises(error, match="alpha"):
         matrix_entropy(np.eye(3), alpha)
@@ -328,8 +381,12 @@ SCALES = st.builds(lambda exponent, mantissa: mantissa * 10.0**exponent, st.inte
 
 
 @settings(max_examples=60, deadline=None)
-@given(matrices, SCALES, st.sampled_from([1.0, 0.5, 2.0, np.inf]), st.sampled_from([{}, {"center": True},
-                                                                                    {"normalize_rows": True}]))
+@given(
+    matrices,
+    SCALES,
+    st.sampled_from([1.0, 0.5, 2.0, np.inf]),
+    st.sampled_from([{}, {"center": True}, {"normalize_rows": True}]),
+)
 def test_matrix_entropy_is_scale_invariant_over_float64(X, scale, alpha, options):
     assume(np.all(np.abs(scale * X[X != 0]) >= np.finfo(np.float64).tiny))  # c X itself lost no bits
     assume(np.linalg.norm(X - X.mean(axis=0)) > 1e-6 * np.linalg.norm(X))  # centering leaves more than round-off
@@ -352,17 +409,20 @@ def test_set_entropy_and_grams_are_scale_safe(normalize, exponent):
     for layers in [(0,), (1, 3), (7, 2, 5)]:
         for alpha in (1.0, 2.0):
             assert set_entropy(scaled, layers, alpha, normalize) == pytest.approx(
-                set_entropy(Z, layers, alpha, normalize), rel=1e-12)
-    np.testing.assert_allclose(single_layer_entropies(scaled, 1.0, normalize), single_layer_entropies(Z, 1.0, normalize),
-                               rtol=1e-12)
+                set_entropy(Z, layers, alpha, normalize), rel=1e-12
+            )
+    np.testing.assert_allclose(
+        single_layer_entropies(scaled, 1.0, normalize), single_layer_entropies(Z, 1.0, normalize), rtol=1e-12
+    )
     grams = layer_grams(Z, normalize)
     try:
         scaled_grams = layer_grams(scaled, normalize)
     except ValueError as error:
         assert normalize == "none" and ("too large" in str(error) or "too small" in str(error))
     else:
-        np.testing.assert_allclose(scaled_grams, grams * (10.0 ** (2 * exponent) if normalize == "none" else 1.0),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            scaled_grams, grams * (10.0 ** (2 * exponent) if normalize == "none" else 1.0), rtol=1e-12
+        )
     for largest in (1e-300, 10.0**exponent, 1e308):  # Grams given at any scale, up to a trace past float max
         np.testing.assert_allclose(gram_entropy(largest * (grams / grams.max())), gram_entropy(grams), rtol=1e-12)
 
@@ -405,15 +465,22 @@ def test_ordinary_inputs_are_not_rescaled():
 
 # ---------------------------------------------------------------- all-zero layers are named by their id in Z
 
+
 def test_zero_layer_error_names_the_layer_id():
     from elsi_lib import cka_matrix, elsi, elsi_c, exhaustive
 
     Z = random_layers()
     Z[5] = 0.0
-    calls = [lambda: set_entropy(Z, [3, 5]), lambda: set_entropy(Z, [5, 6], normalize="frobenius"),
-             lambda: concat_layers(Z, [3, 5], "frobenius"), lambda: concat_layers(Z, [3, 5]),
-             lambda: elsi(Z, 2), lambda: elsi_c(Z, 2), lambda: exhaustive(Z, 2, backend="naive"),
-             lambda: cka_matrix(Z)]
+    calls = [
+        lambda: set_entropy(Z, [3, 5]),
+        lambda: set_entropy(Z, [5, 6], normalize="frobenius"),
+        lambda: concat_layers(Z, [3, 5], "frobenius"),
+        lambda: concat_layers(Z, [3, 5]),
+        lambda: elsi(Z, 2),
+        lambda: elsi_c(Z, 2),
+        lambda: exhaustive(Z, 2, backend="naive"),
+        lambda: cka_matrix(Z),
+    ]
     for call in calls:
         with pytest.raises(ValueError, match=r"layer\(s\) \[5\] of Z are all zero"):
             call()

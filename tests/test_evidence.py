@@ -1,6 +1,7 @@
 """The evidence line `elsi select` prints (elsi_lib.draft.evidence): read from the committed results,
 it follows their numbers (a changed cell changes the line and, across 0, the verdict), and says
 plainly when no draft of the criterion was trained on the model."""
+
 import shutil
 
 import pandas as pd

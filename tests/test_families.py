@@ -1,4 +1,5 @@
 """Interchangeability of a family's layers (elsi_lib.study.families) on layer stacks of known structure."""
+
 import numpy as np
 import pytest
 
@@ -42,18 +43,27 @@ def test_the_shares_follow_the_cka_matrix():
 def test_choice_effects_on_the_committed_table2():
     import pandas as pd
     from pathlib import Path
+
     results = Path(__file__).resolve().parents[1] / "data" / "results"
     paired = pd.read_csv(results / "table2_paired_smollm2-135m.csv")
     accepted = pd.read_csv(results / "table2_accepted_tokens_smollm2-135m.csv")
     effects = families.choice_effects(paired, accepted, 60)
     at0 = effects[effects.temperature == 0].set_index("effect")
     m3 = paired[(paired.method == "ELSI m=3") & (paired.nodes == 60) & (paired.temperature == 0)].iloc[0]
-    assert at0.loc["ELSI m=3 minus EAGLE3", "value"] == m3["diff"] and at0.loc["ELSI m=3 minus EAGLE3", "low"] == m3["low"]
-    eagle3 = accepted[(accepted.column == "AVG") & (accepted.nodes == 60) & (accepted.temperature == 0)
-                      & (accepted.method == "EAGLE3")].tau.iloc[0]
+    assert (
+        at0.loc["ELSI m=3 minus EAGLE3", "value"] == m3["diff"] and at0.loc["ELSI m=3 minus EAGLE3", "low"] == m3["low"]
+    )
+    eagle3 = accepted[
+        (accepted.column == "AVG")
+        & (accepted.nodes == 60)
+        & (accepted.temperature == 0)
+        & (accepted.method == "EAGLE3")
+    ].tau.iloc[0]
     assert at0.loc["ELSI m=3 minus EAGLE3", "share of EAGLE3's tau"] == pytest.approx(1 + m3["diff"] / eagle3)
     diffs = paired[(paired.nodes == 60) & (paired.temperature == 0)]["diff"]
-    assert at0.loc["range of AVG tau across the sets", "value"] == pytest.approx(max(diffs.max(), 0) - min(diffs.min(), 0))
+    assert at0.loc["range of AVG tau across the sets", "value"] == pytest.approx(
+        max(diffs.max(), 0) - min(diffs.min(), 0)
+    )
     assert not any(e.startswith("best") for e in at0.index)  # no set picked after looking
     with pytest.raises(ValueError, match="no paired difference"):
         families.choice_effects(paired, accepted, 60, methods=("ELSI m=7",))
@@ -61,10 +71,22 @@ def test_choice_effects_on_the_committed_table2():
 
 def test_compare_effects_of_two_families():
     import pandas as pd
-    a = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "ELSI m=3 minus EAGLE3", "value": 0.10,
-                       "low": 0.06, "high": 0.14}])
-    b = pd.DataFrame([{"temperature": 0.0, "nodes": 60, "effect": "ELSI m=3 minus EAGLE3", "value": -0.02,
-                       "low": -0.05, "high": 0.01}])
+
+    a = pd.DataFrame(
+        [{"temperature": 0.0, "nodes": 60, "effect": "ELSI m=3 minus EAGLE3", "value": 0.10, "low": 0.06, "high": 0.14}]
+    )
+    b = pd.DataFrame(
+        [
+            {
+                "temperature": 0.0,
+                "nodes": 60,
+                "effect": "ELSI m=3 minus EAGLE3",
+                "value": -0.02,
+                "low": -0.05,
+                "high": 0.01,
+            }
+        ]
+    )
     row = families.compare_effects({"qwen": a, "smol": b}).iloc[0]
     assert row["effect"] == "ELSI m=3 minus EAGLE3" and row["qwen minus smol"] == pytest.approx(0.12)
     se = np.hypot(0.08 / 3.92, 0.06 / 3.92)

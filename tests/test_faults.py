@@ -1,5 +1,6 @@
 """No silent wrong answers from caches, checkpoints and inputs: each fault gives the right answer
 or a clear error."""
+
 from __future__ import annotations
 
 import copy
@@ -34,6 +35,7 @@ class Forwards:
 
 
 # ---------------------------------------------------------------- 1. cache identity
+
 
 def test_a_changed_chat_template_is_a_new_cache_entry(tiny_model, tiny_tokenizer):
     conversations = make_conversations(4)
@@ -92,11 +94,19 @@ def test_reply_cache_covers_the_library_versions(tiny_model, tiny_tokenizer, mon
 
 # ---------------------------------------------------------------- 2. checksums over every byte used
 
+
 def test_a_bit_flipped_in_the_header_of_cached_statistics_is_detected(tmp_path):
     rng = np.random.default_rng(0)
-    stats = LayerStats(Z=rng.normal(size=(3, 2, 4)), final_norm=rng.normal(size=(2, 4)),
-                       sample_entropy=rng.random((5, 3)), sample_index=np.arange(5), abs_max=np.ones((3, 4)),
-                       abs_sum=np.ones((3, 4)), counts={"samples": 5, "blocks": 7}, metadata={"rho": 0.3})
+    stats = LayerStats(
+        Z=rng.normal(size=(3, 2, 4)),
+        final_norm=rng.normal(size=(2, 4)),
+        sample_entropy=rng.random((5, 3)),
+        sample_index=np.arange(5),
+        abs_max=np.ones((3, 4)),
+        abs_sum=np.ones((3, 4)),
+        counts={"samples": 5, "blocks": 7},
+        metadata={"rho": 0.3},
+    )
     path = stats.save(tmp_path / "stats.safetensors")
     data = path.read_bytes()
     assert data.count(b'\\"blocks\\": 7') == 1
@@ -116,8 +126,9 @@ def test_a_corrupt_checkpoint_is_discarded_never_resumed(tiny_model, tiny_tokeni
         data[-8] ^= 0x10  # one bit of the last array's bytes
         partial.write_bytes(bytes(data))
 
-    again, forwards = interrupted_then_rerun(tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations,
-                                                                         **opts), between=corrupt_the_checkpoint)
+    again, forwards = interrupted_then_rerun(
+        tiny_model, lambda: capture(tiny_model, tiny_tokenizer, conversations, **opts), between=corrupt_the_checkpoint
+    )
     out = capsys.readouterr().out
     assert "discarding the checkpoint" in out and "checksum" in out and "resuming" not in out
     assert forwards == 5  # every batch again
@@ -140,6 +151,7 @@ def test_a_corrupt_reply_cache_is_regenerated(tiny_model, tiny_tokenizer, capsys
 
 # ---------------------------------------------------------------- 4. non-finite token entropies
 
+
 def test_nan_token_entropies_name_the_sample(tiny_model, tiny_tokenizer):
     def poison(module, args, output):
         output = output.clone()
@@ -156,11 +168,15 @@ def test_nan_token_entropies_name_the_sample(tiny_model, tiny_tokenizer):
 
 # ---------------------------------------------------------------- unclear failures: inputs, cache folder
 
-@pytest.mark.parametrize("conversation, message", [
-    ([{"role": "user", "content": 42}], "role and content must be strings"),
-    ([{"role": "user", "content": None}], "role and content must be strings"),
-    ("just a string", "conversation 0 must be"),
-])
+
+@pytest.mark.parametrize(
+    "conversation, message",
+    [
+        ([{"role": "user", "content": 42}], "role and content must be strings"),
+        ([{"role": "user", "content": None}], "role and content must be strings"),
+        ("just a string", "conversation 0 must be"),
+    ],
+)
 def test_malformed_conversations_are_named(tiny_model, tiny_tokenizer, conversation, message):
     with pytest.raises(ValueError, match=message):
         capture(tiny_model, tiny_tokenizer, [conversation], **OPTS)
@@ -172,8 +188,9 @@ def test_replies_refuse_answered_conversations_and_bad_batch_sizes(tiny_model, t
         reply_conversations(tiny_model, tiny_tokenizer, answered, max_new_tokens=2, progress=False)
     for batch_size in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="batch_size"):
-            reply_conversations(tiny_model, tiny_tokenizer, make_conversations(2), batch_size=batch_size,
-                                progress=False)
+            reply_conversations(
+                tiny_model, tiny_tokenizer, make_conversations(2), batch_size=batch_size, progress=False
+            )
 
 
 def test_an_unwritable_cache_fails_before_the_work(tiny_model, tiny_tokenizer, tmp_path, monkeypatch):
@@ -188,9 +205,16 @@ def test_an_unwritable_cache_fails_before_the_work(tiny_model, tiny_tokenizer, t
 
 def test_a_bootstrap_over_few_prompts_says_so():
     sums = np.random.default_rng(0).normal(size=(1, 4, 3, 5)).astype(np.float32)  # one prompt
-    stats = LayerStats(Z=sums[0].astype(np.float64), final_norm=np.ones((3, 5)), sample_entropy=np.ones((1, 4)),
-                       sample_index=np.arange(1), abs_max=np.ones((4, 5)), abs_sum=np.ones((4, 5)),
-                       sample_sums=sums, sample_blocks=np.array([1]))
+    stats = LayerStats(
+        Z=sums[0].astype(np.float64),
+        final_norm=np.ones((3, 5)),
+        sample_entropy=np.ones((1, 4)),
+        sample_index=np.arange(1),
+        abs_max=np.ones((4, 5)),
+        abs_sum=np.ones((4, 5)),
+        sample_sums=sums,
+        sample_blocks=np.array([1]),
+    )
     with pytest.warns(UserWarning, match="rests on 1 prompt"):
         table = study.bootstrap_choices(stats, 2, n_boot=5, progress=False)
     assert table["share"].tolist() == [1.0]

@@ -2,6 +2,7 @@
 `allowed` / `required` arguments of the searches): every restricted answer is one the engine's own
 id rules (conventions.engine_fragment) accept, the exhaustive one is the best such set, and an
 unrestricted search is unchanged."""
+
 import itertools
 
 import numpy as np
@@ -37,8 +38,11 @@ def test_every_restricted_answer_is_feasible_and_the_exhaustive_one_is_the_best(
         except ValueError:
             continue
         where = {"allowed": rule.allowed, "required": rule.required}
-        for chosen in (select.elsi(Z, m, 4, 3, **where), select.elsi_c(Z, m, 4, 3, **where),
-                       select.exhaustive(Z, m, **where)):
+        for chosen in (
+            select.elsi(Z, m, 4, 3, **where),
+            select.elsi_c(Z, m, 4, 3, **where),
+            select.exhaustive(Z, m, **where),
+        ):
             assert feasible(chosen.layers, N, engine, architecture) is None, (chosen.method, chosen.layers)
         every = [s for s in itertools.combinations(range(N), m) if feasible(s, N, engine, architecture) is None]
         best = max(every, key=lambda s: set_entropy(Z, s))

@@ -1,5 +1,6 @@
 """The bf16 warning (elsi_lib.common.hardware): it reads the CPU's flags, warns only on a CPU known to lack
 bf16 matmul instructions, and never on another device or an unknown CPU."""
+
 import warnings
 
 import pytest

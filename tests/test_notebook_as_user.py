@@ -1,5 +1,6 @@
 """A notebook run the way a user meets it in JupyterLab: kernel `elsi`, no MPLBACKEND in the
 environment, figures inline, no warning that looks like a failure."""
+
 from __future__ import annotations
 
 import json
@@ -28,9 +29,29 @@ def test_notebook_shows_figures_inline_with_the_elsi_kernel(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
     env["ELSI_CACHE_DIR"] = USER_CACHE_DIR or str(default_cache_dir())  # shared with nbval's run
     out = tmp_path / "executed.ipynb"
-    run = subprocess.run([sys.executable, "-m", "papermill", "--no-progress-bar", "-k", "elsi", "--cwd",
-                    str(NOTEBOOK.parent), str(NOTEBOOK), str(out), "-p", "FIGURES_DIR", str(tmp_path / "figures"),
-                    "-p", "RESULTS_DIR", str(tmp_path / "results")], env=env, capture_output=True, text=True)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "papermill",
+            "--no-progress-bar",
+            "-k",
+            "elsi",
+            "--cwd",
+            str(NOTEBOOK.parent),
+            str(NOTEBOOK),
+            str(out),
+            "-p",
+            "FIGURES_DIR",
+            str(tmp_path / "figures"),
+            "-p",
+            "RESULTS_DIR",
+            str(tmp_path / "results"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     cells = [c for c in json.loads(out.read_text())["cells"] if c["cell_type"] == "code"]
     showing = [c for c in cells if "plt.show()" in "".join(c["source"])]

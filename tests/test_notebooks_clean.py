@@ -1,6 +1,7 @@
 """The committed notebooks carry no outputs, and each is exactly what the git filter writes
 (nbstripout with the Makefile's NBSTRIPOUT_ARGS, set up by the venv target, see .gitattributes): so
 the filter never rewrites a committed notebook, and one saved in JupyterLab adds nothing to `git diff`."""
+
 import json
 import re
 import shlex
@@ -33,19 +34,29 @@ def test_committed_notebook_has_no_outputs(path):
 def test_committed_notebook_is_what_the_git_filter_writes(path, tmp_path):
     pytest.importorskip("nbstripout")
     # run outside the repository, so that no git config of this checkout changes the result
-    stripped = subprocess.run([sys.executable, "-m", "nbstripout", *filter_args(), "--textconv", str(path)],
-                              cwd=tmp_path, capture_output=True, check=True).stdout
+    stripped = subprocess.run(
+        [sys.executable, "-m", "nbstripout", *filter_args(), "--textconv", str(path)],
+        cwd=tmp_path,
+        capture_output=True,
+        check=True,
+    ).stdout
     assert stripped == path.read_bytes(), (
         f"{path.name} is not what the git filter writes (a cell without an id, or metadata it strips): "
-        f"run `.venv/bin/nbstripout {shlex.join(filter_args())} notebooks/{path.name}` once")
+        f"run `.venv/bin/nbstripout {shlex.join(filter_args())} notebooks/{path.name}` once"
+    )
 
 
 # each parameter file and the notebook(s) `make` injects it into (the Makefile's papermill -f lines, study/runs.py)
-PARAMETER_FILES = {"paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08", "09")],
-                   "tables_scale.yaml": ["06_accepted_tokens.ipynb"], "tables_qwen.yaml": ["06_accepted_tokens.ipynb"],
-                   "tables_strong.yaml": ["07_strong_drafts.ipynb"], "criteria_scale.yaml": ["08_selection_criteria.ipynb"],
-                   "families_scale.yaml": ["09_families.ipynb"], "criteria_small.yaml": ["08_selection_criteria.ipynb"],
-                   "families_small.yaml": ["09_families.ipynb"]}
+PARAMETER_FILES = {
+    "paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08", "09")],
+    "tables_scale.yaml": ["06_accepted_tokens.ipynb"],
+    "tables_qwen.yaml": ["06_accepted_tokens.ipynb"],
+    "tables_strong.yaml": ["07_strong_drafts.ipynb"],
+    "criteria_scale.yaml": ["08_selection_criteria.ipynb"],
+    "families_scale.yaml": ["09_families.ipynb"],
+    "criteria_small.yaml": ["08_selection_criteria.ipynb"],
+    "families_small.yaml": ["09_families.ipynb"],
+}
 
 
 def declared_parameters(path) -> set:
@@ -61,7 +72,9 @@ def test_parameter_files_set_only_what_their_notebooks_declare(name):
     given = set(yaml.safe_load((ROOT / "notebooks" / name).read_text()))
     from elsi_lib.study.runs import RUNS
 
-    passed = f"-f notebooks/{name}" in (ROOT / "Makefile").read_text() or any(r.parameters == name for r in RUNS.values())
+    passed = f"-f notebooks/{name}" in (ROOT / "Makefile").read_text() or any(
+        r.parameters == name for r in RUNS.values()
+    )
     assert passed, f"no make target passes {name}"
     # paper_scale.yaml is shared by notebooks 00-05: each takes what it declares
     declared = set().union(*(declared_parameters(ROOT / "notebooks" / n) for n in PARAMETER_FILES[name]))

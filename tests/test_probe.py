@@ -1,5 +1,6 @@
 """The task probe (elsi_lib.selection.probe): the Gram closed form against explicit ridge fits, the
 reduction against no reduction, and selection against exhaustive search on planted cases."""
+
 import itertools
 
 import numpy as np
@@ -30,7 +31,7 @@ def explicit_error(x, y, xh, yh, layers, ridge, rank):
     Z, Zh = pick(reduction.apply(x)), pick(reduction.apply(xh))
     yc, yhc = y - reduction.y_mean, yh - reduction.y_mean
     W = np.linalg.solve(Z.T @ Z + ridge * len(Z) * np.eye(Z.shape[1]), Z.T @ yc)
-    return np.sum((yhc - Zh @ W) ** 2) / np.sum(yhc ** 2), W, reduction
+    return np.sum((yhc - Zh @ W) ** 2) / np.sum(yhc**2), W, reduction
 
 
 @pytest.mark.parametrize("rank", [3, 8])
@@ -110,8 +111,9 @@ def test_agreement_is_the_share_of_matching_next_tokens():
     share = P.agreement(stats, (1, 4), 1e-3, lm_head)
     N = x.shape[1] - 1
     Zh = reduction.apply(xh).reshape(len(xh), N + 1, -1)[:, [1, 4, N]].reshape(len(xh), -1)
-    assert share == pytest.approx(np.mean(np.argmax((Zh @ W + reduction.y_mean) @ lm_head.T, 1) == target_next),
-                                  abs=1 / len(xh))  # float32 held-out features: a near-tie may flip
+    assert share == pytest.approx(
+        np.mean(np.argmax((Zh @ W + reduction.y_mean) @ lm_head.T, 1) == target_next), abs=1 / len(xh)
+    )  # float32 held-out features: a near-tie may flip
     assert share > 0.5  # the planted layers predict well
     assert P.agreement(stats, (1, 4), 1e-3, lm_head, chunk=7) == share  # chunks of rows count the same
     assert P.agreement(stats, (0,), 1e-3, lm_head) < share
@@ -140,12 +142,15 @@ def test_probe_choice_finds_the_planted_set_exhaustively_or_by_beam():
         P.probe_choice(stats, 9)
 
 
-@pytest.mark.parametrize("array, block, message", [
-    ("heldout_x", 3, r"held-out features .*1 in layer 3\b"),
-    ("x", 6, r"training features .*1 in the embedding of the next token"),
-    ("y", None, r"training targets .*1 value"),
-    ("heldout_y", None, r"held-out targets .*1 value"),
-])
+@pytest.mark.parametrize(
+    "array, block, message",
+    [
+        ("heldout_x", 3, r"held-out features .*1 in layer 3\b"),
+        ("x", 6, r"training features .*1 in the embedding of the next token"),
+        ("y", None, r"training targets .*1 value"),
+        ("heldout_y", None, r"held-out targets .*1 value"),
+    ],
+)
 def test_non_finite_features_are_refused_naming_where_they_are(array, block, message):
     """One NaN (or inf) anywhere used to reach the Gram statistics: every set holding its layer then
     scored NaN and sorted last, and another set won with no warning. It is refused at the start."""
@@ -172,7 +177,11 @@ def test_non_finite_set_errors_are_never_sorted():
     broken = dataclasses.replace(stats, heldout_gram=gram)
     with pytest.raises(FloatingPointError, match=r"not finite .*\(1, "):
         P.set_errors(broken, [(0, 2), (1, 4)], 1e-3)
-    for call in (lambda: P.probe_ranking(broken, 2, 1e-3), lambda: P.probe_beam(broken, 2, 1e-3),
-                 lambda: P.probe_choice(broken, 2), lambda: P.choose_ridge(broken, [(1, 4)])):
+    for call in (
+        lambda: P.probe_ranking(broken, 2, 1e-3),
+        lambda: P.probe_beam(broken, 2, 1e-3),
+        lambda: P.probe_choice(broken, 2),
+        lambda: P.choose_ridge(broken, [(1, 4)]),
+    ):
         with pytest.raises(FloatingPointError, match="not finite"):
             call()

@@ -1,4 +1,5 @@
 """The probe's rows and cached statistics (elsi_lib.hidden.probe_capture) on a tiny random target."""
+
 import numpy as np
 import pytest
 import torch
@@ -44,8 +45,9 @@ def test_heldout_conversations_are_a_seeded_share():
 def test_cached_probe_is_reused_and_a_corrupt_cache_rebuilt(tiny_model, tiny_tokenizer, monkeypatch):
     conversations = replied_conversations(8)
     stats = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
-    assert stats.n_train + stats.n_heldout == len(C.probe_rows(tiny_model, tiny_tokenizer, conversations,
-                                                               progress=False)["y"])
+    assert stats.n_train + stats.n_heldout == len(
+        C.probe_rows(tiny_model, tiny_tokenizer, conversations, progress=False)["y"]
+    )
     with monkeypatch.context() as patch:
         patch.setattr(C, "probe_rows", lambda *a, **k: pytest.fail("recomputed"))
         again = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)

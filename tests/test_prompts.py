@@ -3,8 +3,17 @@ import subprocess
 
 import pytest
 
-from elsi_lib import (DataFormatError, OverlapError, PROMPT_SETS, calibration_prompts, check_disjoint,
-                      load_prompts, load_specbench, sample, specbench_conversations)
+from elsi_lib import (
+    DataFormatError,
+    OverlapError,
+    PROMPT_SETS,
+    calibration_prompts,
+    check_disjoint,
+    load_prompts,
+    load_specbench,
+    sample,
+    specbench_conversations,
+)
 from elsi_lib.inputs.readers import data_dir, parse_ultrachat_eval
 from elsi_lib.inputs import fetch_data
 
@@ -15,13 +24,22 @@ def shared():
     try:
         return data_dir()
     except FileNotFoundError as err:
-        pytest.skip(f"{err} (expected at $ELSI_DATA_DIR when set, else ../shared/data beside the "
-                    "repository)")
+        pytest.skip(f"{err} (expected at $ELSI_DATA_DIR when set, else ../shared/data beside the repository)")
 
 
-EXPECTED_COUNTS = {"arena-hard-v0.1": 500, "arena-hard-v2.0": 750, "oasst-lottery": 250, "oasst-trees": 100,
-                   "self-instruct-user": 252, "self-instruct-seed": 175, "ultrachat-eval": 305, "ifeval": 541,
-                   "gpteacher-code": 4535, "gpteacher-roleplay": 1923, "gsm8k-train": 7473}
+EXPECTED_COUNTS = {
+    "arena-hard-v0.1": 500,
+    "arena-hard-v2.0": 750,
+    "oasst-lottery": 250,
+    "oasst-trees": 100,
+    "self-instruct-user": 252,
+    "self-instruct-seed": 175,
+    "ultrachat-eval": 305,
+    "ifeval": 541,
+    "gpteacher-code": 4535,
+    "gpteacher-roleplay": 1923,
+    "gsm8k-train": 7473,
+}
 
 
 @pytest.mark.parametrize("name", sorted(PROMPT_SETS))
@@ -30,8 +48,7 @@ def test_named_prompt_sets(name, shared):
     assert len(conversations) == EXPECTED_COUNTS[name]
     for conversation in conversations:
         assert conversation[-1]["role"] == "user"
-        assert all(m["role"] in ("user", "assistant", "system") and isinstance(m["content"], str)
-                   for m in conversation)
+        assert all(m["role"] in ("user", "assistant", "system") and isinstance(m["content"], str) for m in conversation)
 
 
 def test_oasst_trees_are_multi_turn(shared):
@@ -71,10 +88,14 @@ def test_sample():
 
 def test_sharegpt_files(tmp_path):
     path = tmp_path / "chats.json"
-    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"},
-                                                   {"from": "gpt", "value": "hello"}]},
-                                {"conversations": [{"from": "system", "value": "be brief"},
-                                                   {"from": "user", "value": "2+2?"}]}]))
+    path.write_text(
+        json.dumps(
+            [
+                {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}]},
+                {"conversations": [{"from": "system", "value": "be brief"}, {"from": "user", "value": "2+2?"}]},
+            ]
+        )
+    )
     conversations = load_prompts(path)
     assert conversations[0] == [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
     assert conversations[1][0]["role"] == "system"
@@ -149,6 +170,7 @@ def test_fetch_refuses_a_tampered_download(tmp_path, shared):
 
 
 # ---------------------------------------------------------------- files and arguments that are wrong
+
 
 def test_non_utf8_file_names_file_and_line(tmp_path):
     good = json.dumps({"conversations": [{"from": "human", "value": "hi"}]}).encode()
@@ -229,6 +251,7 @@ def test_calibration_count_and_seed_are_checked(shared, monkeypatch):
             calibration_prompts(5, seed=bad)
     monkeypatch.undo()
     import numpy as np
+
     assert len(calibration_prompts(np.int64(3), seed=np.int64(0), prompt_sets="oasst-lottery")) == 3
     with pytest.raises(ValueError, match=r"oasst-lottery.*only \d+ distinct conversations"):
         calibration_prompts(10_000, prompt_sets="oasst-lottery")
@@ -246,10 +269,14 @@ def test_sample_checks_its_arguments():
 def test_specbench_question_ids_are_distinct_integers(tmp_path):
     """A duplicated or non-integer question id would count a question twice (or as another one):
     a DataFormatError naming the file, the line and the id. Files passed by path are not pinned."""
+
     def bench(*ids):
         path = tmp_path / "question.jsonl"
-        path.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"q{n}?"]}) + "\n"
-                                for n, i in enumerate(ids)))
+        path.write_text(
+            "".join(
+                json.dumps({"question_id": i, "category": "qa", "turns": [f"q{n}?"]}) + "\n" for n, i in enumerate(ids)
+            )
+        )
         return path
 
     frame = load_specbench(bench(3, 1, 2))

@@ -1,5 +1,6 @@
 """Pinned data files are checked against their git blob ids (fetch_data.SOURCES) before they are
 parsed, once per process per file; a user's own files are not pinned and not checked."""
+
 import json
 import os
 
@@ -178,8 +179,9 @@ def test_a_file_of_another_shape_says_which_shapes_are_expected(tmp_path):
     names the file and the two shapes it may take."""
     concatenated = tmp_path / "many.json"
     concatenated.write_text(json.dumps(RECORD, indent=2) + "\n" + json.dumps(RECORD, indent=2))
-    with pytest.raises(readers.DataFormatError,
-                       match=r"many\.json:1: .*JSON Lines .*one JSON record per line.*JSON array"):
+    with pytest.raises(
+        readers.DataFormatError, match=r"many\.json:1: .*JSON Lines .*one JSON record per line.*JSON array"
+    ):
         load_prompts(concatenated)
     later = tmp_path / "later.jsonl"  # a record pretty-printed after valid lines: malformed, with the shape
     later.write_text(json.dumps(RECORD) + "\n" + json.dumps(RECORD, indent=2))

@@ -1,5 +1,6 @@
 """The README is a front door: at most 15 KB; the evidence line of its `elsi select` example is the one
 the committed results give today (draft/evidence.py), the notebooks and files it names exist."""
+
 import re
 
 from elsi_lib.common.cachefiles import REPO_ROOT

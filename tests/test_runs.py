@@ -1,5 +1,6 @@
 """The study's runs are declared once (elsi_lib.study.runs): every notebook and parameter file they
 name exists, and the Makefile's one papermill rule covers exactly them."""
+
 import re
 
 from elsi_lib.common.cachefiles import REPO_ROOT
@@ -10,7 +11,11 @@ def test_every_run_names_files_that_exist():
     for name, run in RUNS.items():
         assert (REPO_ROOT / "notebooks" / run.notebook).is_file(), name
         assert (REPO_ROOT / "notebooks" / run.parameters).is_file(), name
-        assert command(name)[-3:] == [f"notebooks/{run.parameters}", f"notebooks/{run.notebook}", f"build/{run.executed}"]
+        assert command(name)[-3:] == [
+            f"notebooks/{run.parameters}",
+            f"notebooks/{run.notebook}",
+            f"build/{run.executed}",
+        ]
     assert len({run.executed for run in RUNS.values()}) == len(RUNS)  # no run overwrites another's executed copy
 
 

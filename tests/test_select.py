@@ -65,8 +65,10 @@ def test_beam_follows_algorithm_1():
         expected = {}
         for member in result.beams[depth - 1]:
             others = [j for j in range(9) if j not in member.layers]
-            scored = sorted(((set_entropy(Z, member.layers + (j,)), tuple(sorted(member.layers + (j,))))
-                             for j in others), key=lambda t: (-t[0], t[1]))[:2]
+            scored = sorted(
+                ((set_entropy(Z, member.layers + (j,)), tuple(sorted(member.layers + (j,)))) for j in others),
+                key=lambda t: (-t[0], t[1]),
+            )[:2]
             for entropy, layers in scored:
                 expected.setdefault(layers, entropy)
         top = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[:3]
@@ -81,6 +83,7 @@ def test_elsi_c_pool_comes_from_conditional_transitions():
     Z = random_layers(n_layers=9, seed=5)
     result = elsi_c(Z, 2, k_beam=2, k_pool=3)
     from elsi_lib.selection.cka import centered_gram_products, conditional_cka_matrix
+
     P = centered_gram_products(Z)
     for entry in result.beams[2]:
         delta = conditional_transition_scores(conditional_cka_matrix(P, entry.parent))
@@ -106,18 +109,21 @@ def test_negative_control_is_the_lowest_entropy_layers():
     assert set(low) == set(np.argsort(single_layer_entropies(Z))[:3])
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda Z: elsi(Z, 0), "m must be"),
-    (lambda Z: elsi(Z, 9), "m must be"),
-    (lambda Z: elsi_c(Z, 2, k_beam=0), "k_beam"),
-    (lambda Z: elsi(Z, 2, k_expand=0), "k_expand"),
-    (lambda Z: elsi_c(Z, 2, k_pool=0), "k_pool"),
-    (lambda Z: exhaustive(Z, 9), "m must be"),
-    (lambda Z: elsi(Z[0], 1), "shape"),
-    (lambda Z: elsi(np.where(Z > 2, np.inf, Z), 2), "NaN or Inf"),
-    (lambda Z: elsi(Z, 1, min_single_layer=8), "min_single_layer"),
-    (lambda Z: elsi(Z, 2, backend="gpu"), "backend"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda Z: elsi(Z, 0), "m must be"),
+        (lambda Z: elsi(Z, 9), "m must be"),
+        (lambda Z: elsi_c(Z, 2, k_beam=0), "k_beam"),
+        (lambda Z: elsi(Z, 2, k_expand=0), "k_expand"),
+        (lambda Z: elsi_c(Z, 2, k_pool=0), "k_pool"),
+        (lambda Z: exhaustive(Z, 9), "m must be"),
+        (lambda Z: elsi(Z[0], 1), "shape"),
+        (lambda Z: elsi(np.where(Z > 2, np.inf, Z), 2), "NaN or Inf"),
+        (lambda Z: elsi(Z, 1, min_single_layer=8), "min_single_layer"),
+        (lambda Z: elsi(Z, 2, backend="gpu"), "backend"),
+    ],
+)
 def test_bad_input(Z, call, message):
     with pytest.raises(ValueError, match=message):
         call(Z)
@@ -130,15 +136,21 @@ def test_bound_pruning_is_exact_and_skips_sets(shared, normalize):
     chosen sets and their entropies are the naive backend's, which scores every set. With and
     without a dominant shared direction (which the eigenvalue bracket exploits)."""
     Z = random_layers(n_layers=16, rows=8, dim=64, seed=5, shared=shared)
-    runs = (lambda b: elsi(Z, 3, normalize=normalize, backend=b),
-            lambda b: elsi_c(Z, 3, normalize=normalize, backend=b),
-            lambda b: exhaustive(Z, 3, normalize=normalize, backend=b))
+    runs = (
+        lambda b: elsi(Z, 3, normalize=normalize, backend=b),
+        lambda b: elsi_c(Z, 3, normalize=normalize, backend=b),
+        lambda b: exhaustive(Z, 3, normalize=normalize, backend=b),
+    )
     for run in runs:
         fast, naive = run("gram"), run("naive")
         assert fast.n_evaluated <= naive.n_evaluated
         for depth in naive.beams:
-            assert [(e.layers, e.parent) for e in fast.beams[depth]] == [(e.layers, e.parent) for e in naive.beams[depth]]
-            assert [e.entropy for e in fast.beams[depth]] == pytest.approx([e.entropy for e in naive.beams[depth]], rel=1e-9)
+            assert [(e.layers, e.parent) for e in fast.beams[depth]] == [
+                (e.layers, e.parent) for e in naive.beams[depth]
+            ]
+            assert [e.entropy for e in fast.beams[depth]] == pytest.approx(
+                [e.entropy for e in naive.beams[depth]], rel=1e-9
+            )
     assert exhaustive(Z, 3, normalize=normalize).n_evaluated < 100  # of C(16, 3) = 560
     renyi = elsi(Z, 3, alpha=2.0)  # no bound for alpha != 1: every candidate is scored
     assert renyi.n_evaluated == elsi(Z, 3, alpha=2.0, backend="naive").n_evaluated
@@ -160,6 +172,7 @@ def test_upper_bounds_lie_between_the_entropy_and_the_purity_bound():
 
 def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
     from elsi_lib.selection import scorer
+
     Z = random_layers(n_layers=10, rows=8, dim=32, seed=4, shared=3.0)
     sets = list(itertools.combinations(range(10), 3))
     whole = SetScorer(Z).upper_bounds(sets)
@@ -170,26 +183,30 @@ def test_upper_bounds_in_chunks_equal_one_pass(monkeypatch):
 
 # ---------------------------------------------------------------- argument types, checked before any work
 
-@pytest.mark.parametrize("call, message", [
-    (lambda Z: elsi(Z, True), "m must be"),
-    (lambda Z: elsi(Z, 2.0), "m must be"),
-    (lambda Z: exhaustive(Z, np.True_), "m must be"),
-    (lambda Z: lowest_entropy_layers(Z, True), "m must be"),
-    (lambda Z: elsi(Z, 2, k_beam=True), "k_beam"),
-    (lambda Z: elsi(Z, 2, k_expand=True), "k_expand"),
-    (lambda Z: elsi_c(Z, 2, k_pool=True), "k_pool"),
-    (lambda Z: elsi_c(Z, 2, k_beam=2.5), "k_beam"),
-    (lambda Z: exhaustive(Z, 2, keep=0), "keep"),
-    (lambda Z: exhaustive(Z, 2, keep=-1), "keep"),
-    (lambda Z: exhaustive(Z, 2, keep=2.5), "keep"),
-    (lambda Z: exhaustive(Z, 2, keep=True), "keep"),
-    (lambda Z: exhaustive(Z, 2, max_sets=0), "max_sets"),
-    (lambda Z: elsi(Z, 1, min_single_layer=True), "min_single_layer"),
-    (lambda Z: elsi(Z, 2, min_single_layer=2.5), "min_single_layer"),
-    (lambda Z: elsi_c(Z, 2, min_single_layer=-1), "min_single_layer"),
-    (lambda Z: elsi(Z, 2, min_single_layer=8), "min_single_layer"),
-    (lambda Z: elsi(Z, 2, alpha=True), "alpha"),
-])
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda Z: elsi(Z, True), "m must be"),
+        (lambda Z: elsi(Z, 2.0), "m must be"),
+        (lambda Z: exhaustive(Z, np.True_), "m must be"),
+        (lambda Z: lowest_entropy_layers(Z, True), "m must be"),
+        (lambda Z: elsi(Z, 2, k_beam=True), "k_beam"),
+        (lambda Z: elsi(Z, 2, k_expand=True), "k_expand"),
+        (lambda Z: elsi_c(Z, 2, k_pool=True), "k_pool"),
+        (lambda Z: elsi_c(Z, 2, k_beam=2.5), "k_beam"),
+        (lambda Z: exhaustive(Z, 2, keep=0), "keep"),
+        (lambda Z: exhaustive(Z, 2, keep=-1), "keep"),
+        (lambda Z: exhaustive(Z, 2, keep=2.5), "keep"),
+        (lambda Z: exhaustive(Z, 2, keep=True), "keep"),
+        (lambda Z: exhaustive(Z, 2, max_sets=0), "max_sets"),
+        (lambda Z: elsi(Z, 1, min_single_layer=True), "min_single_layer"),
+        (lambda Z: elsi(Z, 2, min_single_layer=2.5), "min_single_layer"),
+        (lambda Z: elsi_c(Z, 2, min_single_layer=-1), "min_single_layer"),
+        (lambda Z: elsi(Z, 2, min_single_layer=8), "min_single_layer"),
+        (lambda Z: elsi(Z, 2, alpha=True), "alpha"),
+    ],
+)
 def test_bad_argument_types_fail_before_any_work(Z, call, message, monkeypatch):
     from elsi_lib.selection import select
 
@@ -215,13 +232,22 @@ def test_selection_is_scale_invariant(exponent, mantissa, seed, normalize):
     """The same sets, and their entropies to round-off, for Z at any scale from 1e-200 to 1e200."""
     Z = random_layers(n_layers=9, seed=seed)
     scaled = mantissa * 10.0**exponent * Z
-    for run in (lambda Z: elsi(Z, 3, normalize=normalize), lambda Z: elsi_c(Z, 3, normalize=normalize),
-                lambda Z: exhaustive(Z, 2, normalize=normalize, keep=36)):
+    for run in (
+        lambda Z: elsi(Z, 3, normalize=normalize),
+        lambda Z: elsi_c(Z, 3, normalize=normalize),
+        lambda Z: exhaustive(Z, 2, normalize=normalize, keep=36),
+    ):
         at_one, at_scale = run(Z), run(scaled)
         for depth in at_one.beams:
             # sets whose entropies tie to round-off may swap places: order by (entropy to 1e-9, layers)
             def ordered(beam):
                 return sorted(beam, key=lambda e: (-round(e.entropy, 9), e.layers))
-            assert [e.layers for e in ordered(at_scale.beams[depth])] == [e.layers for e in ordered(at_one.beams[depth])]
-            np.testing.assert_allclose([e.entropy for e in ordered(at_scale.beams[depth])],
-                                       [e.entropy for e in ordered(at_one.beams[depth])], rtol=1e-12)
+
+            assert [e.layers for e in ordered(at_scale.beams[depth])] == [
+                e.layers for e in ordered(at_one.beams[depth])
+            ]
+            np.testing.assert_allclose(
+                [e.entropy for e in ordered(at_scale.beams[depth])],
+                [e.entropy for e in ordered(at_one.beams[depth])],
+                rtol=1e-12,
+            )

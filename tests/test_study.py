@@ -2,9 +2,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib import (LayerStats, cka_matrix, eagle3_layers, eagle3_paper_layers, elsi, exhaustive, find_boundaries,
-                      set_entropy, transition_scores)
-from elsi_lib.study import study
+from elsi_lib import (
+    LayerStats,
+    cka_matrix,
+    eagle3_layers,
+    eagle3_paper_layers,
+    elsi,
+    exhaustive,
+    find_boundaries,
+    set_entropy,
+    transition_scores,
+)
+from elsi_lib.study import layer_sets, study
 from elsi_lib.selection.select import single_layer_entropies
 
 from conftest import random_layers
@@ -28,13 +37,20 @@ def layer_stats(Z=None, sample_entropy=None, seed=0, **counts) -> LayerStats:
     rng = np.random.default_rng(seed)
     Z = random_layers(n_layers=6, rows=5, dim=8, seed=seed) if Z is None else Z
     sample_entropy = rng.uniform(size=(4, len(Z))) if sample_entropy is None else sample_entropy
-    return LayerStats(Z=Z, final_norm=np.ones(Z.shape[1:]), sample_entropy=sample_entropy,
-                      sample_index=np.arange(len(sample_entropy)), abs_max=np.ones((len(Z), Z.shape[2])),
-                      abs_sum=np.ones((len(Z), Z.shape[2])), metadata={"rho": 0.3, "block": Z.shape[1]},
-                      counts={"blocks": 7, **counts})
+    return LayerStats(
+        Z=Z,
+        final_norm=np.ones(Z.shape[1:]),
+        sample_entropy=sample_entropy,
+        sample_index=np.arange(len(sample_entropy)),
+        abs_max=np.ones((len(Z), Z.shape[2])),
+        abs_sum=np.ones((len(Z), Z.shape[2])),
+        metadata={"rho": 0.3, "block": Z.shape[1]},
+        counts={"blocks": 7, **counts},
+    )
 
 
 # ---------------------------------------------------------------- notebook 01
+
 
 def test_capture_label_reads_the_metadata():
     stats = layer_stats()
@@ -80,6 +96,7 @@ def test_runs_of_layers():
 
 
 # ---------------------------------------------------------------- notebook 02
+
 
 def test_pair_entropy_table_is_the_pair_set_entropy():
     Z = random_layers(n_layers=7, rows=6, dim=12, seed=3)
@@ -128,6 +145,7 @@ def test_pair_findings():
 
 # ---------------------------------------------------------------- notebook 04: compartments
 
+
 def test_compartments_use_one_detector_with_edges():
     Z = compartments(sizes=(1, 5, 4))  # the first layer alone: a boundary at the first score
     view = study.compartments(Z)
@@ -161,6 +179,7 @@ def test_compartment_findings_put_both_selections_side_by_side():
 
 
 # ---------------------------------------------------------------- notebook 03: regimes and variance
+
 
 def test_regimes_follow_the_compartments():
     labels, how = study.regimes(compartments())
@@ -196,9 +215,11 @@ def test_variance_statistics():
 
 def _variance_stats():
     """Selections whose per-layer variances across prompts are (4, 2, 2, 1) x a factor."""
+
     def with_variance(scale):  # two prompts: variance = (difference)^2 / 2
         diff = np.sqrt(2 * scale * np.array([4.0, 2.0, 2.0, 1.0]))
         return layer_stats(random_layers(n_layers=4, rows=5, dim=8), np.stack([np.zeros(4), diff]), blocks=3)
+
     return {"m": {"all": with_variance(1.0), "entropy": with_variance(0.5), "random": with_variance(3.0)}}
 
 
@@ -229,10 +250,24 @@ def test_variance_findings():
 
 
 def test_variance_reduction_vs_paper():
-    reductions = pd.DataFrame([{"model": "m", "selection": "entropy", "early reduction %": 1.0,
-                                "middle reduction %": 2.0, "late reduction %": 3.0},
-                               {"model": "m", "selection": "random", "early reduction %": -1.0,
-                                "middle reduction %": -2.0, "late reduction %": -3.0}])
+    reductions = pd.DataFrame(
+        [
+            {
+                "model": "m",
+                "selection": "entropy",
+                "early reduction %": 1.0,
+                "middle reduction %": 2.0,
+                "late reduction %": 3.0,
+            },
+            {
+                "model": "m",
+                "selection": "random",
+                "early reduction %": -1.0,
+                "middle reduction %": -2.0,
+                "late reduction %": -3.0,
+            },
+        ]
+    )
     table = study.variance_reduction_vs_paper(reductions)
     assert list(table.index) == ["paper: Qwen3-4B", "m"]
     assert list(table.loc["paper: Qwen3-4B"]) == [48.4, 45.8, 35.6] and list(table.loc["m"]) == [1.0, 2.0, 3.0]
@@ -240,33 +275,38 @@ def test_variance_reduction_vs_paper():
 
 # ---------------------------------------------------------------- notebook 05: Table 1
 
+
 def test_selection_table_rows():
     Z = random_layers(n_layers=8, rows=6, dim=12, seed=4)
-    table = study.selection_table(Z, set_sizes=(1, 2, 3))
-    assert set(table.method) == set(study.TABLE1_METHODS)
+    table = layer_sets.selection_table(Z, set_sizes=(1, 2, 3))
+    assert set(table.method) == set(layer_sets.TABLE1_METHODS)
     by = table.set_index(["method", "m"])
     assert by.loc[("EAGLE3", 3), "layers"] == (1, 3, 4) and by.loc[("EAGLE2", 1), "layers"] == (7,)
-    assert by.loc[(study.EAGLE3_PAPER_READING, 3), "layers"] == (2, 4, 5)
+    assert by.loc[(layer_sets.EAGLE3_PAPER_READING, 3), "layers"] == (2, 4, 5)
     for m in (1, 2, 3):
         assert by.loc[("exhaustive", m), "entropy"] == pytest.approx(exhaustive(Z, m).entropy)
         assert by.loc[("ELSI", m), "entropy"] <= by.loc[("exhaustive", m), "entropy"] + 1e-12
     assert by.loc[("EAGLE3", 3), "entropy"] == pytest.approx(set_entropy(Z, (1, 3, 4)))
-    assert by.loc[(study.EAGLE3_PAPER_READING, 3), "entropy"] == pytest.approx(set_entropy(Z, (2, 4, 5)))
+    assert by.loc[(layer_sets.EAGLE3_PAPER_READING, 3), "entropy"] == pytest.approx(set_entropy(Z, (2, 4, 5)))
 
 
-@pytest.mark.parametrize("n_layers, drafts_read, paper_reading", [(30, (1, 14, 26), (2, 15, 27)),
-                                                                  (24, (1, 11, 20), (2, 12, 21))])
-def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_row(n_layers, drafts_read,
-                                                                                     paper_reading):
+@pytest.mark.parametrize(
+    "n_layers, drafts_read, paper_reading", [(30, (1, 14, 26), (2, 15, 27)), (24, (1, 11, 20), (2, 12, 21))]
+)
+def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_row(
+    n_layers, drafts_read, paper_reading
+):
     """One EAGLE3 set everywhere: Table 1's "EAGLE3" row is `eagle3_layers` (the set notebook 06, the
     `elsi` command and the engines use: EAGLE's [2, N//2, N-3] as inputs of layers, in elsi's output
     ids), and the paper's reading of the rule as outputs is a different row under a different name."""
     Z = random_layers(n_layers=n_layers, rows=4, dim=6, seed=1)
-    table = study.selection_table(Z, set_sizes=(1,))
+    table = layer_sets.selection_table(Z, set_sizes=(1,))
     eagle3 = table[table.method == "EAGLE3"]
-    paper = table[table.method == study.EAGLE3_PAPER_READING]
+    paper = table[table.method == layer_sets.EAGLE3_PAPER_READING]
     assert len(eagle3) == len(paper) == 1 and eagle3.index[0] != paper.index[0]
-    assert study.EAGLE3_PAPER_READING != "EAGLE3" and {"EAGLE3", study.EAGLE3_PAPER_READING} <= set(study.TABLE1_METHODS)
+    assert layer_sets.EAGLE3_PAPER_READING != "EAGLE3" and {"EAGLE3", layer_sets.EAGLE3_PAPER_READING} <= set(
+        layer_sets.TABLE1_METHODS
+    )
     assert eagle3.layers.iloc[0] == eagle3_layers(n_layers) == drafts_read
     assert paper.layers.iloc[0] == eagle3_paper_layers(n_layers) == paper_reading
     assert eagle3.m.iloc[0] == paper.m.iloc[0] == 3
@@ -277,42 +317,64 @@ def test_table1_eagle3_is_the_set_drafts_read_and_the_papers_reading_is_its_own_
 @pytest.mark.parametrize("seed", [4, 5, 6])
 def test_single_layer_rule_takes_the_best_layer_from_the_middle_on(seed):
     Z = random_layers(n_layers=9, rows=6, dim=12, seed=seed)
-    table = study.selection_table(Z, set_sizes=(1, 2))
+    table = layer_sets.selection_table(Z, set_sizes=(1, 2))
     single = single_layer_entropies(Z)
-    rule = table[table.method == study.SINGLE_LAYER_RULE]
+    rule = table[table.method == layer_sets.SINGLE_LAYER_RULE]
     assert len(rule) == 1 and rule.m.iloc[0] == 1
     expected = 4 + int(np.argmax(single[4:]))  # N // 2 = 4
     assert rule.layers.iloc[0] == (expected,) and rule.entropy.iloc[0] == pytest.approx(single[expected])
     unrestricted = table[(table.method == "ELSI") & (table.m == 1)]
     assert unrestricted.layers.iloc[0] == (int(np.argmax(single)),)
-    assert table.index[table.method == study.SINGLE_LAYER_RULE][0] == unrestricted.index[0] + 1  # right below
+    assert table.index[table.method == layer_sets.SINGLE_LAYER_RULE][0] == unrestricted.index[0] + 1  # right below
 
 
 def test_table1_over_models_and_settings():
-    stats = {name: {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s)),
-                    "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s + 10))}
-             for name, s in (("b", 1), ("a", 2))}
-    table = study.table1(stats, set_sizes=(1, 2, 3))
+    stats = {
+        name: {
+            "entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s)),
+            "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=s + 10)),
+        }
+        for name, s in (("b", 1), ("a", 2))
+    }
+    table = layer_sets.table1(stats, set_sizes=(1, 2, 3))
     assert list(table.columns) == ["model", "setting", "method", "m", "layers", "entropy"]
     assert list(dict.fromkeys(table.model)) == ["b", "a"]
-    assert list(dict.fromkeys(table.setting)) == list(study.TABLE1_SETTINGS)
-    frob = table[(table.model == "a") & (table.setting == "frobenius") & (table.method == "exhaustive") & (table.m == 2)]
+    assert list(dict.fromkeys(table.setting)) == list(layer_sets.TABLE1_SETTINGS)
+    frob = table[
+        (table.model == "a") & (table.setting == "frobenius") & (table.method == "exhaustive") & (table.m == 2)
+    ]
     assert frob.entropy.iloc[0] == pytest.approx(exhaustive(stats["a"]["entropy"].Z, 2, normalize="frobenius").entropy)
     plain = table[(table.model == "b") & (table.setting == "no_template") & (table.method == "ELSI") & (table.m == 3)]
     assert plain.layers.iloc[0] == elsi(stats["b"]["entropy_no_template"].Z, 3).layers
 
 
 def test_side_by_side_pivot():
-    stats = {"m": {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
-                   "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4))}}
-    table = study.table1(stats, set_sizes=(1, 2, 3))
-    wide = study.side_by_side(table)
+    stats = {
+        "m": {
+            "entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
+            "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4)),
+        }
+    }
+    table = layer_sets.table1(stats, set_sizes=(1, 2, 3))
+    wide = layer_sets.side_by_side(table)
     assert list(wide.columns) == ["model", "method", "m", "paper", "no_template", "frobenius"]
     assert len(wide) == len(table) // 3
-    assert list(wide[wide.m == 1].method) == ["EAGLE2", "ELSI", study.SINGLE_LAYER_RULE, "ELSI-C", "exhaustive",
-                                              "lowest-entropy control"]
-    assert list(wide[wide.m == 3].method) == ["EAGLE3", study.EAGLE3_PAPER_READING, "ELSI", "ELSI-C", "exhaustive",
-                                              "lowest-entropy control"]
+    assert list(wide[wide.m == 1].method) == [
+        "EAGLE2",
+        "ELSI",
+        layer_sets.SINGLE_LAYER_RULE,
+        "ELSI-C",
+        "exhaustive",
+        "lowest-entropy control",
+    ]
+    assert list(wide[wide.m == 3].method) == [
+        "EAGLE3",
+        layer_sets.EAGLE3_PAPER_READING,
+        "ELSI",
+        "ELSI-C",
+        "exhaustive",
+        "lowest-entropy control",
+    ]
     assert wide.method.notna().all()
     assert list(wide.m) == sorted(wide.m)
     row = table[(table.setting == "frobenius") & (table.method == "ELSI") & (table.m == 2)].iloc[0]
@@ -321,11 +383,17 @@ def test_side_by_side_pivot():
 
 
 def test_table1_findings():
-    stats = {"m": {"entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
-                   "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4))}}
-    table = study.table1(stats, set_sizes=(1, 2, 3))
-    findings = study.table1_findings(table)
-    assert [tuple(r) for r in findings[["model", "setting"]].to_numpy()] == [("m", s) for s in study.TABLE1_SETTINGS]
+    stats = {
+        "m": {
+            "entropy": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=3)),
+            "entropy_no_template": layer_stats(random_layers(n_layers=8, rows=5, dim=8, seed=4)),
+        }
+    }
+    table = layer_sets.table1(stats, set_sizes=(1, 2, 3))
+    findings = layer_sets.table1_findings(table)
+    assert [tuple(r) for r in findings[["model", "setting"]].to_numpy()] == [
+        ("m", s) for s in layer_sets.TABLE1_SETTINGS
+    ]
     row = findings.iloc[2]  # frobenius
     Z = stats["m"]["entropy"].Z
     chosen = elsi(Z, 3, normalize="frobenius")
@@ -333,19 +401,22 @@ def test_table1_findings():
     eagle3 = set_entropy(Z, (1, 3, 4), normalize="frobenius")  # the set drafts read, not the paper's reading
     assert row["EAGLE3"] == pytest.approx(eagle3) and row["ELSI / EAGLE3"] == pytest.approx(chosen.entropy / eagle3)
     assert row["EAGLE3 set"] == (1, 3, 4) and row["paper's reading, set"] == (2, 4, 5)
-    assert row[study.EAGLE3_PAPER_READING] == pytest.approx(set_entropy(Z, (2, 4, 5), normalize="frobenius"))
+    assert row[layer_sets.EAGLE3_PAPER_READING] == pytest.approx(set_entropy(Z, (2, 4, 5), normalize="frobenius"))
     single = single_layer_entropies(Z)
     assert row["ELSI layer, m=1"] == np.argmax(single) and row["EAGLE2"] == pytest.approx(single[-1])
     assert row["from N//2, layer"] == 4 + np.argmax(single[4:]) and row["from N//2"] == pytest.approx(single[4:].max())
 
 
 def test_optimum_gaps():
-    table = pd.DataFrame([
-        {"model": "m", "setting": "paper", "method": "exhaustive", "m": 2, "layers": (1, 4), "entropy": 1.0},
-        {"model": "m", "setting": "paper", "method": "ELSI", "m": 2, "layers": (1, 4), "entropy": 1.0},
-        {"model": "m", "setting": "paper", "method": "ELSI-C", "m": 2, "layers": (0, 4), "entropy": 0.75},
-        {"model": "m", "setting": "paper", "method": "EAGLE3", "m": 3, "layers": (0, 1, 2), "entropy": 0.1}])
-    gaps = study.optimum_gaps(table).set_index("method")
+    table = pd.DataFrame(
+        [
+            {"model": "m", "setting": "paper", "method": "exhaustive", "m": 2, "layers": (1, 4), "entropy": 1.0},
+            {"model": "m", "setting": "paper", "method": "ELSI", "m": 2, "layers": (1, 4), "entropy": 1.0},
+            {"model": "m", "setting": "paper", "method": "ELSI-C", "m": 2, "layers": (0, 4), "entropy": 0.75},
+            {"model": "m", "setting": "paper", "method": "EAGLE3", "m": 3, "layers": (0, 1, 2), "entropy": 0.1},
+        ]
+    )
+    gaps = layer_sets.optimum_gaps(table).set_index("method")
     assert list(gaps.index) == ["ELSI", "ELSI-C"]
     assert gaps.loc["ELSI", "optimal"] and gaps.loc["ELSI", "gap"] == 0
     assert not gaps.loc["ELSI-C", "optimal"] and gaps.loc["ELSI-C", "gap"] == pytest.approx(0.25)
@@ -355,7 +426,7 @@ def test_optimum_gaps():
 def test_path_start_is_where_the_chosen_path_begins():
     for seed in range(4):
         selection = elsi(random_layers(n_layers=9, rows=6, dim=12, seed=seed), 3, k_beam=4, k_expand=2)
-        layer, rank = study.path_start(selection)
+        layer, rank = layer_sets.path_start(selection)
         assert (layer,) == selection.path()[0] and selection.beams[1][rank].layers == (layer,)
 
 
@@ -363,9 +434,16 @@ def _bootstrap_stats(seed=0):
     rng = np.random.default_rng(seed)
     sums = rng.normal(size=(12, 6, 4, 8)).astype(np.float32)  # 12 samples, N=6, B=4, d=8
     blocks = rng.integers(1, 4, size=12)
-    return LayerStats(Z=sums.astype(np.float64).sum(0) / blocks.sum(), final_norm=np.ones((4, 8)),
-                      sample_entropy=np.ones((12, 6)), sample_index=np.arange(12), abs_max=np.ones((6, 8)),
-                      abs_sum=np.ones((6, 8)), sample_sums=sums, sample_blocks=blocks)
+    return LayerStats(
+        Z=sums.astype(np.float64).sum(0) / blocks.sum(),
+        final_norm=np.ones((4, 8)),
+        sample_entropy=np.ones((12, 6)),
+        sample_index=np.arange(12),
+        abs_max=np.ones((6, 8)),
+        abs_sum=np.ones((6, 8)),
+        sample_sums=sums,
+        sample_blocks=blocks,
+    )
 
 
 def test_bootstrap_counts_choices_reproducibly():
@@ -381,7 +459,7 @@ def test_bootstrap_counts_choices_reproducibly():
 
 def test_bootstrap_table_marks_the_full_choice():
     stats = {"a": {"entropy": _bootstrap_stats(0)}, "b": {"entropy": _bootstrap_stats(1)}}
-    table = study.bootstrap_table(stats, 2, n_boot=11, seed=2, progress=False)
+    table = layer_sets.bootstrap_table(stats, 2, n_boot=11, seed=2, progress=False)
     assert list(table.columns) == ["model", "layers", "count", "share", "chosen on all prompts"]
     for name, by_selection in stats.items():
         rows = table[table.model == name]

@@ -1,11 +1,13 @@
 """Rank correlations of selection criteria with trained drafts (elsi_lib.study.validation): Spearman
 against scipy, the sign convention of each criterion, intervals that hold their estimate, and the
 refusals."""
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
+from elsi_lib.study import rank_stats
 from elsi_lib.study import validation as V
 from elsi_lib.selection import probe as P
 
@@ -16,10 +18,23 @@ def drafts_rows(taus, entropies, steps, *, questions=30, protocol="p", prompts=1
     rows = []
     for i, (tau, h, s) in enumerate(zip(taus, entropies, steps)):
         for q in range(questions):
-            rows.append({"protocol": protocol, "prompts": prompts, "id": f"m{i}", "method": "EAGLE3" if i == 0 else f"M{i}", "seed": 0,
-                         "layers": V.layers_text((i, i + 1)), "set entropy": h, "step 1": s, "temperature": 0.0,
-                         "nodes": 60, "question_id": q, "column": "MT" if q % 2 else "QA",
-                         "tau": tau + noise * rng.standard_normal()})
+            rows.append(
+                {
+                    "protocol": protocol,
+                    "prompts": prompts,
+                    "id": f"m{i}",
+                    "method": "EAGLE3" if i == 0 else f"M{i}",
+                    "seed": 0,
+                    "layers": V.layers_text((i, i + 1)),
+                    "set entropy": h,
+                    "step 1": s,
+                    "temperature": 0.0,
+                    "nodes": 60,
+                    "question_id": q,
+                    "column": "MT" if q % 2 else "QA",
+                    "tau": tau + noise * rng.standard_normal(),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -36,20 +51,23 @@ def test_spearman_rows_matches_scipy_with_ties():
     rng = np.random.default_rng(1)
     x = rng.integers(0, 4, size=(20, 9)).astype(float)  # many ties
     y = rng.normal(size=(20, 9))
-    got = V.spearman_rows(x, y)
+    got = rank_stats.spearman_rows(x, y)
     for row, value in zip(range(20), got):
         expected = spearmanr(x[row], y[row]).statistic
         assert (np.isnan(value) and np.isnan(expected)) or value == pytest.approx(expected)
-    assert np.isnan(V.spearman_rows(np.ones((1, 5)), y[:1, :5])[0])
+    assert np.isnan(rank_stats.spearman_rows(np.ones((1, 5)), y[:1, :5])[0])
 
 
 def test_signs_intervals_and_a_criterion_that_predicts_nothing():
     taus = [1.2, 1.4, 1.6, 1.8, 2.0, 2.2]
     rows = drafts_rows(taus, entropies=[0.9, 0.1, 0.5, 0.3, 0.7, 0.2], steps=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
-    scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(6)],
-                           "probe error": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]})  # lower error, better draft
+    scores = pd.DataFrame(
+        {"layers": [V.layers_text((i, i + 1)) for i in range(6)], "probe error": [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]}
+    )  # lower error, better draft
     table = correlations(rows, scores, 300).set_index(["criterion", "outcome"])
-    assert table.loc[("probe error", "tau minus EAGLE3"), "rho"] == pytest.approx(1.0)  # signed: a perfect predictor is +1
+    assert table.loc[("probe error", "tau minus EAGLE3"), "rho"] == pytest.approx(
+        1.0
+    )  # signed: a perfect predictor is +1
     assert table.loc[("probe error", "step 1"), "rho"] == pytest.approx(1.0)
     entropy = spearmanr([0.9, 0.1, 0.5, 0.3, 0.7, 0.2], taus).statistic
     assert table.loc[("set entropy", "tau minus EAGLE3"), "rho"] == pytest.approx(entropy)
@@ -58,15 +76,22 @@ def test_signs_intervals_and_a_criterion_that_predicts_nothing():
     assert table.loc[("set entropy", TAU), "p (permutation)"] > 0.2
     for _, row in table.iterrows():
         assert row["low (sets)"] <= row.rho + 1e-12 <= row["high (sets)"] + 2e-12
-    assert table.loc[("set entropy", "tau minus EAGLE3"), "low (sets)"] < 0 < table.loc[("set entropy", "tau minus EAGLE3"), "high (sets)"]
+    assert (
+        table.loc[("set entropy", "tau minus EAGLE3"), "low (sets)"]
+        < 0
+        < table.loc[("set entropy", "tau minus EAGLE3"), "high (sets)"]
+    )
     # questions resampled with the sets: noisy per-question tau widens the interval, never for step accuracy
     # (every tau raised by 8, which moves no difference from EAGLE3, so that the noise keeps it >= 1)
-    noisy = drafts_rows([t + 8 for t in taus], [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-                        noise=2.0)
+    noisy = drafts_rows(
+        [t + 8 for t in taus], [0.9, 0.1, 0.5, 0.3, 0.7, 0.2], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], noise=2.0
+    )
     assert noisy.tau.min() >= 1
     wide = correlations(noisy, scores, 300).set_index(["criterion", "outcome"])
-    assert (wide.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"]
-            < table.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"])
+    assert (
+        wide.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"]
+        < table.loc[("probe error", "tau minus EAGLE3"), "low (questions and sets)"]
+    )
     assert np.isnan(table.loc[("probe error", "step 1"), "low (questions and sets)"])
 
 
@@ -88,16 +113,37 @@ def test_only_the_first_seed_and_one_row_per_point():
 
 
 def test_question_rows_join_layers_entropy_and_accuracy():
-    results = pd.DataFrame([{"id": i, "method": m, "seed": 0, "temperature": 0.0, "nodes": 60, "question_id": q,
-                             "column": "MT", "tau": 1.5, "category": "x", "rounds": 3, "accepted": [1]}
-                            for i, m in [("eagle2", "EAGLE2"), ("eagle3", "EAGLE3")] for q in range(2)])
-    accuracy = pd.DataFrame([{"method": "EAGLE2", "seed": 0, "step 1": 0.3}, {"method": "EAGLE3", "seed": 0, "step 1": 0.4}])
-    methods = pd.DataFrame([{"id": "eagle2", "layers": (29,), "entropy": 0.6},
-                            {"id": "eagle3", "layers": (1, 14, 26), "entropy": 0.05}])
+    results = pd.DataFrame(
+        [
+            {
+                "id": i,
+                "method": m,
+                "seed": 0,
+                "temperature": 0.0,
+                "nodes": 60,
+                "question_id": q,
+                "column": "MT",
+                "tau": 1.5,
+                "category": "x",
+                "rounds": 3,
+                "accepted": [1],
+            }
+            for i, m in [("eagle2", "EAGLE2"), ("eagle3", "EAGLE3")]
+            for q in range(2)
+        ]
+    )
+    accuracy = pd.DataFrame(
+        [{"method": "EAGLE2", "seed": 0, "step 1": 0.3}, {"method": "EAGLE3", "seed": 0, "step 1": 0.4}]
+    )
+    methods = pd.DataFrame(
+        [{"id": "eagle2", "layers": (29,), "entropy": 0.6}, {"id": "eagle3", "layers": (1, 14, 26), "entropy": 0.05}]
+    )
     rows = V.question_rows(results, accuracy, methods, protocol="small", prompts=1000)
     first = rows.drop_duplicates("id").set_index("id")
     assert first.loc["eagle3", "layers"] == "1 14 26" and first.loc["eagle2", "step 1"] == 0.3
-    assert first.loc["eagle3", "set entropy"] == 0.05 and (rows.prompts == 1000).all() and (rows.protocol == "small").all()
+    assert (
+        first.loc["eagle3", "set entropy"] == 0.05 and (rows.prompts == 1000).all() and (rows.protocol == "small").all()
+    )
     with pytest.raises(ValueError, match="not in `methods`"):
         V.question_rows(results, accuracy, methods[methods.id == "eagle3"], protocol="small", prompts=1)
     with pytest.raises(ValueError, match="no held-out step accuracy"):
@@ -118,12 +164,17 @@ def test_probe_scores_are_the_probes_errors_per_distinct_set():
 
 def test_fig10_draws_every_point_with_its_rho(tmp_path):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from elsi_lib.study import draft_plots, plots
 
-    rows = pd.concat([drafts_rows([1.2, 1.4, 1.6], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
-                      drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50)])
+    rows = pd.concat(
+        [
+            drafts_rows([1.2, 1.4, 1.6], [0.3, 0.2, 0.1], [0.1, 0.2, 0.3]),
+            drafts_rows([1.3, 1.5, 1.9], [0.3, 0.2, 0.1], [0.2, 0.3, 0.4], protocol="q", prompts=50),
+        ]
+    )
     scores = pd.DataFrame({"layers": [V.layers_text((i, i + 1)) for i in range(3)], "probe error": [0.9, 0.5, 0.4]})
     drafts = V.draft_table(rows, temperature=0.0, nodes=60).merge(scores, on="layers")
     fig = draft_plots.criteria_vs_drafts(drafts, correlations(rows, scores), "criteria")
@@ -137,10 +188,12 @@ def test_fig10_draws_every_point_with_its_rho(tmp_path):
 
 def test_drafts_from_the_committed_small_protocol_tables():
     from pathlib import Path
+
     results = Path(__file__).resolve().parents[1] / "data" / "results"
     read = lambda name: pd.read_csv(results / f"table2_{name}_smollm2-135m.csv")  # noqa: E731
-    drafts = V.drafts_from_tables(read("step_accuracy"), read("paired"), read("beam_overlap"), protocol="table2",
-                                  prompts=936)
+    drafts = V.drafts_from_tables(
+        read("step_accuracy"), read("paired"), read("beam_overlap"), protocol="table2", prompts=936
+    )
     at = drafts[(drafts.temperature == 0) & (drafts.nodes == 60)].set_index("method")
     assert len(at) == 11 and at.loc["EAGLE3", TAU] == 0.0 and at.loc["EAGLE3", "layers"] == "1 14 26"
     assert at.loc["EAGLE3", "step 1"] == pytest.approx(0.331614) and at.loc["EAGLE2", "layers"] == "29"
@@ -169,6 +222,7 @@ def test_paired_from_the_finished_drafts_of_each_protocol_against_each_baseline(
 
 
 # ---------------------------------------------------------------- what the criteria statistics refuse (issue 34)
+
 
 def zero_sum_rows():
     """Four drafts whose per-question tau differs from EAGLE3's by +-0.25 (exactly, in binary) and
@@ -241,8 +295,11 @@ def test_a_duplicated_question_row_is_refused():
     with pytest.raises(ValueError, match=r"'m2'.*question 7"):
         V.rank_correlations(drafts, twice, temperature=0.0, nodes=60, n_boot=200)
     # the same question at another temperature, tree size or seed is no duplicate
-    V.draft_table(pd.concat([rows, rows.assign(temperature=1.0), rows.assign(nodes=30), rows.assign(seed=1)]),
-                  temperature=0.0, nodes=60)
+    V.draft_table(
+        pd.concat([rows, rows.assign(temperature=1.0), rows.assign(nodes=30), rows.assign(seed=1)]),
+        temperature=0.0,
+        nodes=60,
+    )
 
 
 @pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, np.inf])
@@ -263,11 +320,14 @@ def test_a_committed_table_listing_a_draft_twice_is_refused(name):
     """Before: `drafts_from_tables` kept the first step-accuracy row, the last paired row and the first
     beam-overlap row of a method listed twice, without a word."""
     from pathlib import Path
+
     results = Path(__file__).resolve().parents[1] / "data" / "results"
-    tables = {n: pd.read_csv(results / f"table2_{n}_smollm2-135m.csv")
-              for n in ("step_accuracy", "paired", "beam_overlap")}
+    tables = {
+        n: pd.read_csv(results / f"table2_{n}_smollm2-135m.csv") for n in ("step_accuracy", "paired", "beam_overlap")
+    }
     row = tables[name][tables[name].method == "EAGLE2"].iloc[[0]]
     tables[name] = pd.concat([tables[name], row], ignore_index=True)
     with pytest.raises(ValueError, match=r"method 'EAGLE2'.*2 times"):
-        V.drafts_from_tables(tables["step_accuracy"], tables["paired"], tables["beam_overlap"], protocol="table2",
-                             prompts=936)
+        V.drafts_from_tables(
+            tables["step_accuracy"], tables["paired"], tables["beam_overlap"], protocol="table2", prompts=936
+        )

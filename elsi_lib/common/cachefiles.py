@@ -4,6 +4,7 @@ A cache entry is either a file or a folder with a `manifest.json` that lists eve
 size and sha256. Entries are written under a temporary name and renamed into place, so a reader
 never sees half of one; `verify_manifest` tells a complete entry from a corrupt or stale one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,8 +68,16 @@ def per_question_cache(kind: str, key: dict):
 def save_per_question(path, key: dict, done: dict) -> None:
     """Write `per_question_cache`'s file atomically, with a checksum over the results."""
     results = {str(k): v for k, v in sorted(done.items())}
-    atomic_write_bytes(path, json.dumps({"key": json.loads(json.dumps(key, sort_keys=True)), "results": results,
-                                         "checksum": sha256_text(json.dumps(results))}).encode())
+    atomic_write_bytes(
+        path,
+        json.dumps(
+            {
+                "key": json.loads(json.dumps(key, sort_keys=True)),
+                "results": results,
+                "checksum": sha256_text(json.dumps(results)),
+            }
+        ).encode(),
+    )
 
 
 def check_writable(folder: str | os.PathLike) -> None:
@@ -80,8 +89,10 @@ def check_writable(folder: str | os.PathLike) -> None:
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".write-check-"):
             pass
     except OSError as err:
-        raise PermissionError(f"cannot write to the cache folder {folder} ({err.strerror or err}): set "
-                              "ELSI_CACHE_DIR to a writable folder, or pass cache=False") from err
+        raise PermissionError(
+            f"cannot write to the cache folder {folder} ({err.strerror or err}): set "
+            "ELSI_CACHE_DIR to a writable folder, or pass cache=False"
+        ) from err
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 22) -> str:
@@ -182,8 +193,9 @@ def _unlink_if_unlocked(tmp: Path, of: str) -> bool:
             return False  # renamed into place by its writer meanwhile
     finally:
         os.close(fd)
-    warnings.warn(f"removed {tmp.name} ({size} bytes) in {tmp.parent}: a temporary file left by an interrupted "
-                  f"write of {of}")
+    warnings.warn(
+        f"removed {tmp.name} ({size} bytes) in {tmp.parent}: a temporary file left by an interrupted write of {of}"
+    )
     return True
 
 
@@ -202,10 +214,10 @@ def read_checked(path: str | os.PathLike) -> bytes:
     remove_stale_tmp(path)
     data = Path(path).read_bytes()
     head = len(CHECKED_MAGIC)
-    if not data.startswith(CHECKED_MAGIC) or data[head + 64:head + 65] != b"\n":
+    if not data.startswith(CHECKED_MAGIC) or data[head + 64 : head + 65] != b"\n":
         raise ValueError("no checksum header (a foreign or older file)")
-    payload = data[head + 65:]
-    if hashlib.sha256(payload).hexdigest().encode() != data[head:head + 64]:
+    payload = data[head + 65 :]
+    if hashlib.sha256(payload).hexdigest().encode() != data[head : head + 64]:
         raise ValueError("checksum mismatch (truncated or altered)")
     return payload
 
@@ -218,8 +230,10 @@ def entry_files(folder: Path) -> list[str]:
 def write_manifest(folder: str | os.PathLike, key: dict) -> dict:
     """Record `key` (what produced the entry) and the size and sha256 of every file in `folder`."""
     folder = Path(folder)
-    files = {name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
-             for name in entry_files(folder)}
+    files = {
+        name: {"size": (folder / name).stat().st_size, "sha256": sha256_file(folder / name)}
+        for name in entry_files(folder)
+    }
     manifest = {"key": key, "files": files}
     atomic_write_bytes(folder / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True).encode())
     return manifest
@@ -289,5 +303,4 @@ def check_folder_slot(final: str | os.PathLike) -> None:
     """NotADirectoryError naming `final` when something other than a folder is where a folder entry goes."""
     final = Path(final)
     if final.exists() and not final.is_dir():
-        raise NotADirectoryError(f"{final} is a file, not a folder (elsi writes a folder there): remove it and "
-                                 "rerun")
+        raise NotADirectoryError(f"{final} is a file, not a folder (elsi writes a folder there): remove it and rerun")

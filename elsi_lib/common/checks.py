@@ -1,5 +1,6 @@
 """Checks of the arguments every math module takes: arrays, layer stacks, alpha, normalizations and
 layer sets. Each raises a clear error before any work, naming what is wrong."""
+
 from __future__ import annotations
 
 import numbers

@@ -1,5 +1,6 @@
 """Saving figures under stable names, and the one figure the `elsi` command draws (`elsi report`'s
 depth profile); the paper's figures are the study's (`paper.plots`)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -8,6 +8,7 @@ instructions (`bf16_autocast_default`; the value in effect is part of every chec
 and of the numeric settings every result records); a CPU whose flags cannot be read (no
 /proc/cpuinfo, another architecture's format) gets float32 and a warning saying why; an explicit bf16
 setting on a CPU without them warns."""
+
 from __future__ import annotations
 
 import warnings
@@ -39,9 +40,13 @@ def bf16_autocast_default() -> bool:
     them, and where its flags cannot be read (with a warning: bf16 may be 31-110 times slower there)."""
     flags = cpu_flags()
     if flags is None:
-        warnings.warn("cannot read this CPU's flags (/proc/cpuinfo): bf16 autocast defaults to off (float32), "
-                      "which is never the slow choice; pass autocast_bf16=True if the CPU has bf16 matmul "
-                      "instructions", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            "cannot read this CPU's flags (/proc/cpuinfo): bf16 autocast defaults to off (float32), "
+            "which is never the slow choice; pass autocast_bf16=True if the CPU has bf16 matmul "
+            "instructions",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return False
     return not bf16_matmul_is_slow(flags)
 
@@ -56,8 +61,12 @@ def warn_if_bf16_is_slow(device_type: str, what: str, flags: set[str] | None = N
     instructions; returns whether it warned."""
     if device_type != "cpu" or not bf16_matmul_is_slow(flags):
         return False
-    warnings.warn(f"{what} runs under bfloat16 autocast on a CPU without bf16 matmul instructions (no "
-                  f"{' or '.join(BF16_FLAGS)}): PyTorch's fallback ran a draft's matmuls 31 to 110 times slower than float32 on such a CPU. "
-                  "Turn it off for this machine (TrainSettings(autocast_bf16=False), live_bf16=False); the cache "
-                  "keys record the choice.", RuntimeWarning, stacklevel=3)
+    warnings.warn(
+        f"{what} runs under bfloat16 autocast on a CPU without bf16 matmul instructions (no "
+        f"{' or '.join(BF16_FLAGS)}): PyTorch's fallback ran a draft's matmuls 31 to 110 times slower than float32 on such a CPU. "
+        "Turn it off for this machine (TrainSettings(autocast_bf16=False), live_bf16=False); the cache "
+        "keys record the choice.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
     return True

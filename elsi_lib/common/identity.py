@@ -6,6 +6,7 @@ The weights hash reads every parameter and buffer once (well under a second for 
 CPU) and is remembered on the model until a tensor is replaced or changed in place (torch counts
 in-place writes in each tensor's `_version`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,8 +23,9 @@ def _tensors(model):
 
 def _state(model) -> tuple:
     """Cheap to read, changes whenever a weight may have: identity, storage and write count."""
-    return tuple((name, t.data_ptr(), t._version, tuple(t.shape), str(t.dtype), str(t.device))
-                 for name, t in _tensors(model))
+    return tuple(
+        (name, t.data_ptr(), t._version, tuple(t.shape), str(t.dtype), str(t.device)) for name, t in _tensors(model)
+    )
 
 
 def weights_sha256(model) -> str:
@@ -48,8 +50,11 @@ def model_fingerprint(model) -> dict:
     cached = getattr(model, "_elsi_weights_sha256", None)
     if cached is None or cached[0] != state:
         cached = model._elsi_weights_sha256 = (state, weights_sha256(model))
-    return {"architecture": type(model).__name__, "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
-            "weights_sha256": cached[1]}
+    return {
+        "architecture": type(model).__name__,
+        "config_sha256": hashlib.sha256(config.encode()).hexdigest(),
+        "weights_sha256": cached[1],
+    }
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -58,11 +63,14 @@ def tokenizer_fingerprint(tokenizer) -> str:
     special tokens and padding side, and the chat template."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     definition = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
-    parts = {"class": type(tokenizer).__name__, "definition": definition,
-             "special_tokens": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
-             "added_tokens": sorted((str(k), int(v)) for k, v in tokenizer.get_added_vocab().items()),
-             "padding_side": getattr(tokenizer, "padding_side", None),
-             "chat_template": getattr(tokenizer, "chat_template", None)}
+    parts = {
+        "class": type(tokenizer).__name__,
+        "definition": definition,
+        "special_tokens": {k: str(v) for k, v in tokenizer.special_tokens_map.items()},
+        "added_tokens": sorted((str(k), int(v)) for k, v in tokenizer.get_added_vocab().items()),
+        "padding_side": getattr(tokenizer, "padding_side", None),
+        "chat_template": getattr(tokenizer, "chat_template", None),
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -74,5 +82,9 @@ def versions() -> dict:
 
     from .. import __version__
 
-    return {"elsi": __version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__}
+    return {
+        "elsi": __version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }

@@ -3,6 +3,7 @@
 `make figures` runs the notebooks headless and sets ELSI_PROGRESS=stderr: the bars then go to the
 kernel process's own stderr, which is the terminal running papermill, with rate and time left.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,17 @@ class StageClock:
             if self.log is not None:
                 Path(self.log).parent.mkdir(parents=True, exist_ok=True)
                 with open(self.log, "a") as f:
-                    f.write(json.dumps({"stage": stage, "seconds": round(seconds, 1), "finished": finished,
-                                        "ended": time.strftime("%Y-%m-%dT%H:%M:%S")}) + "\n")
+                    f.write(
+                        json.dumps(
+                            {
+                                "stage": stage,
+                                "seconds": round(seconds, 1),
+                                "finished": finished,
+                                "ended": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                            }
+                        )
+                        + "\n"
+                    )
 
     def frame(self):
         """A DataFrame: stage, seconds, and a total row."""
@@ -68,8 +78,11 @@ def stage_history(log):
         except json.JSONDecodeError:
             continue
     frame = pd.DataFrame(entries, columns=["stage", "seconds", "finished", "ended"])
-    by = frame.groupby("stage", sort=False).agg(seconds=("seconds", "sum"), runs=("seconds", "size"),
-                                                interrupted=("finished", lambda f: int((~f.astype(bool)).sum())))
+    by = frame.groupby("stage", sort=False).agg(
+        seconds=("seconds", "sum"),
+        runs=("seconds", "size"),
+        interrupted=("finished", lambda f: int((~f.astype(bool)).sum())),
+    )
     by = by.reset_index()
     total = {"stage": "total", "seconds": by.seconds.sum(), "runs": by.runs.sum(), "interrupted": by.interrupted.sum()}
     return pd.concat([by, pd.DataFrame([total])], ignore_index=True)

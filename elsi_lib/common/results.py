@@ -3,6 +3,7 @@ reads them for its evidence line): `data/results/{table}_{kind}_{model slug}.csv
 
 PROTOCOLS lists each family's trained-draft protocols, strongest (most training prompts) first.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,10 @@ from .cachefiles import REPO_ROOT
 
 # family (model registry name) -> [(table name, what it is)], the strongest protocol first
 PROTOCOLS = {
-    "smollm2-135m": [("table2_strong", "the strong protocol, vLLM replies to 4,744 prompts"),
-                     ("table2", "the paper's Table 2 protocol, 1,000 prompts")],
+    "smollm2-135m": [
+        ("table2_strong", "the strong protocol, vLLM replies to 4,744 prompts"),
+        ("table2", "the paper's Table 2 protocol, 1,000 prompts"),
+    ],
     "qwen2.5-coder-0.5b": [("table3", "the paper's Table 3 protocol, vLLM replies to 936 prompts")],
 }
 

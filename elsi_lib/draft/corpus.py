@@ -7,18 +7,31 @@ by every draft; training replies can instead be written by vLLM (`engine_replies
 replies about twice as fast here, `bench/bench_replies.py`). Training prompts are disjoint from every calibration prompt and
 from SpecBench.
 """
+
 from __future__ import annotations
 
-from ..inputs.prompts import (CALIBRATION_MIX, load_prompts, load_specbench, specbench_conversations, training_prompts,
-                              training_prompts_with_sets)
-from ..hidden.engine_replies import engine_replies, replies_written, vllm_version
+from ..inputs.prompts import (
+    CALIBRATION_MIX,
+    load_prompts,
+    load_specbench,
+    specbench_conversations,
+    training_prompts,
+    training_prompts_with_sets,
+)
+from ..hidden.engine_replies import engine_replies, replies_written
+from ..hidden.engine_env import vllm_version
 from ..hidden.replies import generate_responses, with_replies
 
 # The paper's SpecBench columns; M/R merges MT-bench math and reasoning with GSM8K math_reasoning,
 # MT is the rest of MT-bench (writing, roleplay, coding, extraction, stem, humanities).
-COLUMNS = {"MT": ("writing", "roleplay", "coding", "extraction", "stem", "humanities"),
-           "Trans": ("translation",), "Sum": ("summarization",), "QA": ("qa",),
-           "M/R": ("math", "reasoning", "math_reasoning"), "RAG": ("rag",)}
+COLUMNS = {
+    "MT": ("writing", "roleplay", "coding", "extraction", "stem", "humanities"),
+    "Trans": ("translation",),
+    "Sum": ("summarization",),
+    "QA": ("qa",),
+    "M/R": ("math", "reasoning", "math_reasoning"),
+    "RAG": ("rag",),
+}
 REPLY_BATCH = 16
 
 
@@ -40,7 +53,9 @@ def training_prompt_list(n_prompts: int, *, seed: int = 0) -> list[list[dict]]:
 def training_prompt_sets(n_prompts: int, *, seed: int = 0) -> list[str]:
     """The prompt set each of `training_prompt_list(n_prompts)` comes from, in the same order."""
     calibration = [c for prompt_set in CALIBRATION_MIX for c in load_prompts(prompt_set)]
-    chosen = training_prompts_with_sets(n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())])
+    chosen = training_prompts_with_sets(
+        n_prompts, seed, exclude=[calibration, specbench_conversations(load_specbench())]
+    )
     return [prompt_set for _, prompt_set in chosen]
 
 
@@ -53,8 +68,17 @@ def reply_tokens_by_set(tokenizer, conversations: list[list[dict]], prompt_sets:
     return {**counts, "total": sum(counts.values())}
 
 
-def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, max_new_tokens: int = 256,
-                           max_length: int = 1024, progress: bool = True, engine: str = "hf") -> list[list[dict]]:
+def training_conversations(
+    model,
+    tokenizer,
+    n_prompts: int,
+    *,
+    seed: int = 0,
+    max_new_tokens: int = 256,
+    max_length: int = 1024,
+    progress: bool = True,
+    engine: str = "hf",
+) -> list[list[dict]]:
     """`training_prompt_list(n_prompts)`, each followed by the target's greedy reply of up to
     `max_new_tokens`, written by `engine`: "hf" (the reply step, transformers `generate` in batches of
     REPLY_BATCH) or "vllm" (`engine_replies`, in the engines' environment)."""
@@ -64,13 +88,21 @@ def training_conversations(model, tokenizer, n_prompts: int, *, seed: int = 0, m
     if engine == "vllm":
         replies = engine_replies(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length)[0]
     else:
-        replies = generate_responses(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length,
-                                     batch_size=REPLY_BATCH, progress=progress)
+        replies = generate_responses(
+            model,
+            tokenizer,
+            prompts,
+            max_new_tokens=max_new_tokens,
+            max_length=max_length,
+            batch_size=REPLY_BATCH,
+            progress=progress,
+        )
     return with_replies(prompts, replies)
 
 
-def training_conversations_written(model, tokenizer, n_prompts: int, first: int, *, seed: int = 0,
-                                   max_new_tokens: int = 256, max_length: int = 1024) -> list[list[dict]]:
+def training_conversations_written(
+    model, tokenizer, n_prompts: int, first: int, *, seed: int = 0, max_new_tokens: int = 256, max_length: int = 1024
+) -> list[list[dict]]:
     """The first `first` of `training_conversations(..., n_prompts, engine="vllm")` from the replies
     vLLM has written so far (finished or still running; `engine_replies.replies_written`): probes on
     a prefix of the data while the rest is written. Runs no engine."""
@@ -94,23 +126,46 @@ def eval_questions(per_column: int, *, seed: int = 0):
         raise ValueError(f"per_column must be a positive integer, got {per_column!r}")
     frame = load_specbench()
     frame["column"] = frame["category"].map(column_of)
-    rows = [i for _, group in frame.groupby("column", sort=False)
-            for i in group.sample(min(per_column, len(group)), random_state=seed).index]
+    rows = [
+        i
+        for _, group in frame.groupby("column", sort=False)
+        for i in group.sample(min(per_column, len(group)), random_state=seed).index
+    ]
     chosen = frame.loc[rows].sort_values("question_id").reset_index(drop=True)
     chosen["conversation"] = [[{"role": "user", "content": turns[0]}] for turns in chosen["turns"]]
     return chosen.drop(columns="turns")
 
 
-def eval_conversations(model, tokenizer, questions, *, max_new_tokens: int = 256, max_length: int = 1024,
-                       progress: bool = True, temperature: float = 0.0, seed: int = 0):
+def eval_conversations(
+    model,
+    tokenizer,
+    questions,
+    *,
+    max_new_tokens: int = 256,
+    max_length: int = 1024,
+    progress: bool = True,
+    temperature: float = 0.0,
+    seed: int = 0,
+    archive=None,
+):
     """Each question followed by the target's continuation (the tokens replay must match): greedy at
     `temperature` 0; otherwise a seeded sample at that temperature, returned with the sampled token
     ids as (conversations, ids) (the rendered reply is re-tokenised; replay stops where the two
-    part)."""
+    part). `archive`: the folder the continuations are archived in (`replies.generate_responses`)."""
     conversations = list(questions["conversation"])
-    out = generate_responses(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                             batch_size=REPLY_BATCH, progress=progress, temperature=temperature, seed=seed,
-                             with_ids=temperature > 0)
+    out = generate_responses(
+        model,
+        tokenizer,
+        conversations,
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        batch_size=REPLY_BATCH,
+        progress=progress,
+        temperature=temperature,
+        seed=seed,
+        with_ids=temperature > 0,
+        archive=archive,
+    )
     if temperature == 0:
         return with_replies(conversations, out)
     replies, ids = out

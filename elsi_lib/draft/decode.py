@@ -15,6 +15,7 @@ token from the target's last logits), every round:
 Target features are rounded to float16, as the feature store holds them for training and replay,
 so that the loop's drafts see what the replay's see.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,8 @@ from transformers.cache_utils import DynamicLayer
 from ..hidden.forward import layer_outputs
 from ..hidden.replies import eos_ids
 from ..common.checks import is_integer
-from .model import FINAL_NORM, Eagle3Draft, check_source
+from .model import Eagle3Draft
+from .config import FINAL_NORM, check_source
 from .runner import draft_device, draft_rows, resolved_autocast, root_step_fn
 from .tree import DraftTree, check_tree_args, build_trees
 
@@ -67,8 +69,13 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
     dtype = next(model.parameters()).dtype
     mask = None if allowed is None else _additive(allowed, dtype)
     with layer_outputs(model) as captured:
-        out = decoder(input_ids=ids[None], attention_mask=mask, cache=cache, use_cache=True,
-                      position_ids=None if positions is None else positions[None])
+        out = decoder(
+            input_ids=ids[None],
+            attention_mask=mask,
+            cache=cache,
+            use_cache=True,
+            position_ids=None if positions is None else positions[None],
+        )
     final = out.last_hidden_state[0]  # (n, d) after the final norm
     features = final if source == FINAL_NORM else torch.cat([captured[l][0] for l in source], dim=-1)  # (n, m*d)
     features = features.half().float() if round_features else features.float()
@@ -137,9 +144,21 @@ def accept_sampling(logits, tree: DraftTree, temperature: float, generator) -> t
 
 
 @torch.no_grad()
-def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens: int, nodes: int = 60,
-                         depth: int = 6, top_k: int = 10, temperature: float = 0.0, seed: int = 0,
-                         stop_at_eos: bool = True, autocast: bool | None = None, round_features: bool = True) -> Decoded:
+def speculative_generate(
+    target,
+    draft: Eagle3Draft,
+    prompt_ids,
+    *,
+    max_new_tokens: int,
+    nodes: int = 60,
+    depth: int = 6,
+    top_k: int = 10,
+    temperature: float = 0.0,
+    seed: int = 0,
+    stop_at_eos: bool = True,
+    autocast: bool | None = None,
+    round_features: bool = True,
+) -> Decoded:
     """Generate up to `max_new_tokens` after `prompt_ids` (P,) with `draft` reading its own source
     (`draft.config.source`, checked against `target` with the rest of its shape). T = 0 equals the target's greedy decoding; T > 0 samples from the
     target's distribution at that temperature (seeded). A chain of k is `nodes=k, depth=k, top_k=1`.
@@ -149,8 +168,16 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
     (`runner.resolved_autocast`: bf16 only with bf16 matmul instructions). Every argument is checked
     before the prefill."""
     autocast = resolved_autocast(autocast)
-    prompt_ids = check_generate_args(target, draft, prompt_ids, max_new_tokens=max_new_tokens, nodes=nodes,
-                                     depth=depth, top_k=top_k, temperature=temperature)
+    prompt_ids = check_generate_args(
+        target,
+        draft,
+        prompt_ids,
+        max_new_tokens=max_new_tokens,
+        nodes=nodes,
+        depth=depth,
+        top_k=top_k,
+        temperature=temperature,
+    )
     source = draft.config.source
     device = next(target.parameters()).device  # the draft's weights are checked to live there too
     if draft_device(draft) != device:
@@ -169,8 +196,14 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
     logits, features, cache = target_forward(target, prompt_ids, source, round_features=round_features)
     out = Decoded(tokens=[pick(logits[-1])])
     P = len(prompt_ids)  # tokens the target has cached; the root sits at position P
-    hidden, kv = draft_rows(draft, features, torch.cat([prompt_ids[1:], torch.tensor(out.tokens, device=device)]), 0, None,
-                            autocast=autocast)  # rows 0..P-1: hidden (P, d)
+    hidden, kv = draft_rows(
+        draft,
+        features,
+        torch.cat([prompt_ids[1:], torch.tensor(out.tokens, device=device)]),
+        0,
+        None,
+        autocast=autocast,
+    )  # rows 0..P-1: hidden (P, d)
     out.prefill_s = time.perf_counter() - start
     while len(out.tokens) < max_new_tokens and out.tokens[-1] not in eos:
         t0 = time.perf_counter()
@@ -180,13 +213,15 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
         n = len(tree)
         ids = torch.cat([torch.tensor(out.tokens[-1:], device=device), tree.tokens])  # (n + 1,) root, then the nodes
         allowed = torch.ones(n + 1, P + n + 1, dtype=torch.bool, device=device)  # the prefix: seen by all
-        allowed[0, P + 1:] = False  # the root sees itself
-        allowed[1:, P + 1:] = tree.attention_mask()  # a node: itself and its ancestors
+        allowed[0, P + 1 :] = False  # the root sees itself
+        allowed[1:, P + 1 :] = tree.attention_mask()  # a node: itself and its ancestors
         positions = torch.cat([torch.tensor([P], device=device), tree.position_ids(P + 1)])  # (n + 1,)
-        logits, features, cache = target_forward(target, ids, source, cache=cache, positions=positions,
-                                                 allowed=allowed, round_features=round_features)
-        path, bonus = accept_greedy(logits, tree) if temperature == 0 else \
-            accept_sampling(logits, tree, temperature, generator)
+        logits, features, cache = target_forward(
+            target, ids, source, cache=cache, positions=positions, allowed=allowed, round_features=round_features
+        )
+        path, bonus = (
+            accept_greedy(logits, tree) if temperature == 0 else accept_sampling(logits, tree, temperature, generator)
+        )
         out.accepted_full.append(len(path))  # before the cuts below (what an engine's counters see)
         path, bonus = cut_path(path, bonus, tree, eos, room=max_new_tokens - len(out.tokens) - 1)
         t2 = time.perf_counter()
@@ -204,8 +239,9 @@ def speculative_generate(target, draft: Eagle3Draft, prompt_ids, *, max_new_toke
     return out
 
 
-def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens, nodes, depth, top_k,
-                        temperature) -> torch.Tensor:
+def check_generate_args(
+    target, draft: Eagle3Draft, prompt_ids, *, max_new_tokens, nodes, depth, top_k, temperature
+) -> torch.Tensor:
     """`speculative_generate`'s arguments, refused with the argument named; returns the prompt as
     a (P,) int64 tensor. The draft must fit the target (`DraftConfig.check_target`), and the
     target's attention must be full (a sliding-window cache cannot be pruned to the accepted path)."""
@@ -213,12 +249,18 @@ def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_token
     config = target.config
     sliding = [t for t in (getattr(config, "layer_types", None) or []) if "sliding" in str(t)]
     if sliding or (getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None)):
-        raise NotImplementedError("the target has sliding-window attention layers, whose cache cannot be pruned "
-                                  "to the accepted path; speculative_generate supports full attention only")
+        raise NotImplementedError(
+            "the target has sliding-window attention layers, whose cache cannot be pruned "
+            "to the accepted path; speculative_generate supports full attention only"
+        )
     if not is_integer(max_new_tokens) or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
-            or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     check_tree_args(nodes, depth, top_k)
     if top_k > draft.config.draft_vocab_size:
@@ -227,6 +269,7 @@ def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_token
         prompt = prompt_ids.detach().cpu()
     else:
         import numpy as np
+
         array = np.asarray(prompt_ids)
         if array.dtype == object or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
             raise TypeError(f"prompt_ids must be integer token ids, got dtype {array.dtype}")
@@ -239,8 +282,10 @@ def check_generate_args(target, draft: Eagle3Draft, prompt_ids, *, max_new_token
         raise ValueError("prompt_ids is empty: the prefill needs at least one token")
     vocab = draft.config.vocab_size
     if int(prompt.min()) < 0 or int(prompt.max()) >= vocab:
-        raise ValueError(f"prompt_ids must lie in 0..{vocab - 1} (the target's vocabulary), got "
-                         f"{int(prompt.min())}..{int(prompt.max())}")
+        raise ValueError(
+            f"prompt_ids must lie in 0..{vocab - 1} (the target's vocabulary), got "
+            f"{int(prompt.min())}..{int(prompt.max())}"
+        )
     return prompt.long()
 
 
@@ -251,7 +296,7 @@ def cut_path(path: list[int], bonus: int, tree: DraftTree, eos, room: int) -> tu
     choice after them, becomes the bonus)."""
     ends = [j for j, node in enumerate(path) if int(tree.tokens[node]) in eos]
     if ends:
-        path, bonus = path[:ends[0]], int(tree.tokens[path[ends[0]]])
+        path, bonus = path[: ends[0]], int(tree.tokens[path[ends[0]]])
     if len(path) > room:
         path, bonus = path[:room], int(tree.tokens[path[room]])
     return path, bonus
@@ -262,5 +307,5 @@ def cut(tokens: list[int], max_new_tokens: int, eos) -> list[int]:
     tokens = tokens[:max_new_tokens]
     for i, t in enumerate(tokens):
         if t in eos:
-            return tokens[:i + 1]
+            return tokens[: i + 1]
     return tokens

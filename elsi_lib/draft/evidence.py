@@ -4,6 +4,7 @@ the criterion's draft and EAGLE3's on the same SpecBench questions, with its 95%
 family and protocol. `elsi select` prints it beside its answer; where no draft of the criterion was
 trained on the model, it says so and shows the bundled families instead.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,17 +41,19 @@ class Evidence:
         return "no difference from EAGLE3 shown"
 
     def line(self) -> str:
-        cells = "; ".join(f"T = {t:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for t, (d, lo, hi) in
-                          sorted(self.differences.items()))
+        cells = "; ".join(
+            f"T = {t:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for t, (d, lo, hi) in sorted(self.differences.items())
+        )
         prompts = f"{self.prompts:,} training prompts, " if self.prompts else ""
-        return (f"{self.method} drafts on {self.family} ({self.protocol}: {prompts}{self.drafts} drafts): tau minus "
-                f"EAGLE3's at {NODES} nodes {cells}: {self.verdict()}")
+        return (
+            f"{self.method} drafts on {self.family} ({self.protocol}: {prompts}{self.drafts} drafts): tau minus "
+            f"EAGLE3's at {NODES} nodes {cells}: {self.verdict()}"
+        )
 
 
 def method_label(method: str, m: int) -> str | None:
     """The tables' label of a criterion's draft (None: a criterion the study trains no draft of)."""
-    return {"elsi": f"ELSI m={m}", "elsi-c": f"ELSI-C m={m}", "probe": f"probe m={m}",
-            "eagle2": "EAGLE2"}.get(method)
+    return {"elsi": f"ELSI m={m}", "elsi-c": f"ELSI-C m={m}", "probe": f"probe m={m}", "eagle2": "EAGLE2"}.get(method)
 
 
 def _drafts(table: str, family: str) -> tuple[int, int | None]:
@@ -78,9 +81,17 @@ def evidence(family: str, method: str, m: int) -> list[Evidence]:
         if rows.empty:
             continue
         drafts, prompts = _drafts(table, family)
-        found.append(Evidence(family, table, about, label, drafts, prompts,
-                              {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high))
-                               for _, r in rows.iterrows()}))
+        found.append(
+            Evidence(
+                family,
+                table,
+                about,
+                label,
+                drafts,
+                prompts,
+                {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high)) for _, r in rows.iterrows()},
+            )
+        )
     return found
 
 
@@ -90,8 +101,11 @@ def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
     own = evidence(model, method, m)
-    note = (" (the drafts read the criterion's unrestricted choice, not this restricted set)"
-            if chosen_differs and own else "")
+    note = (
+        " (the drafts read the criterion's unrestricted choice, not this restricted set)"
+        if chosen_differs and own
+        else ""
+    )
     if own:
         return [f"evidence: {own[0].line()}{note}"]
     label = method_label(method, m) or f"--method {method}"

@@ -27,6 +27,7 @@ full config, the numeric settings it was trained with (`Eagle3Draft.numeric`), t
 hash and the sha256 of every other file; `load_draft` verifies all
 of them and cross-checks `config.json` (the file engines build the draft from) against that record.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,7 +42,8 @@ from ..common.cachefiles import replace_folder, sha256_file
 from ..common.checks import is_integer
 from ..selection.conventions import convert_layer_ids
 from ..common.identity import model_fingerprint, versions
-from .model import DraftConfig, Eagle3Draft
+from .model import Eagle3Draft
+from .config import DraftConfig
 
 FORMATS = ("speculators", "eagle")
 SPECULATORS_VERSION = "0.9.0"  # the release whose schema this layout follows
@@ -66,9 +68,16 @@ def _weights(draft: Eagle3Draft, prefix: str) -> dict[str, torch.Tensor]:
 def _layer_config(draft: Eagle3Draft) -> dict:
     """The draft's one-layer Llama config as engines read it."""
     block = draft.config.block_config().to_dict()
-    block.update({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 1,
-                  "tie_word_embeddings": False, "num_aux_hidden_states": draft.config.m,
-                  "rope_theta": draft.config.rope_theta})
+    block.update(
+        {
+            "model_type": "llama",
+            "architectures": ["LlamaForCausalLM"],
+            "num_hidden_layers": 1,
+            "tie_word_embeddings": False,
+            "num_aux_hidden_states": draft.config.m,
+            "rope_theta": draft.config.rope_theta,
+        }
+    )
     block.pop("transformers_version", None)
     return block
 
@@ -80,22 +89,46 @@ def engine_layer_ids(draft: Eagle3Draft) -> list[int]:
 
 def _engine_config(draft: Eagle3Draft, format: str, target, verifier: str, speculative_tokens: int) -> dict:
     ids = engine_layer_ids(draft)
-    common = {"draft_vocab_size": draft.config.draft_vocab_size, "target_hidden_size": draft.config.hidden_size,
-              "norm_before_residual": False}
+    common = {
+        "draft_vocab_size": draft.config.draft_vocab_size,
+        "target_hidden_size": draft.config.hidden_size,
+        "norm_before_residual": False,
+    }
     if format == "eagle":
-        return {**_layer_config(draft), "architectures": ["LlamaForCausalLMEagle3"], **common,
-                "eagle_aux_hidden_state_layer_ids": ids,  # vLLM's V2 runner reads only this one
-                "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
-    return {"speculators_model_type": "eagle3", "architectures": ["Eagle3Speculator"],
-            "speculators_version": SPECULATORS_VERSION, **common,
-            "norm_before_fc": False, "fc_norm": False, "norm_output": False,
-            "eagle_aux_hidden_state_layer_ids": ids, "transformer_layer_config": _layer_config(draft),
-            "speculators_config": {
-                "algorithm": "eagle3", "default_proposal_method": "greedy",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-                "verifier": {"name_or_path": str(verifier),
-                             "architectures": list(target.config.architectures or ["LlamaForCausalLM"])}}}
+        return {
+            **_layer_config(draft),
+            "architectures": ["LlamaForCausalLMEagle3"],
+            **common,
+            "eagle_aux_hidden_state_layer_ids": ids,  # vLLM's V2 runner reads only this one
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True},
+        }
+    return {
+        "speculators_model_type": "eagle3",
+        "architectures": ["Eagle3Speculator"],
+        "speculators_version": SPECULATORS_VERSION,
+        **common,
+        "norm_before_fc": False,
+        "fc_norm": False,
+        "norm_output": False,
+        "eagle_aux_hidden_state_layer_ids": ids,
+        "transformer_layer_config": _layer_config(draft),
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": speculative_tokens,
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
+            "verifier": {
+                "name_or_path": str(verifier),
+                "architectures": list(target.config.architectures or ["LlamaForCausalLM"]),
+            },
+        },
+    }
 
 
 def _check_destination(folder: Path) -> None:
@@ -109,13 +142,17 @@ def _check_destination(folder: Path) -> None:
         return
     try:
         record = json.loads((folder / RECORD).read_text())
-        ours = isinstance(record, dict) and (record.get("written_by") == "elsi save_draft" or  # format 1: no marker
-                                             ("layer_ids_elsi" in record and set(entries) <= set(FIRST_EXPORT)))
+        ours = isinstance(record, dict) and (
+            record.get("written_by") == "elsi save_draft"  # format 1: no marker
+            or ("layer_ids_elsi" in record and set(entries) <= set(FIRST_EXPORT))
+        )
     except (OSError, ValueError):
         ours = False
     if not ours:
-        raise FileExistsError(f"{folder} holds {entries[:5]}{' ...' if len(entries) > 5 else ''} and is not an "
-                              "earlier elsi export: save_draft replaces only its own exports (choose another folder)")
+        raise FileExistsError(
+            f"{folder} holds {entries[:5]}{' ...' if len(entries) > 5 else ''} and is not an "
+            "earlier elsi export: save_draft replaces only its own exports (choose another folder)"
+        )
 
 
 def _verifier(verifier, target) -> str:
@@ -124,15 +161,24 @@ def _verifier(verifier, target) -> str:
     if verifier is None:
         verifier = getattr(target.config, "name_or_path", "") or ""
         if not str(verifier).strip():
-            raise ValueError("the target names no folder or hub id (its config's name_or_path is empty): pass "
-                             "verifier=, the path or hub id engines load the target from")
+            raise ValueError(
+                "the target names no folder or hub id (its config's name_or_path is empty): pass "
+                "verifier=, the path or hub id engines load the target from"
+            )
     if not isinstance(verifier, (str, os.PathLike)) or not str(verifier).strip():
         raise ValueError(f"verifier must be the path or hub id engines load the target from, got {verifier!r}")
     return str(verifier)
 
 
-def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators",
-               verifier: str | None = None, speculative_tokens: int = 3) -> Path:
+def save_draft(
+    draft: Eagle3Draft,
+    folder,
+    *,
+    target,
+    format: str = "speculators",
+    verifier: str | None = None,
+    speculative_tokens: int = 3,
+) -> Path:
     """Write `draft` to `folder` in `format` ("speculators" or "eagle"). `target` (the transformers
     model the draft was trained on) must fit the draft (`DraftConfig.check_target`) and gives the
     verifier's architecture and weight hash; `verifier` is the path or hub id engines load the target
@@ -143,11 +189,14 @@ def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; use one of {FORMATS}")
     if draft.config.reads_final_norm:
-        raise ValueError("EAGLE2's feature (the last layer after the target's final norm) has no engine layer id: "
-                         "vLLM's and speculators' last id is the residual before the norm; export a layer-set draft")
+        raise ValueError(
+            "EAGLE2's feature (the last layer after the target's final norm) has no engine layer id: "
+            "vLLM's and speculators' last id is the residual before the norm; export a layer-set draft"
+        )
     if not is_integer(speculative_tokens) or not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
-        raise ValueError(f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, "
-                         f"got {speculative_tokens!r}")
+        raise ValueError(
+            f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens!r}"
+        )
     draft.config.check_target(target)
     folder = Path(folder)
     _check_destination(folder)
@@ -159,12 +208,19 @@ def save_draft(draft: Eagle3Draft, folder, *, target, format: str = "speculators
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         prefix = "layers.0." if format == "speculators" else "midlayer."
         save_file(_weights(draft, prefix), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        record = {"written_by": "elsi save_draft", "export_format": EXPORT_FORMAT, "format": format,
-                  "draft": draft.config.to_dict(), "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
-                  "verifier": str(verifier), "target_weights_sha256": model_fingerprint(target)["weights_sha256"],
-                  "target_dtype": str(next(target.parameters()).dtype), "library": versions(),
-                  "numeric": draft.numeric or {"training": "not recorded (not trained by elsi's train_drafts)"},
-                  "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")}}
+        record = {
+            "written_by": "elsi save_draft",
+            "export_format": EXPORT_FORMAT,
+            "format": format,
+            "draft": draft.config.to_dict(),
+            "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+            "verifier": str(verifier),
+            "target_weights_sha256": model_fingerprint(target)["weights_sha256"],
+            "target_dtype": str(next(target.parameters()).dtype),
+            "library": versions(),
+            "numeric": draft.numeric or {"training": "not recorded (not trained by elsi's train_drafts)"},
+            "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")},
+        }
         (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         for path in tmp.iterdir():
             with open(path, "rb") as handle:
@@ -185,8 +241,10 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
         raise ExportError(f"{path}: unreadable ({err})") from err
     if config.get("speculators_model_type") == "eagle3":
         if "model_type" in config:
-            raise ExportError(f"{path}: a speculators config must not have a top-level model_type (vLLM would "
-                              "not recognise the layout)")
+            raise ExportError(
+                f"{path}: a speculators config must not have a top-level model_type (vLLM would "
+                "not recognise the layout)"
+            )
         return "speculators", config, list(config["eagle_aux_hidden_state_layer_ids"])
     if any("Eagle3" in a for a in config.get("architectures", [])):
         return "eagle", config, list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
@@ -218,23 +276,43 @@ def _read_record(folder: Path) -> dict:
 def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_config: DraftConfig) -> None:
     """config.json against elsi's record: every field an engine builds the draft from."""
     layer = config.get("transformer_layer_config", {}) if format == "speculators" else config
-    expected = {"engine layer ids": (ids, list(convert_layer_ids(draft_config.layer_ids, "elsi", "vllm",
-                                                                 draft_config.num_hidden_layers))),
-                "draft_vocab_size": (config.get("draft_vocab_size"), draft_config.draft_vocab_size),
-                "target_hidden_size": (config.get("target_hidden_size"), draft_config.hidden_size),
-                "num_aux_hidden_states": (layer.get("num_aux_hidden_states"), draft_config.m),
-                "rope_theta": (layer.get("rope_theta"), draft_config.rope_theta)}
+    expected = {
+        "engine layer ids": (
+            ids,
+            list(convert_layer_ids(draft_config.layer_ids, "elsi", "vllm", draft_config.num_hidden_layers)),
+        ),
+        "draft_vocab_size": (config.get("draft_vocab_size"), draft_config.draft_vocab_size),
+        "target_hidden_size": (config.get("target_hidden_size"), draft_config.hidden_size),
+        "num_aux_hidden_states": (layer.get("num_aux_hidden_states"), draft_config.m),
+        "rope_theta": (layer.get("rope_theta"), draft_config.rope_theta),
+    }
     block = draft_config.block_config().to_dict()
-    for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
-                 "hidden_act", "rms_norm_eps", "vocab_size", "rope_parameters"):
+    for name in (
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "intermediate_size",
+        "hidden_act",
+        "rms_norm_eps",
+        "vocab_size",
+        "rope_parameters",
+    ):
         expected[name] = (layer.get(name), block[name])
-    differ = [f"{name} = {mine!r}, elsi's record {theirs!r}" for name, (mine, theirs) in expected.items()
-              if json.loads(json.dumps(mine)) != json.loads(json.dumps(theirs))]
-    variants = {"norm_before_residual": config.get("norm_before_residual", format == "speculators"),
-                **{name: config.get(name, False) for name in ("norm_before_fc", "fc_norm", "norm_output")}}
+    differ = [
+        f"{name} = {mine!r}, elsi's record {theirs!r}"
+        for name, (mine, theirs) in expected.items()
+        if json.loads(json.dumps(mine)) != json.loads(json.dumps(theirs))
+    ]
+    variants = {
+        "norm_before_residual": config.get("norm_before_residual", format == "speculators"),
+        **{name: config.get(name, False) for name in ("norm_before_fc", "fc_norm", "norm_output")},
+    }
     if any(variants.values()):
-        differ.append(f"{variants}: elsi's draft has none of these variants (a missing norm_before_residual "
-                      "means true in the speculators layout)")
+        differ.append(
+            f"{variants}: elsi's draft has none of these variants (a missing norm_before_residual "
+            "means true in the speculators layout)"
+        )
     if differ:
         raise ExportError(f"{path}: " + "; ".join(differ))
 
@@ -258,9 +336,11 @@ def load_draft(folder, target) -> Eagle3Draft:
     _cross_check(folder / "config.json", format, config, ids, draft_config)
     draft_config.check_target(target)
     if model_fingerprint(target)["weights_sha256"] != record["target_weights_sha256"]:
-        raise ExportError(f"{folder / RECORD}: the target's weights differ from those the draft was exported "
-                          f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
-                          "another model of the same shape")
+        raise ExportError(
+            f"{folder / RECORD}: the target's weights differ from those the draft was exported "
+            f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
+            "another model of the same shape"
+        )
     draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
     prefix = "layers.0." if format == "speculators" else "midlayer."
     weights = {k.replace(prefix, "midlayer.", 1): v for k, v in load_file(str(folder / "model.safetensors")).items()}
@@ -271,6 +351,9 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
         draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency
-    draft.numeric = record.get("numeric") if isinstance(record.get("numeric"), dict) and "training" not in record["numeric"] \
+    draft.numeric = (
+        record.get("numeric")
+        if isinstance(record.get("numeric"), dict) and "training" not in record["numeric"]
         else None
+    )
     return draft.eval()

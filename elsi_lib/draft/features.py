@@ -17,6 +17,7 @@ produced it: the target's weights and tokenizer fingerprints, the conversations,
 max_length and the library versions. Arrays are read memory-mapped; a shard whose files change on
 disk while its store is open is refused at the next read.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,14 +29,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..common.cachefiles import (check_folder_slot, check_writable, keyed_path, replace_folder, verify_manifest,
-                                 write_manifest)
+from ..common.cachefiles import (
+    check_folder_slot,
+    check_writable,
+    keyed_path,
+    replace_folder,
+    verify_manifest,
+    write_manifest,
+)
 from ..inputs.prompts import conversations_hash
 from ..inputs.chat import reply_starts
 from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
-from .model import FINAL_NORM
+from .config import FINAL_NORM
 
 FORMAT = 1
 SHARD = 64  # sequences per shard
@@ -45,8 +52,11 @@ ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")  # "final": t
 @torch.no_grad()
 def greedy_next(final_norm, lm_head, chunk: int = 512):
     """The target's argmax next token at each position: final_norm (n, d) -> (n,) int64, in chunks."""
-    return torch.cat([lm_head(final_norm[i:i + chunk]).argmax(-1) for i in range(0, len(final_norm), chunk)]) \
-        if len(final_norm) else torch.zeros(0, dtype=torch.long)
+    return (
+        torch.cat([lm_head(final_norm[i : i + chunk]).argmax(-1) for i in range(0, len(final_norm), chunk)])
+        if len(final_norm)
+        else torch.zeros(0, dtype=torch.long)
+    )
 
 
 @dataclass
@@ -70,8 +80,10 @@ class FeatureStore:
         if self.stamps is not None:
             changed = changed_files(self.folder / shard_name(k), self.stamps[k])
             if changed:
-                raise RuntimeError(f"feature shard {self.folder / shard_name(k)} changed on disk while the store was "
-                                   f"open ({', '.join(changed)}); open the store again (build_features)")
+                raise RuntimeError(
+                    f"feature shard {self.folder / shard_name(k)} changed on disk while the store was "
+                    f"open ({', '.join(changed)}); open the store again (build_features)"
+                )
         return self.shards[k]
 
     def __len__(self) -> int:
@@ -92,11 +104,11 @@ class FeatureStore:
         k, j = self._where[i]
         shard = self._shard(k)
         offsets = shard["offsets"]
-        return np.asarray(shard["ids"][int(offsets[j]):int(offsets[j + 1])], dtype=np.int64)
+        return np.asarray(shard["ids"][int(offsets[j]) : int(offsets[j + 1])], dtype=np.int64)
 
     def reply_tokens(self) -> np.ndarray:
         """Every sequence's reply tokens, concatenated."""
-        return np.concatenate([self.ids(i)[self.start(i):] for i in range(len(self))] or [np.zeros(0, np.int64)])
+        return np.concatenate([self.ids(i)[self.start(i) :] for i in range(len(self))] or [np.zeros(0, np.int64)])
 
     def sequence(self, i: int, layer_ids=None, *, features: bool = True) -> dict:
         """ids (T,), start, final_norm (T, d) float32, argmax (T,) and (unless `features` is False)
@@ -104,9 +116,12 @@ class FeatureStore:
         k, j = self._where[i]
         shard = self._shard(k)
         a, b = int(shard["offsets"][j]), int(shard["offsets"][j + 1])
-        out = {"ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)), "start": int(shard["starts"][j]),
-               "final_norm": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
-               "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64))}
+        out = {
+            "ids": torch.from_numpy(shard["ids"][a:b].astype(np.int64)),
+            "start": int(shard["starts"][j]),
+            "final_norm": torch.from_numpy(shard["final"][a:b].astype(np.float32)),
+            "argmax": torch.from_numpy(shard["argmax"][a:b].astype(np.int64)),
+        }
         if features:
             out["features"] = out["final_norm"] if is_final_norm(layer_ids) else self.features(i, layer_ids)
         return out
@@ -136,9 +151,16 @@ def is_final_norm(source) -> bool:
 
 
 def _key(model, tokenizer, conversations, layers, max_length) -> dict:
-    return {"format": FORMAT, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
-            "library": versions(), "conversations": conversations_hash(conversations), "layers": list(layers),
-            "max_length": max_length, "shard": SHARD}
+    return {
+        "format": FORMAT,
+        "model": model_fingerprint(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "library": versions(),
+        "conversations": conversations_hash(conversations),
+        "layers": list(layers),
+        "max_length": max_length,
+        "shard": SHARD,
+    }
 
 
 def reply_token_count(store) -> int:
@@ -155,9 +177,11 @@ def check_reply_tokens(store) -> None:
     if not len(store):
         raise ValueError("no reply token to train on: the training data holds no sequence")
     limit = getattr(store, "max_length", None)
-    raise ValueError(f"no reply token to train on: the {len(store)} sequences hold 0 reply tokens, as every reply "
-                     f"lies past max_length{f'={limit}' if limit else ''} (each sequence is cut there, inside its "
-                     "prompt); raise max_length or use shorter prompts")
+    raise ValueError(
+        f"no reply token to train on: the {len(store)} sequences hold 0 reply tokens, as every reply "
+        f"lies past max_length{f'={limit}' if limit else ''} (each sequence is cut there, inside its "
+        "prompt); raise max_length or use shorter prompts"
+    )
 
 
 def shard_name(k: int) -> str:
@@ -201,8 +225,17 @@ def checked_layers(model, layers) -> tuple[int, ...]:
     return layers
 
 
-def build_features(model, tokenizer, conversations, layers, *, max_length: int = 1024, batch_tokens: int = 8192,
-                   progress: bool = True, desc: str = "target features") -> FeatureStore:
+def build_features(
+    model,
+    tokenizer,
+    conversations,
+    layers,
+    *,
+    max_length: int = 1024,
+    batch_tokens: int = 8192,
+    progress: bool = True,
+    desc: str = "target features",
+) -> FeatureStore:
     """Stored target features of `conversations` at `layers` (elsi convention), built shard by
     shard and reused when every shard's manifest matches (a corrupt or stale shard is rebuilt)."""
     layers = checked_layers(model, layers)
@@ -214,11 +247,16 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
     todo = [k for k in range(n_shards) if verify_manifest(root / shard_name(k), {**key, "index": k}) is not None]
     for k in todo:  # before any forward
         check_folder_slot(root / shard_name(k))
-    bar = progress_bar(total=len(conversations), initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
-                       desc=desc, unit="conv", disable=not progress or not todo)
+    bar = progress_bar(
+        total=len(conversations),
+        initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
+        desc=desc,
+        unit="conv",
+        disable=not progress or not todo,
+    )
     lm_head = model.get_output_embeddings()
     for k in todo:
-        part = conversations[k * SHARD:(k + 1) * SHARD]
+        part = conversations[k * SHARD : (k + 1) * SHARD]
         samples, _ = tokenize_samples(tokenizer, part, max_length)
         batches = plan_batches([len(s.ids) for s in samples], 64, batch_tokens)
         rows: dict[int, dict] = {}
@@ -230,17 +268,20 @@ def build_features(model, tokenizer, conversations, layers, *, max_length: int =
                     "ids": np.asarray(sample.ids, dtype=np.int32),
                     "hidden": torch.stack([batch.layers[l][row, :T] for l in layers], 1).to(torch.float16).numpy(),
                     "final": final_norm.to(torch.float16).numpy(),
-                    "argmax": greedy_next(final_norm, lm_head).numpy().astype(np.int32)}
+                    "argmax": greedy_next(final_norm, lm_head).numpy().astype(np.int32),
+                }
             bar.update(len(batch.samples))
         order = [rows[i] for i in range(len(part))]
         for r, sample_index in zip(order, range(k * SHARD, k * SHARD + len(part))):
             if not (np.isfinite(r["hidden"]).all() and np.isfinite(r["final"]).all()):
-                raise FloatingPointError(f"conversation {sample_index}: a hidden state exceeds float16's range "
-                                         "(|h| > 65504); these features cannot be stored in float16")
+                raise FloatingPointError(
+                    f"conversation {sample_index}: a hidden state exceeds float16's range "
+                    "(|h| > 65504); these features cannot be stored in float16"
+                )
         lengths = [len(r["ids"]) for r in order]
         arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
         arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        arrays["starts"] = np.asarray(starts[k * SHARD:(k + 1) * SHARD], dtype=np.int64)
+        arrays["starts"] = np.asarray(starts[k * SHARD : (k + 1) * SHARD], dtype=np.int64)
         tmp = fresh_folder(root / f".{shard_name(k)}.tmp")
         for name, array in arrays.items():
             np.save(tmp / f"{name}.npy", array)

@@ -9,6 +9,7 @@ draft sees the values a store would give it up to the float noise of a different
 `bf16` the target's forward runs under bfloat16 autocast (its weights stay float32): faster on a CPU
 with AMX, and other values; whether drafts lose held-out accuracy by it is measured, not assumed.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -48,7 +49,7 @@ class LiveFeatures:
 
     def reply_tokens(self) -> np.ndarray:
         """Every sequence's reply tokens, concatenated."""
-        return np.concatenate([self.ids(i)[self.start(i):] for i in range(len(self))] or [np.zeros(0, np.int64)])
+        return np.concatenate([self.ids(i)[self.start(i) :] for i in range(len(self))] or [np.zeros(0, np.int64)])
 
     @torch.no_grad()
     def collate(self, indices, sources) -> dict:
@@ -62,14 +63,18 @@ class LiveFeatures:
             batch = next(hidden_batches(self.model, samples, [positions], self._pad, entropies=False))
         valid = torch.zeros(len(samples), max(len(s.ids) for s in samples), dtype=torch.bool)
         for row, sample in enumerate(samples):
-            valid[row, :len(sample.ids)] = True
+            valid[row, : len(sample.ids)] = True
         as_stored = lambda x: x.to(torch.float16).float().cpu() * valid[..., None]  # noqa: E731  (b, T, d)
         final_norm = as_stored(batch.final_norm)
         lm_head = self.model.get_output_embeddings()
         argmax = greedy_next(batch.final_norm[valid.to(device)].float(), lm_head)  # (n,), as the store: in float32
-        out = {"ids": torch.zeros(valid.shape, dtype=torch.long), "valid": valid,
-               "argmax": torch.zeros(valid.shape, dtype=torch.long), "final_norm": final_norm,
-               "start": torch.tensor([self.starts[i] for i in indices])}
+        out = {
+            "ids": torch.zeros(valid.shape, dtype=torch.long),
+            "valid": valid,
+            "argmax": torch.zeros(valid.shape, dtype=torch.long),
+            "final_norm": final_norm,
+            "start": torch.tensor([self.starts[i] for i in indices]),
+        }
         out["ids"][valid] = torch.cat([torch.tensor(s.ids) for s in samples])
         out["argmax"][valid] = argmax.cpu()
         out["features"] = {}

@@ -25,6 +25,7 @@ at a node (`decode.accept_sampling`) emits a token distributed as the target's a
 equal to it when there is one; so a round accepts exactly the deepest tree path that spells a target
 sample, and the rounds of the real loop and of this replay have the same joint law.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,16 +48,31 @@ def continuation_end(ids, argmax, start: int, max_tokens: int, sampled=None) -> 
     tokens. ids, argmax (T,). Greedy (`sampled` None): x[j] == argmax[j-1] for start <= j < end.
     Sampled: x[start:end] equals the sampled ids' start (the reply's re-tokenisation may part)."""
     end = start
-    while end < len(ids) and end - start < max_tokens and (
-            int(ids[end]) == int(argmax[end - 1]) if sampled is None
-            else end - start < len(sampled) and int(ids[end]) == int(sampled[end - start])):
+    while (
+        end < len(ids)
+        and end - start < max_tokens
+        and (
+            int(ids[end]) == int(argmax[end - 1])
+            if sampled is None
+            else end - start < len(sampled) and int(ids[end]) == int(sampled[end - start])
+        )
+    ):
         end += 1
     return end
 
 
 @torch.no_grad()
-def replay_sequence(draft: Eagle3Draft, sequence: dict, *, tree_nodes=(30, 60), depth: int = 6, top_k: int = 10,
-                    max_tokens: int = 128, autocast: bool = True, sampled=None) -> dict[int, list[int]]:
+def replay_sequence(
+    draft: Eagle3Draft,
+    sequence: dict,
+    *,
+    tree_nodes=(30, 60),
+    depth: int = 6,
+    top_k: int = 10,
+    max_tokens: int = 128,
+    autocast: bool = True,
+    sampled=None,
+) -> dict[int, list[int]]:
     """Accepted lengths of every round of one question, per tree size: {nodes: [a_1, a_2, ...]}
     (tau = mean(a + 1)). `sequence`: a `FeatureStore.sequence` with the draft's own features
     (`store.sequence(i, draft.config.source)`; their width is checked by the draft); `sampled`:
@@ -74,16 +90,27 @@ def replay_sequence(draft: Eagle3Draft, sequence: dict, *, tree_nodes=(30, 60), 
         r, out = start, []
         while r < end - 1:
             remaining = end - 1 - r  # tokens after the root
-            a = min(accepted_length(per_root[r - start], ids[r + 1:end]), remaining - 1)
+            a = min(accepted_length(per_root[r - start], ids[r + 1 : end]), remaining - 1)
             out.append(a)
             r += a + 1
         lengths[nodes] = out
     return lengths
 
 
-def replay(draft: Eagle3Draft, store, *, key: dict, tree_nodes=(30, 60), depth: int = 6, top_k: int = 10,
-           max_tokens: int = 128, autocast: bool | None = None, progress: bool = True, desc: str = "replay",
-           sampled: list | None = None) -> list[dict]:
+def replay(
+    draft: Eagle3Draft,
+    store,
+    *,
+    key: dict,
+    tree_nodes=(30, 60),
+    depth: int = 6,
+    top_k: int = 10,
+    max_tokens: int = 128,
+    autocast: bool | None = None,
+    progress: bool = True,
+    desc: str = "replay",
+    sampled: list | None = None,
+) -> list[dict]:
     """`replay_sequence` for every question of `store`, each read at the draft's own source
     (`draft.config.source`), cached per question and resumable. `key` identifies the draft (its checkpoint key and training state); the settings are added. `sampled`:
     per question, the sampled reply ids of a T > 0 continuation (None: greedy). `autocast`: bf16 draft
@@ -91,20 +118,39 @@ def replay(draft: Eagle3Draft, store, *, key: dict, tree_nodes=(30, 60), depth: 
     autocast = resolved_autocast(autocast)
     if sampled is not None and len(sampled) != len(store):
         raise ValueError(f"{len(sampled)} sampled replies for {len(store)} questions")
-    full = {**key, "format": FORMAT, "tree_nodes": sorted(tree_nodes), "depth": depth, "top_k": top_k, "max_tokens": max_tokens,
-            "autocast": autocast, **ran_on(draft), "source": str(draft.config.source), "store": str(store.folder.name), "n": len(store),
-            **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {})}
+    full = {
+        **key,
+        "format": FORMAT,
+        "tree_nodes": sorted(tree_nodes),
+        "depth": depth,
+        "top_k": top_k,
+        "max_tokens": max_tokens,
+        "autocast": autocast,
+        **ran_on(draft),
+        "source": str(draft.config.source),
+        "store": str(store.folder.name),
+        "n": len(store),
+        **({"sampled": sha256_text(json.dumps(sampled))} if sampled is not None else {}),
+    }
     full = json.loads(json.dumps(full, sort_keys=True))  # as it reads back (tuples become lists)
     path, done = per_question_cache("replay", full)
-    bar = progress_bar(total=len(store), initial=len(done), desc=desc, unit="question",
-                       disable=not progress or len(done) == len(store))
+    bar = progress_bar(
+        total=len(store), initial=len(done), desc=desc, unit="question", disable=not progress or len(done) == len(store)
+    )
     draft.eval()
     for i in range(len(store)):
         if i in done:
             continue
-        result = replay_sequence(draft, store.sequence(i, draft.config.source), tree_nodes=tree_nodes, depth=depth, top_k=top_k,
-                                 max_tokens=max_tokens, autocast=autocast,
-                                 sampled=None if sampled is None else sampled[i])
+        result = replay_sequence(
+            draft,
+            store.sequence(i, draft.config.source),
+            tree_nodes=tree_nodes,
+            depth=depth,
+            top_k=top_k,
+            max_tokens=max_tokens,
+            autocast=autocast,
+            sampled=None if sampled is None else sampled[i],
+        )
         done[i] = {str(n): v for n, v in result.items()}
         save_per_question(path, full, done)
         bar.update(1)

@@ -11,6 +11,7 @@ takes its autocast and device from here too.
 - `draft_autocast`, `ran_on`: bf16 autocast on the device the draft's weights live on, and what a
   cache key adds so that it records where the computation ran.
 """
+
 from __future__ import annotations
 
 import torch
@@ -49,9 +50,14 @@ def draft_rows(draft: Eagle3Draft, features, next_tokens, first: int, kv, *, aut
     allowed = torch.ones(k, first + k, dtype=torch.bool, device=device)
     allowed[:, first:] = torch.ones(k, k, dtype=torch.bool, device=device).tril()  # causal among the new rows
     with draft_autocast(draft, autocast):
-        _, hidden, new = draft.step(next_tokens[None], features=features[None],
-                                    positions=torch.arange(first, first + k, device=device),
-                                    allowed=allowed[None, None], past=kv, logits=False)
+        _, hidden, new = draft.step(
+            next_tokens[None],
+            features=features[None],
+            positions=torch.arange(first, first + k, device=device),
+            allowed=allowed[None, None],
+            past=kv,
+            logits=False,
+        )
     kv = new if kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(kv, new))
     return hidden[0], kv
 
@@ -60,7 +66,7 @@ def prefix_pass(draft: Eagle3Draft, ids, features, *, autocast: bool):
     """`draft_rows` over a whole sequence ids (n,), features (n, m*d): rows 0..n-2. Returns hidden
     (n-1, d) and the keys/values (1, KV, n-1, hd), the draft's cache for every prefix."""
     n = len(ids)
-    return draft_rows(draft, features[:n - 1], ids[1:n], 0, None, autocast=autocast)
+    return draft_rows(draft, features[: n - 1], ids[1:n], 0, None, autocast=autocast)
 
 
 def log_probs(draft: Eagle3Draft, hidden):
@@ -90,8 +96,9 @@ def root_step_fn(draft: Eagle3Draft, hidden, kv, roots, autocast: bool):
         past = prefix if nodes_kv is None else tuple(torch.cat([p, n], 2) for p, n in zip(prefix, nodes_kv))
         allowed = torch.cat([prefix_allowed[:, None, :].expand(R, k, P), frontier.mask], dim=2)[:, None]
         with draft_autocast(draft, autocast):
-            _, out, new_kv = draft.step(tokens, parent_hidden, positions=positions.expand(R, k),
-                                        allowed=allowed, past=past, logits=False)
+            _, out, new_kv = draft.step(
+                tokens, parent_hidden, positions=positions.expand(R, k), allowed=allowed, past=past, logits=False
+            )
         nodes_kv = new_kv if nodes_kv is None else tuple(torch.cat([a, b], 2) for a, b in zip(nodes_kv, new_kv))
         return log_probs(draft, out), {"hidden": out, "kv": nodes_kv}
 

@@ -10,32 +10,29 @@ t+k restricted to the draft vocabulary (soft labels, EAGLE-3's `target_p`), on r
 target argmax lies in the draft vocabulary, weighted 0.8**(k-1) (EAGLE-3's `ploss_weight`).
 
 Every draft sees the same batches in the same order with its own AdamW; one stored target feature
-read feeds them all, so only the layer set differs. Checkpoints (all drafts, optimisers and the
-batch counter) are written atomically every `checkpoint_seconds` and at the end; a rerun with
-the same configuration resumes from the last one.
+read feeds them all, so only the layer set differs. Checkpoints (`checkpoints`: all drafts, optimisers
+and the batch counter) are written atomically every `checkpoint_seconds` and at the end; a rerun
+with the same configuration resumes from the last one.
 """
+
 from __future__ import annotations
 
-import io
 import math
 import random
-import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
-from ..common.cachefiles import check_writable, keyed_path, read_checked, remove_stale_tmp, write_checked
+from ..common.cachefiles import check_writable
 from ..common.hardware import bf16_autocast_default, warn_if_bf16_is_slow
 from ..hidden.forward import plan_batches
 from ..common.progress import progress_bar
 from .runner import draft_autocast, draft_device
 from .vocabulary import NOT_IN_DRAFT
 from .features import check_reply_tokens
-from .model import Eagle3Draft, draft_from_record, draft_record
-
-
-FORMAT = 1  # bump on any change to training that changes its result: old checkpoints are then not reused
+from .checkpoints import checkpoint_key, checkpoint_path, resume, save_checkpoint, snapshot_key
+from .model import Eagle3Draft, draft_record
 
 
 @dataclass(frozen=True)
@@ -71,7 +68,7 @@ def batch_plan(lengths: list[int], batch_tokens: int, epochs: float, seed: int) 
     for epoch in range(math.ceil(epochs)):
         shuffled = rng.sample(batches, len(batches))
         share = min(1.0, epochs - epoch)
-        plan.extend(shuffled[:max(1, round(share * len(shuffled)))])
+        plan.extend(shuffled[: max(1, round(share * len(shuffled)))])
     return plan
 
 
@@ -84,9 +81,13 @@ def collate(store, indices, sources) -> dict:
     first = [store.sequence(i, features=False) for i in indices]
     T = max(len(s["ids"]) for s in first)
     b = len(indices)
-    out: dict = {"ids": torch.zeros(b, T, dtype=torch.long), "valid": torch.zeros(b, T, dtype=torch.bool),
-                 "argmax": torch.zeros(b, T, dtype=torch.long), "start": torch.tensor([s["start"] for s in first]),
-                 "final_norm": torch.zeros(b, T, first[0]["final_norm"].shape[-1])}
+    out: dict = {
+        "ids": torch.zeros(b, T, dtype=torch.long),
+        "valid": torch.zeros(b, T, dtype=torch.bool),
+        "argmax": torch.zeros(b, T, dtype=torch.long),
+        "start": torch.tensor([s["start"] for s in first]),
+        "final_norm": torch.zeros(b, T, first[0]["final_norm"].shape[-1]),
+    }
     for row, s in enumerate(first):
         n = len(s["ids"])
         out["ids"][row, :n], out["valid"][row, :n] = s["ids"], True
@@ -96,14 +97,16 @@ def collate(store, indices, sources) -> dict:
         items = [store.features(i, src) for i in indices]
         feats = torch.zeros(b, T, items[0].shape[-1])
         for row, item in enumerate(items):
-            feats[row, :len(item)] = item
+            feats[row, : len(item)] = item
         out["features"][src] = feats
     return out
 
 
 def to_device(batch: dict, device) -> dict:
     """`collate`'s batch with every tensor on `device` (the drafts')."""
-    return {k: {s: f.to(device) for s, f in v.items()} if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
+    return {
+        k: {s: f.to(device) for s, f in v.items()} if isinstance(v, dict) else v.to(device) for k, v in batch.items()
+    }
 
 
 def soft_targets(final_norm, target_rows):
@@ -159,15 +162,20 @@ def ttt_unroll(draft: Eagle3Draft, batch: dict, K: int, *, autocast: bool):
         with draft_autocast(draft, autocast):
             if k == 1:  # every row, token t+1 at row t
                 shift = torch.cat([ids[:, 1:], ids.new_zeros(b, 1)], dim=1)  # (b, T)
-                _, full, past = draft.step(shift, features=batch["features"][source],
-                                           positions=torch.arange(T, device=ids.device),
-                                           allowed=masks[0], logits=False)
+                _, full, past = draft.step(
+                    shift,
+                    features=batch["features"][source],
+                    positions=torch.arange(T, device=ids.device),
+                    allowed=masks[0],
+                    logits=False,
+                )
                 hidden = full.gather(1, rows[..., None].expand(-1, -1, full.shape[-1]))  # (b, Tq, d)
             else:  # the query rows only, token t+k at row t, position t+k-1
                 assert past is not None  # step 1 (k == 1) set it
                 tokens = ids.gather(1, (rows + k).clamp(max=T - 1))  # (b, Tq)
-                _, hidden, kv = draft.step(tokens, hidden, positions=rows + (k - 1), allowed=masks[k - 1], past=past,
-                                           logits=False)
+                _, hidden, kv = draft.step(
+                    tokens, hidden, positions=rows + (k - 1), allowed=masks[k - 1], past=past, logits=False
+                )
                 past = (torch.cat([past[0], kv[0]], 2), torch.cat([past[1], kv[1]], 2))
         target = rows + k  # (b, Tq) target position whose distribution row t must match (predicts t+k+1)
         scored = row_ok & (target + 1 < n) & (target + 1 >= start[:, None])  # (b, Tq)
@@ -200,46 +208,6 @@ def _lr(step: int, total: int, settings: TrainSettings) -> float:
     return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def checkpoint_path(name: str, key: dict):
-    return keyed_path("drafts", key, prefix=name, suffix=".pt")
-
-
-def snapshot_key(full_key: dict, at: int) -> dict:
-    """The key of a group's drafts as they were after `at` batches (`train_drafts(snapshots=...)`)."""
-    return {**full_key, "snapshot_at": int(at)}
-
-
-def snapshot_path(name: str, full_key: dict, at: int):
-    return checkpoint_path(f"{name}-at{int(at)}", snapshot_key(full_key, at))
-
-
-def save_checkpoint(path, state: dict) -> None:
-    """Write a training checkpoint atomically, behind a sha256 of its bytes (`read_checkpoint`)."""
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    write_checked(path, buffer.getvalue())
-
-
-def read_checkpoint(path) -> tuple[dict | None, str | None]:
-    """(state, None) for a checkpoint whose checksum holds; (None, why not) for a missing,
-    truncated, altered or foreign file, which is never read further."""
-    remove_stale_tmp(path)  # the temporary file of a write killed before its rename, with a warning
-    if not path.is_file():
-        return None, "no checkpoint"
-    try:
-        state = torch.load(io.BytesIO(read_checked(path)), weights_only=False)
-    except Exception as err:  # a checksum failure, or bytes that pass it but do not unpickle
-        return None, f"{type(err).__name__}: {err}"
-    if not isinstance(state, dict) or not {"key", "done", "total", "log", "drafts"} <= set(state):
-        return None, "not a training checkpoint"
-    return state, None
-
-
-# settings added after checkpoints existed: at their default they stay out of the key, so that those
-# checkpoints (trained without them) are still found
-UNKEYED_DEFAULTS = {"feature_noise": 0.0}
-
-
 def with_noise(features: dict, std: float, seed: int, batch_index: int) -> dict:
     """{source: features + N(0, std^2)}, drawn from a generator seeded by (seed, batch index): the same
     noise whether training ran through or resumed."""
@@ -249,35 +217,19 @@ def with_noise(features: dict, std: float, seed: int, batch_index: int) -> dict:
     return {src: f + std * torch.randn(f.shape, generator=g).to(f.device) for src, f in features.items()}
 
 
-def checkpoint_key(sources: dict, settings: TrainSettings, key: dict, device: str = "cpu") -> dict:
-    """The full key of a lock-step group's checkpoint: the caller's `key` (target, data, starting
-    point), the training format and settings (not how often to save), each method's source
-    ({method: layer set or FINAL_NORM}) and, off the CPU, the device type training ran on."""
-    trained_by = {k: v for k, v in asdict(settings).items() if k != "checkpoint_seconds"
-                  and not (k in UNKEYED_DEFAULTS and v == UNKEYED_DEFAULTS[k])}
-    return {**key, "format": FORMAT, "settings": trained_by, "methods": {m: str(s) for m, s in sources.items()},
-            **({} if device == "cpu" else {"device": device})}
-
-
-def finished_drafts(path, full_key: dict, target) -> dict:
-    """{method: Eagle3Draft} read back from the finished checkpoint at `path` (built with
-    `full_key`), on `target`'s embedding: from the drafts' own records (config, source and
-    vocabulary maps), never from the training data. RuntimeError naming the file when it is
-    missing, corrupt, of another configuration or unfinished."""
-    state, problem = read_checkpoint(path)
-    if state is None:
-        raise RuntimeError(f"{path}: {problem}; train the drafts first (the run that trains them: `make tables`, `make tables-strong`)")
-    if state["key"] != full_key:
-        raise RuntimeError(f"{path} holds drafts of another configuration; train these first")
-    if state["done"] < state["total"]:
-        raise RuntimeError(f"{path}: the drafts are trained to batch {state['done']} of {state['total']}; "
-                           "finish them first (rerun `make tables` or `make tables-strong`: training resumes)")
-    return {m: draft_from_record(record, target) for m, record in state["drafts"].items()}
-
-
-def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = TrainSettings(), *,
-                 key: dict, name: str = "drafts", progress: bool = True, max_batches: int | None = None,
-                 time_budget_s: float | None = None, snapshots: tuple[int, ...] = ()) -> dict:
+def train_drafts(
+    drafts: dict,
+    store,
+    target_rows,
+    settings: TrainSettings = TrainSettings(),
+    *,
+    key: dict,
+    name: str = "drafts",
+    progress: bool = True,
+    max_batches: int | None = None,
+    time_budget_s: float | None = None,
+    snapshots: tuple[int, ...] = (),
+) -> dict:
     """Train `drafts` ({method: Eagle3Draft}, each reading its own `config.source`) in lock-step on
     `store`. `target_rows` (V_draft, d): the target lm_head's rows of the (shared) draft vocabulary.
     `key` describes everything that produced the drafts' starting point and data (the caller's part
@@ -303,24 +255,45 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     full_key = checkpoint_key({m: d.config.source for m, d in drafts.items()}, settings, key, device.type)
     path = checkpoint_path(name, full_key)
     check_writable(path.parent)
-    plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs,
-                      settings.seed)
-    optimisers = {m: torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=settings.lr,
-                                       weight_decay=settings.weight_decay, betas=(0.9, 0.95)) for m, d in drafts.items()}
-    done, log, seconds_before = _resume(path, full_key, drafts, optimisers)
+    plan = batch_plan(
+        [store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs, settings.seed
+    )
+    optimisers = {
+        m: torch.optim.AdamW(
+            [p for p in d.parameters() if p.requires_grad],
+            lr=settings.lr,
+            weight_decay=settings.weight_decay,
+            betas=(0.9, 0.95),
+        )
+        for m, d in drafts.items()
+    }
+    done, log, seconds_before = resume(path, full_key, drafts, optimisers)
     resumed_at = done
     torch.manual_seed(settings.seed)
-    bar = progress_bar(total=len(plan), initial=done, desc=f"training {len(drafts)} drafts", unit="batch",
-                       disable=not progress or done >= len(plan))
+    bar = progress_bar(
+        total=len(plan),
+        initial=done,
+        desc=f"training {len(drafts)} drafts",
+        unit="batch",
+        disable=not progress or done >= len(plan),
+    )
     started, stop_at = time.monotonic(), len(plan) if max_batches is None else min(len(plan), done + max_batches)
     tokens, t0 = 0, time.monotonic()
     last_save = t0
 
     def save():
-        save_checkpoint(path, {"key": full_key, "done": done, "total": len(plan), "log": log,
-                               "seconds": seconds_before + time.monotonic() - started,
-                               "drafts": {m: draft_record(d) for m, d in drafts.items()},
-                               "optimisers": {m: o.state_dict() for m, o in optimisers.items()}})
+        save_checkpoint(
+            path,
+            {
+                "key": full_key,
+                "done": done,
+                "total": len(plan),
+                "log": log,
+                "seconds": seconds_before + time.monotonic() - started,
+                "drafts": {m: draft_record(d) for m, d in drafts.items()},
+                "optimisers": {m: o.state_dict() for m, o in optimisers.items()},
+            },
+        )
 
     for d in drafts.values():
         d.train()
@@ -328,14 +301,22 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
         batch = to_device(collate(store, plan[done], set(d.config.source for d in drafts.values())), device)
         batch["features"] = with_noise(batch["features"], settings.feature_noise, settings.seed, done)
         targets = soft_targets(batch["final_norm"], target_rows)  # (b, T, V_draft), shared
-        log.append({"batch": done, **_train_step(drafts, optimisers, batch, targets, settings, _lr(done, len(plan),
-                                                                                                  settings))})
+        log.append(
+            {"batch": done, **train_step(drafts, optimisers, batch, targets, settings, _lr(done, len(plan), settings))}
+        )
         done += 1
         if done in snapshots:
             at = snapshot_key(full_key, done)
-            save_checkpoint(checkpoint_path(f"{name}-at{done}", at),
-                            {"key": at, "done": done, "total": done, "log": list(log),
-                             "drafts": {m: draft_record(d) for m, d in drafts.items()}})
+            save_checkpoint(
+                checkpoint_path(f"{name}-at{done}", at),
+                {
+                    "key": at,
+                    "done": done,
+                    "total": done,
+                    "log": list(log),
+                    "drafts": {m: draft_record(d) for m, d in drafts.items()},
+                },
+            )
         tokens += int(batch["valid"].sum())
         mean_loss = sum(log[-1][m]["loss"] for m in drafts) / len(drafts)
         bar.set_postfix(loss=f"{mean_loss:.3f}", tok_s=f"{tokens / max(1e-9, time.monotonic() - t0):.0f}")
@@ -349,34 +330,23 @@ def train_drafts(drafts: dict, store, target_rows, settings: TrainSettings = Tra
     bar.close()
     for d in drafts.values():
         d.eval()
-    return {"done": done, "total": len(plan), "log": log, "path": path,
-            "seconds": seconds_before + (time.monotonic() - started if done > resumed_at else 0.0)}
+    return {
+        "done": done,
+        "total": len(plan),
+        "log": log,
+        "path": path,
+        "seconds": seconds_before + (time.monotonic() - started if done > resumed_at else 0.0),
+    }
 
 
-def _resume(path, full_key: dict, drafts: dict, optimisers: dict) -> tuple[int, list, float]:
-    """(batches done, log, training seconds so far) from the checkpoint at `path`, loaded into `drafts`
-    and `optimisers`; (0, [], 0.0)
-    without one. A corrupt or foreign file is discarded (with a message), never resumed."""
-    state, problem = read_checkpoint(path)
-    if state is None and path.is_file():
-        print(f"discarding checkpoint {path.name} ({problem}); training from the start", file=sys.stderr)
-        path.unlink()
-    if state is None or state["key"] != full_key:
-        return 0, [], 0.0
-    for m in drafts:
-        drafts[m].load_state_dict(state["drafts"][m]["weights"])
-        optimisers[m].load_state_dict(state["optimisers"][m])
-    return state["done"], state["log"], float(state.get("seconds", 0.0))
-
-
-def _train_step(drafts: dict, optimisers: dict, batch: dict, targets, settings: TrainSettings, lr: float) -> dict:
+def train_step(drafts: dict, optimisers: dict, batch: dict, targets, settings: TrainSettings, lr: float) -> dict:
     """One optimiser step of every draft on the same batch: {method: {"loss", "acc" per step}}."""
     entry = {}
     for m, draft in drafts.items():
         for group in optimisers[m].param_groups:
             group["lr"] = lr
         losses, correct, counts = ttt_losses(draft, batch, targets, settings.ttt_steps, autocast=settings.autocast_bf16)
-        loss = sum(settings.step_decay ** k * l for k, l in enumerate(losses))
+        loss = sum(settings.step_decay**k * l for k, l in enumerate(losses))
         optimisers[m].zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(draft.parameters(), settings.grad_clip)
@@ -386,8 +356,7 @@ def _train_step(drafts: dict, optimisers: dict, batch: dict, targets, settings: 
 
 
 @torch.no_grad()
-def step_accuracy(draft: Eagle3Draft, store, K: int, *, batch_tokens: int = 4096,
-                  autocast: bool) -> list[float]:
+def step_accuracy(draft: Eagle3Draft, store, K: int, *, batch_tokens: int = 4096, autocast: bool) -> list[float]:
     """Held-out step-1..K accuracy: the share of reply positions where the draft's argmax (its own
     hidden fed back, ground-truth tokens, as in training) equals the target's greedy token; a target
     token outside the draft vocabulary counts as a miss."""

@@ -31,6 +31,7 @@ Wiring the draft model (`runner.root_step_fn`, with `Eagle3Draft.step` as docume
 - target verification: `DraftTree.attention_mask()` for the tree block (prefix visible to all),
   `position_ids(prefix_len)`, tokens in target ids.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ class DraftTree:
         width = max((len(p) for p in paths), default=0)
         out = torch.full((len(paths), width), -1, dtype=torch.long)
         for row, path in enumerate(paths):
-            out[row, :len(path)] = torch.tensor(path, dtype=torch.long)
+            out[row, : len(path)] = torch.tensor(path, dtype=torch.long)
         return out
 
 
@@ -142,8 +143,10 @@ def check_tree_args(nodes, depth, top_k):
     if depth < 1 or top_k < 1 or nodes < 1:
         raise ValueError(f"need nodes, depth, top_k >= 1, got {nodes}, {depth}, {top_k}")
     if nodes > max_nodes(depth, top_k):
-        raise ValueError(f"nodes={nodes} exceeds the {max_nodes(depth, top_k)} candidates of depth={depth}, "
-                         f"top_k={top_k} (top_k + (depth-1) * top_k**2)")
+        raise ValueError(
+            f"nodes={nodes} exceeds the {max_nodes(depth, top_k)} candidates of depth={depth}, "
+            f"top_k={top_k} (top_k + (depth-1) * top_k**2)"
+        )
 
 
 def _top_children(log_probs, b, rows, top_k):
@@ -220,13 +223,24 @@ def _rerank(scores, draft_ids, parents, depths, nodes, to_target):
     if ((kept_parents == -1) & (parents[keep] != -1)).any():
         raise RuntimeError("reranked tree is not ancestor-closed (log-probs increased along a path?)")
     ids = draft_ids[keep]
-    return DraftTree(tokens=to_target(ids) if to_target is not None else ids, parents=kept_parents,
-                     depths=depths[keep], scores=scores[keep])
+    return DraftTree(
+        tokens=to_target(ids) if to_target is not None else ids,
+        parents=kept_parents,
+        depths=depths[keep],
+        scores=scores[keep],
+    )
 
 
 @torch.no_grad()
-def build_trees(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: int,
-                to_target: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[DraftTree]:
+def build_trees(
+    step_fn: StepFn,
+    root_state,
+    *,
+    nodes: int,
+    depth: int,
+    top_k: int,
+    to_target: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> list[DraftTree]:
     """EAGLE-2 dynamic draft trees (arXiv 2406.16858 Sec. 4) for a batch of b questions.
 
     Expansion: the root's top_k children form the first frontier; each later depth drafts the
@@ -236,12 +250,21 @@ def build_trees(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: i
     order among siblings), so the result is deterministic and ancestor-closed.
     `to_target` maps draft ids to target ids (e.g. `draft.to_target`); identity when None.
     Raises ValueError when `nodes` exceeds `max_nodes(depth, top_k)` (no silent cap)."""
-    return build_tree_sizes(step_fn, root_state, tree_nodes=[nodes], depth=depth, top_k=top_k, to_target=to_target)[nodes]
+    return build_tree_sizes(step_fn, root_state, tree_nodes=[nodes], depth=depth, top_k=top_k, to_target=to_target)[
+        nodes
+    ]
 
 
 @torch.no_grad()
-def build_tree_sizes(step_fn: StepFn, root_state, *, tree_nodes, depth: int, top_k: int,
-                     to_target: Callable[[torch.Tensor], torch.Tensor] | None = None) -> dict[int, list[DraftTree]]:
+def build_tree_sizes(
+    step_fn: StepFn,
+    root_state,
+    *,
+    tree_nodes,
+    depth: int,
+    top_k: int,
+    to_target: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[int, list[DraftTree]]:
     """`build_trees` for several `nodes` values from one expansion: EAGLE-2's expansion does not
     depend on `nodes` (only reranking does), so {nodes: trees} equals separate `build_trees` calls."""
     tree_nodes = sorted(set(tree_nodes))
@@ -250,18 +273,31 @@ def build_tree_sizes(step_fn: StepFn, root_state, *, tree_nodes, depth: int, top
     for nodes in tree_nodes:
         check_tree_args(nodes, depth, top_k)
     scores, draft_ids, parents, depths = _expand(step_fn, root_state, depth, top_k)  # each (b, C)
-    return {nodes: [_rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target)
-                    for q in range(scores.shape[0])] for nodes in tree_nodes}
+    return {
+        nodes: [
+            _rerank(scores[q], draft_ids[q], parents[q], depths[q], nodes, to_target) for q in range(scores.shape[0])
+        ]
+        for nodes in tree_nodes
+    }
 
 
-def build_tree(step_fn: StepFn, root_state, *, nodes: int, depth: int, top_k: int,
-               to_target: Callable[[torch.Tensor], torch.Tensor] | None = None) -> DraftTree:
+def build_tree(
+    step_fn: StepFn,
+    root_state,
+    *,
+    nodes: int,
+    depth: int,
+    top_k: int,
+    to_target: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> DraftTree:
     """One question's EAGLE-2 tree: as `build_trees`, with step_fn returning (f, V) log-probs
     (f = 1 for the root, top_k after) and Frontier fields without the batch dimension."""
+
     def batched(state, frontier):
         if frontier is not None:
-            frontier = Frontier(rows=frontier.rows[0], draft_ids=frontier.draft_ids[0], depth=frontier.depth,
-                                mask=frontier.mask[0])
+            frontier = Frontier(
+                rows=frontier.rows[0], draft_ids=frontier.draft_ids[0], depth=frontier.depth, mask=frontier.mask[0]
+            )
         log_probs, state = step_fn(state, frontier)
         return log_probs[None], state  # (1, f, V)
 

@@ -1,5 +1,6 @@
 """EAGLE-3's reduced draft vocabulary: the maps between draft and target token ids (d2t, t2d, in
 vLLM's layout) and the draft lm_head's initialisation from the target's rows."""
+
 from __future__ import annotations
 
 from typing import cast
@@ -16,8 +17,9 @@ def draft_vocabulary(token_counts, size: int) -> tuple[torch.Tensor, torch.Tenso
     (as vLLM's `compute_logits` reads them), and t2d (V,) bool marking the chosen target ids."""
     counts = torch.as_tensor(token_counts)
     if counts.dim() != 1 or not 1 <= size <= len(counts):
-        raise ValueError(f"need 1-D counts and 1 <= size <= {len(counts)}, "
-                         f"got shape {tuple(counts.shape)}, size {size}")
+        raise ValueError(
+            f"need 1-D counts and 1 <= size <= {len(counts)}, got shape {tuple(counts.shape)}, size {size}"
+        )
     if (counts < 0).any():
         raise ValueError("token counts must be non-negative")
     order = torch.sort(-counts.double(), stable=True).indices  # most frequent first, lower id on ties
@@ -41,8 +43,11 @@ def to_draft(target_ids, t2d):
 @torch.no_grad()
 def init_lm_head_from_target(draft, target_lm_head_weight) -> None:
     """Copy the target's lm_head rows of the draft vocabulary into the draft's lm_head (V, d) -> (V_draft, d)."""
-    weight = cast(torch.Tensor, target_lm_head_weight.weight) if isinstance(target_lm_head_weight, nn.Module) \
-        else target_lm_head_weight  # (cast: torch types a module's attributes Tensor | Module)
+    weight = (
+        cast(torch.Tensor, target_lm_head_weight.weight)
+        if isinstance(target_lm_head_weight, nn.Module)
+        else target_lm_head_weight
+    )  # (cast: torch types a module's attributes Tensor | Module)
     expected = (draft.config.vocab_size, draft.config.hidden_size)
     if tuple(weight.shape) != expected:
         raise ValueError(f"target lm_head weight {tuple(weight.shape)}, expected {expected}")

@@ -2,6 +2,7 @@
 from: the calibration prompts, each followed by a reply model's greedy reply (cached), and one
 forward of a model over them giving every position selection's LayerStats (cached).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,23 +26,43 @@ SELECTIONS: dict[str, dict[str, Any]] = {
 REPLY_BATCH = 16  # replies per generate call: on 2 CPU cores that halves the time of batches of 8
 
 
-def calibration_conversations(n_prompts: int, *, seed: int = 0, reply_model: str = DEFAULT_MODEL,
-                              max_new_tokens: int = 128, max_length: int = CaptureSettings.max_length,
-                              progress: bool = True, loaded: tuple | None = None) -> list[list[dict]]:
+def calibration_conversations(
+    n_prompts: int,
+    *,
+    seed: int = 0,
+    reply_model: str = DEFAULT_MODEL,
+    max_new_tokens: int = 128,
+    max_length: int = CaptureSettings.max_length,
+    progress: bool = True,
+    loaded: tuple | None = None,
+) -> list[list[dict]]:
     """`n_prompts` calibration prompts, each followed by `reply_model`'s greedy reply (cached).
     `loaded`: the reply model's (model, tokenizer) when the caller already holds them."""
     model, tokenizer = loaded or load_model(reply_model)
-    return reply_conversations(model, tokenizer, calibration_prompts(n_prompts, seed=seed),
-                               max_new_tokens=max_new_tokens, max_length=max_length, batch_size=REPLY_BATCH,
-                               progress=progress)
+    return reply_conversations(
+        model,
+        tokenizer,
+        calibration_prompts(n_prompts, seed=seed),
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        batch_size=REPLY_BATCH,
+        progress=progress,
+    )
 
 
-def capture_selections(model_name, conversations, settings: CaptureSettings | None = None, *,
-                       selections: dict | None = None, progress: bool = True,
-                       loaded: tuple | None = None) -> dict[str, LayerStats]:
+def capture_selections(
+    model_name,
+    conversations,
+    settings: CaptureSettings | None = None,
+    *,
+    selections: dict | None = None,
+    progress: bool = True,
+    loaded: tuple | None = None,
+) -> dict[str, LayerStats]:
     """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
     Each selection overrides `settings` (default: the paper's) in the fields it names.
     `loaded`: the model's (model, tokenizer) when the caller already holds them."""
     model, tokenizer = loaded or load_model(model_name)
-    return capture_variants(model, tokenizer, conversations, SELECTIONS if selections is None else selections,
-                            settings, progress=progress)
+    return capture_variants(
+        model, tokenizer, conversations, SELECTIONS if selections is None else selections, settings, progress=progress
+    )

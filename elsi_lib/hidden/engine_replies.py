@@ -16,6 +16,7 @@ written for exactly this request (its header names the model, tokenizer, engine,
 request) and every record in it (`reply_records`: a checksum per record, no repeated, empty or
 out-of-range records).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -30,63 +31,39 @@ from ..common.cachefiles import REPO_ROOT, atomic_write_bytes, check_writable, k
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..inputs.chat import tokenize_conversation, truncate
 from ..inputs.prompts import conversations_hash
+from .engine_env import engine_environment, engines_python, model_folder, vllm_version
 from .forward import check_conversations
 from .replies import cache_payload, eos_ids, read_cache
-from .reply_records import (MAX_MODEL_LEN, ReplyRecordError, archive_bytes, archive_header, check_records,
-                            read_archive, record, request_digest, upgrade_records, vocab_size)
+from .reply_records import (
+    MAX_MODEL_LEN,
+    ReplyRecordError,
+    archive_bytes,
+    archive_header,
+    check_records,
+    read_archive,
+    record,
+    request_digest,
+    upgrade_records,
+    vocab_size,
+)
 
 SCRIPT = REPO_ROOT / "engines" / "replies.py"
-
-
-def engines_python() -> Path:
-    return Path(os.environ.get("ELSI_ENGINES_PYTHON") or REPO_ROOT / ".venv-engines" / "bin" / "python")
-
-
-def vllm_version(python: Path | None = None) -> str:
-    """vLLM's version in the engines' environment, read from its package metadata (no import)."""
-    python = python or engines_python()
-    prefix = python.absolute().parent.parent if python.exists() else None  # the venv (not the interpreter it links)
-    for info in sorted(prefix.glob("lib/python*/site-packages/vllm*.dist-info/METADATA")) if prefix else []:
-        for line in info.read_text().splitlines():
-            if line.startswith("Version:"):
-                return line.split(":", 1)[1].strip()
-    raise FileNotFoundError(f"no vLLM in the engines' environment ({python}): run `make test-engines` "
-                            "(it builds .venv-engines) or set ELSI_ENGINES_PYTHON")
-
-
-def engine_environment(python: Path) -> dict:
-    """The environment the engine runs in: this one, with vLLM's CPU KV cache at 4 GiB unless set (its
-    default takes 15) and the OpenMP runtime pip installed preloaded, as `make test-engines` runs it.
-    On a machine of at most 4 cores the engine computes on all of them: vLLM reserves one for its
-    front end by default, which on 2 cores leaves one (bench/bench_vllm_threads.py: the same tokens,
-    faster on both)."""
-    env = dict(os.environ)
-    env.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
-    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
-    if len(cores) <= 4 and "VLLM_CPU_OMP_THREADS_BIND" not in env:  # the thread layout is in no key: the
-        env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))  # same tokens (bench_vllm_threads)
-        env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
-    iomp = python.absolute().parent.parent / "lib" / "libiomp5.so"
-    if iomp.is_file() and "LD_PRELOAD" not in env:
-        env["LD_PRELOAD"] = str(iomp)
-    return env
-
-
-def model_folder(model) -> Path:
-    """The Hugging Face folder the model was loaded from: what the engine loads."""
-    folder = Path(getattr(model.config, "_name_or_path", "") or "")
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"the engine loads a model folder; this model was not loaded from one ({folder!s})")
-    return folder
 
 
 def engine_key(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int, version: str) -> dict:
     """The reply cache key of engine-written replies: the reply step's, with the engine in place of
     the batch size (continuous batching has none)."""
     dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    return {"model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer), "library": versions(),
-            "prompts": conversations_hash(conversations), "max_new_tokens": max_new_tokens, "max_length": max_length,
-            "truncate": "keep_first", "engine": {"name": "vllm", "version": version, "dtype": dtype}}
+    return {
+        "model": model_fingerprint(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "library": versions(),
+        "prompts": conversations_hash(conversations),
+        "max_new_tokens": max_new_tokens,
+        "max_length": max_length,
+        "truncate": "keep_first",
+        "engine": {"name": "vllm", "version": version, "dtype": dtype},
+    }
 
 
 def archive_dir() -> Path:
@@ -98,10 +75,16 @@ def archive_dir() -> Path:
 def _request(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int, dtype: str) -> bytes:
     """The engine's request file: the model folder, dtype, lengths and the prompts as token ids,
     rendered and truncated by the reply step's rule."""
-    prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
-               for c in conversations]
-    request = {"model": str(model_folder(model)), "dtype": dtype, "max_new_tokens": max_new_tokens,
-               "max_model_len": MAX_MODEL_LEN, "prompts": prompts}
+    prompts = [
+        truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length) for c in conversations
+    ]
+    request = {
+        "model": str(model_folder(model)),
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "max_model_len": MAX_MODEL_LEN,
+        "prompts": prompts,
+    }
     return json.dumps(request, sort_keys=True).encode()
 
 
@@ -121,6 +104,7 @@ def archive_path(key: dict) -> Path:
 class Request:
     """One engine request, everything its files are checked against: the cache key, the request's
     bytes, its cache path and the archive header (model, tokenizer, engine, settings, prompts)."""
+
     key: dict
     raw: bytes
     path: Path
@@ -140,13 +124,21 @@ class Request:
         return self.path.with_suffix(".partial.jsonl")
 
 
-def request_for(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int,
-                version: str | None = None) -> Request:
+def request_for(
+    model, tokenizer, conversations, *, max_new_tokens: int, max_length: int, version: str | None = None
+) -> Request:
     version = version or vllm_version(engines_python())
-    key = engine_key(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                     version=version)
-    raw = _request(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                   dtype=key["engine"]["dtype"])
+    key = engine_key(
+        model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
+    )
+    raw = _request(
+        model,
+        tokenizer,
+        conversations,
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        dtype=key["engine"]["dtype"],
+    )
     header = archive_header(key, request_digest(raw), len(conversations), vocab_size(model))
     return Request(key, raw, keyed_path("responses", key, suffix=".json"), archive_path(key), header)
 
@@ -170,7 +162,7 @@ def _present_ids(req: Request) -> dict[int, list[int]]:
 
 def _through_eos(ids: list[int], eos: set) -> list[int]:
     ends = [j for j, t in enumerate(ids) if t in eos]
-    return ids[:ends[0] + 1] if ends else ids
+    return ids[: ends[0] + 1] if ends else ids
 
 
 def _missing(req: Request, found: dict) -> list[int]:
@@ -188,8 +180,9 @@ def _merge_archive(req: Request) -> None:
     atomic_write_bytes(req.partial, "".join(json.dumps(row) + "\n" for row in rows).encode())
 
 
-def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                    max_length: int = 1024) -> tuple[Path, int]:
+def archive_replies(
+    model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128, max_length: int = 1024
+) -> tuple[Path, int]:
     """Archive what the engine has written for this request so far (finished or not; while it runs
     too: its output is only read) under `archive_dir()`, gzip, atomically: (the archive, how many
     replies it holds). Each reply is kept through its first end-of-sequence token, as the cache holds
@@ -201,18 +194,28 @@ def archive_replies(model, tokenizer, conversations: list[list[dict]], *, max_ne
         written = {int(e[0]): e[2] for e in cached}
     eos = set(eos_ids(model))
     req.archive.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(req.archive, archive_bytes(req.header, {i: _through_eos(ids, eos) for i, ids in written.items()}))
+    atomic_write_bytes(
+        req.archive, archive_bytes(req.header, {i: _through_eos(ids, eos) for i, ids in written.items()})
+    )
     return req.archive, len(written)
 
 
-def upgrade_archive(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                    max_length: int = 1024, version: str | None = None) -> tuple[Path, int]:
+def upgrade_archive(
+    model,
+    tokenizer,
+    conversations: list[list[dict]],
+    *,
+    max_new_tokens: int = 128,
+    max_length: int = 1024,
+    version: str | None = None,
+) -> tuple[Path, int]:
     """Rewrite this request's format-1 archive (written before archives named the model and checked
     each record) in today's format, once: the same replies, each checked, under a header naming
     what produced them. (the archive, how many replies); an archive already upgraded is left alone.
     `version`: the vLLM version that wrote it (default: the one in the engines' environment)."""
-    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                      version=version)
+    req = request_for(
+        model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
+    )
     if not req.archive.is_file():
         raise FileNotFoundError(f"no archive of this request at {req.archive}")
     try:
@@ -225,8 +228,16 @@ def upgrade_archive(model, tokenizer, conversations: list[list[dict]], *, max_ne
     return req.archive, len(replies)
 
 
-def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                   max_length: int = 1024, chunk: int = 512, env: dict | None = None):
+def engine_replies(
+    model,
+    tokenizer,
+    conversations: list[list[dict]],
+    *,
+    max_new_tokens: int = 128,
+    max_length: int = 1024,
+    chunk: int = 512,
+    env: dict | None = None,
+):
     """Greedy replies of `model` to each conversation, written by vLLM. Returns (texts, generated ids
     through the first end-of-sequence token, the cache key). The texts are decoded here as the reply
     step decodes its own (special tokens skipped, stripped)."""
@@ -239,8 +250,14 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
     if any(c[-1]["role"] != "user" for c in conversations):
         raise ValueError("every conversation must end with a user turn: there is nothing to reply to otherwise")
     python = engines_python()
-    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length,
-                      version=vllm_version(python))
+    req = request_for(
+        model,
+        tokenizer,
+        conversations,
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        version=vllm_version(python),
+    )
     check_writable(req.path.parent)
     cached = read_cache(req.path, req.key)
     if len(cached) == len(conversations):
@@ -253,12 +270,17 @@ def engine_replies(model, tokenizer, conversations: list[list[dict]], *, max_new
         try:  # one engine per request: a second would lose what the first appends once the archive is merged
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"another engine_replies run is writing this request ({req.partial}); wait for it, "
-                               "or read what it has written with replies_written") from None
+            raise RuntimeError(
+                f"another engine_replies run is writing this request ({req.partial}); wait for it, "
+                "or read what it has written with replies_written"
+            ) from None
         _merge_archive(req)
         if _missing(req, _present_ids(req)):
-            subprocess.run([str(python), str(SCRIPT), str(request_path), str(req.partial), "--chunk", str(chunk)],
-                           check=True, env={**engine_environment(python), **(env or {})})
+            subprocess.run(
+                [str(python), str(SCRIPT), str(request_path), str(req.partial), "--chunk", str(chunk)],
+                check=True,
+                env={**engine_environment(python), **(env or {})},
+            )
         entries = _decoded(model, tokenizer, read_partial(req))
         atomic_write_bytes(req.path, cache_payload(req.key, entries))
         request_path.unlink(missing_ok=True)
@@ -277,8 +299,9 @@ def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
     return entries
 
 
-def replies_written(model, tokenizer, conversations: list[list[dict]], first: int, *, max_new_tokens: int = 128,
-                    max_length: int = 1024) -> list[str]:
+def replies_written(
+    model, tokenizer, conversations: list[list[dict]], first: int, *, max_new_tokens: int = 128, max_length: int = 1024
+) -> list[str]:
     """The replies to `conversations[:first]` of an `engine_replies` request (the same conversations
     and settings) that the engine has already written, finished or still running: for work on a
     prefix of the data while the rest is written. Runs no engine; RuntimeError when fewer than
@@ -291,8 +314,10 @@ def replies_written(model, tokenizer, conversations: list[list[dict]], first: in
     if not written:
         raise RuntimeError(f"no replies of this request are written yet ({req.partial.name}); run engine_replies")
     if any(i not in written for i in range(first)):
-        raise RuntimeError(f"{req.partial.name}: {sum(i in written for i in range(first))} of the first {first} "
-                           "replies are written; wait for the engine or ask for fewer")
+        raise RuntimeError(
+            f"{req.partial.name}: {sum(i in written for i in range(first))} of the first {first} "
+            "replies are written; wait for the engine or ask for fewer"
+        )
     return [text for _, text, _ in _decoded(model, tokenizer, [written[i] for i in range(first)])]
 
 
@@ -309,12 +334,18 @@ def written_ids(req: Request) -> dict[int, list[int]]:
         try:
             entry = json.loads(line)
         except ValueError:
-            raise ReplyRecordError(f"{req.partial}, line {n}: not a JSON record; remove the file to write "
-                                   "its replies anew") from None
+            raise ReplyRecordError(
+                f"{req.partial}, line {n}: not a JSON record; remove the file to write its replies anew"
+            ) from None
         if entry != req.engine_header:
             rows.append((n, entry))
-    return check_records(rows, source=req.partial, digest=req.header["request"], n_prompts=req.n_prompts,
-                         n_vocab=req.header["vocab_size"])
+    return check_records(
+        rows,
+        source=req.partial,
+        digest=req.header["request"],
+        n_prompts=req.n_prompts,
+        n_vocab=req.header["vocab_size"],
+    )
 
 
 def read_partial(req: Request) -> list[list[int]]:
@@ -322,6 +353,8 @@ def read_partial(req: Request) -> list[list[int]]:
     found = written_ids(req)
     missing = _missing(req, found)
     if missing:
-        raise RuntimeError(f"{req.partial}: the engine wrote no reply for {len(missing)} prompts (first "
-                           f"{missing[:5]}); rerun to resume")
+        raise RuntimeError(
+            f"{req.partial}: the engine wrote no reply for {len(missing)} prompts (first "
+            f"{missing[:5]}); rerun to resume"
+        )
     return [found[i] for i in range(req.n_prompts)]

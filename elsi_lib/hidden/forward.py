@@ -6,6 +6,7 @@ batch with a hook on every decoder layer and yields each batch's hidden states (
 decoder layer l, plus the state after the final norm) and next-token entropies (Eq. 9). Capture
 reduces what it yields to layer statistics; draft training reads the same features.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -51,13 +52,18 @@ def check_conversations(conversations) -> None:
     if isinstance(conversations, (str, dict)) or not conversations:
         raise ValueError("no conversations: pass a non-empty list of conversations (lists of {role, content} messages)")
     for i, conversation in enumerate(conversations):
-        if isinstance(conversation, (str, dict)) or not conversation or \
-                not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation):
+        if (
+            isinstance(conversation, (str, dict))
+            or not conversation
+            or not all(isinstance(m, dict) and "content" in m and "role" in m for m in conversation)
+        ):
             raise ValueError(f"conversation {i} must be a non-empty list of {{role, content}} messages")
         for m in conversation:
             if not isinstance(m["role"], str) or not isinstance(m["content"], str):
-                raise ValueError(f"conversation {i}: role and content must be strings, got "
-                                 f"{type(m['role']).__name__} and {type(m['content']).__name__}")
+                raise ValueError(
+                    f"conversation {i}: role and content must be strings, got "
+                    f"{type(m['role']).__name__} and {type(m['content']).__name__}"
+                )
 
 
 def tokenize_samples(tokenizer, conversations, max_length: int, on_long: str = "truncate") -> tuple[list[Sample], int]:
@@ -68,8 +74,10 @@ def tokenize_samples(tokenizer, conversations, max_length: int, on_long: str = "
         ids, is_template = tokenize_conversation(tokenizer, conversation)
         if len(ids) > max_length:
             if on_long == "error":
-                raise ValueError(f"conversation {index} has {len(ids)} tokens > max_length={max_length} "
-                                 "(pass on_long='truncate' to cut it)")
+                raise ValueError(
+                    f"conversation {index} has {len(ids)} tokens > max_length={max_length} "
+                    "(pass on_long='truncate' to cut it)"
+                )
             truncated += 1
         samples.append(Sample(index, truncate(ids, max_length), truncate(list(is_template), max_length)))
     return samples, truncated
@@ -117,6 +125,7 @@ def layer_outputs(model) -> Iterator[list]:
     def hook_for(i):
         def hook(module, args, output):
             captured[i] = (output[0] if isinstance(output, tuple) else output).detach()
+
         return hook
 
     handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(decoder.layers)]
@@ -141,7 +150,7 @@ def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_ele
     for start in range(0, final_hidden.shape[0], step):
         # float64 from the logits on: a random or flat model's positions differ in entropy by 1e-9,
         # far below float32's error (~2e-6), and the top-rho selection must not depend on the CPU's kernels
-        logits = lm_head(final_hidden[start:start + step]).double()  # (c, V)
+        logits = lm_head(final_hidden[start : start + step]).double()  # (c, V)
         if softcap:
             logits = softcap * torch.tanh(logits / softcap)
         logp = torch.log_softmax(logits, dim=-1)
@@ -157,12 +166,15 @@ def check_finite(hidden, layer: str, samples: list[Sample]) -> None:
         return
     for row, s in enumerate(samples):
         if not torch.isfinite(hidden[row, : len(s.ids)]).all():
-            raise FloatingPointError(f"NaN or Inf in the hidden state of {layer} for sample {s.index} "
-                                     "(fp16 overflow? load the model in bfloat16 or float32)")
+            raise FloatingPointError(
+                f"NaN or Inf in the hidden state of {layer} for sample {s.index} "
+                "(fp16 overflow? load the model in bfloat16 or float32)"
+            )
 
 
-def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: int, *,
-                   entropies: bool = True) -> Iterator[HiddenBatch]:
+def hidden_batches(
+    model, samples: list[Sample], batches: list[list[int]], pad: int, *, entropies: bool = True
+) -> Iterator[HiddenBatch]:
     """One teacher-forced forward per batch (lists of positions in `samples`), hooks on every
     decoder layer; yields each batch's hidden states and, with `entropies`, one LM-head pass over
     its real positions (Eq. 9). Non-finite states are an error naming the layer and the sample."""
@@ -175,7 +187,9 @@ def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: 
         for positions in batches:
             batch = [samples[i] for i in positions]
             ids, mask = pad_batch(batch, pad)
-            final_norm = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).last_hidden_state
+            final_norm = decoder(
+                input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False
+            ).last_hidden_state
             for layer, hidden in enumerate(captured):
                 check_finite(hidden, f"layer {layer}", batch)
             check_finite(final_norm, "the final norm", batch)
@@ -185,6 +199,8 @@ def hidden_batches(model, samples: list[Sample], batches: list[list[int]], pad: 
                 per_sample = list(per_sample.split([len(s.ids) for s in batch]))
                 for sample, values in zip(batch, per_sample):
                     if not torch.isfinite(values).all():
-                        raise FloatingPointError(f"NaN or Inf in the next-token entropies of sample {sample.index} "
-                                                 "(the LM head's logits are not finite)")
+                        raise FloatingPointError(
+                            f"NaN or Inf in the next-token entropies of sample {sample.index} "
+                            "(the LM head's logits are not finite)"
+                        )
             yield HiddenBatch(batch, list(captured), final_norm, per_sample)

@@ -4,6 +4,7 @@ Z (N, B, d) float64 holds the layer representatives: the mean over all retained 
 tokens (Eq. 11). Saved as safetensors (arrays) plus JSON (counts, metadata) with a checksum, written
 atomically; `load` refuses a truncated, corrupt or foreign file.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,10 @@ class LayerStats:
         weights = np.asarray(weights, dtype=np.float64)
         table = np.atleast_2d(weights)  # (R, S)
         if weights.ndim > 2 or table.shape[1] != len(self.sample_blocks) or np.any(table < 0):
-            raise ValueError(f"weights must have shape ({len(self.sample_blocks)},) or (R, "
-                             f"{len(self.sample_blocks)}) and be non-negative, got {weights.shape}")
+            raise ValueError(
+                f"weights must have shape ({len(self.sample_blocks)},) or (R, "
+                f"{len(self.sample_blocks)}) and be non-negative, got {weights.shape}"
+            )
         blocks = table @ self.sample_blocks  # (R,)
         if np.any(blocks == 0):
             raise ValueError("the weights select no block")
@@ -88,7 +91,7 @@ class LayerStats:
         out = np.empty((len(table), flat.shape[1]))
         step = 1 << 16  # columns per float64 chunk: bounds the temporary copy
         for start in range(0, flat.shape[1], step):
-            out[:, start:start + step] = table @ flat[:, start:start + step].astype(np.float64)
+            out[:, start : start + step] = table @ flat[:, start : start + step].astype(np.float64)
         out = (out / blocks[:, None]).reshape(len(table), *self.Z.shape)
         return out[0] if weights.ndim == 1 else out
 
@@ -99,10 +102,15 @@ class LayerStats:
         and every array."""
         from safetensors.numpy import save
 
-        arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in ARRAYS + OPTIONAL_ARRAYS
-                  if getattr(self, name) is not None}
-        header = {"counts": json.dumps(self.counts, sort_keys=True),
-                  "metadata": json.dumps(self.metadata, sort_keys=True)}
+        arrays = {
+            name: np.ascontiguousarray(getattr(self, name))
+            for name in ARRAYS + OPTIONAL_ARRAYS
+            if getattr(self, name) is not None
+        }
+        header = {
+            "counts": json.dumps(self.counts, sort_keys=True),
+            "metadata": json.dumps(self.metadata, sort_keys=True),
+        }
         header["checksum"] = content_checksum(header, arrays)
         path = Path(path)
         atomic_write_bytes(path, save(arrays, metadata=header))
@@ -124,7 +132,9 @@ class LayerStats:
             counts, metadata = json.loads(header["counts"]), json.loads(header["metadata"])
         except Exception as err:  # truncated or foreign file: safetensors raises several kinds
             raise CacheError(f"{path}: unreadable LayerStats ({type(err).__name__}: {err})") from err
-        if set(arrays) - set(OPTIONAL_ARRAYS) != set(ARRAYS) or content_checksum(header, arrays) != header.get("checksum"):
+        if set(arrays) - set(OPTIONAL_ARRAYS) != set(ARRAYS) or content_checksum(header, arrays) != header.get(
+            "checksum"
+        ):
             raise CacheError(f"{path}: checksum mismatch (corrupt file)")
         if expect_metadata is not None and metadata != json.loads(json.dumps(expect_metadata, sort_keys=True)):
             raise CacheError(f"{path}: stale (produced from other inputs or settings)")

@@ -5,8 +5,10 @@ replies as training data. Prompts follow capture's truncation rule (`chat.trunca
 first `max_length` tokens). The cache is one JSON file per (model, prompts, settings), written
 atomically after every batch, so an interrupted run resumes where it stopped.
 """
+
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -18,16 +20,30 @@ from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 
 
-def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max_new_tokens: int = 128,
-                       max_length: int = 1024, batch_size: int = 8, cache: bool = True, progress: bool = True,
-                       temperature: float = 0.0, seed: int = 0, with_ids: bool = False):
+def generate_responses(
+    model,
+    tokenizer,
+    conversations: list[list[dict]],
+    *,
+    max_new_tokens: int = 128,
+    max_length: int = 1024,
+    batch_size: int = 8,
+    cache: bool = True,
+    progress: bool = True,
+    temperature: float = 0.0,
+    seed: int = 0,
+    with_ids: bool = False,
+    archive: Path | None = None,
+):
     """Replies of `model` to each conversation, rendered with the generation prompt and cut to its
     first `max_length` tokens: greedy at `temperature` 0, otherwise sampled from softmax(logits / T)
     with no top-k / top-p (`GumbelSampler`: each conversation's draws come from its own seed, so a
     reply does not depend on the batch it ran in). Each conversation must end with a user turn.
     Returns the reply texts, and with `with_ids` also the generated token ids (through the first
     end-of-sequence token). Cached, keyed by the model's weights, the tokenizer and its chat
-    template, the library versions, the conversations and every setting."""
+    template, the library versions, the conversations and every setting. `archive`: a folder (in git)
+    the finished cache file is copied to, gzipped under its keyed name, and read from when the cache
+    lacks it, so that a new machine does not write the replies again (checked as the cache is)."""
     for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -38,47 +54,70 @@ def generate_responses(model, tokenizer, conversations: list[list[dict]], *, max
     if temperature > 0:
         _check_plain_sampling(model)
     if answered:
-        raise ValueError(f"conversation(s) {answered[:10]} end with a {conversations[answered[0]][-1]['role']!r} "
-                         "turn, not a user turn: there is nothing to reply to (capture them as they are)")
-    key = {"model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer), "library": versions(),
-           "prompts": conversations_hash(conversations), "max_new_tokens": max_new_tokens, "max_length": max_length,
-           "truncate": "keep_first", "batch_size": batch_size,
-           **({"temperature": float(temperature), "seed": int(seed)} if temperature > 0 else {}),
-           **({"ids": True} if with_ids else {})}
+        raise ValueError(
+            f"conversation(s) {answered[:10]} end with a {conversations[answered[0]][-1]['role']!r} "
+            "turn, not a user turn: there is nothing to reply to (capture them as they are)"
+        )
+    key = {
+        "model": model_fingerprint(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "library": versions(),
+        "prompts": conversations_hash(conversations),
+        "max_new_tokens": max_new_tokens,
+        "max_length": max_length,
+        "truncate": "keep_first",
+        "batch_size": batch_size,
+        **({"temperature": float(temperature), "seed": int(seed)} if temperature > 0 else {}),
+        **({"ids": True} if with_ids else {}),
+    }
     path = keyed_path("responses", key, suffix=".json")
+    archived = Path(archive) / f"{path.name}.gz" if archive is not None and cache else None
     if cache:
         check_writable(path.parent)
+        if archived is not None and archived.is_file() and not path.is_file():
+            atomic_write_bytes(path, gzip.decompress(archived.read_bytes()))  # read_cache checks it
     done = read_cache(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
-    prompts = [truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length)
-               for c in conversations]
+    prompts = [
+        truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length) for c in conversations
+    ]
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), i))  # similar lengths batch together
     replies: dict[int, str] = {entry[0]: entry[1] for entry in done}
     token_ids: dict[int, list[int]] = {entry[0]: entry[2] for entry in done if len(entry) == 3}
     eos = set(eos_ids(model))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     todo = [i for i in order if i not in replies]
-    bar = progress_bar(total=len(prompts), initial=len(replies), desc="generating replies", unit="reply",
-                       disable=not progress or not todo)
+    bar = progress_bar(
+        total=len(prompts),
+        initial=len(replies),
+        desc="generating replies",
+        unit="reply",
+        disable=not progress or not todo,
+    )
     for start in range(0, len(todo), batch_size):
-        batch = todo[start:start + batch_size]
-        out = _generate_batch(model, [prompts[i] for i in batch], pad, max_new_tokens,
-                              temperature, [seed * 1_000_003 + i for i in batch])  # (b, new tokens)
+        batch = todo[start : start + batch_size]
+        out = _generate_batch(
+            model, [prompts[i] for i in batch], pad, max_new_tokens, temperature, [seed * 1_000_003 + i for i in batch]
+        )  # (b, new tokens)
         for row, i in enumerate(batch):
             replies[i] = tokenizer.decode(out[row], skip_special_tokens=True).strip()
             generated = out[row].tolist()
             ends = [j for j, t in enumerate(generated) if t in eos]
-            token_ids[i] = generated[:ends[0] + 1] if ends else generated
+            token_ids[i] = generated[: ends[0] + 1] if ends else generated
         if cache:
             entries = [(i, replies[i], token_ids[i]) if with_ids else (i, replies[i]) for i in sorted(replies)]
             atomic_write_bytes(path, cache_payload(key, entries))
         bar.update(len(batch))
     bar.close()
+    if archived is not None and (todo or not archived.is_file()):
+        archived.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(archived, gzip.compress(path.read_bytes(), mtime=0))
     texts = [replies[i] for i in range(len(conversations))]
     return (texts, [token_ids[i] for i in range(len(conversations))]) if with_ids else texts
 
 
-def _generate_batch(model, prompts: list[list[int]], pad: int, max_new_tokens: int, temperature: float,
-                    seeds: list[int]):
+def _generate_batch(
+    model, prompts: list[list[int]], pad: int, max_new_tokens: int, temperature: float, seeds: list[int]
+):
     """`generate` on one batch of prompt ids, left-padded so that every prompt ends where generation
     starts: greedy at temperature 0, else an exact seeded sample per row (`GumbelSampler`). Returns
     the generated ids (b, new tokens), padding included after an end-of-sequence token."""
@@ -88,13 +127,18 @@ def _generate_batch(model, prompts: list[list[int]], pad: int, max_new_tokens: i
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt):] = torch.tensor(prompt)
-        mask[row, width - len(prompt):] = 1
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        mask[row, width - len(prompt) :] = 1
     sampler = [] if temperature == 0 else [GumbelSampler(temperature, seeds, width)]
     with torch.no_grad():  # greedy over Gumbel-perturbed logits is an exact sample from softmax(logits / T)
-        out = model.generate(input_ids=ids.to(model.device), attention_mask=mask.to(model.device),
-                             max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad,
-                             logits_processor=sampler)
+        out = model.generate(
+            input_ids=ids.to(model.device),
+            attention_mask=mask.to(model.device),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad,
+            logits_processor=sampler,
+        )
     return out[:, width:]
 
 
@@ -111,9 +155,14 @@ class GumbelSampler:
         import torch
 
         step = input_ids.shape[1] - self.width
-        noise = torch.stack([torch.rand(scores.shape[-1], dtype=torch.float64,
-                                        generator=torch.Generator().manual_seed(s * 65_537 + step))
-                             for s in self.seeds])  # (b, V) uniform
+        noise = torch.stack(
+            [
+                torch.rand(
+                    scores.shape[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(s * 65_537 + step)
+                )
+                for s in self.seeds
+            ]
+        )  # (b, V) uniform
         gumbel = -torch.log(-torch.log(noise.clamp(1e-300, 1 - 1e-16)))
         return (scores.double() / self.temperature + gumbel.to(scores.device)).to(scores.dtype)
 
@@ -122,13 +171,24 @@ def _check_plain_sampling(model) -> None:
     """`generate` applies these generation-config processors in greedy mode too, before
     `GumbelSampler`: with any of them set, a draw is not from softmax(logits / T)."""
     config = getattr(model, "generation_config", None)
-    changed = {name: getattr(config, name, None) for name in
-               ("repetition_penalty", "no_repeat_ngram_size", "suppress_tokens", "begin_suppress_tokens", "bad_words_ids",
-                "sequence_bias", "encoder_repetition_penalty")}
+    changed = {
+        name: getattr(config, name, None)
+        for name in (
+            "repetition_penalty",
+            "no_repeat_ngram_size",
+            "suppress_tokens",
+            "begin_suppress_tokens",
+            "bad_words_ids",
+            "sequence_bias",
+            "encoder_repetition_penalty",
+        )
+    }
     changed = {k: v for k, v in changed.items() if v not in (None, 1.0, 0, [], {})}
     if changed:
-        raise ValueError(f"the model's generation config sets {changed}: sampled replies would not follow "
-                         "softmax(logits / T); clear them on model.generation_config first")
+        raise ValueError(
+            f"the model's generation config sets {changed}: sampled replies would not follow "
+            "softmax(logits / T); clear them on model.generation_config first"
+        )
 
 
 def eos_ids(model) -> list[int]:
@@ -156,8 +216,9 @@ def read_cache(path: Path, key: dict) -> list[tuple]:
         if sha256_text(wrapper["body"]) != wrapper["sha256"]:
             raise ValueError("checksum mismatch")
         payload = json.loads(wrapper["body"])
-        replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ())
-                   for e in payload["replies"]]
+        replies = [
+            (int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]
+        ]
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"regenerating replies: {path.name} is unreadable or corrupt ({err})")
         return []

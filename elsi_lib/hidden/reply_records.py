@@ -13,6 +13,7 @@ An archive's first line (`archive_header`) names everything that produced its re
 and the request. An archive whose header differs from the request's is refused, naming the fields.
 Archives written before the header and the checksums (format 1) are read only by `upgrade_archive`.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -57,10 +58,23 @@ def vocab_size(model) -> int:
 def archive_header(key: dict, digest: str, n_prompts: int, n_vocab: int) -> dict:
     """The first line of an archive: the reply cache key less the library versions (an archive
     outlives a patch release), the request's digest, its size and the vocabulary size."""
-    return {"format": FORMAT, "engine": key["engine"], "model": key["model"], "tokenizer": key["tokenizer"],
-            "generation": {"greedy": True, "max_new_tokens": key["max_new_tokens"], "max_length": key["max_length"],
-                           "truncate": key["truncate"], "max_model_len": MAX_MODEL_LEN},
-            "prompts": key["prompts"], "request": digest, "n_prompts": n_prompts, "vocab_size": n_vocab}
+    return {
+        "format": FORMAT,
+        "engine": key["engine"],
+        "model": key["model"],
+        "tokenizer": key["tokenizer"],
+        "generation": {
+            "greedy": True,
+            "max_new_tokens": key["max_new_tokens"],
+            "max_length": key["max_length"],
+            "truncate": key["truncate"],
+            "max_model_len": MAX_MODEL_LEN,
+        },
+        "prompts": key["prompts"],
+        "request": digest,
+        "n_prompts": n_prompts,
+        "vocab_size": n_vocab,
+    }
 
 
 def check_records(rows, *, source, digest: str, n_prompts: int, n_vocab: int) -> dict[int, list[int]]:
@@ -81,11 +95,14 @@ def check_records(rows, *, source, digest: str, n_prompts: int, n_vocab: int) ->
             raise ReplyRecordError(f"{where}: the reply to prompt {i} is empty")
         bad = [t for t in ids if type(t) is not int or not 0 <= t < n_vocab]
         if bad:
-            raise ReplyRecordError(f"{where}: the reply to prompt {i} holds token ids outside the vocabulary "
-                                   f"(0..{n_vocab - 1}): {bad[:3]}")
+            raise ReplyRecordError(
+                f"{where}: the reply to prompt {i} holds token ids outside the vocabulary (0..{n_vocab - 1}): {bad[:3]}"
+            )
         if entry["sum"] != record_sum(digest, i, ids):
-            raise ReplyRecordError(f"{where}: the record of prompt {i} fails its checksum (its ids or index were "
-                                   "changed, or it belongs to another request)")
+            raise ReplyRecordError(
+                f"{where}: the record of prompt {i} fails its checksum (its ids or index were "
+                "changed, or it belongs to another request)"
+            )
         found[i] = ids
     return found
 
@@ -113,14 +130,23 @@ def read_archive(path: Path, header: dict) -> dict[int, list[int]]:
     lines = _lines(path)
     found = next(_parsed(path, lines[:1], 1), (1, None))[1]
     if not isinstance(found, dict) or found.get("format") != FORMAT:
-        raise ReplyRecordError(f"{path}: an archive of format 1 (no header naming the model, no checksums); "
-                               "upgrade it once with `engines/training_replies.py --upgrade-archive`")
+        raise ReplyRecordError(
+            f"{path}: an archive of format 1 (no header naming the model, no checksums); "
+            "upgrade it once with `engines/training_replies.py --upgrade-archive`"
+        )
     differ = sorted(k for k in set(found) | set(header) if found.get(k) != header.get(k))
     if differ:
-        raise ReplyRecordError(f"{path}: written for another request (its header differs in {', '.join(differ)}); "
-                               "move it away to write these replies anew")
-    return check_records(_parsed(path, lines[1:]), source=path, digest=header["request"],
-                         n_prompts=header["n_prompts"], n_vocab=header["vocab_size"])
+        raise ReplyRecordError(
+            f"{path}: written for another request (its header differs in {', '.join(differ)}); "
+            "move it away to write these replies anew"
+        )
+    return check_records(
+        _parsed(path, lines[1:]),
+        source=path,
+        digest=header["request"],
+        n_prompts=header["n_prompts"],
+        n_vocab=header["vocab_size"],
+    )
 
 
 def archive_bytes(header: dict, replies: dict[int, list[int]]) -> bytes:
@@ -135,11 +161,19 @@ def upgrade_records(path: Path, header: dict) -> dict[int, list[int]]:
     path"}`, records without checksums) written for this request, each checked as a record is."""
     lines = _lines(path)
     old = json.loads(lines[0])
-    want = {"engine": header["engine"]["name"], "version": header["engine"]["version"],
-            "request without the model path": header["request"]}
+    want = {
+        "engine": header["engine"]["name"],
+        "version": header["engine"]["version"],
+        "request without the model path": header["request"],
+    }
     if old != want:
         raise ReplyRecordError(f"{path}: not a format-1 archive of this request (header {old}, expected {want})")
-    rows = [(n, {**entry, "sum": record_sum(header["request"], entry.get("i"), entry.get("ids", []))})
-            if isinstance(entry, dict) else (n, entry) for n, entry in _parsed(path, lines[1:])]
-    return check_records(rows, source=path, digest=header["request"], n_prompts=header["n_prompts"],
-                         n_vocab=header["vocab_size"])
+    rows = [
+        (n, {**entry, "sum": record_sum(header["request"], entry.get("i"), entry.get("ids", []))})
+        if isinstance(entry, dict)
+        else (n, entry)
+        for n, entry in _parsed(path, lines[1:])
+    ]
+    return check_records(
+        rows, source=path, digest=header["request"], n_prompts=header["n_prompts"], n_vocab=header["vocab_size"]
+    )

@@ -3,6 +3,7 @@
 `capture`, `capture_variants`, the calibration study and the cache key all read a `CaptureSettings`;
 its defaults are the paper's. Invalid values fail when the settings are built, not mid-capture.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -66,8 +67,9 @@ class CaptureSettings:
         """A copy with `changes`; an unknown name is an error that lists the known ones."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
-            raise ValueError(f"unknown capture setting(s) {sorted(unknown)}; "
-                             f"use {[f.name for f in dataclasses.fields(self)]}")
+            raise ValueError(
+                f"unknown capture setting(s) {sorted(unknown)}; use {[f.name for f in dataclasses.fields(self)]}"
+            )
         return dataclasses.replace(self, **changes)
 
     @property
@@ -76,10 +78,17 @@ class CaptureSettings:
 
     def key(self) -> dict:
         """The settings as cache-key fields (keep_samples only when set, as the cache always had)."""
-        key = {"rho": self.rho, "block": self.block, "max_length": self.max_length, "select": self.select,
-               "exclude": self.exclude if isinstance(self.exclude, str) else
-               f"predicate:{getattr(self.exclude, '__qualname__', '?')}",
-               "on_long": self.on_long, "seed": self.seed}
+        key = {
+            "rho": self.rho,
+            "block": self.block,
+            "max_length": self.max_length,
+            "select": self.select,
+            "exclude": self.exclude
+            if isinstance(self.exclude, str)
+            else f"predicate:{getattr(self.exclude, '__qualname__', '?')}",
+            "on_long": self.on_long,
+            "seed": self.seed,
+        }
         if self.keep_samples:
             key["keep_samples"] = True
         return key

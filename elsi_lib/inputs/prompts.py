@@ -2,6 +2,7 @@
 
 Files are read by `readers` from the data folder; a conversation is a list of chat messages.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,9 +14,22 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .readers import (Conversation, DataFormatError, data_dir, parse_arena_hard, parse_instruction_input,
-                      parse_oasst_lottery, parse_oasst_trees, parse_question, parse_self_instruct, parse_sharegpt,
-                      parse_ultrachat_eval, read_jsonl, record_field, verify_pinned)
+from .readers import (
+    Conversation,
+    DataFormatError,
+    data_dir,
+    parse_arena_hard,
+    parse_instruction_input,
+    parse_oasst_lottery,
+    parse_oasst_trees,
+    parse_question,
+    parse_self_instruct,
+    parse_sharegpt,
+    parse_ultrachat_eval,
+    read_jsonl,
+    record_field,
+    verify_pinned,
+)
 
 
 class OverlapError(ValueError):
@@ -37,22 +51,32 @@ PROMPT_SETS: dict[str, tuple[str, Callable[[Path], list[Conversation]]]] = {
 }
 # The clean-licence calibration mix suggested by the data README (the paper used ShareGPT).
 CALIBRATION_MIX = ("arena-hard-v0.1", "oasst-lottery", "oasst-trees", "self-instruct-user", "ultrachat-eval")
-TRAINING_MIX = ("arena-hard-v2.0", "self-instruct-seed", "ifeval", "gpteacher-code", "gpteacher-roleplay",
-                "gsm8k-train")
+TRAINING_MIX = (
+    "arena-hard-v2.0",
+    "self-instruct-seed",
+    "ifeval",
+    "gpteacher-code",
+    "gpteacher-roleplay",
+    "gsm8k-train",
+)
 
 
 def load_prompts(prompt_set: str | os.PathLike, data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
     """Conversations of a named prompt set (see PROMPT_SETS) or of a ShareGPT-format file."""
     if not isinstance(prompt_set, (str, os.PathLike)):
-        raise TypeError(f"prompt_set must be a prompt-set name or a file path, got {type(prompt_set).__name__} {prompt_set!r}")
+        raise TypeError(
+            f"prompt_set must be a prompt-set name or a file path, got {type(prompt_set).__name__} {prompt_set!r}"
+        )
     if isinstance(prompt_set, str) and prompt_set in PROMPT_SETS:
         relative, parser = PROMPT_SETS[prompt_set]
         return parser(verify_pinned(data_dir(data_dir_path), relative))
     path = Path(prompt_set)
     if path.is_file():
         return parse_sharegpt(path)
-    raise ValueError(f"unknown prompt set {prompt_set!r}: pass one of {sorted(PROMPT_SETS)} "
-                     "or the path of a ShareGPT-format JSON/JSONL file")
+    raise ValueError(
+        f"unknown prompt set {prompt_set!r}: pass one of {sorted(PROMPT_SETS)} "
+        "or the path of a ShareGPT-format JSON/JSONL file"
+    )
 
 
 def normalized_text(conversation: Conversation) -> str:
@@ -71,8 +95,9 @@ def _check_count(n, what: str = "n") -> None:
 
 def _check_seed(seed) -> None:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an integer (the sample is reproducible for a given seed), "
-                        f"got {type(seed).__name__} {seed!r}")
+        raise TypeError(
+            f"seed must be an integer (the sample is reproducible for a given seed), got {type(seed).__name__} {seed!r}"
+        )
 
 
 def sample(items: list, n: int, seed: int = 0) -> list:
@@ -92,23 +117,34 @@ def _checked_prompt_sets(prompt_sets) -> list:
     try:
         prompt_sets = list(prompt_sets)
     except TypeError:
-        raise TypeError(f"prompt_sets must be a prompt-set name, a file path or a list of them, "
-                        f"got {type(prompt_sets).__name__} {prompt_sets!r}") from None
+        raise TypeError(
+            f"prompt_sets must be a prompt-set name, a file path or a list of them, "
+            f"got {type(prompt_sets).__name__} {prompt_sets!r}"
+        ) from None
     if not prompt_sets:
-        raise ValueError(f"no prompt sets to draw calibration prompts from: pass names from "
-                         f"{sorted(PROMPT_SETS)} or ShareGPT-format file paths")
+        raise ValueError(
+            f"no prompt sets to draw calibration prompts from: pass names from "
+            f"{sorted(PROMPT_SETS)} or ShareGPT-format file paths"
+        )
     for prompt_set in prompt_sets:
         if not isinstance(prompt_set, (str, os.PathLike)):
-            raise TypeError(f"prompt_sets must hold prompt-set names or file paths, got {type(prompt_set).__name__} "
-                            f"{prompt_set!r}")
+            raise TypeError(
+                f"prompt_sets must hold prompt-set names or file paths, got {type(prompt_set).__name__} {prompt_set!r}"
+            )
         if not (isinstance(prompt_set, str) and prompt_set in PROMPT_SETS) and not Path(prompt_set).is_file():
-            raise ValueError(f"unknown prompt set {prompt_set!r}: pass names from {sorted(PROMPT_SETS)} "
-                             "or paths of ShareGPT-format JSON/JSONL files")
+            raise ValueError(
+                f"unknown prompt set {prompt_set!r}: pass names from {sorted(PROMPT_SETS)} "
+                "or paths of ShareGPT-format JSON/JSONL files"
+            )
     return prompt_sets
 
 
-def calibration_prompts(n: int = 200, seed: int = 0, prompt_sets: Iterable[str] = CALIBRATION_MIX,
-                        data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
+def calibration_prompts(
+    n: int = 200,
+    seed: int = 0,
+    prompt_sets: Iterable[str] = CALIBRATION_MIX,
+    data_dir_path: str | os.PathLike | None = None,
+) -> list[Conversation]:
     """A seeded sample of `n` distinct conversations from the calibration mix (default: the
     clean-licence mix of the data README; pass ShareGPT file paths to follow the paper). `prompt_sets`
     is a list of prompt-set names and file paths, or one of them."""
@@ -123,26 +159,44 @@ def calibration_prompts(n: int = 200, seed: int = 0, prompt_sets: Iterable[str] 
                 seen.add(text)
                 pool.append(conversation)
     if n > len(pool):
-        raise ValueError(f"cannot draw {n} calibration prompts: the prompt sets "
-                         f"{[str(s) for s in prompt_sets]} hold only {len(pool)} distinct conversations")
+        raise ValueError(
+            f"cannot draw {n} calibration prompts: the prompt sets "
+            f"{[str(s) for s in prompt_sets]} hold only {len(pool)} distinct conversations"
+        )
     return sample(pool, n, seed)
 
 
-def training_prompts(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAINING_MIX, *,
-                     exclude: Iterable[list[Conversation]] = (), max_chars: int = 2000,
-                     data_dir_path: str | os.PathLike | None = None) -> list[Conversation]:
+def training_prompts(
+    n: int,
+    seed: int = 0,
+    prompt_sets: Iterable[str] = TRAINING_MIX,
+    *,
+    exclude: Iterable[list[Conversation]] = (),
+    max_chars: int = 2000,
+    data_dir_path: str | os.PathLike | None = None,
+) -> list[Conversation]:
     """`n` distinct single-turn prompts for distilling drafts: each prompt set shuffled (seeded), then
     taken in turn (round robin), so that no prompt set dominates (gsm8k-train alone holds 7473).
     Prompts whose whitespace-collapsed text (`normalized_text`) is longer than `max_chars` are
     dropped (truncating them would cut off the generation prompt), and so is every prompt whose user text appears in a conversation list of `exclude`
     (calibration prompts, SpecBench); `check_disjoint` then confirms it."""
-    return [conversation for conversation, _ in training_prompts_with_sets(
-        n, seed, prompt_sets, exclude=exclude, max_chars=max_chars, data_dir_path=data_dir_path)]
+    return [
+        conversation
+        for conversation, _ in training_prompts_with_sets(
+            n, seed, prompt_sets, exclude=exclude, max_chars=max_chars, data_dir_path=data_dir_path
+        )
+    ]
 
 
-def training_prompts_with_sets(n: int, seed: int = 0, prompt_sets: Iterable[str] = TRAINING_MIX, *,
-                               exclude: Iterable[list[Conversation]] = (), max_chars: int = 2000,
-                               data_dir_path: str | os.PathLike | None = None) -> list[tuple[Conversation, str]]:
+def training_prompts_with_sets(
+    n: int,
+    seed: int = 0,
+    prompt_sets: Iterable[str] = TRAINING_MIX,
+    *,
+    exclude: Iterable[list[Conversation]] = (),
+    max_chars: int = 2000,
+    data_dir_path: str | os.PathLike | None = None,
+) -> list[tuple[Conversation, str]]:
     """`training_prompts`, each with the name of the prompt set it came from."""
     _check_count(n)
     _check_seed(seed)
@@ -181,11 +235,14 @@ def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | o
             raise DataFormatError(f"{path}:{lineno}: field 'turns' should be a non-empty list of strings")
         qid = record_field(record, "question_id", path, lineno, object)
         if isinstance(qid, bool) or not isinstance(qid, int):
-            raise DataFormatError(f"{path}:{lineno}: question_id {qid!r} should be a JSON integer, "
-                                  f"got {type(qid).__name__}")
+            raise DataFormatError(
+                f"{path}:{lineno}: question_id {qid!r} should be a JSON integer, got {type(qid).__name__}"
+            )
         if qid in first_line:
-            raise DataFormatError(f"{path}:{lineno}: question_id {qid} is repeated (first on line "
-                                  f"{first_line[qid]}): each question must appear once")
+            raise DataFormatError(
+                f"{path}:{lineno}: question_id {qid} is repeated (first on line "
+                f"{first_line[qid]}): each question must appear once"
+            )
         first_line[qid] = lineno
         rows.append({"question_id": qid, "category": record_field(record, "category", path, lineno), "turns": turns})
     return pd.DataFrame(rows, columns=["question_id", "category", "turns"])
@@ -199,20 +256,26 @@ def specbench_conversations(frame) -> list[Conversation]:
 def _checked_conversations(conversations, argument: str) -> list[Conversation]:
     """`conversations` as a list, each a list of {role, content} messages with string values;
     a ValueError naming `argument` and the conversation when one is not."""
-    hint = ("a conversation is a list of {'role': ..., 'content': str} messages; "
-            "for a SpecBench frame pass specbench_conversations(frame)")
+    hint = (
+        "a conversation is a list of {'role': ..., 'content': str} messages; "
+        "for a SpecBench frame pass specbench_conversations(frame)"
+    )
     if isinstance(conversations, (str, bytes, dict)) or not hasattr(conversations, "__iter__"):
-        raise ValueError(f"{argument} should be a list of conversations, got {type(conversations).__name__} "
-                         f"({hint})")
+        raise ValueError(f"{argument} should be a list of conversations, got {type(conversations).__name__} ({hint})")
     conversations = list(conversations)
     for i, conversation in enumerate(conversations):
         if not isinstance(conversation, (list, tuple)):
             raise ValueError(f"{argument}[{i}] is a {type(conversation).__name__}, not a conversation ({hint})")
         for j, message in enumerate(conversation):
-            if not (isinstance(message, dict) and isinstance(message.get("role"), str)
-                    and isinstance(message.get("content"), str)):
-                raise ValueError(f"{argument}[{i}][{j}] is not a message with string 'role' and 'content': "
-                                 f"{str(message)[:80]!r} ({hint})")
+            if not (
+                isinstance(message, dict)
+                and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)
+            ):
+                raise ValueError(
+                    f"{argument}[{i}][{j}] is not a message with string 'role' and 'content': "
+                    f"{str(message)[:80]!r} ({hint})"
+                )
     return conversations
 
 
@@ -223,8 +286,10 @@ def check_disjoint(calibration: list[Conversation], evaluation: list[Conversatio
     evaluation = _checked_conversations(evaluation, "evaluation")
 
     def turns(conversations):
-        return {re.sub(r"\s+", " ", m["content"]).strip().lower()
-                for c in conversations for m in c if m["role"] == "user"}
+        return {
+            re.sub(r"\s+", " ", m["content"]).strip().lower() for c in conversations for m in c if m["role"] == "user"
+        }
+
     shared = turns(calibration) & turns(evaluation)
     if shared:
         examples = "; ".join(sorted(s[:60] for s in shared)[:3])

@@ -6,6 +6,7 @@ Every file read from that folder is pinned (`fetch_data.SOURCES`) and checked ag
 blob id before it is parsed, once per process; files a user passes by path are not checked.
 A conversation is a list of chat messages `{"role": "system"|"user"|"assistant", "content": str}`.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,7 +34,8 @@ def data_dir(path: str | os.PathLike | None = None) -> Path:
     if not candidate.is_dir():
         raise FileNotFoundError(
             f"data folder {candidate} not found: pass data_dir=..., set ELSI_DATA_DIR, "
-            "or run `make data` to fetch the prompt sets")
+            "or run `make data` to fetch the prompt sets"
+        )
     return candidate
 
 
@@ -64,11 +66,13 @@ def verify_pinned(folder: str | os.PathLike, relative: str) -> Path:
             f"{path} is not the pinned copy of {relative} ({source.repo}@{source.commit[:12]}:{source.path}, "
             f"git blob {source.blob[:12]}); this file ({stat.st_size} bytes) has blob {actual[:12]}: it was "
             "altered or truncated. Restore it with `make data` (`python -m elsi_lib.inputs.fetch_data FOLDER` "
-            "fetches verified copies into FOLDER; point $ELSI_DATA_DIR at it)")
+            "fetches verified copies into FOLDER; point $ELSI_DATA_DIR at it)"
+        )
     return path
 
 
 # ---------------------------------------------------------------- readers with located errors
+
 
 def _decoded(raw: bytes, path: Path, lineno: int) -> str:
     """`raw` (starting at line `lineno`) as UTF-8; a DataFormatError naming the file, line and
@@ -78,8 +82,9 @@ def _decoded(raw: bytes, path: Path, lineno: int) -> str:
     except UnicodeDecodeError as err:
         lineno += raw.count(b"\n", 0, err.start)
         column = err.start - raw.rfind(b"\n", 0, err.start)  # 1-based
-        raise DataFormatError(f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
-                              f"{column}); save the file as UTF-8") from None
+        raise DataFormatError(
+            f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column}); save the file as UTF-8"
+        ) from None
 
 
 BOM = "\ufeff"  # a UTF-8 byte-order mark some editors write first: not part of the JSON
@@ -141,8 +146,7 @@ def record_field(record, name: str, path: Path, lineno: int, kind=str):
         raise DataFormatError(f"{path}:{lineno}: missing field {name!r}")
     value = record[name]
     if not isinstance(value, kind):
-        raise DataFormatError(f"{path}:{lineno}: field {name!r} should be {kind.__name__}, "
-                              f"got {type(value).__name__}")
+        raise DataFormatError(f"{path}:{lineno}: field {name!r} should be {kind.__name__}, got {type(value).__name__}")
     return value
 
 
@@ -156,8 +160,16 @@ def _with_input(instruction: str, extra: str) -> str:
 
 # ---------------------------------------------------------------- one parser per format
 
-SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt": "assistant",
-                  "assistant": "assistant", "bard": "assistant", "bing": "assistant", "system": "system"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "chatgpt": "assistant",
+    "assistant": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "system": "system",
+}
 
 
 def parse_sharegpt(path: Path) -> list[Conversation]:
@@ -170,8 +182,9 @@ def parse_sharegpt(path: Path) -> list[Conversation]:
             speaker = record_field(turn, "from", path, lineno)
             if speaker.lower() not in SHAREGPT_ROLES:
                 raise DataFormatError(f"{path}:{lineno}: unknown speaker {speaker!r}")
-            conversation.append({"role": SHAREGPT_ROLES[speaker.lower()],
-                                 "content": record_field(turn, "value", path, lineno)})
+            conversation.append(
+                {"role": SHAREGPT_ROLES[speaker.lower()], "content": record_field(turn, "value", path, lineno)}
+            )
         if any(m["role"] == "user" for m in conversation):
             out.append(conversation)
     return out
@@ -205,8 +218,7 @@ def parse_oasst_trees(path: Path, human_only: bool = False) -> list[Conversation
                 raise DataFormatError(f"{path}:{lineno}: unknown role {node['role']!r}")
             conversation.append({"role": role, "content": record_field(node, "text", path, lineno)})
             replies = [r for r in node.get("replies", []) if not r.get("deleted")]
-            node = min(replies, key=lambda r: r.get("rank", 0) if r.get("rank") is not None else 1e9,
-                       default=None)
+            node = min(replies, key=lambda r: r.get("rank", 0) if r.get("rank") is not None else 1e9, default=None)
         while conversation and conversation[-1]["role"] != "user":
             conversation.pop()
         if conversation:
@@ -227,15 +239,24 @@ def parse_self_instruct(path: Path) -> list[Conversation]:
 def parse_ultrachat_eval(path: Path, drop_classes: Iterable[str] = ("Vicuna",)) -> list[Conversation]:
     """UltraChat eval questions; the "Vicuna" class overlaps SpecBench and is dropped by default."""
     drop = {c.strip() for c in drop_classes}
-    return [_user(record_field(r, "data", path, n)) for n, r in _read_records(path)
-            if record_field(r, "class", path, n).strip() not in drop]
+    return [
+        _user(record_field(r, "data", path, n))
+        for n, r in _read_records(path)
+        if record_field(r, "class", path, n).strip() not in drop
+    ]
 
 
 def parse_instruction_input(path: Path) -> list[Conversation]:
     """GPTeacher `{instruction, input}` (the stored responses are ignored)."""
-    return [_user(_with_input(record_field(r, "instruction", path, n),  # refuses a record that is not an object
-                              (r.get("input") if isinstance(r, dict) else None) or ""))
-            for n, r in _read_records(path)]
+    return [
+        _user(
+            _with_input(
+                record_field(r, "instruction", path, n),  # refuses a record that is not an object
+                (r.get("input") if isinstance(r, dict) else None) or "",
+            )
+        )
+        for n, r in _read_records(path)
+    ]
 
 
 def parse_question(path: Path) -> list[Conversation]:

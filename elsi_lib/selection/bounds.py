@@ -7,6 +7,7 @@ bracket on the largest eigenvalue from one power step (`top_eigenvalue_bracket`,
 `shannon_upper_bound_dominant`). `layer_bound_terms` computes the per-layer quantities once;
 `set_upper_bounds` sums them over each set.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -78,6 +79,7 @@ def shannon_upper_bound_dominant(purity, low, high, n: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- bounds of layer sets
 
+
 def _power_vector(G: np.ndarray, steps: int = 12) -> np.ndarray:
     """A unit vector near G's top eigenvector, by power iteration from a fixed start (a few
     matrix-vector products; an eigensolver costs more). Any vector gives valid bounds in
@@ -125,9 +127,9 @@ def set_upper_bounds(terms: BoundTerms, sets) -> np.ndarray:
     index = np.array(sets)  # (n, |L|)
     rows, cols = index[:, :, None], index[:, None, :]
     trace, frob2 = traces[index].sum(axis=1), inner[rows, cols].sum(axis=(1, 2))  # tr G, tr G^2
-    low, high = top_eigenvalue_bracket(Gv[index].sum(axis=1), GGv[rows, :, cols].sum(axis=(1, 2)),
-                                       trace, frob2)
+    low, high = top_eigenvalue_bracket(Gv[index].sum(axis=1), GGv[rows, :, cols].sum(axis=(1, 2)), trace, frob2)
     purity, n = frob2 / trace**2, Gv.shape[1]
-    bound = np.minimum(shannon_upper_bound(purity, n),
-                       shannon_upper_bound_dominant(purity, low / trace, high / trace, n))
+    bound = np.minimum(
+        shannon_upper_bound(purity, n), shannon_upper_bound_dominant(purity, low / trace, high / trace, n)
+    )
     return bound + 1e-9 * np.maximum(1.0, np.abs(bound))

@@ -5,6 +5,7 @@ CKA of any two layer sets follows from the inner products of their layers' cente
 CKA is scale-invariant and computed at any scale: inputs whose scale is extreme are multiplied by a
 power of two first (exact; see `entropy.scaled_layer_grams`), ordinary inputs are used as they are.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -32,8 +33,10 @@ def _cka_from_products(products: np.ndarray, names=None) -> np.ndarray:
     if np.any(diag <= 0):
         bad = np.unique(np.nonzero(diag <= 0)[-1]).tolist()
         if names is not None:
-            raise ValueError(f"CKA undefined: {' and '.join(names[i] for i in bad)} "
-                             f"{'has' if len(bad) == 1 else 'have'} zero variance across rows")
+            raise ValueError(
+                f"CKA undefined: {' and '.join(names[i] for i in bad)} "
+                f"{'has' if len(bad) == 1 else 'have'} zero variance across rows"
+            )
         raise ValueError(f"CKA undefined: representation(s) {bad} have zero variance across rows")
     root = np.sqrt(diag)
     return products / (root[..., :, None] * root[..., None, :])
@@ -72,11 +75,15 @@ def centered_gram_products(Z, normalize: str = "none") -> np.ndarray:
         products = np.ldexp(products, -2 * (shifts[:, None] + shifts[None, :]))
     diagonal = np.diagonal(products)
     if not np.all(np.isfinite(diagonal)):
-        raise ValueError("Z is too large: the products of its Gram matrices overflow float64 (cka_matrix and "
-                         "the selection rescale Z themselves)")
+        raise ValueError(
+            "Z is too large: the products of its Gram matrices overflow float64 (cka_matrix and "
+            "the selection rescale Z themselves)"
+        )
     if np.any((scaled_diagonal > 0) & (diagonal < TINY_TRACE)):
-        raise ValueError("Z is too small: the products of its Gram matrices underflow float64 (cka_matrix and "
-                         "the selection rescale Z themselves)")
+        raise ValueError(
+            "Z is too small: the products of its Gram matrices underflow float64 (cka_matrix and "
+            "the selection rescale Z themselves)"
+        )
     return products
 
 
@@ -114,9 +121,16 @@ def transition_scores(M) -> np.ndarray:
     return np.linalg.norm(np.diff(M, axis=0), axis=1)
 
 
-def find_boundaries(scores, *, relative_prominence: float = 0.2, prominence: float | None = None,
-                    height: float | None = None, distance: int = 1, top_k: int | None = None,
-                    include_edges: bool = True) -> np.ndarray:
+def find_boundaries(
+    scores,
+    *,
+    relative_prominence: float = 0.2,
+    prominence: float | None = None,
+    height: float | None = None,
+    distance: int = 1,
+    top_k: int | None = None,
+    include_edges: bool = True,
+) -> np.ndarray:
     """Compartment boundaries: peaks of the transition scores (scipy.signal.find_peaks).
 
     A returned index l marks a boundary between layers l and l+1. A peak must stand out by
@@ -132,13 +146,17 @@ def find_boundaries(scores, *, relative_prominence: float = 0.2, prominence: flo
     if prominence is None:
         prominence = relative_prominence * float(np.ptp(scores))
     padded = np.pad(scores, 1, constant_values=scores.min()) if include_edges else scores
-    peaks, props = find_peaks(padded, prominence=prominence if prominence > 0 else None,
-                              height=height, distance=distance)
+    peaks, props = find_peaks(
+        padded, prominence=prominence if prominence > 0 else None, height=height, distance=distance
+    )
     if include_edges:
         peaks = peaks - 1
     if top_k is not None and len(peaks) > top_k:
-        order = np.argsort(-props["prominences"], kind="stable")[:top_k] if "prominences" in props \
+        order = (
+            np.argsort(-props["prominences"], kind="stable")[:top_k]
+            if "prominences" in props
             else np.argsort(-scores[peaks], kind="stable")[:top_k]
+        )
         peaks = np.sort(peaks[order])
     return peaks
 
@@ -149,6 +167,7 @@ COMPARTMENT_PROMINENCE = 0.2  # a boundary's transition peak rises 0.2 x the sco
 class Compartments(NamedTuple):
     """CKA view of one Z (N, B, d): M (N, N) (Eq. 7), delta (N-1,) (Eq. 8), boundaries (k,) ascending,
     a boundary l lying between layers l and l+1."""
+
     cka: np.ndarray
     scores: np.ndarray
     boundaries: np.ndarray

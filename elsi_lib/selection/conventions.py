@@ -4,6 +4,7 @@ The paper, and every set `select` returns, number a layer by the output of decod
 (0..N-1). EAGLE's code, vLLM and speculators number the same feature by the input of the next
 layer; `convert_layer_ids` translates between them.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -49,8 +50,15 @@ def eagle3_paper_layers(n_layers: int) -> LayerSet:
 # "input":  id l is the input of decoder layer l (1..N; input of l = output of l-1): EAGLE's code,
 #           vLLM and speculators. Input id 0 would be the embeddings, which no set here contains.
 CONVENTIONS = {"output": 0, "input": 1}
-ENGINE_CONVENTIONS = {"elsi": "output", "paper": "output", "sglang": "output", "specforge": "output",
-                      "eagle": "input", "vllm": "input", "speculators": "input"}
+ENGINE_CONVENTIONS = {
+    "elsi": "output",
+    "paper": "output",
+    "sglang": "output",
+    "specforge": "output",
+    "eagle": "input",
+    "vllm": "input",
+    "speculators": "input",
+}
 
 
 def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers: int) -> LayerSet:
@@ -58,11 +66,13 @@ def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers
 
     e.g. convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27).
     """
+
     def offset(name):
         key = ENGINE_CONVENTIONS.get(name, name) if isinstance(name, str) else None
         if key not in CONVENTIONS:
-            raise ValueError(f"unknown convention {name!r}; use one of "
-                             f"{sorted(CONVENTIONS) + sorted(ENGINE_CONVENTIONS)}")
+            raise ValueError(
+                f"unknown convention {name!r}; use one of {sorted(CONVENTIONS) + sorted(ENGINE_CONVENTIONS)}"
+            )
         return CONVENTIONS[key]
 
     n_layers = check_n_layers(n_layers)
@@ -75,8 +85,10 @@ def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers
     from_shift, to_shift = offset(from_convention), offset(to_convention)
     for layer in ids:
         if not from_shift <= layer < n_layers + from_shift:
-            raise ValueError(f"layer id {layer} is out of range for {n_layers} layers in the {from_convention!r} "
-                             f"convention ({from_shift}..{n_layers - 1 + from_shift})")
+            raise ValueError(
+                f"layer id {layer} is out of range for {n_layers} layers in the {from_convention!r} "
+                f"convention ({from_shift}..{n_layers - 1 + from_shift})"
+            )
     as_output = check_layers([l - from_shift for l in ids], n_layers)
     return tuple(l + to_shift for l in as_output)
 
@@ -98,9 +110,11 @@ ENGINE_FORMATS = ("vllm", "speculators", "sglang", "specforge")
 #   1" (`layer_ids[0] == 1`) and otherwise takes the ids as inputs of layers.
 SGLANG_PLUS_ONE, SGLANG_FIRST_ID = "plus-one", "first-id"
 SGLANG_READINGS = {  # config.architectures[0] -> the reading of the SGLang model file that serves it
-    "LlamaForCausalLM": SGLANG_PLUS_ONE, "Phi3ForCausalLM": SGLANG_PLUS_ONE,  # llama.py's EntryClass
+    "LlamaForCausalLM": SGLANG_PLUS_ONE,
+    "Phi3ForCausalLM": SGLANG_PLUS_ONE,  # llama.py's EntryClass
     "InternLM3ForCausalLM": SGLANG_PLUS_ONE,
-    "DeepseekV2ForCausalLM": SGLANG_FIRST_ID, "DeepseekV3ForCausalLM": SGLANG_FIRST_ID,  # deepseek_v2.py
+    "DeepseekV2ForCausalLM": SGLANG_FIRST_ID,
+    "DeepseekV3ForCausalLM": SGLANG_FIRST_ID,  # deepseek_v2.py
 }
 SPECULATORS_RECIPE = ("scripts/launch_vllm.py", "scripts/train.py")
 
@@ -109,8 +123,9 @@ def sglang_reading(architecture: str | None) -> str | None:
     """The reading ("plus-one" or "first-id") of the SGLang model file that serves `architecture`
     (a config's `architectures[0]`), or None when elsi has not read that file."""
     if architecture is not None and not isinstance(architecture, str):
-        raise TypeError(f"architecture must be a model class name such as 'LlamaForCausalLM' or None, "
-                        f"got {architecture!r}")
+        raise TypeError(
+            f"architecture must be a model class name such as 'LlamaForCausalLM' or None, got {architecture!r}"
+        )
     return None if architecture is None else SGLANG_READINGS.get(architecture)
 
 
@@ -122,7 +137,8 @@ def _sglang_ids(layers: tuple, n_layers: int, architecture: str | None, engine: 
             f"{n_layers}-layer model: SGLang captures `hidden_states + residual` before layer i for i < "
             f"{n_layers} only (LlamaModel.forward), so that layer's id is never reached and the draft would "
             f"get {len(layers) - 1} of its {len(layers)} features; choose a set without layer {n_layers - 1}, "
-            "or serve with vLLM, whose id N is that output (--format vllm)")
+            "or serve with vLLM, whose id N is that output (--format vllm)"
+        )
     reading = sglang_reading(architecture)
     if reading == SGLANG_PLUS_ONE or layers[0] == 1:  # every reading adds the +1 to a list starting at 1
         return list(layers)
@@ -132,7 +148,8 @@ def _sglang_ids(layers: tuple, n_layers: int, architecture: str | None, engine: 
                 f"{engine} cannot express a set holding layer 0 on {architecture}: SGLang's deepseek_v2.py "
                 "(since PR #25454) reads a list by its first id, adding +1 only when it is 1; the output of "
                 "layer 0 is id 0 with the +1 (a list starting at 0, read without it: the embeddings) or id 1 "
-                "without it (a list starting at 1, read with it: the output of layer 1)")
+                "without it (a list starting at 1, read with it: the output of layer 1)"
+            )
         return [l + 1 for l in layers]  # first id >= 3, so read as inputs of layers
     where = f"the SGLang model file serving {architecture}" if architecture else "the target's SGLang model file"
     raise ValueError(
@@ -140,7 +157,8 @@ def _sglang_ids(layers: tuple, n_layers: int, architecture: str | None, engine: 
         "(id l = output of layer l) while its deepseek_v2.py (PR #25454, 2026-05) does so only when the first "
         f"id is 1 (else id l = input of layer l), so a list starting at {layers[0]} names different layers "
         "in the two; only sets whose smallest layer is 1 read the same. Pass the target's architecture "
-        f"(one of {sorted(SGLANG_READINGS)}; `elsi select` passes the model's own)")
+        f"(one of {sorted(SGLANG_READINGS)}; `elsi select` passes the model's own)"
+    )
 
 
 def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None = None) -> dict:
@@ -183,21 +201,29 @@ def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None
     layers = convert_layer_ids(layers, "elsi", "elsi", n_layers)  # checked, sorted, distinct
     if engine in ("vllm", "speculators"):
         ids = list(convert_layer_ids(layers, "elsi", engine, n_layers))
-        fragment = {"eagle_aux_hidden_state_layer_ids": ids,
-                    **({"num_aux_hidden_states": len(ids)} if len(ids) != 3 else {})}
+        fragment = {
+            "eagle_aux_hidden_state_layer_ids": ids,
+            **({"num_aux_hidden_states": len(ids)} if len(ids) != 3 else {}),
+        }
         if engine == "vllm":
             return fragment
         if n_layers in ids:
             fragment["recipe_unavailable"] = (
                 f"speculators' recipe cannot train on the last layer ({n_layers - 1}, vLLM id {n_layers}): "
                 f"{SPECULATORS_RECIPE[0]} captures it as the verifier's last hidden state and the trainer "
-                "splits it off the draft's features; choose a set without it, or train the draft otherwise")
+                "splits it off the draft's features; choose a set without it, or train the draft otherwise"
+            )
             return fragment
-        return {**fragment, "launch_args": ["--target-layer-ids", *map(str, ids + [n_layers])],
-                "train_args": ["--target-layer-ids", *map(str, ids)]}
+        return {
+            **fragment,
+            "launch_args": ["--target-layer-ids", *map(str, ids + [n_layers])],
+            "train_args": ["--target-layer-ids", *map(str, ids)],
+        }
     if engine == "specforge" and len(layers) != 3:
-        raise ValueError(f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has "
-                         f"{len(layers)} ({layers}): select with --m 3, or use the vllm / speculators / sglang format")
+        raise ValueError(
+            f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has "
+            f"{len(layers)} ({layers}): select with --m 3, or use the vllm / speculators / sglang format"
+        )
     ids = _sglang_ids(layers, n_layers, architecture, engine)
     if engine == "sglang":
         return {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids}}
@@ -208,11 +234,16 @@ def engine_reading(engine: str, architecture: str | None = None) -> str:
     """One line: which engine code (and versions) `engine_fragment`'s ids are written for."""
     if engine in ("vllm", "speculators"):
         text = "vLLM: id k = input of decoder layer k (k = N: the last layer's output, before the final norm)"
-        return text + ("; speculators' launch_vllm.py appends N, train.py takes the ids without it"
-                       if engine == "speculators" else "")
+        return text + (
+            "; speculators' launch_vllm.py appends N, train.py takes the ids without it"
+            if engine == "speculators"
+            else ""
+        )
     reading = sglang_reading(architecture)
-    text = {SGLANG_PLUS_ONE: "SGLang llama.py (every version read): layers_to_capture = [id + 1], id l = output of layer l",
-            SGLANG_FIRST_ID: "SGLang deepseek_v2.py since PR #25454: +1 only when the first id is 1, else "
-                             "id l = input of layer l",
-            None: "any SGLang model file: the smallest layer is 1, which every reading takes as output ids"}[reading]
+    text = {
+        SGLANG_PLUS_ONE: "SGLang llama.py (every version read): layers_to_capture = [id + 1], id l = output of layer l",
+        SGLANG_FIRST_ID: "SGLang deepseek_v2.py since PR #25454: +1 only when the first id is 1, else "
+        "id l = input of layer l",
+        None: "any SGLang model file: the smallest layer is 1, which every reading takes as output ids",
+    }[reading]
     return ("SpecForge (pins sglang==0.5.14) captures through " + text) if engine == "specforge" else text

@@ -10,6 +10,7 @@ Every entropy is scale-invariant, so Z at any scale is first brought into float6
 an exact power-of-two rescale (`scale`, `scaled_layer_grams`); ordinary inputs are not touched.
 Input checks are in `checks`.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -93,7 +94,7 @@ def matrix_entropy(X, alpha: float = 1.0, *, center: bool = False, normalize_row
         X = X - X.mean(axis=0, keepdims=True)
     if normalize_rows:
         X = np.ldexp(X, peak_shift(np.abs(X).max(axis=1))[:, None])  # each row on its own scale, so that
-        norms = np.linalg.norm(X, axis=1, keepdims=True)                # its norm cannot overflow or vanish
+        norms = np.linalg.norm(X, axis=1, keepdims=True)  # its norm cannot overflow or vanish
         if np.any(norms == 0):
             raise ValueError("normalize_rows: X has an all-zero row")
         X = X / norms
@@ -113,8 +114,9 @@ def grams_of(Z: np.ndarray, normalize: str = "none") -> np.ndarray:
     return grams
 
 
-def scaled_layer_grams(Z, normalize: str = "none", layer_ids=None, *,
-                       per_layer: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def scaled_layer_grams(
+    Z, normalize: str = "none", layer_ids=None, *, per_layer: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(grams (N, B, B), shifts (N,)): the Grams of Z_l * 2^shift_l (`power_of_two_shifts`), which
     every scale-invariant quantity (entropy, CKA) is computed from. One shift for all layers when
     normalize="none" (their Grams may be summed), unless per_layer (for quantities of single layers
@@ -143,11 +145,15 @@ def layer_grams(Z, normalize: str = "none") -> np.ndarray:
         grams = np.ldexp(grams, -2 * shifts[:, None, None])  # back to the scale of Z_l: (2^-s_l)^2
     traces = np.trace(grams, axis1=1, axis2=2)  # (N,)
     if not np.all(np.isfinite(traces)):
-        raise ValueError("Z is too large: its Gram matrices overflow float64 (entropies and CKA, which do "
-                         "not depend on the scale, are computed from rescaled Grams: set_entropy, cka_matrix)")
+        raise ValueError(
+            "Z is too large: its Gram matrices overflow float64 (entropies and CKA, which do "
+            "not depend on the scale, are computed from rescaled Grams: set_entropy, cka_matrix)"
+        )
     if np.any(traces < TINY_TRACE):
-        raise ValueError("Z is too small: its Gram matrices underflow float64 (entropies and CKA, which do "
-                         "not depend on the scale, are computed from rescaled Grams: set_entropy, cka_matrix)")
+        raise ValueError(
+            "Z is too small: its Gram matrices underflow float64 (entropies and CKA, which do "
+            "not depend on the scale, are computed from rescaled Grams: set_entropy, cka_matrix)"
+        )
     return grams
 
 

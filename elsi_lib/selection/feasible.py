@@ -11,12 +11,19 @@ The rules are `conventions.engine_fragment`'s, which stays the authority (`feasi
   read (Qwen2's among them), only sets whose smallest layer is 1 read the same in every file.
 - specforge: SGLang's rules, and exactly three layers.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .conventions import (ENGINE_FORMATS, SGLANG_FIRST_ID, SGLANG_PLUS_ONE, check_n_layers, engine_fragment,
-                          sglang_reading)
+from .conventions import (
+    ENGINE_FORMATS,
+    SGLANG_FIRST_ID,
+    SGLANG_PLUS_ONE,
+    check_n_layers,
+    engine_fragment,
+    sglang_reading,
+)
 
 
 @dataclass(frozen=True)
@@ -44,9 +51,14 @@ def restriction(engine: str, n_layers: int, architecture: str | None = None) -> 
     allowed, required, why = list(range(N)), [], []
     if engine != "vllm":
         allowed.remove(N - 1)
-        why.append(f"no last layer ({N - 1}): " + ("speculators' recipe takes it as the verifier's last hidden "
-                                                   "state, not a draft feature" if engine == "speculators" else
-                                                   "SGLang captures the input of layers 0..N-1 only"))
+        why.append(
+            f"no last layer ({N - 1}): "
+            + (
+                "speculators' recipe takes it as the verifier's last hidden state, not a draft feature"
+                if engine == "speculators"
+                else "SGLang captures the input of layers 0..N-1 only"
+            )
+        )
     if engine in ("sglang", "specforge"):
         reading = sglang_reading(architecture)
         if reading == SGLANG_FIRST_ID and 0 in allowed:
@@ -56,8 +68,10 @@ def restriction(engine: str, n_layers: int, architecture: str | None = None) -> 
             if 0 in allowed:
                 allowed.remove(0)
             required.append(1)
-            why.append(f"smallest layer 1: elsi has not read the SGLang model file serving {architecture or 'it'}, "
-                       "and only a list starting at 1 reads the same in every file")
+            why.append(
+                f"smallest layer 1: elsi has not read the SGLang model file serving {architecture or 'it'}, "
+                "and only a list starting at 1 reads the same in every file"
+            )
         else:
             assert reading == SGLANG_PLUS_ONE
     m = 3 if engine == "specforge" else None
@@ -79,8 +93,11 @@ def feasible(layers, n_layers: int, engine: str, architecture: str | None = None
 def check_size(restriction: Restriction, m: int) -> None:
     """A set size the engine takes and the restriction allows, or a ValueError naming the constraint."""
     if restriction.m is not None and m != restriction.m:
-        raise ValueError(f"{restriction.engine} takes exactly {restriction.m} layers "
-                         f"({restriction.why[-1]}), got m = {m}")
+        raise ValueError(
+            f"{restriction.engine} takes exactly {restriction.m} layers ({restriction.why[-1]}), got m = {m}"
+        )
     if not len(restriction.required) <= m <= len(restriction.allowed):
-        raise ValueError(f"{restriction.engine} can use {len(restriction.allowed)} of the layers "
-                         f"({'; '.join(restriction.why)}): no set of {m}")
+        raise ValueError(
+            f"{restriction.engine} can use {len(restriction.allowed)} of the layers "
+            f"({'; '.join(restriction.why)}): no set of {m}"
+        )

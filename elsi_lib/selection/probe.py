@@ -21,6 +21,7 @@ fit needs only blocks of G = Z^T Z and C = Z^T Y (training) and G_h, C_h, ||Y_h|
 
 so all C(N, m) sets are scored without the model (`set_errors`). Float64 throughout.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -38,18 +39,18 @@ class ProbeStats:
     """Sufficient statistics of the probe on reduced features: blocks 0..N-1 the layers, block N the
     embedding of the next token; every array float64."""
 
-    gram: np.ndarray           # (K, K) training Z^T Z, K = (N + 1) * rank
-    cross: np.ndarray          # (K, d) training Z^T Y
-    heldout_gram: np.ndarray   # (K, K)
+    gram: np.ndarray  # (K, K) training Z^T Z, K = (N + 1) * rank
+    cross: np.ndarray  # (K, d) training Z^T Y
+    heldout_gram: np.ndarray  # (K, K)
     heldout_cross: np.ndarray  # (K, d)
-    heldout_yy: float          # ||Y_h||^2 (centred by the training mean)
+    heldout_yy: float  # ||Y_h||^2 (centred by the training mean)
     n_train: int
     n_heldout: int
     rank: int
     kept_variance: np.ndarray  # (N + 1,) share of each block's variance its components keep
-    heldout_z: np.ndarray      # (n_h, K) float32 held-out reduced features (for `agreement`)
-    heldout_next: np.ndarray   # (n_h,) the target's own next token at each held-out row (-1: unknown)
-    y_mean: np.ndarray         # (d,) the training targets' mean
+    heldout_z: np.ndarray  # (n_h, K) float32 held-out reduced features (for `agreement`)
+    heldout_next: np.ndarray  # (n_h,) the target's own next token at each held-out row (-1: unknown)
+    y_mean: np.ndarray  # (d,) the training targets' mean
 
     @property
     def n_layers(self) -> int:
@@ -66,18 +67,18 @@ class Reduction:
     """How raw features become Z: per block (N + 1) the training mean (d,), scale () and components
     (d, rank), the share of the block's variance those components keep, and the targets' mean."""
 
-    means: np.ndarray       # (N + 1, d)
-    scales: np.ndarray      # (N + 1,)
+    means: np.ndarray  # (N + 1, d)
+    scales: np.ndarray  # (N + 1,)
     components: np.ndarray  # (N + 1, d, rank)
     kept_variance: np.ndarray  # (N + 1,)
-    y_mean: np.ndarray      # (d,)
+    y_mean: np.ndarray  # (d,)
 
     def apply(self, x: np.ndarray, chunk: int = 1024) -> np.ndarray:
         """x (n, N + 1, d) raw -> Z (n, (N + 1) * rank) float64, in chunks of rows."""
         out = np.empty((len(x), self.components.shape[0] * self.components.shape[2]))
         for i in range(0, len(x), chunk):
-            part = (np.asarray(x[i:i + chunk], np.float64) - self.means) / self.scales[:, None]  # (c, N + 1, d)
-            out[i:i + chunk] = np.einsum("nbd,bdr->nbr", part, self.components).reshape(len(part), -1)
+            part = (np.asarray(x[i : i + chunk], np.float64) - self.means) / self.scales[:, None]  # (c, N + 1, d)
+            out[i : i + chunk] = np.einsum("nbd,bdr->nbr", part, self.components).reshape(len(part), -1)
         return out
 
 
@@ -111,7 +112,7 @@ def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
     values, with their count; read in chunks of rows (the features may be memory-mapped)."""
     bad: np.ndarray | int = 0  # with `blocks`, per block (an array); else a count
     for i in range(0, len(array), chunk):
-        part = ~np.isfinite(np.asarray(array[i:i + chunk]))
+        part = ~np.isfinite(np.asarray(array[i : i + chunk]))
         bad = bad + (part.sum(axis=(0, 2)) if blocks else part.sum())
     if not np.any(bad):
         return
@@ -120,8 +121,10 @@ def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
         where = ", ".join(f"{int(c)} in {block_name(b, len(per_block))}" for b, c in enumerate(per_block) if c)
     else:
         where = f"{int(bad)} value{'s' if bad > 1 else ''}"
-    raise ValueError(f"the probe's {what} hold non-finite values (NaN or inf): {where}; refused, as they "
-                     "would make the error of every set holding them NaN")
+    raise ValueError(
+        f"the probe's {what} hold non-finite values (NaN or inf): {where}; refused, as they "
+        "would make the error of every set holding them NaN"
+    )
 
 
 def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
@@ -137,8 +140,20 @@ def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -
     z, zh = reduction.apply(x), reduction.apply(heldout_x)
     yc, yhc = np.asarray(y, np.float64) - reduction.y_mean, np.asarray(heldout_y, np.float64) - reduction.y_mean
     following = np.full(len(zh), -1) if heldout_next is None else np.asarray(heldout_next, np.int64)
-    stats = ProbeStats(z.T @ z, z.T @ yc, zh.T @ zh, zh.T @ yhc, float(np.sum(yhc ** 2)), len(z), len(zh), rank,
-                       reduction.kept_variance, zh.astype(np.float32), following, reduction.y_mean)
+    stats = ProbeStats(
+        z.T @ z,
+        z.T @ yc,
+        zh.T @ zh,
+        zh.T @ yhc,
+        float(np.sum(yhc**2)),
+        len(z),
+        len(zh),
+        rank,
+        reduction.kept_variance,
+        zh.astype(np.float32),
+        following,
+        reduction.y_mean,
+    )
     return stats, reduction
 
 
@@ -163,7 +178,7 @@ def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
     if ridge <= 0:
         raise ValueError(f"ridge must be positive, got {ridge}")
     sets = list(sets)
-    parts = [sets[i:i + MIN_PARALLEL] for i in range(0, len(sets), MIN_PARALLEL)]
+    parts = [sets[i : i + MIN_PARALLEL] for i in range(0, len(sets), MIN_PARALLEL)]
     done = parallel_map(lambda part: [_set_error(stats, layers, ridge) for layers in part], parts)
     errors = np.array([e for part in done for e in part], dtype=np.float64)
     check_errors(sets, errors)
@@ -176,9 +191,11 @@ def check_errors(sets, errors) -> None:
     bad = np.flatnonzero(~np.isfinite(errors))
     if len(bad):
         named = ", ".join(str(tuple(sets[i])) for i in bad[:3])
-        raise FloatingPointError(f"the held-out error of {len(bad)} of {len(sets)} sets is not finite ({named}"
-                                 f"{', ...' if len(bad) > 3 else ''}): the probe statistics hold a NaN or inf, "
-                                 "or the held-out targets do not vary; rebuild them (`probe_stats`)")
+        raise FloatingPointError(
+            f"the held-out error of {len(bad)} of {len(sets)} sets is not finite ({named}"
+            f"{', ...' if len(bad) > 3 else ''}): the probe statistics hold a NaN or inf, "
+            "or the held-out targets do not vary; rebuild them (`probe_stats`)"
+        )
 
 
 def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) -> tuple[float, dict]:
@@ -212,8 +229,9 @@ def probe_ranking(stats: ProbeStats, m: int, ridge: float, *, limit: int = 20000
     return [sets[i] for i in order], errors[order]
 
 
-def probe_beam(stats: ProbeStats, m: int, ridge: float, k_beam: int = 10, *, allowed=None,
-               required=()) -> tuple[tuple, float]:
+def probe_beam(
+    stats: ProbeStats, m: int, ridge: float, k_beam: int = 10, *, allowed=None, required=()
+) -> tuple[tuple, float]:
     """Beam search by held-out error (the sets of size k + 1 extend the `k_beam` best of size k by one
     layer each), for when C(N, m) is too many to score: (best set, its error). A restricted search
     starts from the `required` layers and extends by `allowed` ones only."""
@@ -237,8 +255,8 @@ def agreement(stats: ProbeStats, layers, ridge: float, lm_head: np.ndarray, chun
     z, head = stats.heldout_z[:, stats.columns(layers)], np.asarray(lm_head, np.float64).T  # (n_h, K_S), (d, V)
     hits = 0
     for i in range(0, len(z), chunk):  # (chunk, V) logits at a time: all rows at once would be n_h x V floats
-        prediction = z[i:i + chunk].astype(np.float64) @ W + stats.y_mean  # (chunk, d)
-        hits += int(np.sum(np.argmax(prediction @ head, axis=1) == stats.heldout_next[i:i + chunk]))
+        prediction = z[i : i + chunk].astype(np.float64) @ W + stats.y_mean  # (chunk, d)
+        hits += int(np.sum(np.argmax(prediction @ head, axis=1) == stats.heldout_next[i : i + chunk]))
     return hits / len(z)
 
 
@@ -253,9 +271,18 @@ class ProbeChoice:
     ridge_errors: dict  # {ridge: mean held-out error over the sets it was chosen on}
 
 
-def probe_choice(stats: ProbeStats, m: int, *, k_beam: int = 10, exhaustive_limit: int = 5000,
-                 ridge_sets: int = 64, seed: int = 0, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0), allowed=None,
-                 required=()) -> ProbeChoice:
+def probe_choice(
+    stats: ProbeStats,
+    m: int,
+    *,
+    k_beam: int = 10,
+    exhaustive_limit: int = 5000,
+    ridge_sets: int = 64,
+    seed: int = 0,
+    grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0),
+    allowed=None,
+    required=(),
+) -> ProbeChoice:
     """Select m layers by the probe: the ridge of `grid` with the lowest mean held-out error over
     `ridge_sets` seeded random m-sets, then every m-set scored when there are at most
     `exhaustive_limit` of them, else beam search (`probe_beam`). `allowed` / `required` restrict the

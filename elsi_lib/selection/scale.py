@@ -6,6 +6,7 @@ outside `SAFE_PEAK`, it is multiplied by a power of two first: exact in floating
 bit changes), so results at any scale are the ones at scale 1, and ordinary inputs, inside the
 window, are not touched at all.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -74,7 +75,9 @@ def power_of_two_shifts(Z: np.ndarray, common: bool = True, layer_ids=None) -> n
     small = np.ldexp(peaks, shifts) < SAFE_PEAK[0]
     if np.any(small):
         ids = np.arange(len(Z)) if layer_ids is None else np.asarray(list(layer_ids))
-        raise ValueError(f"layer(s) {ids[small].tolist()} of Z are more than 2^240 times smaller than its largest "
-                         f"(max |value| {peaks.min():.3g} against {peaks.max():.3g}): with normalize='none' their "
-                         f"Gram matrices cannot be summed in float64; use normalize='frobenius'")
+        raise ValueError(
+            f"layer(s) {ids[small].tolist()} of Z are more than 2^240 times smaller than its largest "
+            f"(max |value| {peaks.min():.3g} against {peaks.max():.3g}): with normalize='none' their "
+            f"Gram matrices cannot be summed in float64; use normalize='frobenius'"
+        )
     return shifts

@@ -13,6 +13,7 @@ and a bracket on its largest eigenvalue from one power step (`bounds.top_eigenva
 is a floor, and only sets whose bound reaches it are scored next. The answer is the same as
 scoring them all.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,7 +63,7 @@ class SetScorer:
         if self.backend == "naive" or self.alpha != 1.0:
             return np.full(len(sets), np.inf)
         if len(sets) > _CHUNK:  # bounds memory: the gather in set_upper_bounds is (sets, |L|, |L|, B)
-            return np.concatenate([self.upper_bounds(sets[i:i + _CHUNK]) for i in range(0, len(sets), _CHUNK)])
+            return np.concatenate([self.upper_bounds(sets[i : i + _CHUNK]) for i in range(0, len(sets), _CHUNK)])
         if self._bound_terms is None:
             self._bound_terms = layer_bound_terms(self.grams)
         return set_upper_bounds(self._bound_terms, sets)
@@ -87,7 +88,7 @@ class SetScorer:
         for ranked, bounds, keep in plans:
             if keep:
                 floor = self.entropies(ranked[:keep]).min()
-                wanted += ranked[keep:keep + int(np.count_nonzero(bounds[keep:] >= floor))]  # bounds descend
+                wanted += ranked[keep : keep + int(np.count_nonzero(bounds[keep:] >= floor))]  # bounds descend
         self.entropies(wanted)
         answers = []
         for ranked, bounds, keep in plans:
@@ -122,8 +123,9 @@ class SetScorer:
         if self.backend == "naive":
             out = []
             for layers in sets:
-                members = [concat_layers(self.Z, sorted(set(layers) | {i}), self.normalize)
-                           for i in range(self.n_layers)]
+                members = [
+                    concat_layers(self.Z, sorted(set(layers) | {i}), self.normalize) for i in range(self.n_layers)
+                ]
                 centered = center_gram(np.stack([X @ X.T for X in members])).reshape(self.n_layers, -1)
                 out.append(_cka_from_products(centered @ centered.T))
             return np.stack(out)

@@ -6,6 +6,7 @@ Each algorithm is a sequence of "best k of these sets" questions answered by `Se
 sets; for Shannon entropy the gram backend skips sets whose upper bound (`bounds`) rules them out.
 BLAS is held at one thread during a selection (`threads`).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -57,9 +58,11 @@ class Selection:
         import pandas as pd
 
         path = set(self.path())
-        rows = [{"depth": d, "layers": e.layers, "entropy": e.entropy, "parent": e.parent,
-                 "on_path": e.layers in path}
-                for d, entries in sorted(self.beams.items()) for e in entries]
+        rows = [
+            {"depth": d, "layers": e.layers, "entropy": e.entropy, "parent": e.parent, "on_path": e.layers in path}
+            for d, entries in sorted(self.beams.items())
+            for e in entries
+        ]
         return pd.DataFrame(rows, columns=["depth", "layers", "entropy", "parent", "on_path"])
 
 
@@ -75,8 +78,7 @@ def _check_positive(**values) -> None:
 
 
 def _check_min_single_layer(min_single_layer, n_layers: int) -> None:
-    if min_single_layer is not None and (not is_integer(min_single_layer) or
-                                         not 0 <= min_single_layer < n_layers):
+    if min_single_layer is not None and (not is_integer(min_single_layer) or not 0 <= min_single_layer < n_layers):
         raise ValueError(f"min_single_layer must be None or an integer in 0..{n_layers - 1}, got {min_single_layer!r}")
 
 
@@ -114,13 +116,24 @@ def restriction(n_layers: int, m: int, allowed=None, required=()) -> tuple[tuple
     if not set(required) <= set(allowed):
         raise ValueError(f"required layers {required} must be allowed ({allowed})")
     if not len(required) <= m <= len(allowed):
-        raise ValueError(f"m = {m} layers cannot hold the {len(required)} required ones {required} from the "
-                         f"{len(allowed)} allowed {allowed}")
+        raise ValueError(
+            f"m = {m} layers cannot hold the {len(required)} required ones {required} from the "
+            f"{len(allowed)} allowed {allowed}"
+        )
     return allowed, required
 
 
-def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer, method, params,
-                 allowed: tuple, required: tuple = ()):
+def _beam_search(
+    scorer: SetScorer,
+    m: int,
+    k_beam: int,
+    pools,
+    min_single_layer,
+    method,
+    params,
+    allowed: tuple,
+    required: tuple = (),
+):
     """Shared skeleton of Alg. 1 and 2. `pools(beam)` gives, per beam member, the layer sets it may
     expand to and how many of the best of them to keep; the kept sets are deduplicated (the first
     parent found is kept) and the beam pruned to k_beam by entropy. A restricted search
@@ -138,7 +151,7 @@ def _beam_search(scorer: SetScorer, m: int, k_beam: int, pools, min_single_layer
         kept = iter(scorer.best(choosy))  # one shared batch per round for the whole beam
         parents: dict[LayerSet, LayerSet] = {}
         for member, sets, keep in per_member:
-            for s in ([s for s, _ in next(kept)] if keep < len(sets) else sets):
+            for s in [s for s, _ in next(kept)] if keep < len(sets) else sets:
                 parents.setdefault(s, member.layers)  # dedup: the first parent found
         top = scorer.best([(list(parents), k_beam)])[0]
         beams[depth] = [BeamEntry(s, e, parents[s]) for s, e in top]
@@ -151,8 +164,19 @@ def _extensions(member: LayerSet, pool) -> list[LayerSet]:
 
 
 @one_blas_thread
-def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, normalize: str = "none",
-         min_single_layer: int | None = None, backend: str = "gram", allowed=None, required=()) -> Selection:
+def elsi(
+    Z,
+    m: int,
+    k_beam: int = 10,
+    k_expand: int = 5,
+    alpha: float = 1.0,
+    *,
+    normalize: str = "none",
+    min_single_layer: int | None = None,
+    backend: str = "gram",
+    allowed=None,
+    required=(),
+) -> Selection:
     """ELSI (paper Alg. 1): beam search over layer sets scored by set entropy S_alpha.
 
     The beam starts from the k_beam highest-entropy single layers; each member is extended by its
@@ -167,8 +191,15 @@ def elsi(Z, m: int, k_beam: int = 10, k_expand: int = 5, alpha: float = 1.0, *, 
     def pools(beam: list[BeamEntry]):
         return [(member, _extensions(member.layers, allowed), k_expand) for member in beam]
 
-    params = dict(m=m, k_beam=k_beam, k_expand=k_expand, alpha=alpha, normalize=normalize,
-                  min_single_layer=min_single_layer, **_restricted(Z.shape[0], allowed, required))
+    params = dict(
+        m=m,
+        k_beam=k_beam,
+        k_expand=k_expand,
+        alpha=alpha,
+        normalize=normalize,
+        min_single_layer=min_single_layer,
+        **_restricted(Z.shape[0], allowed, required),
+    )
     return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI", params, allowed, required)
 
 
@@ -185,8 +216,19 @@ def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
 
 
 @one_blas_thread
-def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, normalize: str = "none",
-           min_single_layer: int | None = None, backend: str = "gram", allowed=None, required=()) -> Selection:
+def elsi_c(
+    Z,
+    m: int,
+    k_beam: int = 10,
+    k_pool: int = 5,
+    alpha: float = 1.0,
+    *,
+    normalize: str = "none",
+    min_single_layer: int | None = None,
+    backend: str = "gram",
+    allowed=None,
+    required=(),
+) -> Selection:
     """ELSI-C (paper Alg. 2): beam search whose expansion pool for a member L is the k_pool layers
     outside L with the highest conditional-CKA transition scores delta_L; candidates are
     deduplicated and the beam pruned to k_beam by set entropy, as in ELSI. `allowed` / `required`
@@ -201,18 +243,35 @@ def elsi_c(Z, m: int, k_beam: int = 10, k_pool: int = 5, alpha: float = 1.0, *, 
         deltas = conditional_transition_scores(scorer.conditional_cka([member.layers for member in beam]))  # (k, N)
         for member, delta in zip(beam, deltas):  # deltas is fresh: its rows may be written
             delta[list(member.layers) + barred] = -np.inf  # members last; the stable sort keeps the rest's order
-            outside = np.argsort(-delta, kind="stable")[:min(k_pool, len(allowed) - len(member.layers))]
+            outside = np.argsort(-delta, kind="stable")[: min(k_pool, len(allowed) - len(member.layers))]
             out.append((member, _extensions(member.layers, outside), k_pool))
         return out
 
-    params = dict(m=m, k_beam=k_beam, k_pool=k_pool, alpha=alpha, normalize=normalize,
-                  min_single_layer=min_single_layer, **_restricted(Z.shape[0], allowed, required))
+    params = dict(
+        m=m,
+        k_beam=k_beam,
+        k_pool=k_pool,
+        alpha=alpha,
+        normalize=normalize,
+        min_single_layer=min_single_layer,
+        **_restricted(Z.shape[0], allowed, required),
+    )
     return _beam_search(scorer, m, k_beam, pools, min_single_layer, "ELSI-C", params, allowed, required)
 
 
 @one_blas_thread
-def exhaustive(Z, m: int, alpha: float = 1.0, *, normalize: str = "none", keep: int = 10,
-               backend: str = "gram", max_sets: int = 5_000_000, allowed=None, required=()) -> Selection:
+def exhaustive(
+    Z,
+    m: int,
+    alpha: float = 1.0,
+    *,
+    normalize: str = "none",
+    keep: int = 10,
+    backend: str = "gram",
+    max_sets: int = 5_000_000,
+    allowed=None,
+    required=(),
+) -> Selection:
     """The exact optimum over all C(N, m) sets; beams[m] holds the `keep` best. (For Shannon
     entropy the gram backend skips the sets whose upper bound rules them out; see SetScorer.best.)
     `allowed` / `required` restrict the sets (`restriction`)."""
@@ -236,6 +295,7 @@ def single_layer_entropies(Z, alpha: float = 1.0, normalize: str = "none") -> np
 
 
 # ---------------------------------------------------------------- baselines
+
 
 def lowest_entropy_layers(Z, m: int, alpha: float = 1.0, normalize: str = "none") -> LayerSet:
     """The paper's negative control: the m layers with the lowest single-layer entropy."""

@@ -4,6 +4,7 @@ Set entropies are many small B x B products and eigensolves; numpy releases the 
 few Python threads share the work. BLAS's own threads must be held at one meanwhile: OpenBLAS
 threads keep spinning after each call and steal the cores the pool's threads run on.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,10 +25,12 @@ def pool() -> tuple[ThreadPoolExecutor, ThreadpoolController]:
 def one_blas_thread(fn):
     """Run a selection with BLAS held at one thread: its products are small, and OpenBLAS's own
     threads keep spinning after each call, stealing the cores `parallel_map` splits work over."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         with pool()[1].limit(limits=1, user_api="blas"):
             return fn(*args, **kwargs)
+
     return wrapper
 
 

@@ -1,5 +1,6 @@
 """What an accepted-token run (`experiment.run`) will cost, before anything runs: minutes per stage
 from per-unit costs measured on this 2-core machine."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,16 @@ from .experiment import groups
 # vLLM's replies 1.43 s each (3,072 training prompts in 73 min, `make replies-strong`); a live
 # target forward: `live_tok_s`, bench/bench_live.py, whose bf16-autocast forward ran at 1.9x the float32 one.
 # `plan(rates=...)` overrides any of them by its key.
-RATES = {"reply_s": 1.9, "vllm_reply_s": 1.43, "feature_tok_s": 370.0, "live_tok_s": 330.0, "live_bf16_speedup": 1.9,
-         "train_tok_s": 1550.0, "replay_s_per_q": 0.7, "tokens_per_conv": 283.0}
+RATES = {
+    "reply_s": 1.9,
+    "vllm_reply_s": 1.43,
+    "feature_tok_s": 370.0,
+    "live_tok_s": 330.0,
+    "live_bf16_speedup": 1.9,
+    "train_tok_s": 1550.0,
+    "replay_s_per_q": 0.7,
+    "tokens_per_conv": 283.0,
+}
 
 
 def _checked_rates(rates: dict) -> dict:
@@ -26,8 +35,10 @@ def _checked_rates(rates: dict) -> dict:
     its default in place, silently."""
     unknown = sorted(set(rates) - set(RATES))
     if unknown:
-        raise ValueError(f"unknown rate{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; the known rates "
-                         f"are {', '.join(map(repr, RATES))}")
+        raise ValueError(
+            f"unknown rate{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; the known rates "
+            f"are {', '.join(map(repr, RATES))}"
+        )
     for name, value in rates.items():
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
             raise ValueError(f"rate {name!r} must be a positive number, got {value!r}")
@@ -47,16 +58,29 @@ def plan(exp, methods: pd.DataFrame, rates: dict | None = None) -> pd.DataFrame:
     stored = (exp.n_heldout if exp.features == "live" else exp.n_train) + n_T * n_eval
     scored = n_drafts + len(exp.curve_prompts) * len(all_groups[0].sources)  # the curve's snapshots too
     written = getattr(exp, "reply_request", 0)  # the first n_train replies of a request already written: read
-    rows = [(f"replies (the first {exp.n_train} of {written} written by vllm; SpecBench)" if written else
-             f"replies ({exp.n_train} training prompts, {exp.reply_engine}; SpecBench)",
-             (0 if written else exp.n_train * reply_s) + n_T * n_eval * r["reply_s"]),
-            ("stored target features", stored * r["tokens_per_conv"] / r["feature_tok_s"])]
+    rows = [
+        (
+            f"replies (the first {exp.n_train} of {written} written by vllm; SpecBench)"
+            if written
+            else f"replies ({exp.n_train} training prompts, {exp.reply_engine}; SpecBench)",
+            (0 if written else exp.n_train * reply_s) + n_T * n_eval * r["reply_s"],
+        ),
+        ("stored target features", stored * r["tokens_per_conv"] / r["feature_tok_s"]),
+    ]
     if exp.features == "live":
-        rows.append((f"live target forward{' (bf16)' if exp.live_bf16 else ''} ({len(all_groups)} training run{'s' * (len(all_groups) > 1)})",
-                     len(all_groups) * train_tokens / (r["live_tok_s"] * (r["live_bf16_speedup"] if exp.live_bf16 else 1))))
-    rows += [(f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
-             (f"replay {scored} drafts x {n_eval} questions" + (f" x {n_T} temperatures" if n_T > 1 else ""),
-              scored * n_eval * n_T * r["replay_s_per_q"])]
+        rows.append(
+            (
+                f"live target forward{' (bf16)' if exp.live_bf16 else ''} ({len(all_groups)} training run{'s' * (len(all_groups) > 1)})",
+                len(all_groups) * train_tokens / (r["live_tok_s"] * (r["live_bf16_speedup"] if exp.live_bf16 else 1)),
+            )
+        )
+    rows += [
+        (f"training {n_drafts} drafts", n_drafts * train_tokens / r["train_tok_s"]),
+        (
+            f"replay {scored} drafts x {n_eval} questions" + (f" x {n_T} temperatures" if n_T > 1 else ""),
+            scored * n_eval * n_T * r["replay_s_per_q"],
+        ),
+    ]
     frame = pd.DataFrame(rows, columns=["stage", "minutes"])
     frame["minutes"] = (frame["minutes"] / 60).round(1)
     return pd.concat([frame, pd.DataFrame([{"stage": "total", "minutes": frame["minutes"].sum()}])], ignore_index=True)

@@ -3,13 +3,15 @@ training prompts' worth of batches (one epoch of shuffled batches: after k of it
 has seen about k / B of the data), kept by `train_drafts(snapshots=...)`, scored like the finished
 drafts (held-out step accuracy, tau by replay), and tabulated per point (`learning_curve`).
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
 from .tables import AVG, paired_differences, tau_table
-from ..draft.train import batch_plan, finished_drafts, snapshot_key, snapshot_path
+from ..draft.checkpoints import finished_drafts, snapshot_key, snapshot_path
+from ..draft.train import batch_plan
 
 
 def _plan(exp, store, seed: int) -> list[list[int]]:
@@ -51,8 +53,12 @@ def check_points(points: pd.DataFrame, steps: list[str]) -> None:
     a point (the table shows one of each; the rows of `curve_rows` have one)."""
     for (prompts, temperature), part in points.groupby(["prompts", "temperature"], sort=True):
         where = f"the curve point at {prompts} prompts, temperature {temperature}"
-        _one_value(part, "seed", f"{where} holds training seeds",
-                   "the learning curve tabulates one seed per point (pass the rows of one seed, e.g. the first)")
+        _one_value(
+            part,
+            "seed",
+            f"{where} holds training seeds",
+            "the learning curve tabulates one seed per point (pass the rows of one seed, e.g. the first)",
+        )
         for column in ("reply_tokens", "batches"):
             _one_value(part, column, f"{where} holds several {column}", "its rows sit at one place on the curve")
         for method, rows in part.groupby("method", sort=False):
@@ -67,8 +73,9 @@ def _one_value(frame: pd.DataFrame, column: str, what: str, why: str) -> None:
         raise ValueError(f"{what} {sorted(values.tolist())}: {why}")
 
 
-def learning_curve(points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3", seed: int = 0,
-                   n_boot: int = 1000) -> pd.DataFrame:
+def learning_curve(
+    points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3", seed: int = 0, n_boot: int = 1000
+) -> pd.DataFrame:
     """One row per (point of the curve, temperature, method) at `nodes`: the held-out step-k accuracy,
     AVG tau with its 95% bootstrap interval and the paired difference from `baseline` on the same
     questions with its interval (`tables.tau_table`, `tables.paired_differences`). `points`: per-question
@@ -79,17 +86,30 @@ def learning_curve(points: pd.DataFrame, nodes: int, *, baseline: str = "EAGLE3"
     rows = []
     for (prompts, temperature), part in points.groupby(["prompts", "temperature"], sort=True):
         model_seed = int(part.seed.iloc[0])
-        tau, low, high = tau_table(part, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed,
-                                   temperature=temperature)
-        diffs = paired_differences(part, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed,
-                                   temperature=temperature).set_index("method")
+        tau, low, high = tau_table(
+            part, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed, temperature=temperature
+        )
+        diffs = paired_differences(
+            part, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed, temperature=temperature
+        ).set_index("method")
         accuracy = part.groupby("method")[steps].first()
         for method in tau.index:
             d = diffs.loc[method] if method in diffs.index else None
-            rows.append({"prompts": int(prompts), "reply_tokens": int(part.reply_tokens.iloc[0]),
-                         "batches": int(part.batches.iloc[0]), "temperature": float(temperature), "nodes": nodes,
-                         "method": method, **accuracy.loc[method].to_dict(), "tau": tau.loc[method, AVG],
-                         "low": low.loc[method, AVG], "high": high.loc[method, AVG],
-                         f"minus {baseline}": 0.0 if d is None else d["diff"],
-                         "diff low": np.nan if d is None else d["low"], "diff high": np.nan if d is None else d["high"]})
+            rows.append(
+                {
+                    "prompts": int(prompts),
+                    "reply_tokens": int(part.reply_tokens.iloc[0]),
+                    "batches": int(part.batches.iloc[0]),
+                    "temperature": float(temperature),
+                    "nodes": nodes,
+                    "method": method,
+                    **accuracy.loc[method].to_dict(),
+                    "tau": tau.loc[method, AVG],
+                    "low": low.loc[method, AVG],
+                    "high": high.loc[method, AVG],
+                    f"minus {baseline}": 0.0 if d is None else d["diff"],
+                    "diff low": np.nan if d is None else d["low"],
+                    "diff high": np.nan if d is None else d["high"],
+                }
+            )
     return pd.DataFrame(rows)

@@ -1,6 +1,7 @@
 """Notebook 06's experiment: drafts on every layer set, trained alike, and tau by replay.
 
-    calibration stats -> `methods.draft_methods` (the layer sets) -> `run`, five stages:
+    calibration stats -> `methods.draft_methods` (the layer sets) -> `run`, five stages (the first
+    two in `run_data`):
       `evaluation_data`   SpecBench questions, the target's continuations (greedy; a seeded sample per
                           T > 0) and their target features
       `training_data`     the training prompts' replies, their target features, the draft vocabulary
@@ -13,26 +14,24 @@ checkpoints during training, replay per question), so `run` resumes where an int
 and a notebook opened later shows only results of its own configuration. Methods are named by
 their id (`methods.draft_methods`) in code and cache keys, by their label in tables.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pandas as pd
-import torch
 
 from ..common.progress import StageClock
 from ..inputs.models import load_model
-from ..draft import corpus, features
 from ..draft.features import FeatureStore, build_features
-from ..draft.live import LiveFeatures
-from ..draft.model import FINAL_NORM, Eagle3Draft
+from ..draft.model import Eagle3Draft
 from ..draft.replay import question_tau, replay
 from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches, trained_reply_tokens
 from .protocol import Experiment, from_parameters, numeric_settings  # noqa: F401 (the names notebooks use)
-from ..draft.train import (checkpoint_key, checkpoint_path, finished_drafts, snapshot_path, step_accuracy,
-                    train_drafts)
-from ..draft.vocabulary import draft_vocabulary, init_lm_head_from_target
+from .run_data import Evaluation, TrainingData, data_key, evaluation_data, feature_layers, training_data
+from ..draft.checkpoints import checkpoint_key, checkpoint_path, finished_drafts, snapshot_path
+from ..draft.train import step_accuracy, train_drafts
+from ..draft.vocabulary import init_lm_head_from_target
 
 LEVER_SUFFIX = ", lm_head not from target"  # the label of a draft whose lm_head starts random ...
 LEVER_ID = "eagle3-random-lm-head"  # ... and the id of EAGLE3's, the lever's ablation
@@ -64,106 +63,10 @@ def groups(exp: Experiment, methods: pd.DataFrame) -> list[Group]:
         ids = list(sources) if i == 0 else list(exp.reseeded)
         out.append(Group(seed, True, {m: sources[m] for m in ids}, {m: labels[m] for m in ids}))
     if exp.lever_lm_head:
-        out.append(Group(exp.seeds[0], False, {LEVER_ID: sources["eagle3"]}, {LEVER_ID: labels["eagle3"] + LEVER_SUFFIX}))
+        out.append(
+            Group(exp.seeds[0], False, {LEVER_ID: sources["eagle3"]}, {LEVER_ID: labels["eagle3"] + LEVER_SUFFIX})
+        )
     return out
-
-
-def data_key(exp: Experiment, model, tokenizer) -> dict:
-    """What the drafts' training depends on besides TrainSettings (which `train_drafts` adds): the
-    target (fingerprint, not its name or path), the training prompts and how their replies and
-    features are made, and the draft vocabulary. Known before any reply or feature exists (so
-    `trained_drafts` finds a checkpoint without rebuilding the data); the evaluation settings are
-    left out, so that changing them never retrains a draft."""
-    from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
-    from ..inputs.prompts import conversations_hash
-    data = {name: getattr(exp, name) for name in ("n_train", "n_heldout", "train_max_new_tokens", "draft_vocab",
-                                                  "max_length")}
-    return {"data": data, "model": model_fingerprint(model), "tokenizer": tokenizer_fingerprint(tokenizer),
-            "library": versions(), "prompts": conversations_hash(corpus.training_prompt_list(exp.n_train)),
-            "replies": corpus.reply_identity(exp.reply_engine), "features_format": features.FORMAT,
-            **({"features": "live"} if exp.features == "live" else {}), **({"live_bf16": True} if exp.live_bf16 else {}),
-            **({"reply_request": exp.reply_request} if exp.reply_request else {})}
-
-
-def feature_layers(methods: pd.DataFrame, n_layers: int) -> list[int]:
-    """Every layer a method reads, and the last (features are stored once for all drafts)."""
-    return sorted({l for s in methods.source if s != FINAL_NORM for l in s} | {n_layers - 1})
-
-
-@dataclass
-class TrainingData:
-    """The training side: conversations (prompt + the target's reply), split into training and
-    held-out ones, the training features of `layers`, and the shared draft vocabulary maps."""
-
-    train_convs: list
-    heldout_convs: list
-    layers: list[int]
-    store: FeatureStore | LiveFeatures
-    reply_tokens: np.ndarray
-    d2t: torch.Tensor
-    t2d: torch.Tensor
-
-    def vocabulary_coverage(self, vocab_size: int) -> float:
-        """The share of the training replies' tokens inside the draft vocabulary."""
-        counts = np.bincount(self.reply_tokens, minlength=vocab_size)
-        return float(counts[self.t2d.numpy()].sum() / counts.sum())
-
-
-def training_conversations(exp: Experiment, model, tokenizer, progress: bool = True) -> list:
-    """The n_train training prompts, each followed by the target's reply, as `exp` says they are
-    written: by its reply engine, or (reply_request) the first n_train of a larger vLLM request's
-    replies, read without the engine."""
-    if exp.reply_request:
-        return corpus.training_conversations_written(model, tokenizer, exp.reply_request, exp.n_train,
-                                                     max_new_tokens=exp.train_max_new_tokens, max_length=exp.max_length)
-    return corpus.training_conversations(model, tokenizer, exp.n_train, max_new_tokens=exp.train_max_new_tokens,
-                                         max_length=exp.max_length, progress=progress, engine=exp.reply_engine)
-
-
-def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, progress: bool = True) -> TrainingData:
-    """Replies to the training prompts (the `n_heldout` last ones held out), the training feature
-    store over every layer any method reads, and the draft vocabulary of the training replies."""
-    convs = training_conversations(exp, model, tokenizer, progress=progress)
-    train_convs, heldout_convs = convs[:exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout:]
-    layers = feature_layers(methods, len(model.get_decoder().layers))
-    if exp.features == "live":
-        store = LiveFeatures(model, tokenizer, train_convs, layers, max_length=exp.max_length, bf16=exp.live_bf16)
-    else:
-        store = build_features(model, tokenizer, train_convs, layers, max_length=exp.max_length, progress=progress,
-                               desc="target features (train)")
-    reply_tokens = store.reply_tokens()
-    counts = np.bincount(reply_tokens, minlength=model.config.vocab_size)
-    d2t, t2d = draft_vocabulary(torch.from_numpy(counts), exp.draft_vocab)
-    return TrainingData(train_convs, heldout_convs, layers, store, reply_tokens, d2t, t2d)
-
-
-@dataclass
-class Evaluation:
-    """The evaluation side: SpecBench questions, and per temperature the target's continuations, the
-    sampled ids (None at T = 0) and their target features."""
-
-    questions: pd.DataFrame
-    conversations: dict
-    sampled: dict
-    stores: dict
-
-
-def evaluation_data(exp: Experiment, model, tokenizer, layers, progress: bool = True) -> Evaluation:
-    """SpecBench questions with the target's continuations at every temperature, and their features."""
-    if not exp.temperatures or min(exp.temperatures) < 0:
-        raise ValueError(f"temperatures must be non-empty and >= 0, got {exp.temperatures}")
-    questions = corpus.eval_questions(exp.eval_per_column, seed=exp.eval_seed)
-    conversations, sampled, stores = {}, {}, {}
-    for T in exp.temperatures:
-        out = corpus.eval_conversations(model, tokenizer, questions, max_new_tokens=exp.replay_tokens,
-                                        max_length=exp.eval_max_length, progress=progress, temperature=T,
-                                        seed=exp.eval_seed)
-        conversations[T], sampled[T] = (out, None) if T == 0 else out
-    for T in exp.temperatures:  # after every reply: the features of one temperature need only its own
-        name = "SpecBench" if T == 0 else f"SpecBench T={T:g}"
-        stores[T] = build_features(model, tokenizer, conversations[T], layers, max_length=exp.eval_max_length,
-                                   progress=progress, desc=f"target features ({name})")
-    return Evaluation(questions, conversations, sampled, stores)
 
 
 def make_draft(model, source, d2t, t2d, seed: int, lm_head_from_target: bool = True) -> Eagle3Draft:
@@ -187,18 +90,37 @@ def group_checkpoint(exp: Experiment, key: dict, group: Group, device: str = "cp
     return checkpoint_path(group.name, full_key), full_key
 
 
-def train_group(exp: Experiment, model, key: dict, data: TrainingData, group: Group, *, progress: bool = True,
-                max_batches: int | None = None, snapshots: tuple[int, ...] = ()) -> tuple[dict, dict]:
+def train_group(
+    exp: Experiment,
+    model,
+    key: dict,
+    data: TrainingData,
+    group: Group,
+    *,
+    progress: bool = True,
+    max_batches: int | None = None,
+    snapshots: tuple[int, ...] = (),
+) -> tuple[dict, dict]:
     """One lock-step group's drafts, trained or resumed from their checkpoint (`group_checkpoint`),
     kept also after the `snapshots` batch counts. Returns ({method id: draft}, train_drafts' output)."""
-    drafts = {m: make_draft(model, src, data.d2t, data.t2d, group.seed, group.lm_head_from_target)
-              for m, src in group.sources.items()}
+    drafts = {
+        m: make_draft(model, src, data.d2t, data.t2d, group.seed, group.lm_head_from_target)
+        for m, src in group.sources.items()
+    }
     target_rows = model.get_output_embeddings().weight[data.t2d].detach().float()
     device = next(model.parameters()).device.type
     path, _ = group_checkpoint(exp, key, group, device)
-    out = train_drafts(drafts, data.store, target_rows, replace(exp.train, seed=group.seed),
-                       key=_group_key(key, group), name=group.name, progress=progress, max_batches=max_batches,
-                       snapshots=snapshots)
+    out = train_drafts(
+        drafts,
+        data.store,
+        target_rows,
+        replace(exp.train, seed=group.seed),
+        key=_group_key(key, group),
+        name=group.name,
+        progress=progress,
+        max_batches=max_batches,
+        snapshots=snapshots,
+    )
     assert out["path"] == path, "the checkpoint key is built in group_checkpoint only"
     for draft in drafts.values():
         draft.numeric = numeric_settings(exp)  # what its export's elsi.json records
@@ -229,23 +151,51 @@ def heldout_accuracy(exp: Experiment, draft: Eagle3Draft, store: FeatureStore) -
     return {f"step {k + 1}": a for k, a in enumerate(acc)}
 
 
-def replay_draft(exp: Experiment, draft: Eagle3Draft, evaluation: Evaluation, key: dict, *, label: str,
-                 seed: int, progress: bool = True) -> list[dict]:
+def replay_draft(
+    exp: Experiment,
+    draft: Eagle3Draft,
+    evaluation: Evaluation,
+    key: dict,
+    *,
+    label: str,
+    seed: int,
+    progress: bool = True,
+) -> list[dict]:
     """Per-question tau rows of one draft at every temperature and tree size (`replay`, cached under
     `key`, which identifies the draft)."""
-    key = {**key, "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed,
-                                "max_length": exp.eval_max_length}}
+    key = {
+        **key,
+        "questions": {"per_column": exp.eval_per_column, "seed": exp.eval_seed, "max_length": exp.eval_max_length},
+    }
     rows = []
     for T in exp.temperatures:
-        per_question = replay(draft, evaluation.stores[T], key={**key, **({"temperature": T} if T else {})},
-                              tree_nodes=exp.tree_nodes, depth=exp.depth, top_k=exp.top_k,
-                              max_tokens=exp.replay_tokens, autocast=exp.train.autocast_bf16, progress=progress,
-                              sampled=evaluation.sampled[T], desc=f"replay {label} (seed {seed}, T = {T:g})")
+        per_question = replay(
+            draft,
+            evaluation.stores[T],
+            key={**key, **({"temperature": T} if T else {})},
+            tree_nodes=exp.tree_nodes,
+            depth=exp.depth,
+            top_k=exp.top_k,
+            max_tokens=exp.replay_tokens,
+            autocast=exp.train.autocast_bf16,
+            progress=progress,
+            sampled=evaluation.sampled[T],
+            desc=f"replay {label} (seed {seed}, T = {T:g})",
+        )
         for q, lengths in zip(evaluation.questions.itertuples(), per_question):
             for nodes, rounds in lengths.items():
-                rows.append({"temperature": T, "nodes": nodes, "question_id": q.question_id, "category": q.category,
-                             "column": q.column, "tau": question_tau(rounds), "rounds": len(rounds),
-                             "accepted": rounds})
+                rows.append(
+                    {
+                        "temperature": T,
+                        "nodes": nodes,
+                        "question_id": q.question_id,
+                        "category": q.category,
+                        "column": q.column,
+                        "tau": question_tau(rounds),
+                        "rounds": len(rounds),
+                        "accepted": rounds,
+                    }
+                )
     return rows
 
 
@@ -272,12 +222,15 @@ class Run:
     tokenizer: object = field(repr=False)
     evaluation: Evaluation = field(repr=False)
     stage_times: pd.DataFrame = field(default_factory=pd.DataFrame)
-    curve: pd.DataFrame = field(default_factory=pd.DataFrame)  # the learning curve's rows: snapshots, then the finished drafts
+    curve: pd.DataFrame = field(
+        default_factory=pd.DataFrame
+    )  # the learning curve's rows: snapshots, then the finished drafts
     numeric: dict = field(default_factory=dict)  # `numeric_settings`: a column of every frame above that has rows
 
 
-def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None,
-        stage_log=None) -> Run:
+def run(
+    exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded: tuple | None = None, stage_log=None
+) -> Run:
     """Run (or resume from the caches) the whole experiment: the five stages of the module docstring.
     `stage_log`: a JSONL file each stage's time is appended to as it ends (`progress.stage_history`
     sums a run interrupted and resumed over several sessions)."""
@@ -290,8 +243,15 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress)
     with clock("training replies and features"):
         data = training_data(exp, methods, model, tokenizer, progress)
-        heldout = build_features(model, tokenizer, data.heldout_convs, layers, max_length=exp.max_length,
-                                 progress=progress, desc="target features (held-out)")
+        heldout = build_features(
+            model,
+            tokenizer,
+            data.heldout_convs,
+            layers,
+            max_length=exp.max_length,
+            progress=progress,
+            desc="target features (held-out)",
+        )
     results, lever, accuracy, logs, first_drafts, curve = [], [], [], {}, {}, []
     numeric = numeric_settings(exp)
     for i, group in enumerate(groups(exp, methods)):
@@ -309,33 +269,89 @@ def run(exp: Experiment, methods: pd.DataFrame, *, progress: bool = True, loaded
             with clock("held-out step accuracy"):
                 accuracy.append({"method": label, "seed": group.seed, **heldout_accuracy(exp, draft, heldout)})
             with clock("replay"):
-                rows = replay_draft(exp, draft, evaluation, {"checkpoint": out["path"].name, "method": method_id},
-                                    label=label, seed=group.seed, progress=progress)
+                rows = replay_draft(
+                    exp,
+                    draft,
+                    evaluation,
+                    {"checkpoint": out["path"].name, "method": method_id},
+                    label=label,
+                    seed=group.seed,
+                    progress=progress,
+                )
             (results if group.lm_head_from_target else lever).extend(
-                {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows)
+                {"id": method_id, "method": label, "seed": group.seed, **row} for row in rows
+            )
         if at:  # the learning curve: the snapshots, then the finished drafts as its last point
             tokens = trained_reply_tokens(exp, data.store, group.seed)
             full_key = group_checkpoint(exp, key, group, next(model.parameters()).device.type)[1]
             with clock("learning curve"):
-                curve += [score_snapshot(exp, model, group, full_key, out["total"], k, heldout, evaluation,
-                                         len(data.train_convs), progress, reply_tokens=tokens[k - 1]) for k in at]
+                curve += [
+                    score_snapshot(
+                        exp,
+                        model,
+                        group,
+                        full_key,
+                        out["total"],
+                        k,
+                        heldout,
+                        evaluation,
+                        len(data.train_convs),
+                        progress,
+                        reply_tokens=tokens[k - 1],
+                    )
+                    for k in at
+                ]
             scores = {a["method"]: a for a in accuracy if a["seed"] == group.seed}
-            curve.append(curve_rows([{**r, **scores[r["method"]]} for r in results if r["seed"] == group.seed],
-                                    at=out["total"], total=out["total"], n_prompts=len(data.train_convs),
-                                    reply_tokens=tokens[-1]))
-    corpus_sizes = {"training conversations": len(data.train_convs), "held-out conversations": len(data.heldout_convs),
-             "training reply tokens": len(data.reply_tokens), "SpecBench questions": len(evaluation.questions),
-             "draft vocabulary": exp.draft_vocab,
-             "draft vocabulary coverage of reply tokens": data.vocabulary_coverage(model.config.vocab_size)}
+            curve.append(
+                curve_rows(
+                    [{**r, **scores[r["method"]]} for r in results if r["seed"] == group.seed],
+                    at=out["total"],
+                    total=out["total"],
+                    n_prompts=len(data.train_convs),
+                    reply_tokens=tokens[-1],
+                )
+            )
+    corpus_sizes = {
+        "training conversations": len(data.train_convs),
+        "held-out conversations": len(data.heldout_convs),
+        "training reply tokens": len(data.reply_tokens),
+        "SpecBench questions": len(evaluation.questions),
+        "draft vocabulary": exp.draft_vocab,
+        "draft vocabulary coverage of reply tokens": data.vocabulary_coverage(model.config.vocab_size),
+    }
     frames = [pd.DataFrame(rows) for rows in (results, lever, accuracy)]
     frames.append(pd.concat(curve, ignore_index=True) if curve else pd.DataFrame())
     results, lever, accuracy, curve = [f.assign(**numeric) if len(f) else f for f in frames]
-    return Run(results, lever, accuracy, logs, evaluation.questions.drop(columns="conversation"), corpus_sizes,
-               first_drafts, model, tokenizer, evaluation, clock.frame(), curve, numeric)
+    return Run(
+        results,
+        lever,
+        accuracy,
+        logs,
+        evaluation.questions.drop(columns="conversation"),
+        corpus_sizes,
+        first_drafts,
+        model,
+        tokenizer,
+        evaluation,
+        clock.frame(),
+        curve,
+        numeric,
+    )
 
 
-def score_snapshot(exp: Experiment, model, group: Group, full_key: dict, total: int, at: int, heldout, evaluation,
-                   n_prompts: int, progress: bool = True, reply_tokens: int | None = None) -> pd.DataFrame:
+def score_snapshot(
+    exp: Experiment,
+    model,
+    group: Group,
+    full_key: dict,
+    total: int,
+    at: int,
+    heldout,
+    evaluation,
+    n_prompts: int,
+    progress: bool = True,
+    reply_tokens: int | None = None,
+) -> pd.DataFrame:
     """Held-out step accuracy and tau by replay of a group's drafts after `at` of its `total` batches
     (`full_key`: the group's checkpoint key, `group_checkpoint`), with where on the curve they sit
     (`curve.curve_rows`)."""
@@ -343,7 +359,16 @@ def score_snapshot(exp: Experiment, model, group: Group, full_key: dict, total: 
     for method_id, draft in curve_drafts(model, group.name, full_key, at).items():
         accuracy = heldout_accuracy(exp, draft, heldout)
         key = {"checkpoint": snapshot_path(group.name, full_key, at).name, "method": method_id}
-        rows += [{"id": method_id, "method": group.labels[method_id], "seed": group.seed, **accuracy, **row}
-                 for row in replay_draft(exp, draft, evaluation, key, label=f"{group.labels[method_id]} at {at}",
-                                         seed=group.seed, progress=progress)]
+        rows += [
+            {"id": method_id, "method": group.labels[method_id], "seed": group.seed, **accuracy, **row}
+            for row in replay_draft(
+                exp,
+                draft,
+                evaluation,
+                key,
+                label=f"{group.labels[method_id]} at {at}",
+                seed=group.seed,
+                progress=progress,
+            )
+        ]
     return curve_rows(rows, at=at, total=total, n_prompts=n_prompts, reply_tokens=reply_tokens)

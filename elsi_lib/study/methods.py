@@ -4,6 +4,7 @@ ranks among all sets by entropy (`beam_overlap`).
 A method's `id` (e.g. "elsi-m3") names how its set was chosen and is what code and cache keys use;
 its `method` column is the label tables and figures show (e.g. "ELSI m=3"), free to change.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -11,12 +12,12 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from .study import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
+from .layer_sets import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
 from ..selection.cka import compartments
 from ..selection.conventions import eagle3_layers
 from ..selection.entropy import set_entropy
 from ..selection.scorer import SetScorer
-from ..draft.model import FINAL_NORM
+from ..draft.config import FINAL_NORM
 
 # how notebook 05's settings are named in method ids and labels
 VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("frobenius", "Frobenius")}
@@ -36,22 +37,37 @@ def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None =
     the same set would be the same draft."""
     Z = stats["entropy"].Z
     N = n_layers or Z.shape[0]
-    tables = {name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
-              for name, (sel, norm) in TABLE1_SETTINGS.items()}
+    tables = {
+        name: selection_table(stats[sel].Z, normalize=norm).set_index(["method", "m"])
+        for name, (sel, norm) in TABLE1_SETTINGS.items()
+    }
     paper = tables["paper"]
     # (id, label, source, setting, layers for entropy, kept only when new)
-    rows = [("eagle2", "EAGLE2", FINAL_NORM, "paper", (N - 1,), False),
-            ("eagle3", "EAGLE3", eagle3_layers(N), "paper", None, False),
-            ("elsi-m1-rule", "ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None, False),
-            ("elsi-m1", "ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None, True)]
+    rows = [
+        ("eagle2", "EAGLE2", FINAL_NORM, "paper", (N - 1,), False),
+        ("eagle3", "EAGLE3", eagle3_layers(N), "paper", None, False),
+        ("elsi-m1-rule", "ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None, False),
+        ("elsi-m1", "ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None, True),
+    ]
     for m in (2, 3):
-        rows += [(f"elsi-m{m}", f"ELSI m={m}", paper.loc[("ELSI", m), "layers"], "paper", None, False),
-                 (f"elsi-c-m{m}", f"ELSI-C m={m}", paper.loc[("ELSI-C", m), "layers"], "paper", None, False)]
-    rows.append(("lowest-entropy-m3", "lowest-entropy m=3", paper.loc[("lowest-entropy control", 3), "layers"],
-                 "paper", None, False))
+        rows += [
+            (f"elsi-m{m}", f"ELSI m={m}", paper.loc[("ELSI", m), "layers"], "paper", None, False),
+            (f"elsi-c-m{m}", f"ELSI-C m={m}", paper.loc[("ELSI-C", m), "layers"], "paper", None, False),
+        ]
+    rows.append(
+        (
+            "lowest-entropy-m3",
+            "lowest-entropy m=3",
+            paper.loc[("lowest-entropy control", 3), "layers"],
+            "paper",
+            None,
+            False,
+        )
+    )
     for setting, (slug, label) in VARIANTS.items():
-        rows.append((f"elsi-m3-{slug}", f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting,
-                     None, True))
+        rows.append(
+            (f"elsi-m3-{slug}", f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting, None, True)
+        )
     for m, layers in sorted((probe or {}).items()):
         rows.append((f"probe-m{m}", f"probe m={m}", getattr(layers, "layers", layers), "probe", None, True))
     out, seen = [], set()
@@ -61,8 +77,17 @@ def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None =
             continue  # the same set as a method above adds nothing
         seen.add(source)
         layers = layers or source
-        out.append({"id": method_id, "method": label, "source": source, "setting": setting, "m": len(layers),
-                    "layers": layers, "entropy": set_entropy(Z, layers)})
+        out.append(
+            {
+                "id": method_id,
+                "method": label,
+                "source": source,
+                "setting": setting,
+                "m": len(layers),
+                "layers": layers,
+                "entropy": set_entropy(Z, layers),
+            }
+        )
     return pd.DataFrame(out, columns=COLUMNS)
 
 
@@ -99,10 +124,18 @@ def beam_overlap(Z, methods: pd.DataFrame, *, top: int = 10) -> pd.DataFrame:
         mine = values[sets.index(layers)]
         rank = int((values > mine + 1e-12).sum()) + 1
         best = [set(sets[i]) for i in np.argsort(-values, kind="stable")[:top]]
-        rows.append({"method": row.method, "layers": layers, "entropy": mine, "rank": rank, "of": len(sets),
-                     "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
-                     f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
-                     "compartments": tuple(int(np.searchsorted(boundaries, l, side="left")) for l in layers)})
+        rows.append(
+            {
+                "method": row.method,
+                "layers": layers,
+                "entropy": mine,
+                "rank": rank,
+                "of": len(sets),
+                "percentile": 100.0 * (1 - (rank - 1) / len(sets)),
+                f"top-{top} sets sharing a layer": sum(bool(s & set(layers)) for s in best),
+                "compartments": tuple(int(np.searchsorted(boundaries, l, side="left")) for l in layers),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -125,12 +158,16 @@ def run_methods(parameters, *, loaded: tuple | None = None):
     params = yaml.safe_load(Path(parameters).read_text()) or {}
     missing = [k for k in ("N_PROMPTS", "PROBE_RANK") if k not in params]
     if missing:
-        raise ValueError(f"{parameters} does not set {missing}: the notebook's tiny defaults would apply, not "
-                         "the run's")
+        raise ValueError(
+            f"{parameters} does not set {missing}: the notebook's tiny defaults would apply, not the run's"
+        )
     n_prompts, seed, rank = params["N_PROMPTS"], params.get("SEED", 0), params["PROBE_RANK"]
     stats = calibration.paper_stats([exp.model], n_prompts, seed=seed)[exp.model]
     with_probe = rank is not None or method_ids is not None
-    probe = (calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank, loaded=loaded)
-             if with_probe else None)
+    probe = (
+        calibration.probe_choices(exp.model, n_prompts, (3,), seed=seed, rank=rank, loaded=loaded)
+        if with_probe
+        else None
+    )
     methods = draft_methods(stats, probe=probe)
     return exp, (select_methods(methods, method_ids, present_only=True) if method_ids else methods)

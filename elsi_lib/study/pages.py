@@ -1,11 +1,12 @@
 """The documentation site's pages, generated from the committed results (`make docs`): one page per
 paper figure and table (its figures, its tables, and the finding written from the data with its
-interval), one per `elsi` command (its help), the Python API (docstrings), the benchmarks, and the
-lab notes. `build(out)` writes the mkdocs source tree; a file a page needs that is missing fails the
+interval), one per `elsi` command (its help), the Python API (docstrings) and the benchmarks.
+`build(out)` writes the mkdocs source tree; a file a page needs that is missing fails the
 build naming it (`MissingResult`).
 
     python -m elsi_lib.study.pages build/docs-src     (make docs, then mkdocs build)
 """
+
 from __future__ import annotations
 
 import inspect
@@ -22,7 +23,6 @@ from ..draft.evidence import NODES, evidence
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
-NOTES = REPO_ROOT / "docs" / "lab-notes.md"
 FAMILIES = ("smollm2-135m", "qwen2.5-coder-0.5b")
 
 
@@ -51,23 +51,31 @@ def _csv(folder: Path, stem: str) -> pd.DataFrame:
 
 def _wave(folder):
     rows = _csv(folder, "fig02_layer_entropy_summary")
-    return [f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
-            f"falls to {r['min S_1']:.4f} at layer {r['argmin layer']}; the largest block row holds a median "
-            f"{r['top-row energy share, median']:.0%} of Z's energy (an attention sink)." for _, r in rows.iterrows()]
+    return [
+        f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
+        f"falls to {r['min S_1']:.4f} at layer {r['argmin layer']}; the largest block row holds a median "
+        f"{r['top-row energy share, median']:.0%} of Z's energy (an attention sink)."
+        for _, r in rows.iterrows()
+    ]
 
 
 def _filtering(folder):
     rows = _csv(folder, "fig04_variance_reduction")
     rows = rows[rows.selection == "entropy"]
-    return [f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
-            f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
-            for _, r in rows.iterrows()]
+    return [
+        f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
+        f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
+        for _, r in rows.iterrows()
+    ]
 
 
 def _compartments(folder):
     rows = _csv(folder, "fig05_boundaries")
-    return [f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
-            f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}." for _, r in rows.iterrows()]
+    return [
+        f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
+        f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
+        for _, r in rows.iterrows()
+    ]
 
 
 def _selection(folder):
@@ -85,14 +93,18 @@ def _drafts(families, methods=("elsi", "probe")):
         if not lines:
             raise MissingResult(f"{folder}: no paired table for {', '.join(families)}")
         return lines
+
     return finding
 
 
 def _criteria(folder):
     rows = _csv(folder, "criteria_rank_correlations")
     rows = rows[(rows.nodes == NODES) & (rows.temperature == 0) & (rows.outcome == "tau minus EAGLE3")]
-    return [f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
-            f"{r.rho:+.2f}, permutation p = {r['p (permutation)']:.3f}." for _, r in rows.iterrows()]
+    return [
+        f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
+        f"{r.rho:+.2f}, permutation p = {r['p (permutation)']:.3f}."
+        for _, r in rows.iterrows()
+    ]
 
 
 def _families(folder):
@@ -103,29 +115,79 @@ def _families(folder):
 
 
 PAGES = (
-    Page("fig01-02", "Fig. 1-2: the activation wave", "01_activation_wave.ipynb",
-         ("fig01_activation_wave", "fig02_layer_entropy_families"), ("fig02_layer_entropy_summary",), _wave),
+    Page(
+        "fig01-02",
+        "Fig. 1-2: the activation wave",
+        "01_activation_wave.ipynb",
+        ("fig01_activation_wave", "fig02_layer_entropy_families"),
+        ("fig02_layer_entropy_summary",),
+        _wave,
+    ),
     Page("fig03", "Fig. 3: pair entropy", "02_pair_entropy.ipynb", ("fig03_pair_entropy",), ("fig03_pair_gains",)),
-    Page("fig04", "Fig. 4: token filtering", "03_token_filtering.ipynb",
-         tuple(f"fig04_token_filtering_{f}" for f in FAMILIES), ("fig04_variance_reduction",), _filtering),
-    Page("fig05-06", "Fig. 5-6: CKA compartments", "04_cka_compartments.ipynb",
-         ("fig05_cka_compartments", "fig06_transition_scores"), ("fig05_boundaries",), _compartments),
-    Page("table1", "Table 1 and Fig. 7: layer selection", "05_layer_selection.ipynb", ("fig07_beam_frontier",),
-         ("table1_layer_selection", "table1_bootstrap"), _selection),
-    Page("table2", "Table 2: accepted tokens on SmolLM2-135M", "06_accepted_tokens.ipynb",
-         ("fig08_tau_by_column_smollm2-135m",), ("table2_accepted_tokens_smollm2-135m", "table2_paired_smollm2-135m"),
-         _drafts(("smollm2-135m",), ("elsi", "elsi-c"))),
-    Page("table3", "Table 3: accepted tokens on Qwen2.5-Coder-0.5B", "06_accepted_tokens.ipynb",
-         ("fig08_tau_by_column_qwen2.5-coder-0.5b",),
-         ("table3_accepted_tokens_qwen2.5-coder-0.5b", "table3_paired_qwen2.5-coder-0.5b"),
-         _drafts(("qwen2.5-coder-0.5b",))),
-    Page("strong", "Strong drafts and the learning curve (Fig. 9)", "07_strong_drafts.ipynb",
-         ("fig09_learning_curve_smollm2-135m",),
-         ("table2_strong_paired_smollm2-135m", "table2_learning_curve_smollm2-135m"), _drafts(("smollm2-135m",))),
-    Page("criteria", "Fig. 10: which criterion predicts the drafts", "08_selection_criteria.ipynb",
-         ("fig10_criteria_vs_drafts",), ("criteria_rank_correlations",), _criteria),
-    Page("families", "Fig. 11: the layer choice per family", "09_families.ipynb", ("fig11_families",),
-         ("families_compared", "families_interchangeability"), _families),
+    Page(
+        "fig04",
+        "Fig. 4: token filtering",
+        "03_token_filtering.ipynb",
+        tuple(f"fig04_token_filtering_{f}" for f in FAMILIES),
+        ("fig04_variance_reduction",),
+        _filtering,
+    ),
+    Page(
+        "fig05-06",
+        "Fig. 5-6: CKA compartments",
+        "04_cka_compartments.ipynb",
+        ("fig05_cka_compartments", "fig06_transition_scores"),
+        ("fig05_boundaries",),
+        _compartments,
+    ),
+    Page(
+        "table1",
+        "Table 1 and Fig. 7: layer selection",
+        "05_layer_selection.ipynb",
+        ("fig07_beam_frontier",),
+        ("table1_layer_selection", "table1_bootstrap"),
+        _selection,
+    ),
+    Page(
+        "table2",
+        "Table 2: accepted tokens on SmolLM2-135M",
+        "06_accepted_tokens.ipynb",
+        ("fig08_tau_by_column_smollm2-135m",),
+        ("table2_accepted_tokens_smollm2-135m", "table2_paired_smollm2-135m"),
+        _drafts(("smollm2-135m",), ("elsi", "elsi-c")),
+    ),
+    Page(
+        "table3",
+        "Table 3: accepted tokens on Qwen2.5-Coder-0.5B",
+        "06_accepted_tokens.ipynb",
+        ("fig08_tau_by_column_qwen2.5-coder-0.5b",),
+        ("table3_accepted_tokens_qwen2.5-coder-0.5b", "table3_paired_qwen2.5-coder-0.5b"),
+        _drafts(("qwen2.5-coder-0.5b",)),
+    ),
+    Page(
+        "strong",
+        "Strong drafts and the learning curve (Fig. 9)",
+        "07_strong_drafts.ipynb",
+        ("fig09_learning_curve_smollm2-135m",),
+        ("table2_strong_paired_smollm2-135m", "table2_learning_curve_smollm2-135m"),
+        _drafts(("smollm2-135m",)),
+    ),
+    Page(
+        "criteria",
+        "Fig. 10: which criterion predicts the drafts",
+        "08_selection_criteria.ipynb",
+        ("fig10_criteria_vs_drafts",),
+        ("criteria_rank_correlations",),
+        _criteria,
+    ),
+    Page(
+        "families",
+        "Fig. 11: the layer choice per family",
+        "09_families.ipynb",
+        ("fig11_families",),
+        ("families_compared", "families_interchangeability"),
+        _families,
+    ),
 )
 
 
@@ -163,7 +225,12 @@ def command_page(name: str) -> str:
 def api_page() -> str:
     import elsi_lib
 
-    lines = ["# Python API", "", "The public names of `elsi_lib` (its `__init__` gathers them), with their docstrings.", ""]
+    lines = [
+        "# Python API",
+        "",
+        "The public names of `elsi_lib` (its `__init__` gathers them), with their docstrings.",
+        "",
+    ]
     for name in sorted(n for n in dir(elsi_lib) if not n.startswith("_")):
         obj = getattr(elsi_lib, name)
         if not (inspect.isfunction(obj) or inspect.isclass(obj)):
@@ -183,22 +250,8 @@ def bench_page() -> str:
     return "\n".join(lines)
 
 
-def lab_notes(images: Path) -> str:
-    """The lab notes with their repository links made the site's: figures shown from images/, a results
-    file named in code (the site has no page of its own for each)."""
-    import re
-
-    text = NOTES.read_text()
-    for name in sorted(set(re.findall(r"\]\(\.\./figures/([^)]+)\)", text))):
-        if not (FIGURES / name).is_file():
-            raise MissingResult(f"{FIGURES / name}: the lab notes show it")
-        shutil.copy2(FIGURES / name, images / name)
-    text = re.sub(r"\]\(\.\./figures/", "](images/", text)
-    return re.sub(r"\[([^\]]+)\]\(\.\./data/results/([^)]+)\)", r"\1 (`data/results/\2`)", text)
-
-
 def home_page(pages) -> str:
-    readme = (REPO_ROOT / "README.md").read_text().replace("](docs/lab-notes.md)", "](lab-notes.md)")
+    readme = (REPO_ROOT / "README.md").read_text()
     index = ["", "## Pages", ""] + [f"- [{p.title}]({p.slug}.md)" for p in pages]
     return readme + "\n".join(index) + "\n"
 
@@ -237,14 +290,13 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
         written[f"command-{name}.md"] = command_page(name)
     written["api.md"] = api_page()
     written["benchmarks.md"] = bench_page()
-    written["lab-notes.md"] = lab_notes(docs / "images")
     written["index.md"] = home_page(PAGES)
     for name, text in written.items():
         (docs / name).write_text(text)
     (docs / "checks.js").write_text(CHECKS_JS)
     nav = ["  - Home: index.md", "  - Paper figures and tables:"] + [f"    - '{p.title}': {p.slug}.md" for p in PAGES]
     nav += ["  - Commands:"] + [f"    - elsi {n}: command-{n}.md" for n in ("select", "capture", "report")]
-    nav += ["  - Python API: api.md", "  - Benchmarks: benchmarks.md", "  - Lab notes: lab-notes.md"]
+    nav += ["  - Python API: api.md", "  - Benchmarks: benchmarks.md"]
     (Path(out) / "mkdocs.yml").write_text(MKDOCS.format(nav="\n".join(nav)))
     return [docs / name for name in written]
 

@@ -1,6 +1,7 @@
 """Figures of the paper, drawn from arrays (no model, no capture). Each function returns a
 matplotlib Figure; `save_figure` writes it as PNG and PDF under a stable name, `save_table` a
 DataFrame as CSV and Markdown."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,6 +18,22 @@ def _plt():
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _sns():
+    """seaborn, imported on first use (as matplotlib is): importing this module stays cheap. No theme is
+    set: a function that wants seaborn's look asks for it on its own axes."""
+    import seaborn as sns
+
+    return sns
+
+
+def _cell_ticks(ax, n_layers: int, axis: str = "x"):
+    """Layer ticks on a seaborn heatmap, at `_layer_ticks`' spacing: its cell l spans [l, l + 1], so
+    each tick sits at l + 0.5, labelled l."""
+    _layer_ticks(ax, n_layers, axis=axis)
+    ticks = (ax.get_xticks if axis == "x" else ax.get_yticks)()
+    (ax.set_xticks if axis == "x" else ax.set_yticks)(ticks + 0.5, [str(int(t)) for t in ticks])
 
 
 CSV_FLOAT_FORMAT = "%.6g"  # 6 significant digits: round-off below that never changes a written table
@@ -51,6 +68,7 @@ def save_table(df, name: str, out_dir, *, markdown: bool = True, numeric: dict |
 
 def markdown_table(df, digits: int = 4) -> str:
     """`df` as a Markdown table (no index), floats to `digits` decimals."""
+
     def cell(v):
         if isinstance(v, (float, np.floating)):
             return f"{v:.{digits}f}"
@@ -70,10 +88,20 @@ def entropy_curves(sample_entropy: np.ndarray, title: str, max_lines: int = 60, 
     n_prompts, layers = len(sample_entropy), np.arange(sample_entropy.shape[1])
     for row in sample_entropy[:max_lines]:
         ax.plot(layers, row, color="tab:blue", alpha=0.15, lw=0.8)
-    mean_label = f"mean over {n_prompts} prompts" if not without_block else \
-        f"mean over {n_prompts} of {n_prompts + without_block} prompts ({without_block} had no full block)"
+    mean_label = (
+        f"mean over {n_prompts} prompts"
+        if not without_block
+        else f"mean over {n_prompts} of {n_prompts + without_block} prompts ({without_block} had no full block)"
+    )
     ax.plot(layers, sample_entropy.mean(axis=0), color="black", lw=2, label=mean_label)
-    ax.plot([], [], color="tab:blue", alpha=0.5, lw=0.8, label=f"single prompts (first {min(max_lines, len(sample_entropy))})")
+    ax.plot(
+        [],
+        [],
+        color="tab:blue",
+        alpha=0.5,
+        lw=0.8,
+        label=f"single prompts (first {min(max_lines, len(sample_entropy))})",
+    )
     ax.set(xlabel="layer l (output of decoder layer l)", ylabel=ENTROPY_LABEL, title=title)
     _layer_ticks(ax, len(layers))
     ax.legend(loc="best", fontsize=8)
@@ -100,22 +128,34 @@ def layer_entropy_families(curves: dict[str, np.ndarray], title: str = "Per-laye
 
 
 def pair_heatmaps(panels: dict[str, tuple[np.ndarray, np.ndarray]]):
-    """Fig. 3: for each model, S_1([H_i | H_j]) of the top seed layers i (rows) with every layer j."""
-    plt = _plt()
+    """Fig. 3: for each model, S_1([H_i | H_j]) of the top seed layers i (rows) with every layer j
+    (a seaborn heatmap per model: cell (i, j) spans [j, j + 1] x [i, i + 1])."""
+    plt, sns = _plt(), _sns()
     fig, axes = plt.subplots(1, len(panels), figsize=(7 * len(panels), 4.2), squeeze=False)
     for ax, (name, (seeds, table)) in zip(axes[0], panels.items()):
-        image = ax.imshow(table, aspect="auto", cmap="viridis")
-        ax.set_yticks(range(len(seeds)), [str(s) for s in seeds])
-        _layer_ticks(ax, table.shape[1])
-        ax.set(xlabel="companion layer j", ylabel="seed layer i (by S_1, best first)",
-               title=f"{name}: pair entropy $S_1([H_i | H_j])$")
-        fig.colorbar(image, ax=ax, label="nats")
+        table = np.asarray(table, dtype=float)
+        sns.heatmap(
+            table,
+            ax=ax,
+            cmap="viridis",
+            xticklabels=False,
+            yticklabels=[str(s) for s in seeds],
+            cbar_kws={"label": "nats"},
+        )
+        ax.tick_params(axis="y", labelrotation=0)
+        _cell_ticks(ax, table.shape[1])
+        ax.set(
+            xlabel="companion layer j",
+            ylabel="seed layer i (by S_1, best first)",
+            title=f"{name}: pair entropy $S_1([H_i | H_j])$",
+        )
     fig.tight_layout()
     return fig
 
 
-def variance_panels(variances: dict[str, np.ndarray], labels: np.ndarray, title: str,
-                    shares: dict[str, np.ndarray] | None = None):
+def variance_panels(
+    variances: dict[str, np.ndarray], labels: np.ndarray, title: str, shares: dict[str, np.ndarray] | None = None
+):
     """Fig. 4: cross-prompt entropy variance per layer for each position selection (log scale),
     regimes shaded; optionally, below, the energy share of Z's largest row per layer."""
     plt = _plt()
@@ -150,23 +190,42 @@ def _shade_regimes(ax, labels):
         where = np.flatnonzero(labels == regime)
         if len(where):
             ax.axvspan(where[0] - 0.5, where[-1] + 0.5, color=colour, alpha=0.07)
-            ax.text((where[0] + where[-1]) / 2, 0.98, regime, transform=ax.get_xaxis_transform(),
-                    ha="center", va="top", fontsize=8, color=colour)
+            ax.text(
+                (where[0] + where[-1]) / 2,
+                0.98,
+                regime,
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                va="top",
+                fontsize=8,
+                color=colour,
+            )
 
 
 def cka_heatmaps(panels: dict[str, tuple[np.ndarray, np.ndarray]], title: str | None = None):
-    """Fig. 5/6: pairwise CKA heatmaps with compartment boundaries (after layer l: a line at l+0.5)."""
-    plt = _plt()
+    """Fig. 5/6: pairwise CKA heatmaps (seaborn; cell l spans [l, l + 1]) with compartment boundaries:
+    a boundary after layer l is a dashed line between cells l and l + 1 (at l + 1)."""
+    plt, sns = _plt(), _sns()
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4.6), squeeze=False)
     for ax, (name, (M, boundaries)) in zip(axes[0], panels.items()):
-        image = ax.imshow(M, cmap="magma", vmin=0, vmax=1, origin="upper")
+        M = np.asarray(M, dtype=float)
+        sns.heatmap(
+            M,
+            ax=ax,
+            cmap="magma",
+            vmin=0,
+            vmax=1,
+            square=True,
+            xticklabels=False,
+            yticklabels=False,
+            cbar_kws={"label": "linear CKA", "fraction": 0.046},
+        )
         for b in boundaries:
-            ax.axhline(b + 0.5, color="cyan", lw=1.2, ls="--")
-            ax.axvline(b + 0.5, color="cyan", lw=1.2, ls="--")
-        _layer_ticks(ax, len(M))
-        _layer_ticks(ax, len(M), axis="y")
+            ax.axhline(b + 1, color="cyan", lw=1.2, ls="--")
+            ax.axvline(b + 1, color="cyan", lw=1.2, ls="--")
+        _cell_ticks(ax, len(M))
+        _cell_ticks(ax, len(M), axis="y")
         ax.set(xlabel="layer", ylabel="layer", title=name)
-        fig.colorbar(image, ax=ax, label="linear CKA", fraction=0.046)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -201,7 +260,9 @@ def beam_tree(selection, name: str):
     names the model and the search's own settings (`selection.params`)."""
     plt = _plt()
     settings = ", ".join(f"{k} = {selection.params[k]}" for k in BEAM_PARAMS if k in selection.params)
-    title = f"{name}: {selection.method} beam frontier, m = {selection.params.get('m', len(selection.layers))} ({settings})"
+    title = (
+        f"{name}: {selection.method} beam frontier, m = {selection.params.get('m', len(selection.layers))} ({settings})"
+    )
     frontier = selection.frontier()
     fig, ax = plt.subplots(figsize=(9, 5.5))
     position = {}
@@ -212,14 +273,29 @@ def beam_tree(selection, name: str):
         x, y = position[row.layers]
         if row.parent in position:
             px, py = position[row.parent]
-            ax.plot([px, x], [py, y], color="tab:red" if row.on_path else "0.75",
-                    lw=2.2 if row.on_path else 0.8, zorder=1)
-    points = ax.scatter([position[l][0] for l in frontier.layers], [position[l][1] for l in frontier.layers],
-                        c=frontier.entropy, cmap="viridis", s=60, zorder=2, edgecolors="black", linewidths=0.4)
+            ax.plot(
+                [px, x], [py, y], color="tab:red" if row.on_path else "0.75", lw=2.2 if row.on_path else 0.8, zorder=1
+            )
+    points = ax.scatter(
+        [position[l][0] for l in frontier.layers],
+        [position[l][1] for l in frontier.layers],
+        c=frontier.entropy,
+        cmap="viridis",
+        s=60,
+        zorder=2,
+        edgecolors="black",
+        linewidths=0.4,
+    )
     for row in frontier.itertuples():
         x, y = position[row.layers]
-        ax.annotate(f"{list(row.layers)}  {row.entropy:.3f}", (x, y), xytext=(6, -3), textcoords="offset points",
-                    fontsize=7, fontweight="bold" if row.on_path else "normal")
+        ax.annotate(
+            f"{list(row.layers)}  {row.entropy:.3f}",
+            (x, y),
+            xytext=(6, -3),
+            textcoords="offset points",
+            fontsize=7,
+            fontweight="bold" if row.on_path else "normal",
+        )
     ax.invert_yaxis()
     depths = sorted(frontier.depth.unique())
     ax.set_xticks(depths, [f"|L| = {d}" for d in depths])

@@ -2,6 +2,7 @@
 evaluation questions), read from a notebook's parameter file (`from_parameters`), checked field by
 field before any work, and the numeric settings every result records (`numeric_settings`).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -12,9 +13,20 @@ from ..common.hardware import numeric_label
 from ..draft.train import TrainSettings
 
 # Experiment's count fields and the least value of each; COUNT_TUPLES: (least value, may the tuple be empty).
-COUNTS = {"n_train": 1, "n_heldout": 0, "train_max_new_tokens": 1, "eval_per_column": 1, "replay_tokens": 1,
-          "draft_vocab": 1, "depth": 1, "top_k": 1, "max_length": 1, "reply_request": 0, "eval_max_length": 1,
-          "eval_seed": 0}
+COUNTS = {
+    "n_train": 1,
+    "n_heldout": 0,
+    "train_max_new_tokens": 1,
+    "eval_per_column": 1,
+    "replay_tokens": 1,
+    "draft_vocab": 1,
+    "depth": 1,
+    "top_k": 1,
+    "max_length": 1,
+    "reply_request": 0,
+    "eval_max_length": 1,
+    "eval_seed": 0,
+}
 COUNT_TUPLES = {"tree_nodes": (1, False), "seeds": (0, False), "curve_prompts": (1, True)}
 
 
@@ -63,14 +75,18 @@ class Experiment:
 
     def __post_init__(self):
         if self.reply_engine not in ("hf", "vllm") or self.features not in ("store", "live"):
-            raise ValueError(f"reply_engine must be 'hf' or 'vllm' and features 'store' or 'live', got "
-                             f"{self.reply_engine!r} and {self.features!r}")
+            raise ValueError(
+                f"reply_engine must be 'hf' or 'vllm' and features 'store' or 'live', got "
+                f"{self.reply_engine!r} and {self.features!r}"
+            )
         if self.live_bf16 and self.features != "live":
             raise ValueError("live_bf16 applies to features='live' only")
         if self.reply_request and (self.reply_engine != "vllm" or self.reply_request <= self.n_train):
-            raise ValueError(f"reply_request reads the first n_train ({self.n_train}) replies of a vLLM request for "
-                             f"more prompts (0: a request of exactly n_train); got {self.reply_request} with reply_engine "
-                             f"{self.reply_engine!r}")
+            raise ValueError(
+                f"reply_request reads the first n_train ({self.n_train}) replies of a vLLM request for "
+                f"more prompts (0: a request of exactly n_train); got {self.reply_request} with reply_engine "
+                f"{self.reply_engine!r}"
+            )
         self._check_counts()
 
     def _check_counts(self) -> None:
@@ -85,14 +101,17 @@ class Experiment:
             for value in values:
                 _check_count(f"every value of {name}", value, least)
             _check_distinct(name, values)
-        if not self.temperatures or any(isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0
-                                        for t in self.temperatures):
+        if not self.temperatures or any(
+            isinstance(t, bool) or not isinstance(t, numbers.Real) or not t >= 0 for t in self.temperatures
+        ):
             raise ValueError(f"temperatures must be a non-empty tuple of numbers >= 0, got {self.temperatures!r}")
         _check_distinct("temperatures", self.temperatures)
         if self.n_heldout >= self.n_train:
-            raise ValueError(f"n_heldout {self.n_heldout} must be less than n_train {self.n_train}: the held-out "
-                             f"conversations are taken from the n_train training prompts, and the drafts train on "
-                             f"the n_train - n_heldout others")
+            raise ValueError(
+                f"n_heldout {self.n_heldout} must be less than n_train {self.n_train}: the held-out "
+                f"conversations are taken from the n_train training prompts, and the drafts train on "
+                f"the n_train - n_heldout others"
+            )
 
     @classmethod
     def from_dict(cls, params: dict) -> "Experiment":
@@ -108,8 +127,9 @@ def from_parameters(path) -> tuple[Experiment, list | None]:
     import yaml
 
     params = yaml.safe_load(Path(path).read_text()) or {}
-    experiment = Experiment.from_dict({**({"model": params["MODEL"]} if "MODEL" in params else {}),
-                                       **(params.get("EXPERIMENT") or {})})
+    experiment = Experiment.from_dict(
+        {**({"model": params["MODEL"]} if "MODEL" in params else {}), **(params.get("EXPERIMENT") or {})}
+    )
     return experiment, params.get("METHOD_IDS")
 
 

@@ -1,10 +1,11 @@
-"""The paper's experiments as functions the numbered notebooks call: the tables and derived
-statistics built from LayerStats. The data they start from comes from `calibration.paper_stats`:
+"""The paper's measurements of the layers (Figs. 1-6) as functions the notebooks call: the tables and
+derived statistics built from LayerStats (Table 1, the layer sets each method chooses: `layer_sets`). The data they start from comes from `calibration.paper_stats`:
 calibration conversations and one capture of every position selection per model.
 
 A notebook cell calls one function per figure or table; the `*_findings` functions give the numbers
 its Findings cell quotes, so that the prose is rendered from the run rather than copied into it.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,24 +14,13 @@ import numpy as np
 import pandas as pd
 
 from ..selection.cka import COMPARTMENT_PROMINENCE, Compartments, compartments, cka_matrix  # noqa: F401
-from ..selection.conventions import eagle3_paper_layers
-from ..selection.entropy import set_entropy
 from ..hidden.layerstats import LayerStats
-from ..selection.conventions import eagle2_layers, eagle3_layers
 from ..selection.scorer import SetScorer
-from ..selection.select import elsi, elsi_c, exhaustive, lowest_entropy_layers, single_layer_entropies
+from ..selection.select import single_layer_entropies
 from ..selection.stability import MAX_BOOTSTRAP_RESAMPLES, MIN_BOOTSTRAP_PROMPTS, bootstrap_choices  # noqa: F401
 
 Stats = dict[str, dict[str, LayerStats]]  # {model: {selection: LayerStats}}, as `paper_stats` returns
 REGIMES = ("early", "middle", "late")
-# Table 1's settings: (position selection, normalization before concatenation)
-TABLE1_SETTINGS = {"paper": ("entropy", "none"), "no_template": ("entropy_no_template", "none"),
-                   "frobenius": ("entropy", "frobenius")}
-SINGLE_LAYER_RULE = "ELSI, from layer N//2 (Sec. 5.1)"  # Table 1's m = 1 row under the paper's rule
-# "EAGLE3" is the set EAGLE-3 drafts read (`eagle3_layers`, elsi's convention), as everywhere else;
-# the paper's Table 1 reads EAGLE's rule one layer deeper (`eagle3_paper_layers`), shown as its own row
-EAGLE3_PAPER_READING = "EAGLE3, paper's reading"
-TABLE1_METHODS = ["EAGLE2", "EAGLE3", EAGLE3_PAPER_READING, "ELSI", SINGLE_LAYER_RULE, "ELSI-C", "exhaustive", "lowest-entropy control"]
 PAPER_FIG4 = {"early reduction %": 48.4, "middle reduction %": 45.8, "late reduction %": 35.6}  # Qwen3-4B
 
 
@@ -39,16 +29,21 @@ def capture_label(stats: LayerStats) -> str:
     return f"rho = {stats.metadata['rho']}, B = {stats.metadata['block']}"
 
 
-# ---------------------------------------------------------------- notebook 01: the wave (Fig. 1-2)
+# ---------------------------------------------------------------- the activation wave (Fig. 1-2)
+
 
 def entropy_wave(stats: LayerStats) -> pd.DataFrame:
     """Fig. 1's numbers, one row per layer (index `layer`): mean and std over prompts of each prompt's
     own S_1 (Eq. 6 of its block average), and S_1 of Z (all prompts' blocks)."""
     per_prompt = stats.sample_entropy  # (S, N)
-    return pd.DataFrame({"mean S_1 over prompts": per_prompt.mean(axis=0),
-                         "std over prompts": per_prompt.std(axis=0, ddof=1),
-                         "S_1 of Z (all prompts)": stats.layer_entropy()},
-                        index=pd.RangeIndex(stats.n_layers, name="layer"))
+    return pd.DataFrame(
+        {
+            "mean S_1 over prompts": per_prompt.mean(axis=0),
+            "std over prompts": per_prompt.std(axis=0, ddof=1),
+            "S_1 of Z (all prompts)": stats.layer_entropy(),
+        },
+        index=pd.RangeIndex(stats.n_layers, name="layer"),
+    )
 
 
 def entropy_summary(stats: Stats, selection: str = "entropy") -> pd.DataFrame:
@@ -57,10 +52,18 @@ def entropy_summary(stats: Stats, selection: str = "entropy") -> pd.DataFrame:
     rows = []
     for name, by_selection in stats.items():
         curve = by_selection[selection].layer_entropy()  # (N,)
-        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)), "max S_1": curve.max(),
-                     "argmin layer": int(np.argmin(curve)), "min S_1": curve.min(), "range": np.ptp(curve),
-                     "top-row energy share, median":
-                         float(np.median(by_selection[selection].top_row_energy_share()))})
+        rows.append(
+            {
+                "model": name,
+                "layers": len(curve),
+                "argmax layer": int(np.argmax(curve)),
+                "max S_1": curve.max(),
+                "argmin layer": int(np.argmin(curve)),
+                "min S_1": curve.min(),
+                "range": np.ptp(curve),
+                "top-row energy share, median": float(np.median(by_selection[selection].top_row_energy_share())),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -74,12 +77,23 @@ def wave_findings(stats: Stats, trough_fraction: float = 0.1) -> pd.DataFrame:
         per_prompt = by_selection["entropy"].sample_entropy  # (S, N)
         mean = per_prompt.mean(axis=0)
         trough = np.flatnonzero(curve < trough_fraction * curve.max())
-        rows.append({"model": name, "layers": len(curve), "argmax layer": int(np.argmax(curve)), "max S_1": curve.max(),
-                     "S_1 first layer": curve[0], "S_1 last layer": curve[-1], "argmin layer": int(np.argmin(curve)),
-                     "min S_1": curve.min(), f"layers below {trough_fraction:g} x max": _runs(trough),
-                     "median top-row share": float(np.median(by_selection["entropy"].top_row_energy_share())),
-                     "range S_1, template excluded": np.ptp(plain), "min S_1, template excluded": plain.min(),
-                     "median corr. prompt vs mean": float(np.median([np.corrcoef(row, mean)[0, 1] for row in per_prompt]))})
+        rows.append(
+            {
+                "model": name,
+                "layers": len(curve),
+                "argmax layer": int(np.argmax(curve)),
+                "max S_1": curve.max(),
+                "S_1 first layer": curve[0],
+                "S_1 last layer": curve[-1],
+                "argmin layer": int(np.argmin(curve)),
+                "min S_1": curve.min(),
+                f"layers below {trough_fraction:g} x max": _runs(trough),
+                "median top-row share": float(np.median(by_selection["entropy"].top_row_energy_share())),
+                "range S_1, template excluded": np.ptp(plain),
+                "min S_1, template excluded": plain.min(),
+                "median corr. prompt vs mean": float(np.median([np.corrcoef(row, mean)[0, 1] for row in per_prompt])),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -94,7 +108,8 @@ def _runs(layers) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) or "none"
 
 
-# ---------------------------------------------------------------- notebook 02: pair entropy (Fig. 3)
+# ---------------------------------------------------------------- pair entropy (Fig. 3)
+
 
 def pair_entropy_table(Z, seeds: int = 10) -> tuple[np.ndarray, np.ndarray]:
     """Fig. 3: S_1([H_i | H_j]) for the `seeds` layers of highest S_1 (rows, best first) against every
@@ -127,9 +142,14 @@ def _gains(pair_row: np.ndarray, seed: int) -> dict:
     alone = pair_row[seed]
     others = np.delete(np.arange(len(pair_row)), seed)  # (N-1,)
     best = others[np.argmax(pair_row[others])]
-    return {"S_1 alone": alone, "best companion": int(best), "S_1 with it": pair_row[best],
-            "gain": pair_row[best] - alone, "median gain": float(np.median(pair_row[others] - alone)),
-            "companions that lower S_1": int(np.sum(pair_row[others] < alone))}
+    return {
+        "S_1 alone": alone,
+        "best companion": int(best),
+        "S_1 with it": pair_row[best],
+        "gain": pair_row[best] - alone,
+        "median gain": float(np.median(pair_row[others] - alone)),
+        "companions that lower S_1": int(np.sum(pair_row[others] < alone)),
+    }
 
 
 def pair_findings(gains: pd.DataFrame, n_layers: dict[str, int]) -> pd.DataFrame:
@@ -139,16 +159,24 @@ def pair_findings(gains: pd.DataFrame, n_layers: dict[str, int]) -> pd.DataFrame
     rows = []
     for name, g in gains.groupby("model", sort=False):
         top, best = g.iloc[0], g.loc[g.gain.idxmax()]
-        rows.append({"model": name, "top seed": int(top["seed layer"]), "companions": n_layers[name] - 1,
-                     "companions lowering it": int(top["companions that lower S_1"]),
-                     "median change, top seed": top["median gain"],
-                     "pairs that lose entropy": g["companions that lower S_1"].sum() / (len(g) * (n_layers[name] - 1)),
-                     "largest gain": best.gain, "its seed": int(best["seed layer"]),
-                     "its companion": int(best["best companion"])})
+        rows.append(
+            {
+                "model": name,
+                "top seed": int(top["seed layer"]),
+                "companions": n_layers[name] - 1,
+                "companions lowering it": int(top["companions that lower S_1"]),
+                "median change, top seed": top["median gain"],
+                "pairs that lose entropy": g["companions that lower S_1"].sum() / (len(g) * (n_layers[name] - 1)),
+                "largest gain": best.gain,
+                "its seed": int(best["seed layer"]),
+                "its companion": int(best["best companion"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------- notebook 04: compartments (Fig. 5-6)
+# ---------------------------------------------------------------- CKA compartments (Fig. 5-6)
+
 
 def boundary_table(views: dict[tuple[str, str], Compartments]) -> pd.DataFrame:
     """Fig. 5's table, one row per (model, selection): the boundaries, the mean off-diagonal CKA
@@ -156,9 +184,16 @@ def boundary_table(views: dict[tuple[str, str], Compartments]) -> pd.DataFrame:
     rows = []
     for (name, selection), view in views.items():
         off_diagonal = view.cka[~np.eye(len(view.cka), dtype=bool)]  # (N(N-1),)
-        rows.append({"model": name, "selection": selection, "boundaries (after layer)": view.boundaries.tolist(),
-                     "mean off-diagonal CKA": off_diagonal.mean(), "max delta": view.scores.max(),
-                     "delta contrast (max / median)": view.scores.max() / np.median(view.scores)})
+        rows.append(
+            {
+                "model": name,
+                "selection": selection,
+                "boundaries (after layer)": view.boundaries.tolist(),
+                "mean off-diagonal CKA": off_diagonal.mean(),
+                "max delta": view.scores.max(),
+                "delta contrast (max / median)": view.scores.max() / np.median(view.scores),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -171,14 +206,18 @@ def compartment_findings(stats: Stats, boundaries: pd.DataFrame) -> pd.DataFrame
     for name, by_selection in stats.items():
         step = np.abs(np.diff(by_selection["entropy"].layer_entropy()))  # (N-1,)
         row = {"model": name}
-        for column, short in [("boundaries (after layer)", "boundaries"), ("mean off-diagonal CKA", "mean CKA"),
-                              ("max delta", "max delta")]:
+        for column, short in [
+            ("boundaries (after layer)", "boundaries"),
+            ("mean off-diagonal CKA", "mean CKA"),
+            ("max delta", "max delta"),
+        ]:
             row.update({f"{short}, {sel}": table.loc[(name, sel), column] for sel in ("all", "entropy")})
         rows.append({**row, "largest S_1 step (after layer)": int(np.argmax(step))})
     return pd.DataFrame(rows)
 
 
-# ---------------------------------------------------------------- notebook 03: token filtering (Fig. 4)
+# ---------------------------------------------------------------- token filtering (Fig. 4)
+
 
 def regimes(Z) -> tuple[np.ndarray, str]:
     """Label each layer early / middle / late: the two most prominent boundaries of `compartments(Z)`
@@ -214,11 +253,17 @@ def variance_reduction_table(stats: Stats, regimes_by_model: dict[str, tuple[np.
         baseline = cross_prompt_variance(by_selection["all"])  # (N,)
         for selection in [s for s in by_selection if s != "all"] + ["all"]:
             s = by_selection[selection]
-            reduction = {} if selection == "all" else \
-                variance_reduction(baseline, cross_prompt_variance(s), labels)
-            rows.append({"model": name, "selection": selection,
-                         **{f"{r} reduction %": 100 * v for r, v in reduction.items()}, "regimes": how,
-                         "blocks": s.counts["blocks"], "median top-row share": float(np.median(s.top_row_energy_share()))})
+            reduction = {} if selection == "all" else variance_reduction(baseline, cross_prompt_variance(s), labels)
+            rows.append(
+                {
+                    "model": name,
+                    "selection": selection,
+                    **{f"{r} reduction %": 100 * v for r, v in reduction.items()},
+                    "regimes": how,
+                    "blocks": s.counts["blocks"],
+                    "median top-row share": float(np.median(s.top_row_energy_share())),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -239,116 +284,16 @@ def variance_findings(stats: Stats, regimes_by_model: dict[str, tuple[np.ndarray
             if selection != "all":
                 variance = cross_prompt_variance(s)  # (N,)
                 lower = sum(v > 0 for v in variance_reduction(baseline, variance, labels).values())
-                rows.append({"model": name, "selection": selection,
-                             "variance / all tokens' (whole depth)": variance.mean() / baseline.mean(),
-                             "regimes where it is lower": f"{lower} of {len(REGIMES)}",
-                             "median top-row share": float(np.median(s.top_row_energy_share()))})
+                rows.append(
+                    {
+                        "model": name,
+                        "selection": selection,
+                        "variance / all tokens' (whole depth)": variance.mean() / baseline.mean(),
+                        "regimes where it is lower": f"{lower} of {len(REGIMES)}",
+                        "median top-row share": float(np.median(s.top_row_energy_share())),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
 # ---------------------------------------------------------------- notebook 05: selection (Table 1, Fig. 7)
-
-def selection_table(Z, *, set_sizes=(1, 2, 3), normalize: str = "none", min_single_layer: int | None = None):
-    """Table 1 rows: layer sets and set entropies of EAGLE2, EAGLE3, ELSI, ELSI-C, the exhaustive
-    optimum and the lowest-entropy control, for each m in `set_sizes` (fixed baselines at their own m).
-    EAGLE3 is the set EAGLE-3 drafts read (`eagle3_layers`: (1, 14, 26) on 30 layers); the paper's
-    reading of EAGLE's rule, (2, N//2, N-3) as outputs (`eagle3_paper_layers`), is the separate row
-    EAGLE3_PAPER_READING.
-    For m = 1 a second ELSI row (SINGLE_LAYER_RULE) applies the paper's rule (Sec. 5.1): the
-    highest-entropy layer from the middle of the depth on, min_single_layer = N // 2.
-    `min_single_layer` restricts the m = 1 answer of the ELSI and ELSI-C rows themselves."""
-    n_layers = Z.shape[0]
-    rows = []
-
-    def add(method, m, layers, entropy=None):
-        value = set_entropy(Z, layers, normalize=normalize) if entropy is None else entropy
-        rows.append({"method": method, "m": m, "layers": tuple(int(l) for l in layers), "entropy": float(value)})
-
-    add("EAGLE2", 1, eagle2_layers(n_layers))
-    add("EAGLE3", 3, eagle3_layers(n_layers))
-    add(EAGLE3_PAPER_READING, 3, eagle3_paper_layers(n_layers))
-    for m in set_sizes:
-        add("ELSI", m, *_pair(elsi(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
-        if m == 1:
-            add(SINGLE_LAYER_RULE, 1, *_pair(elsi(Z, 1, normalize=normalize, min_single_layer=n_layers // 2)))
-        add("ELSI-C", m, *_pair(elsi_c(Z, m, normalize=normalize, min_single_layer=min_single_layer)))
-        add("exhaustive", m, *_pair(exhaustive(Z, m, normalize=normalize)))
-        add("lowest-entropy control", m, lowest_entropy_layers(Z, m, normalize=normalize))
-    return pd.DataFrame(rows)
-
-
-def _pair(selection):
-    return selection.layers, selection.entropy
-
-
-def table1(stats: Stats, set_sizes=(1, 2, 3), settings: dict = TABLE1_SETTINGS) -> pd.DataFrame:
-    """Table 1 over models and `settings` ({name: (selection, normalization)}): `selection_table`
-    of each, with columns model, setting, method, m, layers, entropy."""
-    tables = [selection_table(by_selection[selection].Z, set_sizes=set_sizes, normalize=normalize)
-              .assign(model=name, setting=setting)
-              for name, by_selection in stats.items() for setting, (selection, normalize) in settings.items()]
-    return pd.concat(tables, ignore_index=True)[["model", "setting", "method", "m", "layers", "entropy"]]
-
-
-def side_by_side(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 with the settings as columns: one row per (model, m, method), each cell the layer set
-    and its entropy to 3 decimals ("[9, 10, 29] 0.692"), settings in their order in `table`."""
-    cells = table.assign(cell=[f"{list(l)} {e:.3f}" for l, e in zip(table.layers, table.entropy)])
-    wide = cells.pivot(index=["model", "method", "m"], columns="setting", values="cell")
-    wide = wide[list(dict.fromkeys(table.setting))].reset_index()
-    wide["method"] = pd.Categorical(wide["method"], TABLE1_METHODS, ordered=True)
-    wide = wide.sort_values(["model", "m", "method"]).reset_index(drop=True)
-    wide.columns.name = None
-    return wide
-
-
-def optimum_gaps(table: pd.DataFrame, methods=("ELSI", "ELSI-C")) -> pd.DataFrame:
-    """For each (model, setting, m) of Table 1 and each of `methods`: its set, the exhaustive
-    optimum's, the entropy gap (optimum - method, >= 0) and whether it is the optimum."""
-    best = table[table.method == "exhaustive"].set_index(["model", "setting", "m"])
-    rows = []
-    for row in table[table.method.isin(methods)].itertuples():
-        optimum = best.loc[(row.model, row.setting, row.m)]
-        rows.append({"model": row.model, "setting": row.setting, "m": row.m, "method": row.method,
-                     "layers": row.layers, "optimum": optimum.layers, "gap": optimum.entropy - row.entropy,
-                     "optimal": row.layers == optimum.layers})
-    return pd.DataFrame(rows)
-
-
-def table1_findings(table: pd.DataFrame) -> pd.DataFrame:
-    """Notebook 05's findings per (model, setting) of Table 1: ELSI against EAGLE3 (the set drafts
-    read) at EAGLE3's m = 3, with the paper's reading of EAGLE3 (EAGLE3_PAPER_READING) alongside,
-    and at m = 1 against EAGLE2, unrestricted and under the paper's rule (SINGLE_LAYER_RULE)."""
-    by = table.set_index(["model", "setting", "method", "m"])
-    rows = []
-    for model, setting in dict.fromkeys(zip(table.model, table.setting)):
-        eagle3, chosen = by.loc[(model, setting, "EAGLE3", 3)], by.loc[(model, setting, "ELSI", 3)]
-        paper_reading = by.loc[(model, setting, EAGLE3_PAPER_READING, 3)]
-        single, rule = by.loc[(model, setting, "ELSI", 1)], by.loc[(model, setting, SINGLE_LAYER_RULE, 1)]
-        rows.append({"model": model, "setting": setting, "EAGLE3": eagle3.entropy, "ELSI, m=3": chosen.entropy,
-                     "ELSI / EAGLE3": chosen.entropy / eagle3.entropy, "ELSI set, m=3": chosen.layers,
-                     "EAGLE3 set": eagle3.layers, EAGLE3_PAPER_READING: paper_reading.entropy,
-                     "paper's reading, set": paper_reading.layers,
-                     "EAGLE2": by.loc[(model, setting, "EAGLE2", 1)].entropy, "ELSI, m=1": single.entropy,
-                     "ELSI layer, m=1": single.layers[0], "from N//2": rule.entropy, "from N//2, layer": rule.layers[0]})
-    return pd.DataFrame(rows)
-
-
-def path_start(selection) -> tuple[int, int | None]:
-    """Where Fig. 7's highlighted path starts: (the single layer the chosen set grew from, its rank
-    in the first beam, 0 = the best single layer; None when it is not in that beam)."""
-    first, seeds = selection.path()[0], [entry.layers for entry in selection.beams[1]]
-    return first[0], seeds.index(first) if first in seeds else None
-
-
-def bootstrap_table(stats: Stats, m: int = 3, *, n_boot: int = 100, seed: int = 0,
-                    progress: bool = True) -> pd.DataFrame:
-    """Table 1's stability: per model, ELSI's m-layer choices over `n_boot` bootstrap resamples of
-    the prompts (`bootstrap_choices` on the paper's selection), each marked if it is the set chosen
-    on all prompts."""
-    tables = []
-    for name, by_selection in stats.items():
-        counts = bootstrap_choices(by_selection["entropy"], m, n_boot=n_boot, seed=seed, progress=progress)
-        full = elsi(by_selection["entropy"].Z, m).layers
-        tables.append(counts.assign(model=name, **{"chosen on all prompts": counts.layers == full}))
-    return pd.concat(tables, ignore_index=True)[["model", "layers", "count", "share", "chosen on all prompts"]]

@@ -28,10 +28,10 @@ behind the cell and whether it is the best of its column), `save_tau_tables` wri
 full float precision and, from those same rows, the Markdown table of formatted, bold cells
 (`tau_markdown`); `read_tau_csv` reads the CSV back with its dtypes.
 """
+
 from __future__ import annotations
 
 import numbers
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -58,8 +58,10 @@ def _resample(frame, n_boot: int, seed: int) -> dict[str, np.ndarray]:
     MIN_QUESTIONS questions, a resample of all Q rows together (a stratum of one question never varies:
     strata of one each would give AVG a zero-width interval)."""
     rng = np.random.default_rng(seed)
-    draws = {col: rng.choice(rows, size=(n_boot, len(rows)), replace=True)
-             for col, rows in frame.groupby("column", sort=False).indices.items()}
+    draws = {
+        col: rng.choice(rows, size=(n_boot, len(rows)), replace=True)
+        for col, rows in frame.groupby("column", sort=False).indices.items()
+    }
     if min(d.shape[1] for d in draws.values()) >= MIN_QUESTIONS:
         draws[AVG] = np.concatenate(list(draws.values()), axis=1)
     else:
@@ -69,11 +71,13 @@ def _resample(frame, n_boot: int, seed: int) -> dict[str, np.ndarray]:
 
 def _check_n_boot(n_boot) -> None:
     if isinstance(n_boot, bool) or not isinstance(n_boot, numbers.Integral):
-        raise ValueError(f"n_boot must be an integer number of bootstrap resamples, got "
-                         f"{type(n_boot).__name__} {n_boot!r}")
+        raise ValueError(
+            f"n_boot must be an integer number of bootstrap resamples, got {type(n_boot).__name__} {n_boot!r}"
+        )
     if n_boot < MIN_BOOT:
-        raise ValueError(f"n_boot = {n_boot} resamples are too few for a 95% percentile interval: "
-                         f"use at least MIN_BOOT = {MIN_BOOT}")
+        raise ValueError(
+            f"n_boot = {n_boot} resamples are too few for a 95% percentile interval: use at least MIN_BOOT = {MIN_BOOT}"
+        )
 
 
 def _present(values) -> list:
@@ -93,49 +97,64 @@ def _block(results: pd.DataFrame, nodes: int, *, model_seed=None, temperature=No
     if "temperature" in results:
         present = _present(results["temperature"])
         if temperature is None and len(present) > 1:
-            raise ValueError(f"the results hold several temperatures {present}: pass temperature= one of "
-                             "them (each table is at one temperature; they are not averaged together)")
+            raise ValueError(
+                f"the results hold several temperatures {present}: pass temperature= one of "
+                "them (each table is at one temperature; they are not averaged together)"
+            )
         if temperature is not None:
             if temperature not in present:
                 raise ValueError(f"no results at temperature {temperature}: the temperatures present are {present}")
             results = results[results["temperature"] == temperature]
     elif temperature is not None:
-        raise ValueError(f"temperature={temperature!r} was asked for but the results have no 'temperature' "
-                         "column: pass temperature=None for results of one (unrecorded) temperature")
+        raise ValueError(
+            f"temperature={temperature!r} was asked for but the results have no 'temperature' "
+            "column: pass temperature=None for results of one (unrecorded) temperature"
+        )
     tree_nodes = _present(results["nodes"])
     if nodes not in tree_nodes:
-        raise ValueError(f"no results at {nodes} nodes" + (f" (baseline {baseline!r})" if baseline else "")
-                         + f": the tree sizes present are {tree_nodes}")
+        raise ValueError(
+            f"no results at {nodes} nodes"
+            + (f" (baseline {baseline!r})" if baseline else "")
+            + f": the tree sizes present are {tree_nodes}"
+        )
     block = results[results["nodes"] == nodes]
     if model_seed is not None:
         if model_seed not in (seeds := _present(block["seed"])):
-            raise ValueError(f"no results for training seed {model_seed} at {nodes} nodes: the seeds present "
-                             f"are {seeds}")
+            raise ValueError(
+                f"no results for training seed {model_seed} at {nodes} nodes: the seeds present are {seeds}"
+            )
         block = block[block["seed"] == model_seed]
     where = f"at {nodes} nodes" + (f", temperature {temperature}" if temperature is not None else "")
 
     twice = block[block.duplicated(["method", "seed", "question_id"], keep=False)]
     if len(twice):
         row = twice.iloc[0]
-        raise ValueError(f"method {row.method!r} (seed {row.seed}) has question {row.question_id} more than once "
-                         f"{where} ({len(twice)} duplicated rows): each question must count once")
+        raise ValueError(
+            f"method {row.method!r} (seed {row.seed}) has question {row.question_id} more than once "
+            f"{where} ({len(twice)} duplicated rows): each question must count once"
+        )
     _check_paper_columns(block, where)
     labels = block.groupby("question_id")["column"].unique()
     mixed = labels[labels.map(len) > 1]
     if len(mixed):
-        raise ValueError(f"question {mixed.index[0]} is labelled with several columns "
-                         f"{sorted(mixed.iloc[0].tolist())} {where}: a question belongs to one column")
+        raise ValueError(
+            f"question {mixed.index[0]} is labelled with several columns "
+            f"{sorted(mixed.iloc[0].tolist())} {where}: a question belongs to one column"
+        )
     tau = block["tau"].astype(float)
     wrong = block[(tau < 1) | np.isinf(tau)]
     if len(wrong):
         row = wrong.iloc[0]
-        raise ValueError(f"method {row.method!r} (seed {row.seed}) has tau {row.tau} on question {row.question_id} "
-                         f"{where}: tau is a mean of (accepted + 1), always finite and >= 1")
+        raise ValueError(
+            f"method {row.method!r} (seed {row.seed}) has tau {row.tau} on question {row.question_id} "
+            f"{where}: tau is a mean of (accepted + 1), always finite and >= 1"
+        )
     scored = tau.notna().groupby([block["method"], block["seed"]], sort=False).any()
     if not scored.all():
         method, seed = scored.index[~scored.to_numpy()][0]
-        raise ValueError(f"method {method!r} (seed {seed}) has no finite tau {where}: none of its questions "
-                         "had a round")
+        raise ValueError(
+            f"method {method!r} (seed {seed}) has no finite tau {where}: none of its questions had a round"
+        )
     return block[tau.notna()]
 
 
@@ -144,11 +163,15 @@ def _check_paper_columns(block: pd.DataFrame, where: str) -> None:
     AVG would count them while no column of the table shows them."""
     outside = block[~block["column"].isin(list(COLUMNS))]
     if len(outside):
-        named = "; ".join(f"column {label!r}: questions {_present(rows['question_id'])}"
-                          for label, rows in outside.groupby("column", dropna=False, sort=False))
-        raise ValueError(f"{named} ({where}): not one of the paper's SpecBench columns {list(COLUMNS)}, so they would "
-                         "count in AVG but in no column (label each question with `corpus.column_of` of its "
-                         "SpecBench category)")
+        named = "; ".join(
+            f"column {label!r}: questions {_present(rows['question_id'])}"
+            for label, rows in outside.groupby("column", dropna=False, sort=False)
+        )
+        raise ValueError(
+            f"{named} ({where}): not one of the paper's SpecBench columns {list(COLUMNS)}, so they would "
+            "count in AVG but in no column (label each question with `corpus.column_of` of its "
+            "SpecBench category)"
+        )
 
 
 def _interval(means) -> tuple[float, float]:
@@ -156,8 +179,15 @@ def _interval(means) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def tau_table(results: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int = 1000, model_seed: int = 0,
-              temperature: float | None = None):
+def tau_table(
+    results: pd.DataFrame,
+    nodes: int,
+    *,
+    seed: int = 0,
+    n_boot: int = 1000,
+    model_seed: int = 0,
+    temperature: float | None = None,
+):
     """One block of Table 2/3: rows methods (training seed `model_seed`), columns the SpecBench
     columns and AVG; each cell tau with its 95% bootstrap interval (NaN when the cell holds fewer
     than MIN_QUESTIONS questions). Returns (tau, low, high) frames; tau.attrs["questions"] is
@@ -208,99 +238,16 @@ def formatted(tau, low, high, *, bold_best: bool = True, markdown: bool = True, 
     return out
 
 
-# ---------------------------------------------------------------- the written accepted-token table
-
-# One row per cell: `column` is the SpecBench column or AVG; tau the cell's estimate, low and high its
-# 95% interval (NaN where it has none), questions the questions behind it (empty where unknown), best
-# whether its tau is the highest of its column in its (temperature, nodes) block: the bold cells.
-TAU_CSV_COLUMNS = ("method", "column", "temperature", "nodes", "tau", "low", "high", "questions", "best")
-_TAU_DTYPES = {"method": str, "column": str, "temperature": float, "nodes": int, "tau": float, "low": float,
-               "high": float, "questions": "Int64", "best": bool}
-
-
-def tau_long(tau, low, high, *, temperature: float, nodes: int) -> pd.DataFrame:
-    """A block of `tau_table` (at `temperature` and `nodes`) as long rows of TAU_CSV_COLUMNS, methods
-    in the block's order and, within each, the columns in its order; `best` by the rule `formatted`
-    bolds by (the column's highest tau, ties all best)."""
-    counts = tau.attrs.get("questions", {})
-    rows = []
-    for method in tau.index:
-        for col in tau.columns:
-            t, n = tau.loc[method, col], counts.get(method, {}).get(col)
-            rows.append({"method": method, "column": col, "temperature": temperature, "nodes": nodes,
-                         "tau": t, "low": low.loc[method, col], "high": high.loc[method, col],
-                         "questions": pd.NA if n is None else n, "best": bool(t == tau[col].max())})
-    return _typed(pd.DataFrame(rows, columns=list(TAU_CSV_COLUMNS)))
-
-
-def _typed(long: pd.DataFrame) -> pd.DataFrame:
-    missing = [c for c in TAU_CSV_COLUMNS if c not in long]
-    if missing:
-        raise ValueError(f"the accepted-token rows lack the column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
-    return long[list(TAU_CSV_COLUMNS)].astype(_TAU_DTYPES)
-
-
-def tau_blocks(long: pd.DataFrame) -> dict:
-    """{(temperature, nodes): (tau, low, high, best)} back from long rows, blocks, methods and columns
-    in the order the rows hold them; tau.attrs["questions"] holds the known counts, as `tau_table`'s."""
-    long = _typed(long)
-    blocks = {}
-    for (temperature, nodes), rows in long.groupby(["temperature", "nodes"], sort=False):
-        twice = rows[rows.duplicated(["method", "column"], keep=False)]
-        if len(twice):
-            raise ValueError(f"method {twice.method.iloc[0]!r} has column {twice.column.iloc[0]!r} more than once "
-                             f"at temperature {temperature}, {nodes} nodes")
-        methods, cols = list(dict.fromkeys(rows.method)), list(dict.fromkeys(rows.column))
-        frames = [rows.pivot(index="method", columns="column", values=v).reindex(index=methods, columns=cols)
-                  for v in ("tau", "low", "high", "best")]
-        tau, low, high = (f.astype(float).rename_axis(index=None, columns=None) for f in frames[:3])
-        best = frames[3].astype("boolean").fillna(False).astype(bool).rename_axis(index=None, columns=None)
-        tau.attrs["questions"] = {m: {c: int(n) for c, n in zip(g.column, g.questions) if not pd.isna(n)}
-                                  for m, g in rows.groupby("method", sort=False)}
-        blocks[float(temperature), int(nodes)] = (tau, low, high, best)
-    return blocks
-
-
-def tau_formatted(long: pd.DataFrame, *, markdown: bool = True) -> pd.DataFrame:
-    """The long rows as the table readers see: one row per (temperature, nodes, method), its cells
-    formatted (`formatted`, the cells marked best in bold), then the temperature and tree size."""
-    return pd.concat([formatted(tau, low, high, best=best, markdown=markdown).rename_axis("method").reset_index()
-                      .assign(temperature=temperature, nodes=nodes)
-                      for (temperature, nodes), (tau, low, high, best) in tau_blocks(long).items()],
-                     ignore_index=True)
-
-
-def tau_markdown(long: pd.DataFrame) -> str:
-    """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals)."""
-    from elsi_lib.study.plots import markdown_table
-
-    return markdown_table(tau_formatted(long))
-
-
-def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | None = None) -> list[Path]:
-    """Write the long rows as <out_dir>/<name>.csv (numbers only, floats at full precision: pandas
-    reads back the same floats) and their formatted table as <name>.md (`tau_markdown`). `numeric`:
-    the run's numeric settings (`experiment.numeric_settings`), a column each in the CSV and a line
-    under the Markdown table."""
-    long = _typed(long)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    (long.assign(**numeric) if numeric else long).to_csv(csv, index=False)
-    settings = "; ".join(f"{k}: {v}" for k, v in (numeric or {}).items())
-    md.write_text(tau_markdown(long) + (f"\nNumeric settings: {settings}.\n" if settings else ""))
-    return [csv, md]
-
-
-def read_tau_csv(path) -> pd.DataFrame:
-    """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
-    count is unknown), and the numeric settings' columns where it has them."""
-    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    return pd.concat([_typed(raw), raw[[c for c in raw.columns if c not in TAU_CSV_COLUMNS]]], axis=1)
-
-
-def paired_differences(results: pd.DataFrame, nodes: int, baseline: str = "EAGLE3", *, seed: int = 0,
-                       n_boot: int = 1000, model_seed: int = 0, temperature: float | None = None) -> pd.DataFrame:
+def paired_differences(
+    results: pd.DataFrame,
+    nodes: int,
+    baseline: str = "EAGLE3",
+    *,
+    seed: int = 0,
+    n_boot: int = 1000,
+    model_seed: int = 0,
+    temperature: float | None = None,
+) -> pd.DataFrame:
     """Each method's AVG tau minus the baseline's on the questions those two share (`questions`),
     with a 95% paired bootstrap interval (both methods resampled with the same question indices,
     stratified by column) and the share of resamples where the method is ahead; both NaN below
@@ -316,8 +263,15 @@ def paired_differences(results: pd.DataFrame, nodes: int, baseline: str = "EAGLE
         pair = base.merge(mine, on="question_id", suffixes=("_base", "")).sort_values("question_id")
         pair = pair.reset_index(drop=True)
         diff = (pair["tau"] - pair["tau_base"]).to_numpy(float)
-        row = {"method": method, "nodes": nodes, "diff": diff.mean() if len(diff) else np.nan, "low": np.nan,
-               "high": np.nan, "P(ahead)": np.nan, "questions": len(diff)}
+        row = {
+            "method": method,
+            "nodes": nodes,
+            "diff": diff.mean() if len(diff) else np.nan,
+            "low": np.nan,
+            "high": np.nan,
+            "P(ahead)": np.nan,
+            "questions": len(diff),
+        }
         if len(diff) >= MIN_QUESTIONS:
             means = diff[_resample(pair, n_boot, seed)[AVG]].mean(axis=1)
             row["low"], row["high"] = _interval(means)
@@ -341,28 +295,45 @@ def rank_correlation(x, y) -> float:
     """Spearman's rank correlation (average ranks on ties) of paired values: x and y of one length,
     at least 3 (two values only ever rank +-1)."""
     if len(x) != len(y):
-        raise ValueError(f"rank_correlation pairs x with y value by value: got {len(x)} x values and {len(y)} "
-                         "y values")
+        raise ValueError(f"rank_correlation pairs x with y value by value: got {len(x)} x values and {len(y)} y values")
     if len(x) < 3:
         raise ValueError(f"rank_correlation got {len(x)} values: a rank correlation needs at least 3")
     x, y = pd.Series(np.asarray(x, float)).rank(), pd.Series(np.asarray(y, float)).rank()
     return float(np.corrcoef(x, y)[0, 1])
 
 
-def summary(results: pd.DataFrame, methods: pd.DataFrame, nodes: int, *, seed: int = 0, n_boot: int = 1000,
-            baseline: str = "EAGLE3", model_seed: int = 0, temperature: float | None = None) -> pd.DataFrame:
+def summary(
+    results: pd.DataFrame,
+    methods: pd.DataFrame,
+    nodes: int,
+    *,
+    seed: int = 0,
+    n_boot: int = 1000,
+    baseline: str = "EAGLE3",
+    model_seed: int = 0,
+    temperature: float | None = None,
+) -> pd.DataFrame:
     """Per method at one tree size: AVG tau with its interval, the set entropy of its layers and the
     paired difference from `baseline`: the rows the scatter and the findings quote."""
-    tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed,
-                               temperature=temperature)
-    diffs = paired_differences(results, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed,
-                               temperature=temperature).set_index("method")
+    tau, low, high = tau_table(results, nodes, seed=seed, n_boot=n_boot, model_seed=model_seed, temperature=temperature)
+    diffs = paired_differences(
+        results, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=model_seed, temperature=temperature
+    ).set_index("method")
     entropy = dict(zip(methods.method, methods.entropy))
     rows = []
     for method in tau.index:
         d = diffs.loc[method] if method in diffs.index else None
-        rows.append({"method": method, "nodes": nodes, "tau": tau.loc[method, AVG], "low": low.loc[method, AVG],
-                     "high": high.loc[method, AVG], "entropy": entropy.get(method, np.nan),
-                     f"minus {baseline}": 0.0 if d is None else d["diff"],
-                     "diff low": 0.0 if d is None else d["low"], "diff high": 0.0 if d is None else d["high"]})
+        rows.append(
+            {
+                "method": method,
+                "nodes": nodes,
+                "tau": tau.loc[method, AVG],
+                "low": low.loc[method, AVG],
+                "high": high.loc[method, AVG],
+                "entropy": entropy.get(method, np.nan),
+                f"minus {baseline}": 0.0 if d is None else d["diff"],
+                "diff low": 0.0 if d is None else d["low"],
+                "diff high": 0.0 if d is None else d["high"],
+            }
+        )
     return pd.DataFrame(rows)

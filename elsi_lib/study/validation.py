@@ -14,17 +14,17 @@ criterion ranks the better drafts higher", with each outcome across the drafts o
 seed, and two percentile bootstrap intervals: over the sets (drafts resampled with replacement),
 and, for tau where per-question rows exist, over the SpecBench questions (all together, not by
 column) and the sets together."""
+
 from __future__ import annotations
 
-import numbers
 import zlib
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from .tables import _check_n_boot, paired_differences
 from .protocol import NUMERIC_COLUMNS
+from .rank_stats import check_n_perm, interval, permutation_p, spearman_rows
 from ..selection.probe import ProbeStats, agreement, set_errors
 
 # criterion column: +1 if a higher value predicts a better draft, -1 if a lower one does
@@ -43,8 +43,9 @@ def parse_layers(text) -> tuple:
     return tuple(int(l) for l in str(text).split())
 
 
-def question_rows(results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.DataFrame, *, protocol: str,
-                  prompts: int | None = None) -> pd.DataFrame:
+def question_rows(
+    results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.DataFrame, *, protocol: str, prompts: int | None = None
+) -> pd.DataFrame:
     """The per-question tau rows of `results` (`experiment.Run.results`, or `Run.curve` with its own
     prompts and step columns) with each draft's scored layers (`methods.layers`: EAGLE2's normed last
     state is scored as the last layer), set entropy and held-out step accuracy (`accuracy`, joined on
@@ -53,8 +54,9 @@ def question_rows(results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.Dat
     steps = [c for c in accuracy.columns if c.startswith("step ")]
     rows = results.copy()
     if not all(c in rows for c in steps):
-        rows = rows.drop(columns=[c for c in steps if c in rows]).merge(accuracy[["method", "seed", *steps]],
-                                                                        on=["method", "seed"], how="left")
+        rows = rows.drop(columns=[c for c in steps if c in rows]).merge(
+            accuracy[["method", "seed", *steps]], on=["method", "seed"], how="left"
+        )
     if rows[steps].isna().any().any():
         raise ValueError("some drafts have no held-out step accuracy: `accuracy` must hold every (method, seed)")
     unknown = sorted(set(rows["id"]) - set(methods["id"]))
@@ -67,8 +69,21 @@ def question_rows(results: pd.DataFrame, accuracy: pd.DataFrame, methods: pd.Dat
         rows["prompts"] = int(prompts)
     if "prompts" not in rows:
         raise ValueError("pass prompts= (the training prompts) when the rows have no prompts column")
-    keep = ["prompts", "id", "method", "seed", "layers", "set entropy", *steps, "temperature", "nodes",
-            "question_id", "column", "tau", *[c for c in NUMERIC_COLUMNS if c in rows]]
+    keep = [
+        "prompts",
+        "id",
+        "method",
+        "seed",
+        "layers",
+        "set entropy",
+        *steps,
+        "temperature",
+        "nodes",
+        "question_id",
+        "column",
+        "tau",
+        *[c for c in NUMERIC_COLUMNS if c in rows],
+    ]
     return rows.assign(protocol=protocol)[["protocol", *keep]]
 
 
@@ -90,14 +105,30 @@ def draft_table(rows: pd.DataFrame, *, temperature: float, nodes: int, baseline:
     (`_check_rows`: each (draft, question) once, tau finite and >= 1 or NaN, one id per method)."""
     part = _first_seed(rows, temperature, nodes)
     steps = [c for c in part.columns if c.startswith("step ")]
-    drafts = part.groupby(KEY, sort=False).agg(method=("method", "first"), layers=("layers", "first"),
-                                               **{c: (c, "first") for c in ["set entropy", *steps]},
-                                               tau=("tau", "mean"), questions=("tau", "count")).reset_index()
+    drafts = (
+        part.groupby(KEY, sort=False)
+        .agg(
+            method=("method", "first"),
+            layers=("layers", "first"),
+            **{c: (c, "first") for c in ["set entropy", *steps]},
+            tau=("tau", "mean"),
+            questions=("tau", "count"),
+        )
+        .reset_index()
+    )
     diffs = []
     for point, group in part.groupby(["protocol", "prompts"], sort=False):
         matrix = _differences(group, baseline, point)  # (Q, S) question x draft
-        diffs += [pd.DataFrame({"protocol": point[0], "prompts": point[1], "id": matrix.columns,
-                                OUTCOMES[1]: np.nanmean(matrix.to_numpy(), axis=0)})]
+        diffs += [
+            pd.DataFrame(
+                {
+                    "protocol": point[0],
+                    "prompts": point[1],
+                    "id": matrix.columns,
+                    OUTCOMES[1]: np.nanmean(matrix.to_numpy(), axis=0),
+                }
+            )
+        ]
     drafts = drafts.merge(pd.concat(diffs), on=["protocol", "prompts", "id"])
     return drafts.assign(temperature=temperature, nodes=nodes)
 
@@ -122,16 +153,22 @@ def _check_rows(part: pd.DataFrame, where: str) -> None:
     if len(twice):
         row = twice.iloc[0]
         count = int(((twice.id == row.id) & (twice.question_id == row.question_id)).sum())
-        raise ValueError(f"draft {row.id!r} (seed {row.seed}) of {row.protocol} at {row.prompts} prompts has question "
-                         f"{row.question_id} {count} times {where}: each (draft, question) row must count once")
+        raise ValueError(
+            f"draft {row.id!r} (seed {row.seed}) of {row.protocol} at {row.prompts} prompts has question "
+            f"{row.question_id} {count} times {where}: each (draft, question) row must count once"
+        )
     tau = part["tau"].astype(float)
     wrong = part[(tau < 1) | np.isinf(tau)]
     if len(wrong):
-        named = ", ".join(f"draft {r.id!r} (seed {r.seed}) of {r.protocol} at {r.prompts} prompts, question "
-                          f"{r.question_id}: tau {r.tau}" for r in wrong.head(3).itertuples())
+        named = ", ".join(
+            f"draft {r.id!r} (seed {r.seed}) of {r.protocol} at {r.prompts} prompts, question "
+            f"{r.question_id}: tau {r.tau}"
+            for r in wrong.head(3).itertuples()
+        )
         more = f" and {len(wrong) - 3} more rows" if len(wrong) > 3 else ""
-        raise ValueError(f"tau below 1 or infinite {where}: {named}{more}; tau is a mean of (accepted + 1), always "
-                         "finite and >= 1")
+        raise ValueError(
+            f"tau below 1 or infinite {where}: {named}{more}; tau is a mean of (accepted + 1), always finite and >= 1"
+        )
     _check_methods(part, where)
 
 
@@ -142,8 +179,10 @@ def _check_methods(frame: pd.DataFrame, where: str) -> None:
     several = ids[ids.map(len) > 1]
     if len(several):
         (protocol, prompts, method, seed), names = several.index[0], sorted(several.iloc[0].tolist())
-        raise ValueError(f"method {method!r} (seed {seed}) of {protocol} at {prompts} prompts is listed under the "
-                         f"draft ids {names} {where}: each draft must count once")
+        raise ValueError(
+            f"method {method!r} (seed {seed}) of {protocol} at {prompts} prompts is listed under the "
+            f"draft ids {names} {where}: each draft must count once"
+        )
 
 
 def _differences(group: pd.DataFrame, baseline: str, point) -> pd.DataFrame:
@@ -157,8 +196,15 @@ def _differences(group: pd.DataFrame, baseline: str, point) -> pd.DataFrame:
     return tau.sub(base, axis=0)[labels.index.tolist()]
 
 
-def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd.DataFrame, *, protocol: str,
-                       prompts: int, baseline: str = BASELINE) -> pd.DataFrame:
+def drafts_from_tables(
+    accuracy: pd.DataFrame,
+    paired: pd.DataFrame,
+    overlap: pd.DataFrame,
+    *,
+    protocol: str,
+    prompts: int,
+    baseline: str = BASELINE,
+) -> pd.DataFrame:
     """The drafts of a protocol run before its per-question rows were written, from the tables it
     committed: the step accuracy CSV (method, seed, step k), the paired differences from `baseline`
     (method, nodes, temperature, diff) and the beam-overlap table (method, layers, entropy). One row
@@ -166,10 +212,15 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
     gives these only the interval over sets. The method label serves as the id; a table listing a
     method twice (`_check_once`) is refused."""
     first = accuracy[accuracy.seed == accuracy.seed.min()]
-    for table, key, name in ((first, ["method", "seed"], "step accuracy"), (overlap, ["method"], "beam-overlap"),
-                             (paired, ["method", "temperature", "nodes"], "paired")):
+    for table, key, name in (
+        (first, ["method", "seed"], "step accuracy"),
+        (overlap, ["method"], "beam-overlap"),
+        (paired, ["method", "temperature", "nodes"], "paired"),
+    ):
         _check_once(table, key, name)
-    sets = overlap.assign(layers=overlap["layers"].map(lambda t: layers_text(str(t).strip("()").replace(",", " ").split())))
+    sets = overlap.assign(
+        layers=overlap["layers"].map(lambda t: layers_text(str(t).strip("()").replace(",", " ").split()))
+    )
     base = first[first.method == baseline]
     if base.empty:
         raise ValueError(f"the step accuracy table has no {baseline} row")
@@ -180,10 +231,21 @@ def drafts_from_tables(accuracy: pd.DataFrame, paired: pd.DataFrame, overlap: pd
             if row.method not in diffs or row.method not in set(sets.method):
                 continue  # a lever's draft (not in the paired table) or a set the overlap table lacks
             s = sets[sets.method == row.method].iloc[0]
-            out.append({"protocol": protocol, "prompts": int(prompts), "id": row.method, "seed": row.seed,
-                        "method": row.method, "layers": s["layers"], "set entropy": float(s["entropy"]),
-                        **row.filter(like="step ").to_dict(),
-                        OUTCOMES[1]: float(diffs[row.method]), "temperature": float(temperature), "nodes": int(nodes)})
+            out.append(
+                {
+                    "protocol": protocol,
+                    "prompts": int(prompts),
+                    "id": row.method,
+                    "seed": row.seed,
+                    "method": row.method,
+                    "layers": s["layers"],
+                    "set entropy": float(s["entropy"]),
+                    **row.filter(like="step ").to_dict(),
+                    OUTCOMES[1]: float(diffs[row.method]),
+                    "temperature": float(temperature),
+                    "nodes": int(nodes),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -197,8 +259,9 @@ def _check_once(table: pd.DataFrame, key: list[str], name: str) -> None:
         raise ValueError(f"the {name} table lists {named} {count} times: each draft must have one row")
 
 
-def paired_from(rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes: int, n_boot: int = 1000,
-                seed: int = 0) -> pd.DataFrame:
+def paired_from(
+    rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes: int, n_boot: int = 1000, seed: int = 0
+) -> pd.DataFrame:
     """`method`'s draft against each of `baselines` on the questions both have a round on
     (`tables.paired_differences`: AVG tau difference, 95% paired bootstrap interval, share of resamples
     ahead), per protocol at its finished drafts (its largest `prompts`, the first seed) and temperature,
@@ -213,49 +276,28 @@ def paired_from(rows: pd.DataFrame, method: str, baselines=(BASELINE,), *, nodes
                 if not {method, baseline} <= set(block.method):
                     continue
                 pair = block[block.method.isin([method, baseline])]
-                diff = paired_differences(pair, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=first,
-                                          temperature=T)
-                out.append(diff.assign(protocol=protocol, prompts=int(part.prompts.iloc[0]), baseline=baseline,
-                                       temperature=float(T)))
-    columns = ["protocol", "prompts", "temperature", "nodes", "method", "baseline", "diff", "low", "high", "P(ahead)",
-               "questions"]
+                diff = paired_differences(
+                    pair, nodes, baseline, seed=seed, n_boot=n_boot, model_seed=first, temperature=T
+                )
+                out.append(
+                    diff.assign(
+                        protocol=protocol, prompts=int(part.prompts.iloc[0]), baseline=baseline, temperature=float(T)
+                    )
+                )
+    columns = [
+        "protocol",
+        "prompts",
+        "temperature",
+        "nodes",
+        "method",
+        "baseline",
+        "diff",
+        "low",
+        "high",
+        "P(ahead)",
+        "questions",
+    ]
     return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)
-
-
-def spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's rho of each row of x (B, S) with the same row of y (average ranks on ties); NaN for a
-    row where either is constant."""
-    rx, ry = rankdata(x, axis=1), rankdata(y, axis=1)
-    rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
-    den = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (rx * ry).sum(axis=1) / den, np.nan)
-
-
-def permutation_p(score: np.ndarray, value: np.ndarray, n_perm: int, rng) -> float:
-    """Two-sided Monte Carlo permutation p-value of Spearman's rho of `score` with `value` (S,): the
-    share of `n_perm` seeded shuffles of `value` whose |rho| reaches the observed one (+1 both sides,
-    so never 0). It needs no population of sets: it asks only whether the ranking could be chance."""
-    observed = abs(spearman_rows(score[None], value[None])[0])
-    if not np.isfinite(observed):
-        return np.nan
-    shuffled = np.stack([rng.permutation(value) for _ in range(n_perm)])  # (n_perm, S)
-    draws = np.abs(spearman_rows(np.broadcast_to(score, shuffled.shape), shuffled))
-    return float((1 + np.sum(draws >= observed - 1e-12)) / (n_perm + 1))
-
-
-def _interval(draws, estimate: float) -> tuple[float, float]:
-    """The 95% percentile interval of the finite bootstrap draws; NaN where `estimate` is NaN (an
-    interval beside no estimate would read as one) or no draw is finite."""
-    draws = draws[np.isfinite(draws)]
-    if not np.isfinite(estimate) or not len(draws):
-        return np.nan, np.nan
-    return tuple(float(v) for v in np.percentile(draws, [2.5, 97.5]))
-
-
-def _check_n_perm(n_perm) -> None:
-    if isinstance(n_perm, bool) or not isinstance(n_perm, numbers.Integral) or n_perm < 1:
-        raise ValueError(f"n_perm must be a positive integer number of permutations, got {n_perm!r}")
 
 
 def _check_drafts(drafts: pd.DataFrame, where: str) -> None:
@@ -266,16 +308,26 @@ def _check_drafts(drafts: pd.DataFrame, where: str) -> None:
         row = twice.iloc[0]
         mine = twice[(twice.protocol == row.protocol) & (twice.prompts == row.prompts) & (twice.id == row.id)]
         seeds = f" (seeds {mine.seed.tolist()})" if "seed" in mine else ""
-        raise ValueError(f"draft {row.id!r} of {row.protocol} at {row.prompts} prompts is listed {len(mine)} times"
-                         f"{seeds} {where}: each draft must count once (one row per draft of the first seed, as "
-                         "`draft_table` gives)")
+        raise ValueError(
+            f"draft {row.id!r} of {row.protocol} at {row.prompts} prompts is listed {len(mine)} times"
+            f"{seeds} {where}: each draft must count once (one row per draft of the first seed, as "
+            "`draft_table` gives)"
+        )
     if {"method", "seed"} <= set(drafts.columns):
         _check_methods(drafts, where)
 
 
-def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *, temperature: float, nodes: int,
-                      n_boot: int = 1000, seed: int = 0, baseline: str = BASELINE,
-                      n_perm: int = 10000) -> pd.DataFrame:
+def rank_correlations(
+    drafts: pd.DataFrame,
+    rows: pd.DataFrame | None = None,
+    *,
+    temperature: float,
+    nodes: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+    baseline: str = BASELINE,
+    n_perm: int = 10000,
+) -> pd.DataFrame:
     """Per (protocol, prompts), criterion and outcome at `temperature` and `nodes`: the drafts,
     Spearman's signed rho (module docstring) and its 95% bootstrap intervals over the sets and, for
     the paired tau difference of a point whose per-question `rows` are given, over the questions and
@@ -293,7 +345,7 @@ def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *,
     if missing:
         raise ValueError(f"`drafts` lacks {missing}: pass one row per draft (`draft_table`, `drafts_from_tables`)")
     _check_n_boot(n_boot)
-    _check_n_perm(n_perm)
+    check_n_perm(n_perm)
     drafts = drafts[(drafts.temperature == temperature) & (drafts.nodes == nodes)]
     if drafts.empty:
         raise ValueError(f"no drafts at temperature {temperature} and {nodes} nodes")
@@ -317,13 +369,28 @@ def rank_correlations(drafts: pd.DataFrame, rows: pd.DataFrame | None = None, *,
             for outcome in OUTCOMES:
                 value = part[outcome].to_numpy(float)
                 rho = float(spearman_rows(score[None], value[None])[0])
-                over_sets = _interval(spearman_rows(score[pick], value[pick]), rho)
-                both = (_interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)), rho)
-                        if outcome == OUTCOMES[1] and diffs is not None else (np.nan, np.nan))
-                out.append({"protocol": protocol, "prompts": int(prompts), "temperature": temperature, "nodes": nodes,
-                            "criterion": criterion, "outcome": outcome, "drafts": S,
-                            "distinct sets": int(part["layers"].nunique()), "rho": rho,
-                            "p (permutation)": permutation_p(score, value, n_perm, rng),
-                            "low (sets)": over_sets[0], "high (sets)": over_sets[1],
-                            "low (questions and sets)": both[0], "high (questions and sets)": both[1]})
+                over_sets = interval(spearman_rows(score[pick], value[pick]), rho)
+                both = (
+                    interval(spearman_rows(score[pick], np.take_along_axis(diffs, pick, axis=1)), rho)
+                    if outcome == OUTCOMES[1] and diffs is not None
+                    else (np.nan, np.nan)
+                )
+                out.append(
+                    {
+                        "protocol": protocol,
+                        "prompts": int(prompts),
+                        "temperature": temperature,
+                        "nodes": nodes,
+                        "criterion": criterion,
+                        "outcome": outcome,
+                        "drafts": S,
+                        "distinct sets": int(part["layers"].nunique()),
+                        "rho": rho,
+                        "p (permutation)": permutation_p(score, value, n_perm, rng),
+                        "low (sets)": over_sets[0],
+                        "high (sets)": over_sets[1],
+                        "low (questions and sets)": both[0],
+                        "high (questions and sets)": both[1],
+                    }
+                )
     return pd.DataFrame(out)

@@ -1,0 +1,178 @@
+"""A protocol's ledger: which of its units have a record, and a run that trains the missing ones in
+the ledger's order, one draft at a time, each written as a record as it finishes.
+
+    python -m elsi_lib.study.ledger PROTOCOL                   the units present and missing
+    python -m elsi_lib.study.ledger PROTOCOL --run --budget 150 [--commit]
+    python -m elsi_lib.study.ledger PROTOCOL --import-committed   records of the committed rows
+
+A run refuses a bf16 protocol on a CPU without bf16 matmul instructions (such a machine adds units
+of the float32 twins only). It loads the target, the protocol's layer sets and probe, the evaluation
+continuations (archived in git, `run_data.continuations_dir`) and the training data, times a few
+training batches of a throwaway draft (the calibration), prints the plan, and trains units while
+the estimate of the next fits the minutes left. A unit killed mid-way leaves no record (its training
+checkpoint resumes); `--commit` commits each record as it lands (that file only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+
+import pandas as pd
+
+from ..common.cachefiles import REPO_ROOT
+from ..common.hardware import bf16_matmul_is_slow
+from .protocols import PROTOCOLS, Protocol, protocol
+from .records import read_records, unit_path, write_record
+
+REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s) until a unit measures it
+
+
+def status(proto: Protocol) -> pd.DataFrame:
+    """One row per unit of the ledger, in its order: method, seed, present (a record exists), its
+    record's file; then any record of the protocol outside the ledger."""
+    present = {(r["unit"]["method"], r["unit"]["seed"]) for r in read_records(proto.name)}
+    rows = [
+        {
+            "method": m,
+            "seed": s,
+            "present": (m, s) in present,
+            "record": str(unit_path({"protocol": proto.name, "method": m, "seed": s})),
+        }
+        for m, s in proto.ledger
+    ]
+    extra = sorted(present - set(proto.ledger))
+    rows += [{"method": m, "seed": s, "present": True, "record": "(outside the ledger)"} for m, s in extra]
+    return pd.DataFrame(rows)
+
+
+def check_machine(proto: Protocol) -> None:
+    """Refuse a bf16 protocol where bf16 autocast is 31-110x slower (no bf16 matmul instructions)."""
+    exp = proto.experiment()
+    if (exp.train.autocast_bf16 or exp.live_bf16) and bf16_matmul_is_slow():
+        twins = sorted(n for n, p in PROTOCOLS.items() if p.family == proto.family and "bf16" not in str(p.numeric))
+        raise SystemExit(
+            f"{proto.name} trains under bf16 autocast, and this CPU has no bf16 matmul instructions (31-110x "
+            f"slower here): it adds units of float32 protocols only ({', '.join(twins)})"
+        )
+
+
+def _commit(path) -> None:
+    rel = path.relative_to(REPO_ROOT)
+    subprocess.run(["git", "-C", str(REPO_ROOT), "add", str(rel)], check=True)
+    subprocess.run(["git", "-C", str(REPO_ROOT), "commit", "-q", "-m", f"record: {rel}", "--", str(rel)], check=True)
+
+
+def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
+    """Train the missing units of `proto` in ledger order while each one's estimate fits the budget;
+    returns the records written."""
+    from .experiment import Group, group_checkpoint, heldout_accuracy, replay_draft, train_group
+    from .prepared import Prepared
+
+    started = time.monotonic()
+    check_machine(proto)
+    table = status(proto)
+    missing = [(m, s) for m, s, p in zip(table.method, table.seed, table.present) if not p]
+    print(table.to_string(index=False), flush=True)
+    if not missing:
+        print(f"{proto.name}: every unit of the ledger has its record")
+        return []
+    ready = Prepared.load(proto, progress=progress)
+    per_unit = ready.calibrate() * (1 + REPLAY_SHARE)
+    print(f"calibration: about {per_unit / 60:.1f} min per unit on this machine", flush=True)
+    written = []
+    for method_id, seed in missing:
+        if method_id not in ready.methods.index:
+            print(f"{method_id}: not among this family's methods (its set is another method's): skipped")
+            continue
+        left = budget_minutes * 60 - (time.monotonic() - started)
+        if per_unit > left:
+            print(f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left")
+            break
+        row = ready.methods.loc[method_id]
+        group = Group(seed, True, {method_id: row.source}, {method_id: row.method})
+        clock = {}
+        t = time.monotonic()
+        drafts, out = train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)
+        if out["done"] < out["total"]:
+            raise RuntimeError(f"training of {method_id} seed {seed} stopped at batch {out['done']} of {out['total']}")
+        clock["training"] = time.monotonic() - t
+        t = time.monotonic()
+        accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
+        clock["held-out step accuracy"] = time.monotonic() - t
+        t = time.monotonic()
+        path = group_checkpoint(ready.exp, ready.key, group)[0]
+        rows = replay_draft(
+            ready.exp,
+            drafts[method_id],
+            ready.evaluation,
+            {"checkpoint": path.name, "method": method_id},
+            label=row.method,
+            seed=seed,
+            progress=progress,
+        )
+        clock["replay"] = time.monotonic() - t
+        record = ready.record(method_id, seed, accuracy, pd.DataFrame(rows), clock)
+        path, new = write_record(record)
+        print(
+            f"{method_id} seed {seed}: {'written' if new else 'the same as'} {path} "
+            f"({sum(clock.values()) / 60:.1f} min)",
+            flush=True,
+        )
+        if commit and new:
+            _commit(path)
+        written.append(record)
+        per_unit = sum(clock.values())  # the next estimate: this unit, measured
+    return written
+
+
+# the per-question rows notebooks 06 and 07 committed before records existed: (protocol, file)
+COMMITTED_ROWS = (
+    ("table3", "table3_question_tau_qwen2.5-coder-0.5b.csv"),
+    ("table2_strong", "table2_strong_question_tau_smollm2-135m.csv"),
+)
+
+
+def import_committed() -> list:
+    """Records of the units whose per-question rows are committed (COMMITTED_ROWS), their probe scores
+    from `criteria_drafts.csv`; the same numbers, no retraining. Idempotent. Returns (path, written)s."""
+    from ..common.results import results_dir
+    from .units import records_from_rows
+
+    probe = pd.read_csv(results_dir() / "criteria_drafts.csv")
+    out = []
+    for name, csv in COMMITTED_ROWS:
+        proto = protocol(name)
+        rows = pd.read_csv(results_dir() / csv)
+        mine = probe[probe.model == proto.family]
+        out += [write_record(r) for r in records_from_rows(proto, rows, mine, source=f"data/results/{csv}")]
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m elsi_lib.study.ledger", description=__doc__.split("\n\n")[0])
+    parser.add_argument("protocol", choices=sorted(PROTOCOLS))
+    parser.add_argument("--run", action="store_true", help="train the missing units")
+    parser.add_argument("--budget", type=float, default=150.0, help="minutes the run may take (default 150)")
+    parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
+    parser.add_argument("--import-committed", action="store_true", help="records of the committed per-question rows")
+    args = parser.parse_args(argv)
+    if args.budget <= 0:
+        parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
+    proto = protocol(args.protocol)
+    if args.import_committed:
+        for path, written in import_committed():
+            print(f"{'written' if written else 'kept'} {path}")
+    if not args.run:
+        table = status(proto)
+        print(table.to_string(index=False))
+        print(f"{proto.name}: {int(table.present.sum())} of {len(proto.ledger)} units present; numeric {proto.numeric}")
+        return 0
+    run(proto, args.budget, commit=args.commit)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

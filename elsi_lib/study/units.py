@@ -1,0 +1,138 @@
+"""Records made: from one finished unit (`unit_record`), or from the per-question rows a notebook run
+committed before records existed (`records_from_rows`: the same numbers, no retraining), and what a
+unit ran on (`ran_on`: the CPU, whether it has bf16 matmul instructions, torch, elsi, the commit).
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+
+import pandas as pd
+
+from ..common.cachefiles import REPO_ROOT
+from ..common.hardware import bf16_matmul_is_slow
+from .protocols import Protocol
+from .records import FORMAT, QUESTION_FIELDS, STEPS
+
+
+def _cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def ran_on() -> dict:
+    """The machine and software a unit ran on (kept beside its numbers, never compared)."""
+    import torch
+
+    from .. import __version__
+
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {
+        "cpu": _cpu_model(),
+        "bf16 matmul instructions": not bf16_matmul_is_slow(),
+        "cores": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "elsi": __version__,
+        "commit": commit,
+    }
+
+
+def _questions(rows: pd.DataFrame) -> list[list]:
+    """[[temperature, nodes, question_id, column, tau], ...] sorted, as a record holds them."""
+    frame = rows[list(QUESTION_FIELDS)].sort_values(["temperature", "nodes", "question_id"])
+    return [[float(t), int(n), int(q), str(c), float(tau)] for t, n, q, c, tau in frame.itertuples(index=False)]
+
+
+def _point(prompts: int, accuracy: dict, rows: pd.DataFrame) -> dict:
+    return {
+        "prompts": int(prompts),
+        "step accuracy": {s: float(accuracy[s]) for s in STEPS},
+        "questions": _questions(rows),
+    }
+
+
+def unit_record(
+    proto: Protocol,
+    method: dict,
+    seed: int,
+    *,
+    prompts: int,
+    accuracy: dict,
+    rows: pd.DataFrame,
+    probe: dict,
+    curve: list[dict] = (),
+    stages: dict | None = None,
+    machine: dict | None = None,
+) -> dict:
+    """The record of one finished unit: `method` a row of `methods.draft_methods` (id, method, layers,
+    entropy), `accuracy` {"step k": ...}, `rows` its per-question tau (QUESTION_FIELDS), `probe`
+    {"probe error", "probe agreement"} of its set, `curve` earlier points ({prompts, accuracy, rows})."""
+    from .validation import layers_text
+
+    return {
+        "format": FORMAT,
+        "unit": {"family": proto.family, "protocol": proto.name, "method": method["id"], "seed": int(seed)},
+        "protocol digest": proto.digest,
+        "label": method["method"],
+        "layers": layers_text(method["layers"]),
+        "set entropy": float(method["entropy"]),
+        "probe error": probe.get("probe error"),
+        "probe agreement": probe.get("probe agreement"),
+        "numeric": proto.numeric,
+        **_point(prompts, accuracy, rows),
+        "curve": [_point(p["prompts"], p["accuracy"], p["rows"]) for p in curve],
+        "stages": {"seconds": stages or {}},
+        "ran on": machine if machine is not None else ran_on(),
+    }
+
+
+def records_from_rows(proto: Protocol, rows: pd.DataFrame, probe: pd.DataFrame, *, source: str) -> list[dict]:
+    """Records of the units in a committed per-question CSV (`validation.question_rows`' columns) of
+    `proto`: the largest `prompts` of each (id, seed) is the unit's point, smaller ones its curve.
+    `probe`: probe error and agreement per layers (text), e.g. `criteria_drafts.csv`'s; `source`
+    names the file (kept under "ran on")."""
+    records = []
+    scores = probe.drop_duplicates("layers").set_index("layers")
+    for (method_id, seed), mine in rows.groupby(["id", "seed"], sort=False):
+        points = sorted(mine.prompts.unique())
+        head = mine.iloc[0]
+        last = mine[mine.prompts == points[-1]]
+        layers = head["layers"]
+        record = unit_record(
+            proto,
+            {
+                "id": method_id,
+                "method": head["method"],
+                "layers": [int(l) for l in str(layers).split()],
+                "entropy": head["set entropy"],
+            },
+            int(seed),
+            prompts=int(points[-1]),
+            accuracy=last.iloc[0][list(STEPS)].to_dict(),
+            rows=last,
+            probe=scores.loc[str(layers), ["probe error", "probe agreement"]].astype(float).to_dict()
+            if str(layers) in scores.index
+            else {},
+            curve=[
+                {
+                    "prompts": p,
+                    "accuracy": mine[mine.prompts == p].iloc[0][list(STEPS)].to_dict(),
+                    "rows": mine[mine.prompts == p],
+                }
+                for p in points[:-1]
+            ],
+            machine={"converted from": source},
+        )
+        records.append(record)
+    return records

@@ -1,0 +1,182 @@
+"""Draft records (elsi_lib.study.records, units, protocols, ledger): one unit, one checked record that is
+never replaced by other numbers, the committed per-question results as records without retraining, and
+the ledger of units each protocol owes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from elsi_lib.common.results import results_dir
+from elsi_lib.study import ledger
+from elsi_lib.study import records as R
+from elsi_lib.study.protocols import PROTOCOLS, protocol
+from elsi_lib.study.units import records_from_rows, unit_record
+
+TABLE3 = "table3_question_tau_qwen2.5-coder-0.5b.csv"
+STRONG = "table2_strong_question_tau_smollm2-135m.csv"
+
+
+def rows(n=4, tau=1.5):
+    return pd.DataFrame(
+        [[T, nodes, q, "MT", tau + 0.01 * q] for T in (0.0, 1.0) for nodes in (30, 60) for q in range(n)],
+        columns=list(R.QUESTION_FIELDS),
+    )
+
+
+def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5):
+    proto = protocol(name)
+    return unit_record(
+        proto,
+        {"id": method, "method": "ELSI m=3", "layers": (1, 22, 23), "entropy": 0.845},
+        seed,
+        prompts=936,
+        accuracy={"step 1": 0.3, "step 2": 0.25, "step 3": 0.2},
+        rows=rows(tau=tau),
+        probe={"probe error": 0.63, "probe agreement": 0.2},
+        stages={"training": 10.0},
+        machine={"cpu": "test"},
+    )
+
+
+def test_a_record_reads_back_as_the_rows_it_was_made_from(tmp_path):
+    path, written = R.write_record(a_record(), tmp_path)
+    assert written and path == tmp_path / "table3_f32" / "elsi-m3-seed0.json"
+    frame = R.question_frame(R.read_records("table3_f32", tmp_path))
+    want = rows().sort_values(["temperature", "nodes", "question_id"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(frame[list(R.QUESTION_FIELDS)], want, check_dtype=False)
+    assert set(frame["draft matmuls"]) == {"float32"} and set(frame.prompts) == {936}
+    assert frame[["step 1", "probe error", "set entropy"]].iloc[0].tolist() == [0.3, 0.63, 0.845]
+
+
+def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_path):
+    path, _ = R.write_record(a_record(), tmp_path)
+    before = path.read_bytes()
+    again = a_record()
+    again["stages"] = {"seconds": {"training": 99.0}}  # how it was made is not a number of the unit
+    again["ran on"] = {"cpu": "another"}
+    assert R.write_record(again, tmp_path) == (path, False) and path.read_bytes() == before
+    with pytest.raises(R.RecordConflict, match=r"elsi-m3-seed0\.json.*\['questions'\]"):
+        R.write_record(a_record(tau=1.6), tmp_path)
+    assert path.read_bytes() == before
+    other = a_record(name="table3")  # another protocol: its own file, never this one
+    other["numeric"] = protocol("table3").numeric
+    assert R.write_record(other, tmp_path)[0].parent.name == "table3" and path.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.pop("step accuracy"), r"missing field\(s\) \['step accuracy'\]"),
+        (lambda r: r["unit"].update(method="elsi-m9"), "field 'unit' names no method: 'elsi-m9'"),
+        (lambda r: r["unit"].update(protocol="table9"), "no protocol 'table9'"),
+        (lambda r: r["unit"].update(family="smollm2-135m"), "table3_f32 is on qwen2.5-coder-0.5b"),
+        (lambda r: r.update({"protocol digest": "0" * 16}), "another definition of its protocol"),
+        (lambda r: r.update(numeric={"draft matmuls": "bf16", "target features": "x"}), "field 'numeric'"),
+        (lambda r: r["questions"][0].__setitem__(4, 0.5), "tau 0.5 below 1"),
+        (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
+    ],
+)
+def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):
+    path, _ = R.write_record(a_record(), tmp_path)
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(R.RecordError, match=message) as err:
+        R.read_records("table3_f32", tmp_path)
+    assert str(path) in str(err.value)
+
+
+def test_a_record_under_another_units_path_is_refused(tmp_path):
+    path, _ = R.write_record(a_record(), tmp_path)
+    path.rename(path.with_name("eagle3-seed0.json"))
+    with pytest.raises(R.RecordError, match="belongs at"):
+        R.read_records("table3_f32", tmp_path)
+
+
+def test_a_table_never_mixes_numeric_settings(tmp_path):
+    bf16 = a_record(name="table3")
+    with pytest.raises(R.RecordError, match="different numeric settings"):
+        R.question_frame([a_record(), bf16])
+
+
+def test_a_killed_write_leaves_no_record(tmp_path, monkeypatch):
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        R.write_record(a_record(), tmp_path)
+    assert not (tmp_path / "table3_f32" / "elsi-m3-seed0.json").exists()
+    monkeypatch.undo()
+    assert R.write_record(a_record(), tmp_path)[1]  # the rerun writes it
+
+
+@pytest.mark.parametrize("name, csv", [("table3", TABLE3), ("table2_strong", STRONG)])
+def test_the_committed_rows_become_records_without_a_change(tmp_path, name, csv):
+    committed = pd.read_csv(results_dir() / csv)
+    probe = pd.read_csv(results_dir() / "criteria_drafts.csv")
+    for record in records_from_rows(protocol(name), committed, probe, source=csv):
+        R.write_record(record, tmp_path)
+    back = R.question_frame(R.read_records(name, tmp_path))
+    key = ["prompts", "id", "seed", "temperature", "nodes", "question_id"]
+    a, b = (f.sort_values(key).reset_index(drop=True) for f in (committed, back))
+    for column in committed.columns:  # every cell the same (a question without a round has a NaN tau in both)
+        pd.testing.assert_series_equal(a[column], b[column], check_dtype=False, obj=column)
+    assert back["probe error"].notna().all()
+
+
+@pytest.mark.parametrize("name, csv", [("table3", TABLE3), ("table2_strong", STRONG)])
+def test_the_committed_records_are_the_committed_rows(name, csv, monkeypatch):
+    monkeypatch.delenv("ELSI_DRAFT_RECORDS")
+    records = R.read_records(name)
+    converted = [r for r in records if r["ran on"].get("converted from", "").endswith(csv)]
+    assert converted, f"no record of {name} converted from {csv}"
+    back = R.question_frame(converted)
+    committed = pd.read_csv(results_dir() / csv)
+    assert len(back) == len(committed)
+    key = ["prompts", "id", "seed", "temperature", "nodes", "question_id"]
+    a, b = (f.sort_values(key).reset_index(drop=True) for f in (committed, back))
+    for column in ("tau", "step 1", "set entropy", "layers"):
+        pd.testing.assert_series_equal(a[column], b[column], check_dtype=False, obj=column)
+
+
+def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    R.write_record(a_record(), tmp_path)
+    table = ledger.status(protocol("table3_f32"))
+    assert list(zip(table.method, table.seed))[:2] == [("eagle3", 0), ("elsi-m3", 0)]
+    assert table.present.tolist()[:2] == [False, True] and table.present.sum() == 1
+    assert len(table) == len(protocol("table3_f32").ledger) == 14
+
+
+def test_a_bf16_protocol_is_refused_where_bf16_is_slow(monkeypatch):
+    monkeypatch.setattr(ledger, "bf16_matmul_is_slow", lambda: True)
+    with pytest.raises(SystemExit, match="table3_f32"):
+        ledger.check_machine(protocol("table3"))
+    ledger.check_machine(protocol("table3_f32"))  # the float32 twin runs
+
+
+def test_every_protocol_has_a_float32_twin_with_its_data():
+    for name, proto in PROTOCOLS.items():
+        if name.endswith("_f32"):
+            continue
+        twin = PROTOCOLS[f"{name}_f32"]
+        a, b = proto.experiment(), twin.experiment()
+        assert (a.n_train, a.reply_engine, a.eval_per_column, a.replay_tokens) == (
+            b.n_train,
+            b.reply_engine,
+            b.eval_per_column,
+            b.replay_tokens,
+        )
+        assert proto.numeric["draft matmuls"] == "bf16" and twin.numeric["draft matmuls"] == "float32"
+        assert proto.digest != twin.digest
+
+
+def test_the_ledger_command_refuses_a_bad_budget(capsys):
+    with pytest.raises(SystemExit) as err:
+        ledger.main(["table3_f32", "--run", "--budget", "-1"])
+    assert err.value.code == 2 and "--budget" in capsys.readouterr().err
