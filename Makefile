@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -160,7 +160,8 @@ figures: venv models
 #   tables-strong  notebook 07: the strong drafts and their learning curve (hours; replies by vLLM, archived)
 #   criteria       notebook 08: set entropy and the task probe against every trained draft (minutes)
 #   families       notebook 09: Table 2 against Table 3 beside how interchangeable each family's layers are
-STUDY_RUNS := tables tables-qwen tables-strong criteria families
+#   ledger-tables  notebook 10: the records' ledgers, ELSI m = 3 and the probe against EAGLE3, the criteria pooled
+STUDY_RUNS := tables tables-qwen tables-strong criteria families ledger-tables
 tables-qwen criteria families: models
 tables-qwen tables-strong: $(ENGINES_STAMP)
 $(STUDY_RUNS): venv

@@ -217,7 +217,7 @@ def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) ->
 def cmd_select(args) -> str:
     from . import __version__
     from .common.identity import model_fingerprint
-    from .draft.evidence import evidence_lines
+    from .draft.evidence import criterion_line, evidence_lines
     from .selection import select
     from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
     from .selection.entropy import set_entropy
@@ -264,6 +264,7 @@ def cmd_select(args) -> str:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
     differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
     result["evidence"] = evidence_lines(args.model, args.method, len(layers), chosen_differs=differs)
+    result["evidence"] += [line for line in [criterion_line()] if line]
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:

@@ -44,3 +44,28 @@ def test_absent_evidence_is_said_plainly(method, m):
 def test_a_restricted_set_is_not_passed_off_as_the_trained_one():
     line = evidence_lines("smollm2-135m", "elsi", 3, chosen_differs=True)[0]
     assert "not this restricted set" in line
+
+
+def test_the_criterion_line_is_the_pooled_test_and_the_default_follows_it(tmp_path, monkeypatch):
+    from elsi_lib.cli_args import build_parser
+    from elsi_lib.draft.evidence import criterion_line
+    from elsi_lib.study.record_tables import verdict
+
+    pooled = pd.read_csv(results_dir() / "criteria_pooled.csv")
+    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")].iloc[0]
+    line = criterion_line()
+    assert f"rho {row['pooled rho']:+.2f}, p = {row['p (stratified permutation)']:.3f}" in line
+    default = build_parser().parse_args(["select", "--model", "x"]).method
+    assert default == verdict(pooled)  # the command recommends what the committed test supports
+    assert ("default stays ELSI" in line) == (default == "elsi")
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("ELSI_RESULTS", str(copy))
+    changed = pooled.copy()
+    mine = (changed.criterion == "probe error") & (changed.outcome == "tau minus EAGLE3")
+    changed.loc[mine, ["pooled rho", "p (stratified permutation)"]] = [0.8, 0.01]
+    changed.to_csv(copy / "criteria_pooled.csv", index=False)
+    assert "rho +0.80, p = 0.010; it predicts the drafts" in criterion_line()
+    assert verdict(changed) == "probe"
+    (copy / "criteria_pooled.csv").unlink()
+    assert criterion_line() is None

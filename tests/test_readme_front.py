@@ -26,3 +26,10 @@ def test_what_it_names_exists():
         assert (REPO_ROOT / "notebooks" / notebook).is_file(), notebook
     for path in set(re.findall(r"\]\(([^)#:]+)\)", text)):
         assert (REPO_ROOT / path).exists(), path
+
+
+def test_its_criteria_line_is_the_committed_pooled_test():
+    from elsi_lib.draft.evidence import criterion_line
+
+    quoted = [line for line in README.read_text().splitlines() if line.startswith("criteria: ")]
+    assert quoted == [criterion_line()]

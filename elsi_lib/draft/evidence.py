@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..common.results import PROTOCOLS, result_path, slug
+from ..common.results import PROTOCOLS, result_path, results_dir, slug
 
 NODES = 60  # the larger tree of the tables
 
@@ -114,3 +114,31 @@ def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False
         others = evidence(family, method, m)
         lines.append(f"  on {family}: {others[0].line()}" if others else f"  on {family}: no {label} draft trained")
     return lines
+
+
+POOLED = "criteria_pooled"  # the criteria out of sample, pooled over the protocols (notebook 10)
+
+
+def criterion_line() -> str | None:
+    """Whether a criterion has been shown to predict which draft is best: the probe's error against
+    tau minus EAGLE3's, pooled out of sample over the protocols with records (`criteria_pooled.csv`),
+    and what `elsi select` recommends by default because of it; None without that file."""
+    path = results_dir() / f"{POOLED}.csv"
+    if not path.is_file():
+        return None
+    pooled = pd.read_csv(path)
+    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
+    if row.empty:
+        return None
+    r = row.iloc[0]
+    rho, p = float(r["pooled rho"]), float(r["p (stratified permutation)"])
+    held = rho > 0 and p < 0.05
+    return (
+        f"criteria: the probe's error against tau minus EAGLE3's, pooled out of sample over {int(r.drafts)} drafts "
+        f"({r.protocols}): rho {rho:+.2f}, p = {p:.3f}; "
+        + (
+            "it predicts the drafts, so the probe's set is the default"
+            if held
+            else "no criterion has been shown to predict which draft is best, so the default stays ELSI (the paper's method)"
+        )
+    )

@@ -114,6 +114,21 @@ def _families(folder):
     return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in rows.iterrows()]
 
 
+def _ledger(folder):
+    found = _csv(folder, "ledger_findings")
+    pooled = _csv(folder, "criteria_pooled")
+    lines = [
+        f"- {r.protocol}, T = {r.temperature:g}: {r.method} minus EAGLE3 {r['diff']:+.3f} [{r.low:+.3f}, {r.high:+.3f}] "
+        f"({r.drafts} drafts; beyond the reseed range: {r['beyond the reseed range']})."
+        for _, r in found[found.temperature == 0].iterrows()
+    ]
+    return lines + [
+        f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts ({r.protocols}): rho "
+        f"{r['pooled rho']:+.2f}, stratified permutation p = {r['p (stratified permutation)']:.3f}."
+        for _, r in pooled.iterrows()
+    ]
+
+
 PAGES = (
     Page(
         "fig01-02",
@@ -187,6 +202,14 @@ PAGES = (
         ("fig11_families",),
         ("families_compared", "families_interchangeability"),
         _families,
+    ),
+    Page(
+        "ledger",
+        "The drafts behind the tables: records and the criteria out of sample",
+        "10_ledger.ipynb",
+        (),
+        ("ledger_findings", "criteria_pooled"),
+        _ledger,
     ),
 )
 

@@ -59,6 +59,13 @@ RUNS = {
         "families_*, fig11_*",
         "the accepted-token tables of both families in data/results (committed)",
     ),
+    "ledger-tables": StudyRun(
+        "10_ledger.ipynb",
+        "ledger_scale.yaml",
+        "10_ledger.ipynb",
+        "ledger_findings, criteria_pooled",
+        "the draft records in data/drafts (committed)",
+    ),
 }
 
 
