@@ -408,3 +408,26 @@ def test_one_engine_per_request_and_a_torn_header_is_rewritten(engine, tiny_mode
     path.with_suffix(".partial.jsonl").write_text('{"engine": "vl')  # a header torn mid-write
     texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
     assert texts == expected(tiny_tokenizer, tiny_model, conversations)
+
+
+def test_a_complete_archive_is_read_on_a_machine_without_the_engines_environment(
+    engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, capsys
+):
+    """A new machine has no .venv-engines: a complete archive of the request still gives its replies
+    (its header names the vLLM version of the key), and nothing runs; an incomplete one gives the
+    engines' error, naming what to build."""
+    conversations = make_conversations(4)
+    texts, ids, _ = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
+
+    def absent(python=None):
+        raise FileNotFoundError("no vLLM in the engines' environment: run `make test-engines`")
+
+    monkeypatch.setattr(E, "vllm_version", absent)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+    again, again_ids, key = E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    assert (again, again_ids) == (texts, ids) and key["engine"]["version"] == "0.0-test"
+    assert "read from" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="make test-engines"):  # a request the archive does not hold
+        E.engine_replies(tiny_model, tiny_tokenizer, make_conversations(5), max_new_tokens=8, chunk=2)

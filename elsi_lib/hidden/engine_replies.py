@@ -20,10 +20,12 @@ out-of-range records).
 from __future__ import annotations
 
 import fcntl
+import gzip
 import hashlib
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -250,13 +252,17 @@ def engine_replies(
     if any(c[-1]["role"] != "user" for c in conversations):
         raise ValueError("every conversation must end with a user turn: there is nothing to reply to otherwise")
     python = engines_python()
+    try:
+        version = vllm_version(python)
+    except FileNotFoundError:  # no engine here: a complete archive of this request is enough
+        version = _archived_version(model, tokenizer, conversations, max_new_tokens, max_length)
     req = request_for(
         model,
         tokenizer,
         conversations,
         max_new_tokens=max_new_tokens,
         max_length=max_length,
-        version=vllm_version(python),
+        version=version,
     )
     check_writable(req.path.parent)
     cached = read_cache(req.path, req.key)
@@ -286,6 +292,25 @@ def engine_replies(
         request_path.unlink(missing_ok=True)
         req.partial.unlink(missing_ok=True)
     return [e[1] for e in entries], [e[2] for e in entries], req.key
+
+
+def _archived_version(model, tokenizer, conversations, max_new_tokens: int, max_length: int) -> str:
+    """The vLLM version of a complete archive of this request (on a machine without the engines'
+    environment: a new machine continues from the archive in git without writing any reply again);
+    the engines' error when no archive holds every reply."""
+    for path in sorted(archive_dir().glob("*.partial.jsonl.gz")):
+        try:
+            with gzip.open(path, "rt") as handle:
+                version = json.loads(handle.readline())["engine"]["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not an archive header: the request's own check names it if it is this one
+        req = request_for(
+            model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
+        )
+        if req.archive == path and not _missing(req, _archived_ids(req)):
+            print(f"no engines' environment: the replies are read from {path.name} (vLLM {version})", file=sys.stderr)
+            return version
+    return vllm_version(engines_python())  # raises, naming what to build
 
 
 def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
