@@ -34,16 +34,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from check_site import FLAGS as SITE_FLAGS  # docs/ is this script's own folder on sys.path
+
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+FLAGS = [f for f in SITE_FLAGS if f != "--headless"]  # the site check's; playwright adds headless itself
 # JupyterLab user settings for the check's own (temporary) settings folder
 SETTINGS = {
     "@jupyterlab/docmanager-extension/plugin": {"autosave": False},

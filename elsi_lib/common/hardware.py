@@ -28,6 +28,19 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
     return None
 
 
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
+    import platform
+
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except (OSError, UnicodeDecodeError):
+        pass
+    return platform.processor() or platform.machine()
+
+
 def bf16_matmul_is_slow(flags: set[str] | None = None) -> bool:
     """True when the CPU is known to lack bf16 matmul instructions (False when it cannot be told)."""
     flags = cpu_flags() if flags is None else flags

@@ -119,6 +119,14 @@ def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False
 POOLED = "criteria_pooled"  # the criteria out of sample, pooled over the protocols (notebook 10)
 
 
+def probe_predicts(pooled: pd.DataFrame, alpha: float = 0.05) -> bool:
+    """Whether the probe's error predicts the drafts' tau out of sample: its pooled rho against tau
+    minus EAGLE3's is positive at p < alpha (`criteria_pooled`'s columns). `elsi select` recommends
+    the probe's set by default only then."""
+    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
+    return bool(len(row)) and row["pooled rho"].iloc[0] > 0 and row["p (stratified permutation)"].iloc[0] < alpha
+
+
 def criterion_line() -> str | None:
     """Whether a criterion has been shown to predict which draft is best: the probe's error against
     tau minus EAGLE3's, pooled out of sample over the protocols with records (`criteria_pooled.csv`),
@@ -132,7 +140,7 @@ def criterion_line() -> str | None:
         return None
     r = row.iloc[0]
     rho, p = float(r["pooled rho"]), float(r["p (stratified permutation)"])
-    held = rho > 0 and p < 0.05
+    held = probe_predicts(pooled)
     return (
         f"criteria: the probe's error against tau minus EAGLE3's, pooled out of sample over {int(r.drafts)} drafts "
         f"({r.protocols}): rho {rho:+.2f}, p = {p:.3f}; "

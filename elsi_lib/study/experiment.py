@@ -23,12 +23,20 @@ import pandas as pd
 
 from ..common.progress import StageClock
 from ..inputs.models import load_model
-from ..draft.features import FeatureStore, build_features
+from ..draft.features import FeatureStore
 from ..draft.model import Eagle3Draft
 from ..draft.replay import question_tau, replay
 from .curve import curve_drafts, curve_rows, planned_batches, snapshot_batches, trained_reply_tokens
 from .protocol import Experiment, from_parameters, numeric_settings  # noqa: F401 (the names notebooks use)
-from .run_data import Evaluation, TrainingData, data_key, evaluation_data, feature_layers, training_data
+from .run_data import (
+    Evaluation,
+    TrainingData,
+    data_key,
+    evaluation_data,
+    feature_layers,
+    heldout_features,
+    training_data,
+)
 from ..draft.checkpoints import checkpoint_key, checkpoint_path, finished_drafts, snapshot_path
 from ..draft.train import step_accuracy, train_drafts
 from ..draft.vocabulary import init_lm_head_from_target
@@ -243,15 +251,7 @@ def run(
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress)
     with clock("training replies and features"):
         data = training_data(exp, methods, model, tokenizer, progress)
-        heldout = build_features(
-            model,
-            tokenizer,
-            data.heldout_convs,
-            layers,
-            max_length=exp.max_length,
-            progress=progress,
-            desc="target features (held-out)",
-        )
+        heldout = heldout_features(exp, model, tokenizer, data, layers, progress)
     results, lever, accuracy, logs, first_drafts, curve = [], [], [], {}, {}, []
     numeric = numeric_settings(exp)
     for i, group in enumerate(groups(exp, methods)):

@@ -68,7 +68,7 @@ def _commit(path) -> None:
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
     """Train the missing units of `proto` in ledger order while each one's estimate fits the budget;
     returns the records written."""
-    from .experiment import Group, group_checkpoint, heldout_accuracy, replay_draft, train_group
+    from .experiment import Group, heldout_accuracy, replay_draft, train_group
     from .prepared import Prepared
 
     started = time.monotonic()
@@ -103,12 +103,11 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
         accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
         clock["held-out step accuracy"] = time.monotonic() - t
         t = time.monotonic()
-        path = group_checkpoint(ready.exp, ready.key, group)[0]
         rows = replay_draft(
             ready.exp,
             drafts[method_id],
             ready.evaluation,
-            {"checkpoint": path.name, "method": method_id},
+            {"checkpoint": out["path"].name, "method": method_id},
             label=row.method,
             seed=seed,
             progress=progress,

@@ -11,11 +11,17 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from ..draft.features import build_features
 from ..draft.train import batch_plan, collate, soft_targets, train_step
 from ..inputs.models import load_model
 from .protocols import Protocol
-from .run_data import continuations_dir, data_key, evaluation_data, feature_layers, training_data
+from .run_data import (
+    continuations_dir,
+    data_key,
+    evaluation_data,
+    feature_layers,
+    heldout_features,
+    training_data,
+)
 from .units import unit_record
 
 CALIBRATION_BATCHES = 4  # training batches timed (the first is a warm-up, not counted)
@@ -50,15 +56,7 @@ class Prepared:
         layers = feature_layers(methods, len(model.get_decoder().layers))  # every method's: one store for all
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress, archive=continuations_dir())
         data = training_data(exp, methods, model, tokenizer, progress)
-        heldout = build_features(
-            model,
-            tokenizer,
-            data.heldout_convs,
-            layers,
-            max_length=exp.max_length,
-            progress=progress,
-            desc="target features (held-out)",
-        )
+        heldout = heldout_features(exp, model, tokenizer, data, layers, progress)
         probe = calibration.probe_statistics(proto.family, n, seed=0, rank=rank, loaded=(model, tokenizer))
         lm_head = model.get_output_embeddings().weight.detach().float().numpy()
         return cls(

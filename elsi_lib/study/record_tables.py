@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..draft.evidence import probe_predicts
 from .protocols import PROTOCOLS
 from .rank_stats import spearman_rows
 from .records import question_frame, read_records
@@ -29,8 +30,7 @@ OUT_OF_SAMPLE = tuple(PROTOCOLS)
 
 def final_rows(records: list[dict]) -> pd.DataFrame:
     """Per-question rows of the records at each unit's own (largest) prompt count: no curve points."""
-    rows = question_frame([{**r, "curve": []} for r in records])
-    return rows
+    return question_frame([{**r, "curve": []} for r in records])
 
 
 def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -124,8 +124,5 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
 
 def verdict(pooled: pd.DataFrame, alpha: float = 0.05) -> str:
     """Which method `elsi select` recommends by default: "probe" if the probe's error predicts the
-    drafts' tau out of sample (pooled rho > 0 at p < alpha), else "elsi" (the paper's method)."""
-    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == OUTCOMES[1])]
-    if len(row) and row["pooled rho"].iloc[0] > 0 and row["p (stratified permutation)"].iloc[0] < alpha:
-        return "probe"
-    return "elsi"
+    drafts' tau out of sample (`evidence.probe_predicts`), else "elsi" (the paper's method)."""
+    return "probe" if probe_predicts(pooled, alpha) else "elsi"

@@ -133,6 +133,19 @@ def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, prog
     return TrainingData(train_convs, heldout_convs, layers, store, reply_tokens, d2t, t2d)
 
 
+def heldout_features(exp: Experiment, model, tokenizer, data: TrainingData, layers, progress: bool = True):
+    """The target features of the held-out conversations, at the stored layers (step accuracy reads them)."""
+    return build_features(
+        model,
+        tokenizer,
+        data.heldout_convs,
+        layers,
+        max_length=exp.max_length,
+        progress=progress,
+        desc="target features (held-out)",
+    )
+
+
 @dataclass
 class Evaluation:
     """The evaluation side: SpecBench questions, and per temperature the target's continuations, the

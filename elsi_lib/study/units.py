@@ -5,25 +5,14 @@ unit ran on (`ran_on`: the CPU, whether it has bf16 matmul instructions, torch, 
 
 from __future__ import annotations
 
-import platform
 import subprocess
 
 import pandas as pd
 
 from ..common.cachefiles import REPO_ROOT
-from ..common.hardware import bf16_matmul_is_slow
+from ..common.hardware import bf16_matmul_is_slow, cpu_model
 from .protocols import Protocol
 from .records import FORMAT, QUESTION_FIELDS, STEPS
-
-
-def _cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def ran_on() -> dict:
@@ -39,7 +28,7 @@ def ran_on() -> dict:
     except (OSError, subprocess.CalledProcessError):
         commit = None
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "bf16 matmul instructions": not bf16_matmul_is_slow(),
         "cores": torch.get_num_threads(),
         "torch": torch.__version__,
