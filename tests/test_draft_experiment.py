@@ -103,7 +103,7 @@ def test_trained_drafts_read_the_checkpoint_alone(tiny_experiment, monkeypatch, 
     with monkeypatch.context() as patch:
         for name in ("training_conversations", "eval_conversations"):
             patch.setattr(D.corpus, name, lambda *a, **k: pytest.fail("the training data was rebuilt"))
-        patch.setattr(E, "build_features", lambda *a, **k: pytest.fail("the features were rebuilt"))
+        patch.setattr(D, "build_features", lambda *a, **k: pytest.fail("the features were rebuilt"))
         drafts = E.trained_drafts(exp, METHODS, loaded=loaded)
     assert {m: d.config.source for m, d in drafts.items()} == dict(zip(METHODS["id"], METHODS.source))
     path, _ = E.group_checkpoint(exp, D.data_key(exp, *loaded), E.groups(exp, METHODS)[0])
