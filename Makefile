@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -188,6 +188,16 @@ data: venv
 
 bench: venv
 	@for b in bench/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# The cost model of speculative decoding on this CPU (docs page "Wall clock"): elsi's loop, then vLLM, on
+# one finished ledger unit's draft (COST_LEDGER, COST_METHOD); it times: never beside another job
+COST_LEDGER ?= table3_f32
+COST_METHOD ?= elsi-m3
+bench-cost: venv models $(ENGINES_STAMP)
+	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) --export build/cost/$(COST_LEDGER)
+	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py build/cost/$(COST_LEDGER)/plan.json \
+	  --out cost_vllm_$(COST_LEDGER)
+	$(BIN)/python -m elsi_lib.study.speed
 
 clean:
 	rm -rf build .pytest_cache

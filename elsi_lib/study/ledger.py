@@ -68,8 +68,8 @@ def _commit(path) -> None:
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
     """Train the missing units of `proto` in ledger order while each one's estimate fits the budget;
     returns the records written."""
-    from .experiment import Group, heldout_accuracy, replay_draft, train_group
-    from .prepared import Prepared
+    from .experiment import heldout_accuracy, replay_draft, train_group
+    from .prepared import Prepared, unit_group
 
     started = time.monotonic()
     check_machine(proto)
@@ -92,7 +92,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
             print(f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left")
             break
         row = ready.methods.loc[method_id]
-        group = Group(seed, True, {method_id: row.source}, {method_id: row.method})
+        group = unit_group(method_id, seed, ready.methods)
         clock = {}
         t = time.monotonic()
         drafts, out = train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)

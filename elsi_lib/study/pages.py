@@ -20,6 +20,7 @@ import pandas as pd
 from ..common.cachefiles import REPO_ROOT
 from ..common.results import results_dir
 from ..draft.evidence import NODES, evidence
+from . import speed
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
@@ -313,13 +314,14 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
         written[f"command-{name}.md"] = command_page(name)
     written["api.md"] = api_page()
     written["benchmarks.md"] = bench_page()
+    written["speed.md"] = speed.page(docs / "images")
     written["index.md"] = home_page(PAGES)
     for name, text in written.items():
         (docs / name).write_text(text)
     (docs / "checks.js").write_text(CHECKS_JS)
     nav = ["  - Home: index.md", "  - Paper figures and tables:"] + [f"    - '{p.title}': {p.slug}.md" for p in PAGES]
     nav += ["  - Commands:"] + [f"    - elsi {n}: command-{n}.md" for n in ("select", "capture", "report")]
-    nav += ["  - Python API: api.md", "  - Benchmarks: benchmarks.md"]
+    nav += ["  - Python API: api.md", "  - Wall clock: speed.md", "  - Benchmarks: benchmarks.md"]
     (Path(out) / "mkdocs.yml").write_text(MKDOCS.format(nav="\n".join(nav)))
     return [docs / name for name in written]
 

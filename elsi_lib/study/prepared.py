@@ -27,6 +27,48 @@ from .units import unit_record
 CALIBRATION_BATCHES = 4  # training batches timed (the first is a warm-up, not counted)
 
 
+def protocol_methods(proto: Protocol, loaded: tuple) -> tuple[pd.DataFrame, dict]:
+    """The protocol's methods table (`draft_methods`: its calibration statistics and its probe's m = 3
+    set) and the probe's choices."""
+    from . import calibration
+    from .methods import draft_methods
+
+    n = proto.calibration_prompts
+    stats = calibration.paper_stats([proto.family], n, seed=0)[proto.family]
+    choice = calibration.probe_choices(proto.family, n, (3,), seed=0, rank=proto.probe_rank, loaded=loaded)
+    return draft_methods(stats, probe=choice), choice
+
+
+def unit_group(method_id: str, seed: int, methods: pd.DataFrame):
+    """The lock-step group a ledger unit trains alone in (its checkpoint's key)."""
+    from .experiment import Group
+
+    row = methods.set_index("id", drop=False).loc[method_id]
+    return Group(seed, True, {method_id: row.source}, {method_id: row.method})
+
+
+def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | None = None):
+    """A finished ledger unit's draft, read from its checkpoint alone (never trained here: a missing
+    or unfinished checkpoint raises RuntimeError naming the command that trains it); for decoding,
+    benchmarks and export. Returns (model, tokenizer, draft)."""
+    from ..draft.checkpoints import finished_drafts
+    from .experiment import group_checkpoint
+    from .protocol import numeric_settings
+
+    model, tokenizer = loaded or load_model(proto.family)
+    methods, _ = protocol_methods(proto, (model, tokenizer))
+    if method_id not in set(methods.id):
+        raise ValueError(f"{method_id!r} is not a method of {proto.name}; its methods: {', '.join(methods.id)}")
+    exp = proto.experiment()
+    path, full_key = group_checkpoint(exp, data_key(exp, model, tokenizer), unit_group(method_id, seed, methods))
+    try:
+        draft = finished_drafts(path, full_key, model)[method_id]
+    except RuntimeError as error:
+        raise RuntimeError(f"{proto.name} {method_id} seed {seed}: {error} (make ledger-{proto.name})") from None
+    draft.numeric = numeric_settings(exp)
+    return model, tokenizer, draft
+
+
 @dataclass
 class Prepared:
     proto: Protocol
@@ -45,14 +87,11 @@ class Prepared:
     @classmethod
     def load(cls, proto: Protocol, progress: bool = True) -> "Prepared":
         from . import calibration
-        from .methods import draft_methods
 
         exp = proto.experiment()
         model, tokenizer = load_model(proto.family)
         n, rank = proto.calibration_prompts, proto.probe_rank
-        stats = calibration.paper_stats([proto.family], n, seed=0)[proto.family]
-        choice = calibration.probe_choices(proto.family, n, (3,), seed=0, rank=rank, loaded=(model, tokenizer))
-        methods = draft_methods(stats, probe=choice)
+        methods, choice = protocol_methods(proto, (model, tokenizer))
         layers = feature_layers(methods, len(model.get_decoder().layers))  # every method's: one store for all
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress, archive=continuations_dir())
         data = training_data(exp, methods, model, tokenizer, progress)

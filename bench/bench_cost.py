@@ -1,0 +1,277 @@
+"""The cost model of speculative decoding (`elsi_lib.draft.cost`) measured on this CPU for elsi's own
+loop (`elsi_lib.draft.decode`), batch 1, on the same SpecBench questions (first turn), in one run:
+
+1. costs, each timed alone (medians of --repeat): plain greedy decoding (transformers `generate`,
+   KV cache) in ms per token; the target's forward over 1..k+1 new tokens after a cached prompt and
+   over each tree's nodes + 1; the draft's work per round (its chain or tree of draft steps, then its
+   update rows over the accepted tokens); each prompt's prefill (target and draft);
+2. acceptance: the conditional per-step rates a_1..a_K of the longest chain's rounds;
+3. predicted, from 1 and 2 alone: each chain's tokens per round (1 + sum prod a_j, the long chain's
+   rates truncated to k), its round's seconds, the generation's seconds and the speed-up over plain;
+   trees take their own run's tau (their acceptance is not a chain's) and are predicted in time only;
+4. measured: every shape's generation end to end (checked token-identical to plain greedy), its tau
+   and its speed-up; the prediction's error; the ceiling (perfect acceptance) and break-even tau.
+
+    .venv/bin/python bench/bench_cost.py --ledger table3_f32 --method elsi-m3 --out cost_elsi_qwen
+    .venv/bin/python bench/bench_cost.py --params notebooks/tables_strong.yaml --method eagle3 --out cost_elsi_smollm2
+
+Results: bench/results/<--out>.json and .md (machine, date, load, settings, costs, one row per shape).
+Never run it beside another job: it times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import statistics
+import time
+
+import torch
+
+from bench_decoding import plain, verification_ms
+from elsi_lib.draft import corpus, cost
+from elsi_lib.draft.decode import speculative_generate, target_forward
+from elsi_lib.draft.export import load_draft, save_draft
+from elsi_lib.draft.runner import draft_rows, resolved_autocast, root_step_fn
+from elsi_lib.draft.tree import build_trees, check_tree_args
+from elsi_lib.inputs.chat import tokenize_conversation
+from elsi_lib.inputs.models import load_model, resolve_model_path
+from elsi_lib.study.experiment import trained_drafts
+from elsi_lib.study.methods import run_methods
+from elsi_lib.study.prepared import unit_draft
+from elsi_lib.study.protocols import protocol
+from record import write
+
+TREES = [(30, 6, 10), (60, 6, 10)]  # (nodes, depth, top_k): the paper's two trees
+
+
+def median_ms(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
+
+
+@torch.no_grad()
+def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> tuple[dict, dict, float]:
+    """Milliseconds, after `prompt`: the draft's tree per shape {(nodes, depth, top_k): ms}, its
+    update rows {rows: ms} (1..max depth + 1), and the prefill (target forward + draft rows)."""
+    source = draft.config.source
+    ids = torch.tensor(prompt)
+    first = int(target_forward(model, ids, source)[0][-1].argmax())
+
+    def prefill():
+        _, features, _ = target_forward(model, ids, source)
+        return features, draft_rows(
+            draft, features, torch.cat([ids[1:], torch.tensor([first])]), 0, None, autocast=autocast
+        )
+
+    prefill_ms = median_ms(prefill, repeat)
+    features, (hidden, kv) = prefill()
+    P = len(prompt)
+    trees = {}
+    for nodes, depth, top_k in shapes:
+
+        def tree():
+            step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P]), autocast)
+            return build_trees(step_fn, state, nodes=nodes, depth=depth, top_k=top_k, to_target=draft.to_target)
+
+        trees[(nodes, depth, top_k)] = median_ms(tree, repeat)
+    rows = {}
+    for n in range(1, max(d for _, d, _ in shapes) + 2):
+        tokens = torch.tensor(prompt[-n:])
+        rows[n] = median_ms(lambda: draft_rows(draft, features[-n:], tokens, P, kv, autocast=autocast), repeat)
+    return trees, rows, prefill_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--ledger", help="a ledger protocol whose finished unit is the draft (make ledger-PROTOCOL; default table3_f32)"
+    )
+    source.add_argument("--params", help="a notebook parameter file whose finished run trained the draft")
+    parser.add_argument("--method", default="elsi-m3", help="the draft's method id in that ledger or run")
+    parser.add_argument("--seed", type=int, default=0, help="the ledger unit's seed")
+    parser.add_argument("--draft", help="an exported draft folder instead (refused if exported for another target)")
+    parser.add_argument("--chains", type=int, default=5, help="chains of k = 1..CHAINS draft tokens")
+    parser.add_argument("--questions", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", help="results name under bench/results (default cost_elsi_<ledger or params stem>)")
+    parser.add_argument(
+        "--export",
+        help="also export the draft (speculators layout) and the questions to this folder, for "
+        "engines/cost_vllm.py (the same measurement in vLLM)",
+    )
+    args = parser.parse_args()
+    if not args.params:
+        args.ledger = args.ledger or "table3_f32"
+    for name in ("chains", "questions", "tokens", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    for k in range(1, args.chains + 1):
+        check_tree_args(k, k, 1)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    torch.manual_seed(0)
+    if args.ledger:
+        proto = protocol(args.ledger)
+        family, origin = proto.family, f"ledger {args.ledger}"
+        model, tokenizer = load_model(family)
+        if not args.draft:
+            _, _, draft = unit_draft(proto, args.method, args.seed, loaded=(model, tokenizer))
+    else:
+        exp, methods = run_methods(args.params)
+        family, origin = exp.model, args.params
+        model, tokenizer = load_model(family)
+        if not args.draft:
+            draft = trained_drafts(exp, methods, loaded=(model, tokenizer))[args.method]
+    if args.draft:  # load_draft refuses a draft exported for another target
+        draft, name = load_draft(args.draft, model), args.draft
+    else:
+        name = f"{args.method} seed {args.seed}" if args.ledger else args.method
+    draft.config.check_target(model)
+    args.out = args.out or f"cost_elsi_{args.ledger or Path(args.params).stem}"
+    autocast = resolved_autocast(None)
+    shapes = [(k, k, 1) for k in range(1, args.chains + 1)] + TREES
+    questions = corpus.eval_questions(1, seed=0).head(args.questions)
+    prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
+    print(
+        f"{family}, draft {name} (layers {draft.config.source}), {len(prompts)} SpecBench questions, "
+        f"up to {args.tokens} tokens, batch 1, {torch.get_num_threads()} threads, draft autocast {autocast}",
+        flush=True,
+    )
+
+    # 1. costs, each alone
+    plain(model, prompts[:1], 4)  # warm-up
+    reference, plain_seconds = plain(model, prompts, args.tokens)
+    generated = sum(map(len, reference))
+    plain_ms = 1000 * plain_seconds / generated
+    verify = verification_ms(model, prompts[0], sorted({n + 1 for n, _, _ in shapes}), args.repeat)
+    trees, rows = {}, {}
+    prefill_ms = 0.0
+    for p in prompts:
+        t, r, f = draft_costs(model, draft, p, shapes, args.repeat, autocast)
+        for key, ms in t.items():
+            trees.setdefault(key, []).append(ms)
+        for key, ms in r.items():
+            rows.setdefault(key, []).append(ms)
+        prefill_ms += f
+    trees = {key: statistics.mean(v) for key, v in trees.items()}
+    rows = {key: statistics.mean(v) for key, v in rows.items()}
+    print(f"plain: {plain_ms:.1f} ms/token ({1000 / plain_ms:.1f} tok/s); prefills {prefill_ms:.0f} ms in all")
+    print("target forward ms by new tokens:", ", ".join(f"{n}: {ms:.1f}" for n, ms in verify.items()))
+    print("draft ms per round (chain or tree):", ", ".join(f"{s}: {ms:.1f}" for s, ms in trees.items()))
+    print("draft update ms by rows:", ", ".join(f"{n}: {ms:.1f}" for n, ms in rows.items()), flush=True)
+
+    # 4. measured, end to end (2. and 3. need the longest chain's rounds first)
+    measured = {}
+    for nodes, depth, top_k in shapes:
+        runs, start = [], time.perf_counter()
+        for p in prompts:
+            runs.append(
+                speculative_generate(
+                    model,
+                    draft,
+                    p,
+                    max_new_tokens=args.tokens,
+                    nodes=nodes,
+                    depth=depth,
+                    top_k=top_k,
+                    autocast=autocast,
+                )
+            )
+        seconds = time.perf_counter() - start
+        if any(r.tokens != ref for r, ref in zip(runs, reference)):
+            raise SystemExit(f"shape {(nodes, depth, top_k)}: not token-identical to plain greedy decoding")
+        measured[(nodes, depth, top_k)] = (runs, seconds)
+        print(f"measured {(nodes, depth, top_k)}: {seconds:.1f} s", flush=True)
+
+    longest = (args.chains, args.chains, 1)
+    rates = cost.step_acceptance([a for r in measured[longest][0] for a in r.accepted_full], args.chains)
+    print("per-step acceptance of the longest chain:", ", ".join(f"{a:.3f}" for a in rates))
+    prefill_s = prefill_ms / 1000 / len(prompts)  # one question's prefill, on average
+    out_rows = []
+    for shape in shapes:
+        nodes, depth, top_k = shape
+        runs, seconds = measured[shape]
+        rounds = sum(len(r.accepted) for r in runs)
+        tau = sum(a + 1 for r in runs for a in r.accepted) / rounds
+        chain = top_k == 1 and nodes == depth
+        tokens = cost.tokens_per_round(rates[:depth]) if chain else tau
+
+        def round_s(tokens_per_round):
+            update = rows[min(max(1, round(tokens_per_round)), max(rows))]
+            return cost.round_seconds(trees[shape] / 1000, verify[nodes + 1] / 1000, update / 1000)
+
+        predicted_s = cost.generation_seconds(generated, len(prompts), tokens, round_s(tokens), prefill_s)
+        ceiling_s = cost.generation_seconds(generated, len(prompts), depth + 1, round_s(depth + 1), prefill_s)
+        row = {
+            "shape": "chain" if chain else "tree",
+            "k or nodes": nodes,
+            "depth": depth,
+            "top-k": top_k,
+            "tau measured": round(tau, 3),
+            "tau predicted": round(tokens, 3),
+            "round ms predicted": round(1000 * round_s(tokens), 1),
+            "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
+            "break-even tau": round(cost.break_even(round_s(tokens), plain_ms / 1000), 2),
+            "speed-up measured": round(plain_seconds / seconds, 3),
+            "speed-up predicted": round(plain_seconds / predicted_s, 3),
+            "error": round((plain_seconds / predicted_s) / (plain_seconds / seconds) - 1, 3),
+            "ceiling": round(plain_seconds / ceiling_s, 3),
+            "lossless": True,
+        }
+        out_rows.append(row)
+        print(row, flush=True)
+    settings = {
+        "engine": "elsi",
+        "model": family,
+        "draft": name,
+        "from": origin,
+        "layers": draft.config.source if isinstance(draft.config.source, str) else list(draft.config.source),
+        "draft vocabulary": draft.config.draft_vocab_size,
+        "draft autocast": autocast,
+        "questions": len(prompts),
+        "tokens": args.tokens,
+        "generated": generated,
+        "repeat": args.repeat,
+        "batch": 1,
+        "threads": torch.get_num_threads(),
+        "plain s": round(plain_seconds, 3),
+        "plain ms/token": round(plain_ms, 2),
+        "prefill ms": round(prefill_ms, 1),
+        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in verify.items()},
+        "draft ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in trees.items()},
+        "draft update ms by rows": {str(n): round(ms, 2) for n, ms in rows.items()},
+        "per-step acceptance": [round(a, 4) for a in rates],
+    }
+    write(args.out, settings, out_rows, load_before=load_before)
+    if args.export:
+        export(args.export, draft, model, family, name, prompts, args, out_rows)
+
+
+def export(folder, draft, model, family, name, prompts, args, rows) -> None:
+    """The draft in the speculators layout and plan.json (target, questions, chains, elsi's tau)."""
+    folder = Path(folder)
+    save_draft(draft, folder / "draft", target=model, format="speculators", verifier=resolve_model_path(family)[0])
+    plan = {
+        "family": family,
+        "target": resolve_model_path(family)[0],
+        "draft": str(folder / "draft"),
+        "draft name": name,
+        "prompts": [list(map(int, p)) for p in prompts],
+        "max_tokens": args.tokens,
+        "chains": args.chains,
+        "tau elsi by k": {str(r["k or nodes"]): r["tau measured"] for r in rows if r["shape"] == "chain"},
+    }
+    (folder / "plan.json").write_text(json.dumps(plan) + "\n")
+    print(f"exported to {folder}: run engines/cost_vllm.py {folder / 'plan.json'} in the engines' environment")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""What speculative decoding buys in wall clock: the standard cost model, from measured costs and
+measured acceptance (Leviathan et al., arXiv 2211.17192, Sec. 3.3; EAGLE's chains and trees alike).
+
+A round drafts, verifies [root ; nodes] in one target forward and keeps the accepted path plus the
+target's bonus token. With conditional per-step acceptance rates a_1..a_k (a_i: the chance that the
+i-th draft token is accepted once the first i - 1 were), a chain of k yields
+
+    E[tokens per round] = 1 + sum_{i=1..k} prod_{j<=i} a_j                    (at most k + 1)
+
+and costs  round_s = draft_s + verify_s(k + 1 tokens) + other_s  (acceptance, cache pruning, the
+draft's update rows). Against plain decoding at plain_s per token, the decode phase runs
+
+    speed-up = E[tokens per round] * plain_s / round_s,
+
+which breaks even at E[tokens per round] = round_s / plain_s and reaches its ceiling, perfect
+acceptance, at k + 1 tokens per round. Pure functions of numbers: the benchmarks measure the
+numbers (bench/bench_cost.py, engines/cost_vllm.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def _check_rates(rates: Sequence[float]) -> list[float]:
+    rates = [float(a) for a in rates]
+    bad = [a for a in rates if not (math.isfinite(a) and 0.0 <= a <= 1.0)]
+    if bad:
+        raise ValueError(f"acceptance rates must lie in [0, 1], got {bad[0]!r}")
+    return rates
+
+
+def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
+    """Conditional per-step acceptance rates a_1..a_k from a chain's rounds: `accepted` holds each
+    round's accepted draft tokens (0..k, before any end-of-sequence or length cut). a_i is the
+    share of rounds that accepted at least i among those that accepted at least i - 1; a step no
+    round reached gets a_i = 0 (nothing is known to be accepted there)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    counts = [int(a) for a in accepted]
+    if not counts:
+        raise ValueError("no rounds: acceptance needs at least one round")
+    if min(counts) < 0 or max(counts) > k:
+        raise ValueError(f"accepted counts must lie in 0..{k} for a chain of {k}, got {min(counts)}..{max(counts)}")
+    reached = [sum(c >= i for c in counts) for i in range(k + 1)]  # rounds with >= i accepted
+    return [reached[i] / reached[i - 1] if reached[i - 1] else 0.0 for i in range(1, k + 1)]
+
+
+def tokens_per_round(rates: Sequence[float]) -> float:
+    """E[tokens per round] of a chain with conditional acceptance `rates` (a_1..a_k): the bonus
+    token plus the expected accepted prefix, 1 + sum_i prod_{j<=i} a_j."""
+    total, alive = 1.0, 1.0
+    for a in _check_rates(rates):
+        alive *= a
+        total += alive
+    return total
+
+
+def round_seconds(draft_s: float, verify_s: float, other_s: float = 0.0) -> float:
+    """Seconds of one round: the draft's steps, the target's verification forward, the rest."""
+    parts = {"draft_s": draft_s, "verify_s": verify_s, "other_s": other_s}
+    for name, value in parts.items():
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    total = draft_s + verify_s + other_s
+    if total <= 0:
+        raise ValueError("a round must take some time: draft_s + verify_s + other_s is 0")
+    return total
+
+
+def speedup(tokens: float, round_s: float, plain_s: float) -> float:
+    """Decode-phase speed-up over plain decoding: `tokens` per round of `round_s` seconds against
+    one token per `plain_s` seconds."""
+    if not (tokens >= 1 and round_s > 0 and plain_s > 0):
+        raise ValueError(f"need tokens >= 1, round_s > 0, plain_s > 0; got {tokens}, {round_s}, {plain_s}")
+    return tokens * plain_s / round_s
+
+
+def break_even(round_s: float, plain_s: float) -> float:
+    """Tokens per round at which a round of `round_s` seconds pays exactly what plain decoding does."""
+    if not (round_s > 0 and plain_s > 0):
+        raise ValueError(f"need round_s > 0 and plain_s > 0, got {round_s}, {plain_s}")
+    return round_s / plain_s
+
+
+def generation_seconds(generated: int, prompts: int, tokens: float, round_s: float, prefill_s: float) -> float:
+    """Seconds to generate `generated` tokens over `prompts` generations: each generation's prefill
+    (which yields its first token) then rounds of `tokens` tokens each."""
+    if generated < prompts or prompts < 1:
+        raise ValueError(f"need generated >= prompts >= 1, got {generated}, {prompts}")
+    return prompts * prefill_s + (generated - prompts) / tokens * round_s

@@ -1,0 +1,128 @@
+"""Wall clock: the cost model's benchmarks (`bench/bench_cost.py` for elsi's loop, `engines/cost_vllm.py`
+for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, their finding and their figure: speed-up
+against tokens per round for each chain, from the measured costs (`elsi_lib.draft.cost`), with
+break-even at 1, each line ending at its ceiling (perfect acceptance) and the measured points.
+
+    .venv/bin/python -m elsi_lib.study.speed        # figures/cost_model.png from the committed results
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..common.cachefiles import REPO_ROOT
+from ..draft import cost
+
+BENCH = REPO_ROOT / "bench" / "results"
+
+
+def cost_results(folder: Path = BENCH) -> list[dict]:
+    """Every cost benchmark's record (name order), each with its chain rows as `chains`:
+    [{k, tau measured, speed-up measured, speed-up predicted, error, round ms predicted}]."""
+    out = []
+    paths = [*Path(folder).glob("cost_elsi_*.json"), *Path(folder).glob("cost_vllm_*.json")]
+    for path in sorted(paths):
+        result = json.loads(path.read_text())
+        chains = []
+        for row in result["rows"]:
+            if "k" in row:  # vLLM's rows
+                chains.append({**row, "tau measured": row["tau vLLM"]})
+            elif row.get("shape") == "chain":
+                chains.append({**row, "k": row["k or nodes"]})
+        out.append({**result, "chains": chains})
+    return out
+
+
+def label(result: dict) -> str:
+    s = result["settings"]
+    return f"{s['engine']}, {s.get('model') or s.get('family')}, draft {s['draft']}"
+
+
+def curve(settings: dict, round_ms: float, taus) -> np.ndarray:
+    """Speed-up over plain decoding of the benchmark's whole generation as a function of tokens per
+    round, every other cost as measured (`cost.generation_seconds`)."""
+    questions, generated = settings["questions"], settings["generated"]
+    prefill = settings["prefill ms"] / 1000 / questions
+    return np.array(
+        [settings["plain s"] / cost.generation_seconds(generated, questions, t, round_ms / 1000, prefill) for t in taus]
+    )
+
+
+def figure(results: list[dict]):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.2), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        colors = plt.get_cmap("viridis")(np.linspace(0, 0.85, max(1, len(result["chains"]))))
+        for color, row in zip(colors, result["chains"]):
+            k = row["k"]
+            taus = np.linspace(1, k + 1, 50)
+            ax.plot(taus, curve(result["settings"], row["round ms predicted"], taus), color=color, lw=1.2)
+            ax.plot([k + 1], curve(result["settings"], row["round ms predicted"], [k + 1]), "^", color=color, ms=5)
+            ax.plot(row["tau measured"], row["speed-up measured"], "o", color=color, mec="black", label=f"k = {k}")
+        ax.axhline(1.0, color="grey", ls="--", lw=1, label="break-even")
+        ax.set_xlabel("tokens per round (tau)")
+        ax.set_ylabel("speed-up over plain decoding")
+        ax.set_title(label(result), fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("Chains: the cost model's line (measured costs), its ceiling (triangle), the measured run (dot)")
+    fig.tight_layout()
+    return fig
+
+
+def finding(result: dict) -> list[str]:
+    """What one benchmark shows, from its rows: the best measured speed-up, how far the model's
+    out-of-sample predictions fall from the measurements, and the ceiling and break-even at the best k."""
+    s, chains = result["settings"], result["chains"]
+    best = max(chains, key=lambda r: r["speed-up measured"])
+    errors = [abs(r["error"]) for r in chains if isinstance(r.get("error"), (int, float))]
+    plain = s.get("plain tok/s") or round(1000 / s["plain ms/token"], 1)
+    lines = [
+        f"**{label(result)}** ({result['machine']['cpu']}, {result['machine']['date'][:10]}): plain decoding "
+        f"{plain} tokens/s. Best chain k = {best['k']}: {best['speed-up measured']}x measured, "
+        f"{best['speed-up predicted']}x predicted, at tau {best['tau measured']} against a break-even tau of "
+        f"{best['break-even tau']}; with perfect acceptance that chain would reach {best['ceiling']}x."
+    ]
+    if errors:
+        lines.append(
+            f"The model's predictions of the chains it was not calibrated on fall within {100 * max(errors):.1f}% "
+            f"of the measured speed-ups (mean {100 * np.mean(errors):.1f}%, {len(errors)} chains)."
+        )
+    return lines
+
+
+def page(images: Path, folder: Path = BENCH) -> str:
+    """The docs page: each benchmark's finding and table, and the figure (written into `images`)."""
+    results = cost_results(folder)
+    lines = [
+        "# Wall clock on this CPU",
+        "",
+        "Speculative decoding pays when a round's tokens outweigh its cost: the draft's steps and one target "
+        "forward over the root and the drafted tokens, against one plain decoding step per token "
+        "(`elsi_lib.draft.cost`). `bench/bench_cost.py` (elsi's loop) and `engines/cost_vllm.py` (vLLM) "
+        "measure each cost alone and the acceptance, predict every chain's speed-up and measure it.",
+        "",
+    ]
+    if not results:
+        return "\n".join(lines + ["No cost benchmark has run yet (`make bench-cost`).", ""])
+    fig = figure(results)
+    fig.savefig(Path(images) / "cost_model.png", dpi=110)
+    lines += ["## Findings", ""]
+    for result in results:
+        lines += [*finding(result), ""]
+    lines += ["![cost model](images/cost_model.png)", ""]
+    for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
+        lines += [f"## `{path.stem}`", "", path.read_text(), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    results = cost_results()
+    if not results:
+        raise SystemExit(f"no cost benchmark results in {BENCH} (make bench-cost)")
+    out = REPO_ROOT / "figures" / "cost_model.png"
+    figure(results).savefig(out, dpi=110)
+    print(out)

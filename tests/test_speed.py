@@ -1,0 +1,143 @@
+"""The cost model's page and figure (elsi_lib.study.speed) from benchmark records: a synthetic record
+of each engine's layout, its finding computed from its rows, its curve through the cost model."""
+
+import json
+
+import pytest
+
+from elsi_lib.draft import cost
+from elsi_lib.study import speed
+
+MACHINE = {"cpu": "Test CPU", "date": "2026-12-04T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.0, 0.0, 0.0]}
+
+
+def elsi_record():
+    settings = {
+        "engine": "elsi",
+        "model": "tiny",
+        "draft": "eagle3 seed 0",
+        "questions": 2,
+        "generated": 42,
+        "plain s": 2.1,
+        "plain ms/token": 50.0,
+        "prefill ms": 200.0,
+    }
+    rows = [
+        {
+            "shape": "chain",
+            "k or nodes": 1,
+            "depth": 1,
+            "top-k": 1,
+            "tau measured": 1.4,
+            "tau predicted": 1.38,
+            "round ms predicted": 60.0,
+            "round ms measured": 61.0,
+            "break-even tau": 1.2,
+            "speed-up measured": 1.1,
+            "speed-up predicted": 1.05,
+            "error": -0.045,
+            "ceiling": 1.5,
+            "lossless": True,
+        },
+        {
+            "shape": "chain",
+            "k or nodes": 2,
+            "depth": 2,
+            "top-k": 1,
+            "tau measured": 1.6,
+            "tau predicted": 1.62,
+            "round ms predicted": 70.0,
+            "round ms measured": 69.0,
+            "break-even tau": 1.4,
+            "speed-up measured": 1.2,
+            "speed-up predicted": 1.26,
+            "error": 0.05,
+            "ceiling": 1.8,
+            "lossless": True,
+        },
+        {
+            "shape": "tree",
+            "k or nodes": 30,
+            "depth": 6,
+            "top-k": 10,
+            "tau measured": 2.0,
+            "tau predicted": 2.0,
+            "round ms predicted": 150.0,
+            "round ms measured": 150.0,
+            "break-even tau": 3.0,
+            "speed-up measured": 0.6,
+            "speed-up predicted": 0.62,
+            "error": 0.033,
+            "ceiling": 1.9,
+            "lossless": True,
+        },
+    ]
+    return {"benchmark": "cost_elsi_tiny", "machine": MACHINE, "settings": settings, "rows": rows, "notes": ""}
+
+
+def vllm_record():
+    settings = {
+        "engine": "vLLM 0.32.0",
+        "family": "tiny",
+        "draft": "elsi-m3 seed 0",
+        "questions": 2,
+        "generated": 42,
+        "plain s": 1.0,
+        "plain tok/s": 42.0,
+        "prefill ms": 100.0,
+    }
+    rows = [
+        {
+            "k": k,
+            "tau vLLM": 1.2 + 0.1 * k,
+            "round ms predicted": 30.0 + 5 * k,
+            "break-even tau": 1.3,
+            "speed-up measured": 0.9 + 0.02 * k,
+            "speed-up predicted": 0.9,
+            "ceiling": 1.4,
+            "error": "calibration" if k < 3 else -0.08 * (k - 2),
+            "lossless": True,
+        }
+        for k in (1, 2, 3, 4)
+    ]
+    return {"benchmark": "cost_vllm_tiny", "machine": MACHINE, "settings": settings, "rows": rows, "notes": ""}
+
+
+@pytest.fixture
+def folder(tmp_path):
+    for record in (elsi_record(), vllm_record()):
+        (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+        (tmp_path / f"{record['benchmark']}.md").write_text(f"{record['benchmark']} table\n")
+    return tmp_path
+
+
+def test_results_keep_chains_only_under_one_name(folder):
+    results = speed.cost_results(folder)
+    assert [len(r["chains"]) for r in results] == [2, 4]  # the tree row is not a chain
+    assert [c["k"] for c in results[0]["chains"]] == [1, 2]
+    assert results[1]["chains"][0]["tau measured"] == pytest.approx(1.3)
+
+
+def test_the_finding_is_computed_from_the_rows(folder):
+    elsi, vllm = speed.cost_results(folder)
+    text = " ".join(speed.finding(elsi))
+    assert "Best chain k = 2: 1.2x measured" in text
+    assert "within 5.0%" in text and "2 chains" in text  # max |error| of the chain rows
+    text = " ".join(speed.finding(vllm))
+    assert "42.0 tokens/s" in text and "Best chain k = 4" in text
+    assert "within 16.0%" in text and "2 chains" in text  # calibration rows are not counted
+
+
+def test_the_curve_is_the_cost_model(folder):
+    settings = speed.cost_results(folder)[0]["settings"]
+    expected = 2.1 / cost.generation_seconds(42, 2, 1.5, 0.06, 0.1)
+    assert speed.curve(settings, 60.0, [1.5])[0] == pytest.approx(expected)
+
+
+def test_the_page_shows_findings_tables_and_a_figure(folder, tmp_path):
+    images = tmp_path / "images"
+    images.mkdir()
+    text = speed.page(images, folder)
+    assert "cost_elsi_tiny table" in text and "cost_vllm_tiny table" in text
+    assert (images / "cost_model.png").stat().st_size > 10_000
+    assert "No cost benchmark" in speed.page(images, tmp_path / "empty")
