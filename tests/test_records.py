@@ -153,6 +153,14 @@ def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, mon
     assert len(table) == len(protocol("table3_f32").ledger) == 14
 
 
+def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkeypatch):
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    R.write_record(a_record(), tmp_path)
+    both = ledger.table_ledgers("table3")
+    assert both.groupby("protocol", sort=False).present.agg(["sum", "size"]).values.tolist() == [[0, 14], [1, 14]]
+    assert ledger.table_ledgers("table2").empty  # the small Table 2 keeps no ledger
+
+
 def test_a_bf16_protocol_is_refused_where_bf16_is_slow(monkeypatch):
     monkeypatch.setattr(ledger, "bf16_matmul_is_slow", lambda: True)
     with pytest.raises(SystemExit, match="table3_f32"):

@@ -48,6 +48,15 @@ def status(proto: Protocol) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def table_ledgers(table: str) -> pd.DataFrame:
+    """The ledgers of the protocols behind one table (named `table` or `<table>_f32`), one row per
+    unit with its protocol; empty when no protocol keeps a ledger for that table."""
+    frames = [status(p).assign(protocol=n) for n, p in PROTOCOLS.items() if n in (table, f"{table}_f32")]
+    if not frames:
+        return pd.DataFrame(columns=["protocol", "method", "seed", "present", "record"])
+    return pd.concat(frames, ignore_index=True)[["protocol", "method", "seed", "present", "record"]]
+
+
 def check_machine(proto: Protocol) -> None:
     """Refuse a bf16 protocol where bf16 autocast is 31-110x slower (no bf16 matmul instructions)."""
     exp = proto.experiment()
