@@ -431,3 +431,31 @@ def test_a_complete_archive_is_read_on_a_machine_without_the_engines_environment
     assert "read from" in capsys.readouterr().err
     with pytest.raises(FileNotFoundError, match="make test-engines"):  # a request the archive does not hold
         E.engine_replies(tiny_model, tiny_tokenizer, make_conversations(5), max_new_tokens=8, chunk=2)
+
+
+def test_a_drafts_key_names_the_archives_version_without_the_engines_environment(
+    engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path
+):
+    """data_key records who wrote the replies before reading any: without .venv-engines it takes the one
+    version the archives name, refuses archives that disagree and names what to build without any."""
+    from elsi_lib.draft import corpus
+
+    conversations = make_conversations(3)
+    E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    archive, _ = E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)
+
+    def absent(python=None):
+        raise FileNotFoundError("no vLLM in the engines' environment: run `make test-engines`")
+
+    monkeypatch.setattr(corpus, "vllm_version", absent)
+    monkeypatch.setattr(E, "vllm_version", absent)
+    assert corpus.reply_identity("vllm") == {"engine": "vllm", "version": "0.0-test"}
+    other = archive.with_name("0" * 24 + ".partial.jsonl.gz")
+    with gzip.open(other, "wt") as handle:
+        handle.write(json.dumps({"engine": {"name": "vllm", "version": "9.9"}}) + "\n")
+    with pytest.raises(ValueError, match=r"\['0.0-test', '9.9'\]"):
+        corpus.reply_identity("vllm")
+    for path in (archive, other):
+        path.unlink()
+    with pytest.raises(FileNotFoundError, match="make test-engines"):
+        corpus.reply_identity("vllm")

@@ -18,7 +18,7 @@ from ..inputs.prompts import (
     training_prompts,
     training_prompts_with_sets,
 )
-from ..hidden.engine_replies import engine_replies, replies_written
+from ..hidden.engine_replies import archived_vllm_version, engine_replies, replies_written
 from ..hidden.engine_env import vllm_version
 from ..hidden.replies import generate_responses, with_replies
 
@@ -114,7 +114,11 @@ def training_conversations_written(
 def reply_identity(engine: str) -> dict:
     """What a draft's training key records about who wrote its training replies."""
     if engine == "vllm":
-        return {"engine": "vllm", "version": vllm_version()}
+        try:
+            version = vllm_version()
+        except FileNotFoundError:  # a new machine without the engines: the archives' version
+            version = archived_vllm_version()
+        return {"engine": "vllm", "version": version}
     return {"batch": REPLY_BATCH}
 
 

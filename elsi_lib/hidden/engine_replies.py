@@ -294,16 +294,39 @@ def engine_replies(
     return [e[1] for e in entries], [e[2] for e in entries], req.key
 
 
+def _archive_versions() -> dict[Path, str]:
+    """{archive: the vLLM version its header names} of every reply archive under `archive_dir()`
+    (files without a readable header are left out: a request's own check names them)."""
+    out = {}
+    for path in sorted(archive_dir().glob("*.partial.jsonl.gz")):
+        try:
+            with gzip.open(path, "rt") as handle:
+                out[path] = str(json.loads(handle.readline())["engine"]["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def archived_vllm_version() -> str:
+    """The vLLM version that wrote the replies, on a machine without the engines' environment: the one
+    version every archive's header names (a draft's key records it before any reply is read). Raises
+    the engines' FileNotFoundError when there is no archive, ValueError when archives disagree."""
+    found = set(_archive_versions().values())
+    if not found:
+        return vllm_version(engines_python())  # raises, naming what to build
+    if len(found) > 1:
+        raise ValueError(
+            f"the reply archives in {archive_dir()} were written by vLLM {sorted(found)}: without the engines' "
+            "environment the training key cannot say which one wrote a request (make .venv-engines)"
+        )
+    return found.pop()
+
+
 def _archived_version(model, tokenizer, conversations, max_new_tokens: int, max_length: int) -> str:
     """The vLLM version of a complete archive of this request (on a machine without the engines'
     environment: a new machine continues from the archive in git without writing any reply again);
     the engines' error when no archive holds every reply."""
-    for path in sorted(archive_dir().glob("*.partial.jsonl.gz")):
-        try:
-            with gzip.open(path, "rt") as handle:
-                version = json.loads(handle.readline())["engine"]["version"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # not an archive header: the request's own check names it if it is this one
+    for path, version in _archive_versions().items():
         req = request_for(
             model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
         )
