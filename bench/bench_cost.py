@@ -1,16 +1,20 @@
 """The cost model of speculative decoding (`elsi_lib.draft.cost`) measured on this CPU for elsi's own
 loop (`elsi_lib.draft.decode`), batch 1, on the same SpecBench questions (first turn), in one run:
 
-1. costs, each timed alone (medians of --repeat): plain greedy decoding (transformers `generate`,
-   KV cache) in ms per token; the target's forward over 1..k+1 new tokens after a cached prompt and
-   over each tree's nodes + 1; the draft's work per round (its chain or tree of draft steps, then its
-   update rows over the accepted tokens); each prompt's prefill (target and draft);
-2. acceptance: the conditional per-step rates a_1..a_K of the longest chain's rounds;
+1. costs, each timed alone (medians of --repeat, averaged over the questions): plain greedy decoding
+   (transformers `generate`, KV cache; its decode step is its time less the target's prefills); the
+   target's forward over 1..k+1 new tokens after a cached prompt and over each tree's nodes + 1; the
+   draft's tree or chain, its update rows over the accepted tokens, and the rest of a round (the
+   target's argmax walk down the tree, pruning its KV cache); each question's prefill (target and draft);
+2. acceptance: the conditional per-step rates a_1..a_K of the longest chain's rounds (before the
+   end-of-sequence and length cuts);
 3. predicted, from 1 and 2 alone: each chain's tokens per round (1 + sum prod a_j, the long chain's
    rates truncated to k), its round's seconds, the generation's seconds and the speed-up over plain;
    trees take their own run's tau (their acceptance is not a chain's) and are predicted in time only;
 4. measured: every shape's generation end to end (checked token-identical to plain greedy), its tau
-   and its speed-up; the prediction's error; the ceiling (perfect acceptance) and break-even tau.
+   (before the cuts, as the rates) and rounds, and its speed-up; the prediction's error; the ceiling
+   (perfect acceptance) and the break-even tau. The longest chain's tau is in sample (the rates are
+   its own); its time, and every other chain's, is predicted from costs timed alone.
 
     .venv/bin/python bench/bench_cost.py --ledger table3_f32 --method elsi-m3 --out cost_elsi_qwen
     .venv/bin/python bench/bench_cost.py --params notebooks/tables_strong.yaml --method eagle3 --out cost_elsi_smollm2
@@ -32,7 +36,7 @@ import torch
 
 from bench_decoding import plain, verification_ms
 from elsi_lib.draft import corpus, cost
-from elsi_lib.draft.decode import speculative_generate, target_forward
+from elsi_lib.draft.decode import accept_greedy, keep_cache, speculative_generate, target_forward
 from elsi_lib.draft.export import load_draft, save_draft
 from elsi_lib.draft.runner import draft_rows, resolved_autocast, root_step_fn
 from elsi_lib.draft.tree import build_trees, check_tree_args
@@ -57,35 +61,73 @@ def median_ms(fn, repeat: int) -> float:
 
 
 @torch.no_grad()
-def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> tuple[dict, dict, float]:
-    """Milliseconds, after `prompt`: the draft's tree per shape {(nodes, depth, top_k): ms}, its
-    update rows {rows: ms} (1..max depth + 1), and the prefill (target forward + draft rows)."""
+def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> dict:
+    """Milliseconds after `prompt`, each timed alone: "trees" {(nodes, depth, top_k): the draft's tree},
+    "rows" {n: the draft's update over n accepted rows} (1..max depth + 1), "other" {shape: the rest of a
+    round: the target's argmax walk down the tree and pruning its KV cache}, "prefill" (target forward +
+    draft rows) and "target prefill" (the target's alone, as plain decoding's)."""
     source = draft.config.source
     ids = torch.tensor(prompt)
     first = int(target_forward(model, ids, source)[0][-1].argmax())
+    target_prefill_ms = median_ms(lambda: target_forward(model, ids, source), repeat)
 
     def prefill():
-        _, features, _ = target_forward(model, ids, source)
-        return features, draft_rows(
-            draft, features, torch.cat([ids[1:], torch.tensor([first])]), 0, None, autocast=autocast
-        )
+        _, features, cache = target_forward(model, ids, source)
+        rows = draft_rows(draft, features, torch.cat([ids[1:], torch.tensor([first])]), 0, None, autocast=autocast)
+        return features, cache, rows
 
     prefill_ms = median_ms(prefill, repeat)
-    features, (hidden, kv) = prefill()
+    features, cache, (hidden, kv) = prefill()
     P = len(prompt)
-    trees = {}
+    vocab = model.config.vocab_size
+    out: dict = {"trees": {}, "rows": {}, "other": {}, "prefill": prefill_ms, "target prefill": target_prefill_ms}
     for nodes, depth, top_k in shapes:
 
         def tree():
             step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P]), autocast)
             return build_trees(step_fn, state, nodes=nodes, depth=depth, top_k=top_k, to_target=draft.to_target)
 
-        trees[(nodes, depth, top_k)] = median_ms(tree, repeat)
-    rows = {}
+        out["trees"][(nodes, depth, top_k)] = median_ms(tree, repeat)
+        drafted = tree()[0]
+        logits = torch.randn(nodes + 1, vocab, generator=torch.Generator().manual_seed(nodes))  # (n + 1, V)
+
+        def rest():
+            accept_greedy(logits, drafted)
+            keep_cache(cache, torch.arange(P))  # keeps the prompt's P entries: an index_select of every layer
+
+        out["other"][(nodes, depth, top_k)] = median_ms(rest, repeat)
     for n in range(1, max(d for _, d, _ in shapes) + 2):
         tokens = torch.tensor(prompt[-n:])
-        rows[n] = median_ms(lambda: draft_rows(draft, features[-n:], tokens, P, kv, autocast=autocast), repeat)
-    return trees, rows, prefill_ms
+        out["rows"][n] = median_ms(lambda: draft_rows(draft, features[-n:], tokens, P, kv, autocast=autocast), repeat)
+    return out
+
+
+def mean_costs(per_prompt: list[dict]) -> dict:
+    """The prompts' costs averaged, key by key."""
+    out: dict = {}
+    for name in ("trees", "rows", "other"):
+        out[name] = {k: statistics.mean(c[name][k] for c in per_prompt) for k in per_prompt[0][name]}
+    for name in ("prefill", "target prefill"):
+        out[name] = statistics.mean(c[name] for c in per_prompt)
+    return out
+
+
+def predict(shape, tokens: float, costs: dict, verify: dict, *, plain_s: float, generated: int, prompts: int):
+    """(round seconds, predicted speed-up, ceiling speed-up) of `shape` at `tokens` per round: a round is
+    the draft's tree, the target's forward over nodes + 1 tokens, the draft's update over the accepted
+    rows (`tokens`, rounded) and the rest; each question adds its prefill (`elsi_lib.draft.cost`)."""
+    nodes, depth, _ = shape
+
+    def round_s(t):
+        update = costs["rows"][min(max(1, round(t)), max(costs["rows"]))]
+        return cost.round_seconds(
+            costs["trees"][shape] / 1000, verify[nodes + 1] / 1000, (update + costs["other"][shape]) / 1000
+        )
+
+    prefill = costs["prefill"] / 1000
+    spent = cost.generation_seconds(generated, prompts, tokens, round_s(tokens), prefill)
+    best = cost.generation_seconds(generated, prompts, depth + 1, round_s(depth + 1), prefill)
+    return round_s(tokens), plain_s / spent, plain_s / best
 
 
 def main() -> None:
@@ -150,23 +192,17 @@ def main() -> None:
     plain(model, prompts[:1], 4)  # warm-up
     reference, plain_seconds = plain(model, prompts, args.tokens)
     generated = sum(map(len, reference))
-    plain_ms = 1000 * plain_seconds / generated
     verify = verification_ms(model, prompts[0], sorted({n + 1 for n, _, _ in shapes}), args.repeat)
-    trees, rows = {}, {}
-    prefill_ms = 0.0
-    for p in prompts:
-        t, r, f = draft_costs(model, draft, p, shapes, args.repeat, autocast)
-        for key, ms in t.items():
-            trees.setdefault(key, []).append(ms)
-        for key, ms in r.items():
-            rows.setdefault(key, []).append(ms)
-        prefill_ms += f
-    trees = {key: statistics.mean(v) for key, v in trees.items()}
-    rows = {key: statistics.mean(v) for key, v in rows.items()}
-    print(f"plain: {plain_ms:.1f} ms/token ({1000 / plain_ms:.1f} tok/s); prefills {prefill_ms:.0f} ms in all")
+    costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
+    # plain decoding's step: its time less the target's prefills (each yields a question's first token)
+    plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))
+    print(
+        f"plain: {generated / plain_seconds:.2f} tok/s, decode step {plain_ms:.1f} ms; prefill {costs['prefill']:.0f} ms"
+    )
     print("target forward ms by new tokens:", ", ".join(f"{n}: {ms:.1f}" for n, ms in verify.items()))
-    print("draft ms per round (chain or tree):", ", ".join(f"{s}: {ms:.1f}" for s, ms in trees.items()))
-    print("draft update ms by rows:", ", ".join(f"{n}: {ms:.1f}" for n, ms in rows.items()), flush=True)
+    print("draft ms per round (chain or tree):", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["trees"].items()))
+    print("draft update ms by rows:", ", ".join(f"{n}: {ms:.1f}" for n, ms in costs["rows"].items()))
+    print("the rest of a round, ms:", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["other"].items()), flush=True)
 
     # 4. measured, end to end (2. and 3. need the longest chain's rounds first)
     measured = {}
@@ -194,22 +230,18 @@ def main() -> None:
     longest = (args.chains, args.chains, 1)
     rates = cost.step_acceptance([a for r in measured[longest][0] for a in r.accepted_full], args.chains)
     print("per-step acceptance of the longest chain:", ", ".join(f"{a:.3f}" for a in rates))
-    prefill_s = prefill_ms / 1000 / len(prompts)  # one question's prefill, on average
     out_rows = []
     for shape in shapes:
         nodes, depth, top_k = shape
         runs, seconds = measured[shape]
         rounds = sum(len(r.accepted) for r in runs)
-        tau = sum(a + 1 for r in runs for a in r.accepted) / rounds
+        # tau before the end-of-sequence and length cuts: the acceptance the rounds showed (the rates' own)
+        tau = sum(a + 1 for r in runs for a in r.accepted_full) / rounds
         chain = top_k == 1 and nodes == depth
         tokens = cost.tokens_per_round(rates[:depth]) if chain else tau
-
-        def round_s(tokens_per_round):
-            update = rows[min(max(1, round(tokens_per_round)), max(rows))]
-            return cost.round_seconds(trees[shape] / 1000, verify[nodes + 1] / 1000, update / 1000)
-
-        predicted_s = cost.generation_seconds(generated, len(prompts), tokens, round_s(tokens), prefill_s)
-        ceiling_s = cost.generation_seconds(generated, len(prompts), depth + 1, round_s(depth + 1), prefill_s)
+        round_s, speed, ceiling = predict(
+            shape, tokens, costs, verify, plain_s=plain_seconds, generated=generated, prompts=len(prompts)
+        )
         row = {
             "shape": "chain" if chain else "tree",
             "k or nodes": nodes,
@@ -217,13 +249,15 @@ def main() -> None:
             "top-k": top_k,
             "tau measured": round(tau, 3),
             "tau predicted": round(tokens, 3),
-            "round ms predicted": round(1000 * round_s(tokens), 1),
+            "rounds measured": rounds,
+            "rounds predicted": round((generated - len(prompts)) / tokens, 1),
+            "round ms predicted": round(1000 * round_s, 1),
             "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
-            "break-even tau": round(cost.break_even(round_s(tokens), plain_ms / 1000), 2),
+            "break-even tau": round(cost.break_even(round_s, plain_ms / 1000), 2),
             "speed-up measured": round(plain_seconds / seconds, 3),
-            "speed-up predicted": round(plain_seconds / predicted_s, 3),
-            "error": round((plain_seconds / predicted_s) / (plain_seconds / seconds) - 1, 3),
-            "ceiling": round(plain_seconds / ceiling_s, 3),
+            "speed-up predicted": round(speed, 3),
+            "error": round(speed / (plain_seconds / seconds) - 1, 3),
+            "ceiling": round(ceiling, 3),
             "lossless": True,
         }
         out_rows.append(row)
@@ -243,11 +277,13 @@ def main() -> None:
         "batch": 1,
         "threads": torch.get_num_threads(),
         "plain s": round(plain_seconds, 3),
-        "plain ms/token": round(plain_ms, 2),
-        "prefill ms": round(prefill_ms, 1),
+        "plain tok/s": round(generated / plain_seconds, 2),
+        "plain decode step ms": round(plain_ms, 2),
+        "prefill ms": round(len(prompts) * costs["prefill"], 1),
         "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in verify.items()},
-        "draft ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in trees.items()},
-        "draft update ms by rows": {str(n): round(ms, 2) for n, ms in rows.items()},
+        "draft ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["trees"].items()},
+        "draft update ms by rows": {str(n): round(ms, 2) for n, ms in costs["rows"].items()},
+        "rest of a round ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["other"].items()},
         "per-step acceptance": [round(a, 4) for a in rates],
     }
     write(args.out, settings, out_rows, load_before=load_before)

@@ -12,7 +12,7 @@ vocabulary may accept less, so its line is an upper bound, and says so.
 
     .venv/bin/python bench/bench_cost_levers.py [--result cost_elsi_table3_f32] [--vocab 4096 8192 16384 32768]
 
-Results: bench/results/cost_levers_<family>.json and .md. Never run it beside another job: it times.
+Results: bench/results/cost_levers_<the record's name less cost_elsi_>.json and .md. Never run it beside another job: it times.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import os
 
 import torch
 
-from bench_cost import draft_costs
+from bench_cost import draft_costs, mean_costs, predict
 from bench_decoding import plain, verification_ms
 from elsi_lib.draft import corpus, cost
 from elsi_lib.draft.model import Eagle3Draft
@@ -32,17 +32,17 @@ from elsi_lib.inputs.models import load_model
 from record import read, write
 
 
-def best_chain(measured: dict, *, plain_s: float, forward: dict, chains: dict, rows: dict) -> tuple[int, float]:
-    """(k, predicted speed-up) of the best chain with these costs (ms) and the record's acceptance."""
+def best_chain(measured: dict, costs: dict, forward: dict, plain_s: float) -> tuple[int, float]:
+    """(k, predicted speed-up) of the best chain with these costs (bench_cost's `predict`) and the
+    record's per-step acceptance."""
     s = measured["settings"]
-    rates, questions, generated = s["per-step acceptance"], s["questions"], s["generated"]
-    prefill = s["prefill ms"] / 1000 / questions
+    rates = s["per-step acceptance"]
     best = (0, 0.0)
     for k in range(1, len(rates) + 1):
         tokens = cost.tokens_per_round(rates[:k])
-        update = rows[min(max(1, round(tokens)), max(rows))]
-        round_s = cost.round_seconds(chains[k] / 1000, forward[k + 1] / 1000, update / 1000)
-        speed = plain_s / cost.generation_seconds(generated, questions, tokens, round_s, prefill)
+        _, speed, _ = predict(
+            (k, k, 1), tokens, costs, forward, plain_s=plain_s, generated=s["generated"], prompts=s["questions"]
+        )
         best = max(best, (k, speed), key=lambda b: b[1])
     return best
 
@@ -58,10 +58,12 @@ def main() -> None:
     except FileNotFoundError:
         parser.error(f"no bench/results/{args.result}.json: run bench/bench_cost.py first")
     s = measured["settings"]
-    if any(v < 2 for v in args.vocab):
-        parser.error(f"--vocab: a draft vocabulary needs at least 2 tokens, got {args.vocab}")
+    if isinstance(s["layers"], str):
+        parser.error(f"{args.result}: the draft reads {s['layers']} (EAGLE2): its levers are not measured here")
     load_before = [round(x, 2) for x in os.getloadavg()]
     model, tokenizer = load_model(s["model"])
+    if any(not 2 <= v <= model.config.vocab_size for v in args.vocab):
+        parser.error(f"--vocab: each draft vocabulary in 2..{model.config.vocab_size} (the target's), got {args.vocab}")
     K = len(s["per-step acceptance"])
     shapes = [(k, k, 1) for k in range(1, K + 1)]
     questions = corpus.eval_questions(1, seed=0).head(s["questions"])
@@ -70,10 +72,24 @@ def main() -> None:
     layers = tuple(s["layers"])
     cores = torch.get_num_threads()
 
-    def costs(vocab: int):
-        draft = Eagle3Draft.from_target(model, layers, min(vocab, model.config.vocab_size), seed=0).eval()
-        chains, rows, _ = draft_costs(model, draft, prompts[0], shapes, args.repeat, autocast)
-        return {k: chains[(k, k, 1)] for k in range(1, K + 1)}, rows
+    def costs(vocab: int) -> dict:
+        draft = Eagle3Draft.from_target(model, layers, vocab, seed=0).eval()
+        return mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
+
+    def row(lever: str, plain_s: float, plain_ms, forward: dict, c: dict, acceptance: str) -> dict:
+        k, speed = best_chain(measured, c, forward, plain_s)
+        out = {
+            "lever": lever,
+            "plain ms/token": plain_ms,
+            "forward ms 1 / K+1 tokens": f"{forward[1]:.1f} / {forward[K + 1]:.1f}",
+            "draft chain ms k=1 / K": f"{c['trees'][(1, 1, 1)]:.1f} / {c['trees'][(K, K, 1)]:.1f}",
+            "prefill ms": round(c["prefill"], 1),
+            "best k": k,
+            "speed-up predicted": round(speed, 3),
+            "acceptance": acceptance,
+        }
+        print(out, flush=True)
+        return out
 
     out = []
     base_vocab = s["draft vocabulary"]
@@ -82,38 +98,14 @@ def main() -> None:
         plain(model, prompts[:1], 4)
         reference, plain_s = plain(model, prompts, s["tokens"])
         forward = verification_ms(model, prompts[0], range(1, K + 2), args.repeat)
-        chains, rows = costs(base_vocab)
-        k, speed = best_chain(measured, plain_s=plain_s, forward=forward, chains=chains, rows=rows)
-        out.append(
-            {
-                "lever": f"threads {threads}",
-                "plain ms/token": round(1000 * plain_s / sum(map(len, reference)), 1),
-                "forward ms 1 / K+1 tokens": f"{forward[1]:.1f} / {forward[K + 1]:.1f}",
-                "draft chain ms k=1 / K": f"{chains[1]:.1f} / {chains[K]:.1f}",
-                "best k": k,
-                "speed-up predicted": round(speed, 3),
-                "acceptance": "measured",
-            }
-        )
-        print(out[-1], flush=True)
+        ms = round(1000 * plain_s / sum(map(len, reference)), 1)
+        out.append(row(f"threads {threads}", plain_s, ms, forward, costs(base_vocab), "measured"))
         if threads == cores:
-            base = {"plain_s": plain_s, "forward": forward}
+            base_plain_s, base_forward = plain_s, forward
     torch.set_num_threads(cores)
     for vocab in args.vocab:
-        chains, rows = costs(vocab)
-        k, speed = best_chain(measured, chains=chains, rows=rows, **base)
-        out.append(
-            {
-                "lever": f"draft vocabulary {vocab}",
-                "plain ms/token": "",
-                "forward ms 1 / K+1 tokens": "",
-                "draft chain ms k=1 / K": f"{chains[1]:.1f} / {chains[K]:.1f}",
-                "best k": k,
-                "speed-up predicted": round(speed, 3),
-                "acceptance": "measured" if vocab == base_vocab else "held at the measured draft's (an upper bound)",
-            }
-        )
-        print(out[-1], flush=True)
+        acceptance = "measured" if vocab == base_vocab else "held at the measured draft's (an upper bound)"
+        out.append(row(f"draft vocabulary {vocab}", base_plain_s, "", base_forward, costs(vocab), acceptance))
     settings = {
         "from": args.result,
         "model": s["model"],

@@ -111,19 +111,24 @@ def generate(llm, prompts, max_tokens: int) -> tuple[list[list[int]], float]:
     return tokens, time.perf_counter() - start
 
 
-def counters(llm) -> dict:
+def counters(llm, prefix: str = "vllm:spec_decode") -> dict:
+    """vLLM's counters whose name starts with `prefix` (a Vector's per-position values as a list)."""
     out = {}
     for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode"):
-            out[m.name.split("spec_decode_")[1]] = getattr(m, "values", None) or getattr(m, "value", 0)
+        if m.name.startswith(prefix):
+            out[m.name.removeprefix("vllm:").removeprefix("spec_decode_")] = getattr(m, "values", None) or getattr(
+                m, "value", 0
+            )
     return out
 
 
-def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> dict:
-    """{n: ms} of a target forward over n new tokens after a cached prefix (see the module's 2.)."""
+def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dict, int]:
+    """({n: ms} of a target forward over n new tokens after a cached prefix (the module's 2.), the
+    prefix-cache hits in tokens those requests had): refuses a cache that never hit."""
     rng = random.Random(0)
     prefix = [rng.randrange(100, vocab - 100) for _ in range(PREFIX_BLOCKS * block)]
     generate(llm, [prefix], 1)  # caches the prefix's full blocks
+    before = counters(llm, "vllm:prefix_cache_hits").get("prefix_cache_hits", 0)
 
     def request(n):
         times = []
@@ -133,12 +138,83 @@ def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> dict:
         return statistics.median(times)
 
     one = request(1)
-    return {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}
+    out = {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}
+    hits = counters(llm, "vllm:prefix_cache_hits").get("prefix_cache_hits", 0) - before
+    if hits < REPEAT * len(out) * len(prefix):
+        raise SystemExit(
+            f"vLLM's prefix cache hit {hits} tokens over {REPEAT * len(out)} requests on a {len(prefix)}-token "
+            "cached prefix: the forward costs would time whole prefills"
+        )
+    return out, hits
 
 
-def release(llm) -> None:
-    del llm
+def plain_costs(plan: dict, K: int) -> dict:
+    """Plain decoding's run and costs (the module's 1. and 2.) in one engine, shut down on return."""
+    prompts, max_tokens = plan["prompts"], plan["max_tokens"]
+    vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
+    llm = engine(plan, prefix_caching=True)  # the questions share no full block: only the synthetic prefix hits
+    block = llm.llm_engine.vllm_config.cache_config.block_size
+    generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
+    reference, plain_s = generate(llm, prompts, max_tokens)
+    generated = sum(map(len, reference))
+    rng = random.Random(1)
+    prefill_ms = [1000 * generate(llm, [[rng.randrange(100, vocab - 100)] + p[1:]], 1)[1] for p in prompts]
+    step_ms = (1000 * plain_s - sum(prefill_ms)) / (generated - len(prompts))
+    forward, hits = forward_ms(llm, vocab, range(1, K + 2), block, step_ms)
+    shutdown(llm)
+    return {
+        "reference": reference,
+        "seconds": plain_s,
+        "generated": generated,
+        "prefill_ms": prefill_ms,
+        "step_ms": step_ms,
+        "forward": forward,
+        "block": block,
+        "hits": hits,
+    }
+
+
+def chain_run(plan: dict, k: int) -> dict:
+    """One chain of k draft tokens over every question, in its own engine (shut down on return)."""
+    llm = engine(plan, k)
+    generate(llm, [list(range(1000, 1064))], 8)  # warm-up
+    before = counters(llm)
+    tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
+    after = counters(llm)
+    shutdown(llm)
+    drafts = after.get("num_drafts", 0) - before.get("num_drafts", 0)
+    per_pos = after.get("num_accepted_tokens_per_pos")
+    if not drafts or not isinstance(per_pos, list) or len(per_pos) != k:
+        raise SystemExit(
+            f"k = {k}: vLLM reported {drafts} drafts and per-position acceptance {per_pos!r} (expected {k} "
+            "positions): its speculative-decoding counters are missing (disable_log_stats?)"
+        )
+    per_pos = [a - b for a, b in zip(per_pos, before.get("num_accepted_tokens_per_pos") or [0] * k)]
+    return {
+        "tokens": tokens,
+        "seconds": seconds,
+        "drafts": drafts,
+        "accepted": after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0),
+        "per_pos": per_pos,
+    }
+
+
+def shutdown(llm) -> None:
+    """Stop the engine's core (its process, weights and KV space) before the next one starts."""
+    core = getattr(llm.llm_engine, "engine_core", None)
+    if core is not None and hasattr(core, "shutdown"):
+        core.shutdown()
     gc.collect()
+
+
+def draft_side(rounds_ms: dict, forward: dict, K: int) -> tuple[float, float, tuple]:
+    """(step ms, overhead ms, the chains calibrated on) of the draft's side of a round, overhead + k *
+    step, from the measured rounds of the chains of k = 1 and 2 less their forwards (step alone from
+    k = 1 when K < 3): every chain of k >= 3 is then predicted out of sample."""
+    spent = {k: rounds_ms[k] - forward[k + 1] for k in rounds_ms if k <= 2}
+    if K >= 3:
+        return spent[2] - spent[1], 2 * spent[1] - spent[2], (1, 2)
+    return spent[1], 0.0, (1,)
 
 
 def main() -> None:
@@ -149,60 +225,30 @@ def main() -> None:
     plan = json.loads(Path(args.plan).read_text())
     check_plan(plan)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    K, prompts, max_tokens = plan["chains"], plan["prompts"], plan["max_tokens"]
-    vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
+    K, prompts = plan["chains"], plan["prompts"]
     import vllm
 
-    # 1. plain, and 2. forwards (one engine, prefix caching on: the questions share no full block)
-    llm = engine(plan, prefix_caching=True)
-    block = llm.llm_engine.vllm_config.cache_config.block_size
-    generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
-    reference, plain_s = generate(llm, prompts, max_tokens)
-    generated = sum(map(len, reference))
-    rng = random.Random(1)
-    prefill_ms = [1000 * generate(llm, [[rng.randrange(100, vocab - 100)] + p[1:]], 1)[1] for p in prompts]
-    plain_ms = (1000 * plain_s - sum(prefill_ms)) / (generated - len(prompts))
-    forward = forward_ms(llm, vocab, range(1, K + 2), block, plain_ms)
-    release(llm)
+    base = plain_costs(plan, K)
+    forward, prefill_ms, plain_s = base["forward"], base["prefill_ms"], base["seconds"]
     print(
-        f"plain: {generated / plain_s:.2f} tok/s, decode step {plain_ms:.1f} ms, prefills {sum(prefill_ms):.0f} ms; "
-        f"forward ms by new tokens: {', '.join(f'{n}: {ms:.1f}' for n, ms in forward.items())}",
+        f"plain: {base['generated'] / plain_s:.2f} tok/s, decode step {base['step_ms']:.1f} ms, prefills "
+        f"{sum(prefill_ms):.0f} ms; forward ms by new tokens: {', '.join(f'{n}: {ms:.1f}' for n, ms in forward.items())}",
         flush=True,
     )
-
-    # 3. chains
     runs = {}
     for k in range(1, K + 1):
-        llm = engine(plan, k)
-        generate(llm, [list(range(1000, 1064))], 8)
-        before = counters(llm)
-        tokens, seconds = generate(llm, prompts, max_tokens)
-        after = counters(llm)
-        release(llm)
-        per_pos_before = before.get("num_accepted_tokens_per_pos") or [0] * k
-        per_pos = [a - b for a, b in zip(after.get("num_accepted_tokens_per_pos") or [0] * k, per_pos_before)]
-        drafts = after.get("num_drafts", 0) - before.get("num_drafts", 0)
-        accepted = after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0)
-        runs[k] = {
-            "seconds": seconds,
-            "drafts": drafts,
-            "accepted": accepted,
-            "per_pos": per_pos,
-            "lossless": tokens == reference,
-        }
-        print(f"k = {k}: {seconds:.1f} s, drafts {drafts}, accepted {accepted}, per position {per_pos}", flush=True)
+        runs[k] = chain_run(plan, k)
+        r = runs[k]
+        print(f"k = {k}: {r['seconds']:.1f} s, drafts {r['drafts']}, accepted per position {r['per_pos']}", flush=True)
 
-    # 4. the model against the measurement
+    # 4. the model against the measurement: each run's own tokens (a float32 near-tie may part a chain's
+    # output from plain's: recorded as lossless False)
     rates = rates_from_positions(runs[K]["drafts"], runs[K]["per_pos"])
-    decode_ms = lambda run: 1000 * run["seconds"] - sum(prefill_ms)  # noqa: E731
-    # the draft's side of a round, overhead + k * step: both from k = 1 and 2 (step alone from k = 1 when
-    # K = 1, 2), so that every chain of k >= 3 is predicted out of sample
-    spent = {k: decode_ms(runs[k]) / runs[k]["drafts"] - forward[k + 1] for k in runs if k <= 2}
-    step_ms = spent[2] - spent[1] if K >= 3 else spent[1]
-    overhead_ms = spent[1] - step_ms if K >= 3 else 0.0
-    calibrated = (1, 2) if K >= 3 else (1,)
+    rounds_ms = {k: (1000 * r["seconds"] - sum(prefill_ms)) / r["drafts"] for k, r in runs.items()}
+    step_ms, overhead_ms, calibrated = draft_side(rounds_ms, forward, K)
     rows = []
     for k, run in runs.items():
+        generated = sum(map(len, run["tokens"]))
         tau = 1 + run["accepted"] / run["drafts"]
         tokens = tokens_per_round(rates[:k])
         round_ms = forward[k + 1] + overhead_ms + k * step_ms
@@ -217,23 +263,24 @@ def main() -> None:
                 "tau vLLM": round(tau, 3),
                 "tau elsi": plan["tau elsi by k"].get(str(k)),
                 "tau predicted": round(tokens, 3),
-                "round ms measured": round(decode_ms(run) / run["drafts"], 1),
+                "round ms measured": round(rounds_ms[k], 1),
                 "round ms predicted": round(round_ms, 1),
-                "break-even tau": round(round_ms / plain_ms, 2),
+                "break-even tau": round(round_ms / base["step_ms"], 2),
                 "speed-up measured": round(measured, 3),
                 "speed-up predicted": round(predicted(tokens), 3),
                 "error": "calibration" if k in calibrated else round(predicted(tokens) / measured - 1, 3),
                 "ceiling": round(predicted(k + 1), 3),
-                "lossless": run["lossless"],
+                "lossless": run["tokens"] == base["reference"],
             }
         )
         print(rows[-1], flush=True)
+    generated, block, plain_ms = base["generated"], base["block"], base["step_ms"]
     settings = {
         "engine": f"vLLM {vllm.__version__}",
         "family": plan["family"],
         "draft": plan["draft name"],
         "questions": len(prompts),
-        "max_tokens": max_tokens,
+        "max_tokens": plan["max_tokens"],
         "generated": generated,
         "dtype": "float32",
         "batch": 1,
@@ -242,6 +289,7 @@ def main() -> None:
         "plain tok/s": round(generated / plain_s, 2),
         "plain decode step ms": round(plain_ms, 2),
         "prefill ms": round(sum(prefill_ms), 1),
+        "prefix cache hits (tokens)": base["hits"],
         "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in forward.items()},
         "draft step ms": round(step_ms, 2),
         "draft overhead ms per round": round(overhead_ms, 2),

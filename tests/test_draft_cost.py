@@ -69,6 +69,9 @@ def test_generation_seconds_counts_prefills_and_rounds():
         (lambda: cost.speedup(0.5, 0.1, 0.05), "tokens >= 1"),
         (lambda: cost.break_even(0.1, 0.0), "plain_s"),
         (lambda: cost.generation_seconds(2, 3, 1.5, 0.1, 0.2), "generated >= prompts"),
+        (lambda: cost.generation_seconds(9, 3, 0.0, 0.1, 0.2), "tokens >= 1"),
+        (lambda: cost.generation_seconds(9, 3, 1.5, 0.1, -0.2), "prefill_s >= 0"),
+        (lambda: cost.step_acceptance([0, 1.5], 3), "whole numbers"),
     ],
 )
 def test_bad_input_is_refused_with_its_name(call, match):

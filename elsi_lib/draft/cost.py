@@ -38,7 +38,10 @@ def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
     round reached gets a_i = 0 (nothing is known to be accepted there)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    counts = [int(a) for a in accepted]
+    counts = list(accepted)
+    if any(isinstance(c, bool) or int(c) != c for c in counts):
+        raise ValueError("accepted counts must be whole numbers of draft tokens")
+    counts = [int(c) for c in counts]
     if not counts:
         raise ValueError("no rounds: acceptance needs at least one round")
     if min(counts) < 0 or max(counts) > k:
@@ -89,4 +92,6 @@ def generation_seconds(generated: int, prompts: int, tokens: float, round_s: flo
     (which yields its first token) then rounds of `tokens` tokens each."""
     if generated < prompts or prompts < 1:
         raise ValueError(f"need generated >= prompts >= 1, got {generated}, {prompts}")
+    if not (tokens >= 1 and round_s > 0 and prefill_s >= 0):
+        raise ValueError(f"need tokens >= 1, round_s > 0, prefill_s >= 0; got {tokens}, {round_s}, {prefill_s}")
     return prompts * prefill_s + (generated - prompts) / tokens * round_s
