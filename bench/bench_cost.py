@@ -3,7 +3,8 @@ loop (`elsi_lib.draft.decode`), batch 1, on the same SpecBench questions (first 
 
 1. costs, each timed alone (medians of --repeat, averaged over the questions): plain greedy decoding
    (transformers `generate`, KV cache; its decode step is its time less the target's prefills); the
-   target's forward over 1..k+1 new tokens after a cached prompt and over each tree's nodes + 1; the
+   target's forward over 2..K+1 new tokens after each cached prompt (each size alone: GEMM shapes
+   differ) and over each tree's nodes + 1; the
    draft's tree or chain, its update rows over the accepted tokens, and the rest of a round (the
    target's argmax walk down the tree, pruning its KV cache); each question's prefill (target and draft);
 2. acceptance: the conditional per-step rates a_1..a_K of the longest chain's rounds (before the
@@ -26,6 +27,7 @@ Never run it beside another job: it times.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 from pathlib import Path
@@ -46,7 +48,7 @@ from elsi_lib.study.experiment import trained_drafts
 from elsi_lib.study.methods import run_methods
 from elsi_lib.study.prepared import unit_draft
 from elsi_lib.study.protocols import protocol
-from record import write
+from record import read, write
 
 TREES = [(30, 6, 10), (60, 6, 10)]  # (nodes, depth, top_k): the paper's two trees
 
@@ -130,6 +132,62 @@ def predict(shape, tokens: float, costs: dict, verify: dict, *, plain_s: float, 
     return round_s(tokens), plain_s / spent, plain_s / best
 
 
+def predicted_columns(shape, tokens, measured, costs, verify, plain_s, plain_ms, generated, prompts) -> dict:
+    """A row's predicted columns: round, break-even tau, speed-up, its error against `measured`, ceiling."""
+    round_s, speed, ceiling = predict(
+        shape, tokens, costs, verify, plain_s=plain_s, generated=generated, prompts=prompts
+    )
+    return {
+        "round ms predicted": round(1000 * round_s, 1),
+        "break-even tau": round(cost.break_even(round_s, plain_ms / 1000), 2),
+        "speed-up predicted": round(speed, 3),
+        "error": round(speed / measured - 1, 3),
+        "ceiling": round(ceiling, 3),
+    }
+
+
+def reanalyse(name: str) -> None:
+    """Recompute a record's predicted columns from its own measured costs (the record keeps its machine,
+    date and measurements; a note says when and why): for a change of the model, never of a measurement."""
+    record = read(name)
+    s = {k: v for k, v in record["settings"].items() if not k.startswith("target forward ms used")}  # a fit, dropped
+    shape_of = {tuple(map(int, key.split("x"))): key for key in s["draft ms by shape"]}
+    costs = {
+        "trees": {shape: s["draft ms by shape"][key] for shape, key in shape_of.items()},
+        "other": {shape: s["rest of a round ms by shape"][key] for shape, key in shape_of.items()},
+        "rows": {int(n): ms for n, ms in s["draft update ms by rows"].items()},
+        "prefill": s["prefill ms"] / s["questions"],
+    }
+    verify = {int(n): ms for n, ms in s["target forward ms by tokens"].items()}
+    rows = []
+    for row in record["rows"]:
+        shape = (row["k or nodes"], row["depth"], row["top-k"])
+        rows.append(
+            {
+                **row,
+                **predicted_columns(
+                    shape,
+                    row["tau predicted"],
+                    row["speed-up measured"],
+                    costs,
+                    verify,
+                    s["plain s"],
+                    s["plain decode step ms"],
+                    s["generated"],
+                    s["questions"],
+                ),
+            }
+        )
+    note = (
+        f"predicted columns recomputed {datetime.date.today()} from this record's measured costs "
+        "(bench_cost.py --reanalyse): the target's forward by each size alone"
+    )
+    notes = "; ".join(dict.fromkeys(n for n in [*(record.get("notes") or "").split("; "), note] if n))
+    write(name, s, rows, load_before=record["machine"]["load_1_5_15"], notes=notes, machine_info=record["machine"])
+    for row in rows:
+        print(row)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
@@ -150,7 +208,12 @@ def main() -> None:
         help="also export the draft (speculators layout) and the questions to this folder, for "
         "engines/cost_vllm.py (the same measurement in vLLM)",
     )
+    parser.add_argument(
+        "--reanalyse", metavar="NAME", help="recompute a record's predictions from its costs, then stop"
+    )
     args = parser.parse_args()
+    if args.reanalyse:
+        return reanalyse(args.reanalyse)
     if not args.params:
         args.ledger = args.ledger or "table3_f32"
     for name in ("chains", "questions", "tokens", "repeat"):
@@ -192,7 +255,10 @@ def main() -> None:
     plain(model, prompts[:1], 4)  # warm-up
     reference, plain_seconds = plain(model, prompts, args.tokens)
     generated = sum(map(len, reference))
-    verify = verification_ms(model, prompts[0], sorted({n + 1 for n, _, _ in shapes}), args.repeat)
+    sizes = sorted({n + 1 for n, _, _ in shapes})
+    per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
+    # each size alone: GEMM shapes differ (here 3 tokens cost more than 4), which a line would hide
+    verify = {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
     costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
     # plain decoding's step: its time less the target's prefills (each yields a question's first token)
     plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))
@@ -239,9 +305,6 @@ def main() -> None:
         tau = sum(a + 1 for r in runs for a in r.accepted_full) / rounds
         chain = top_k == 1 and nodes == depth
         tokens = cost.tokens_per_round(rates[:depth]) if chain else tau
-        round_s, speed, ceiling = predict(
-            shape, tokens, costs, verify, plain_s=plain_seconds, generated=generated, prompts=len(prompts)
-        )
         row = {
             "shape": "chain" if chain else "tree",
             "k or nodes": nodes,
@@ -251,13 +314,13 @@ def main() -> None:
             "tau predicted": round(tokens, 3),
             "rounds measured": rounds,
             "rounds predicted": round((generated - len(prompts)) / tokens, 1),
-            "round ms predicted": round(1000 * round_s, 1),
+            "round ms predicted": None,
             "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
-            "break-even tau": round(cost.break_even(round_s, plain_ms / 1000), 2),
+            "break-even tau": None,
             "speed-up measured": round(plain_seconds / seconds, 3),
-            "speed-up predicted": round(speed, 3),
-            "error": round(speed / (plain_seconds / seconds) - 1, 3),
-            "ceiling": round(ceiling, 3),
+            **predicted_columns(
+                shape, tokens, plain_seconds / seconds, costs, verify, plain_seconds, plain_ms, generated, len(prompts)
+            ),
             "lossless": True,
         }
         out_rows.append(row)

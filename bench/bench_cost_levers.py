@@ -7,8 +7,8 @@
   a step's cost does not depend on them): their chains of k = 1..K and their update rows.
 
 For each lever the best chain's predicted speed-up (`elsi_lib.draft.cost`), every other cost and the
-per-step acceptance as bench_cost measured them. The acceptance is the measured draft's: a smaller
-vocabulary may accept less, so its line is an upper bound, and says so.
+per-step acceptance as bench_cost measured them. The acceptance is the measured draft's: another
+vocabulary's line holds it (a smaller one may accept less, a larger one more), and says so.
 
     .venv/bin/python bench/bench_cost_levers.py [--result cost_elsi_table3_f32] [--vocab 4096 8192 16384 32768]
 
@@ -104,7 +104,7 @@ def main() -> None:
             base_plain_s, base_forward = plain_s, forward
     torch.set_num_threads(cores)
     for vocab in args.vocab:
-        acceptance = "measured" if vocab == base_vocab else "held at the measured draft's (an upper bound)"
+        acceptance = "measured" if vocab == base_vocab else "held at the measured draft's"
         out.append(row(f"draft vocabulary {vocab}", base_plain_s, "", base_forward, costs(vocab), acceptance))
     settings = {
         "from": args.result,

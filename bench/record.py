@@ -58,11 +58,12 @@ def write(
     load_before: list | None = None,
     notes: str = "",
     folder: Path = RESULTS,
+    machine_info: dict | None = None,
 ) -> Path:
     """Write `<folder>/<name>.json` and `.md`; `load_before`: the load averages when the run began
     (default: now). Returns the JSON file's path."""
     folder.mkdir(parents=True, exist_ok=True)
-    info = machine()
+    info = machine_info or machine()  # machine_info: a record's own, when its rows are recomputed
     if load_before is not None:
         info["load_1_5_15"] = load_before
     record = {"benchmark": name, "machine": info, "settings": settings, "rows": rows, "notes": notes}

@@ -61,16 +61,31 @@ def test_a_chain_length_out_of_range_is_refused(tmp_path, fake_vllm, chains):
 
 
 def test_the_draft_side_calibration_reproduces_its_own_chains():
-    """overhead + k * step from the chains of 1 and 2: their rounds come back exactly; with K < 3 the
-    step alone, from k = 1."""
+    """One pass at k = 1; base + (k - 2) * step at k >= 2 from the chains of 2 and 3: the calibration
+    chains come back exactly, k = 4 follows the line; with K < 3 no step."""
     module = cost_vllm()
-    forward = {2: 100.0, 3: 104.0, 4: 107.0}
-    rounds = {1: 100.0 + 30.0, 2: 104.0 + 45.0}  # overhead 15, step 15
-    step, overhead, calibrated = module.draft_side(rounds, forward, 3)
-    assert (step, overhead, calibrated) == (pytest.approx(15.0), pytest.approx(15.0), (1, 2))
-    for k in (1, 2):
-        assert forward[k + 1] + overhead + k * step == pytest.approx(rounds[k])
-    assert module.draft_side({1: 130.0}, forward, 1) == (pytest.approx(30.0), 0.0, (1,))
+    forward = {2: 100.0, 3: 104.0, 4: 107.0, 5: 110.0}
+    rounds = {1: 100.0 + 16.0, 2: 104.0 + 55.0, 3: 107.0 + 60.0}
+    side, calibrated = module.draft_side(rounds, forward, 4)
+    assert calibrated == (1, 2, 3)
+    for k in (1, 2, 3):
+        assert forward[k + 1] + side[k] == pytest.approx(rounds[k])
+    assert side[4] == pytest.approx(65.0)
+    side, calibrated = module.draft_side({1: 116.0, 2: 159.0}, forward, 2)
+    assert side == {1: pytest.approx(16.0), 2: pytest.approx(55.0)} and calibrated == (1, 2)
+
+
+def test_the_forward_line_is_least_squares_in_both_copies():
+    from elsi_lib.draft import cost
+
+    raw = {1: 155.7, 2: 162.4, 3: 174.7, 4: 205.8, 5: 210.4, 6: 230.6}
+    fit = cost.linear_fit(raw)
+    assert cost_vllm().linear_fit(raw) == pytest.approx(fit)
+    assert sum(fit.values()) == pytest.approx(sum(raw.values()))  # residuals sum to zero
+    assert fit[6] - fit[5] == pytest.approx(fit[2] - fit[1])  # a line
+    assert cost.linear_fit({2: 1.0, 4: 3.0}) == {2: 1.0, 4: 3.0}
+    with pytest.raises(ValueError, match="two sizes"):
+        cost.linear_fit({2: 1.0})
 
 
 def test_elsis_prediction_adds_up_its_costs():

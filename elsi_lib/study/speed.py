@@ -88,7 +88,7 @@ def finding(result: dict) -> list[str]:
     ]
     if errors:
         how = (
-            "the draft's side of a round calibrated on the chains of k = 1 and 2, which are left out here"
+            "the draft's side of a round calibrated on the chains of k = 1 to 3, which are left out here"
             if s["engine"].startswith("vLLM")
             else "every cost timed alone"
         )
