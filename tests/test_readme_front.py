@@ -33,3 +33,10 @@ def test_its_criteria_line_is_the_committed_pooled_test():
 
     quoted = [line for line in README.read_text().splitlines() if line.startswith("criteria: ")]
     assert quoted == [criterion_line()]
+
+
+def test_its_wall_clock_line_is_the_committed_benchmark():
+    from elsi_lib.study import speed
+
+    results = {r["benchmark"]: r for r in speed.cost_results()}
+    assert speed.finding(results["cost_vllm_table3_f32"])[0] in README.read_text().splitlines()

@@ -21,6 +21,7 @@ def elsi_record():
         "plain s": 2.1,
         "plain tok/s": 20.0,
         "prefill ms": 200.0,
+        "per-step acceptance": [0.4, 0.3],
     }
     rows = [
         {
@@ -85,6 +86,7 @@ def vllm_record():
         "plain s": 1.0,
         "plain tok/s": 42.0,
         "prefill ms": 100.0,
+        "per-step acceptance": [0.3, 0.2, 0.1, 0.05],
     }
     rows = [
         {
@@ -123,6 +125,7 @@ def test_the_finding_is_computed_from_the_rows(folder):
     text = " ".join(speed.finding(elsi))
     assert "Best chain k = 2: 1.2x measured" in text
     assert "within 5.0%" in text and "2 chains" in text  # max |error| of the chain rows
+    assert "first token 40% of the time" in text
     text = " ".join(speed.finding(vllm))
     assert "42.0 tokens/s" in text and "Best chain k = 4" in text
     assert "within 16.0%" in text and "2 chains" in text  # calibration rows are not counted
@@ -141,3 +144,10 @@ def test_the_page_shows_findings_tables_and_a_figure(folder, tmp_path):
     assert "cost_elsi_tiny table" in text and "cost_vllm_tiny table" in text
     assert (images / "cost_model.png").stat().st_size > 10_000
     assert "No cost benchmark" in speed.page(images, tmp_path / "empty")
+
+
+def test_the_tau_needed_reaches_its_speedup_on_the_curve(folder):
+    settings = speed.cost_results(folder)[0]["settings"]
+    tau = speed.tau_needed(settings, 60.0, 1.3)
+    assert speed.curve(settings, 60.0, [tau])[0] == pytest.approx(1.3)
+    assert speed.tau_needed(settings, 60.0, 20.0) is None  # the prefills alone take longer

@@ -17,6 +17,7 @@ from ..common.cachefiles import REPO_ROOT
 from ..draft import cost
 
 BENCH = REPO_ROOT / "bench" / "results"
+TARGET = 1.3  # the speed-up over plain decoding a draft is asked to pay in vLLM
 
 
 def cost_results(folder: Path = BENCH) -> list[dict]:
@@ -49,6 +50,16 @@ def curve(settings: dict, round_ms: float, taus) -> np.ndarray:
     return np.array(
         [settings["plain s"] / cost.generation_seconds(generated, questions, t, round_ms / 1000, prefill) for t in taus]
     )
+
+
+def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
+    """Tokens per round at which the benchmark's generation reaches `speedup` over plain decoding with
+    this round's cost (`curve` solved for tau); None when no tau can (the prefills alone are too slow)."""
+    questions, generated = settings["questions"], settings["generated"]
+    budget = settings["plain s"] / speedup - settings["prefill ms"] / 1000
+    if budget <= 0:
+        return None
+    return (generated - questions) * round_ms / 1000 / budget
 
 
 def figure(results: list[dict]):
@@ -86,6 +97,13 @@ def finding(result: dict) -> list[str]:
         f"{best['speed-up predicted']}x predicted, at tau {best['tau measured']} against a break-even tau of "
         f"{best['break-even tau']}; with perfect acceptance that chain would reach {best['ceiling']}x."
     ]
+    need = tau_needed(s, best["round ms predicted"], TARGET)
+    first = s["per-step acceptance"][0]
+    lines[0] += (
+        f" {TARGET}x would need tau {need:.2f} there"
+        if need is not None and need <= best["k"] + 1
+        else f" {TARGET}x is out of that chain's reach"
+    ) + f"; the draft accepts its first token {100 * first:.0f}% of the time."
     if errors:
         how = (
             "the draft's side of a round calibrated on the chains of k = 1 to 3, which are left out here"
