@@ -20,7 +20,6 @@ out-of-range records).
 from __future__ import annotations
 
 import fcntl
-import gzip
 import hashlib
 import json
 import os
@@ -41,6 +40,7 @@ from .reply_records import (
     ReplyRecordError,
     archive_bytes,
     archive_header,
+    archive_versions,
     check_records,
     read_archive,
     record,
@@ -294,24 +294,11 @@ def engine_replies(
     return [e[1] for e in entries], [e[2] for e in entries], req.key
 
 
-def _archive_versions() -> dict[Path, str]:
-    """{archive: the vLLM version its header names} of every reply archive under `archive_dir()`
-    (files without a readable header are left out: a request's own check names them)."""
-    out = {}
-    for path in sorted(archive_dir().glob("*.partial.jsonl.gz")):
-        try:
-            with gzip.open(path, "rt") as handle:
-                out[path] = str(json.loads(handle.readline())["engine"]["version"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
 def archived_vllm_version() -> str:
     """The vLLM version that wrote the replies, on a machine without the engines' environment: the one
     version every archive's header names (a draft's key records it before any reply is read). Raises
     the engines' FileNotFoundError when there is no archive, ValueError when archives disagree."""
-    found = set(_archive_versions().values())
+    found = set(archive_versions(archive_dir()).values())
     if not found:
         return vllm_version(engines_python())  # raises, naming what to build
     if len(found) > 1:
@@ -326,7 +313,7 @@ def _archived_version(model, tokenizer, conversations, max_new_tokens: int, max_
     """The vLLM version of a complete archive of this request (on a machine without the engines'
     environment: a new machine continues from the archive in git without writing any reply again);
     the engines' error when no archive holds every reply."""
-    for path, version in _archive_versions().items():
+    for path, version in archive_versions(archive_dir()).items():
         req = request_for(
             model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
         )

@@ -177,3 +177,16 @@ def upgrade_records(path: Path, header: dict) -> dict[int, list[int]]:
     return check_records(
         rows, source=path, digest=header["request"], n_prompts=header["n_prompts"], n_vocab=header["vocab_size"]
     )
+
+
+def archive_versions(folder: Path) -> dict[Path, str]:
+    """{archive: the vLLM version its header names} of every reply archive in `folder` (files without
+    a readable header are left out: a request's own check names them)."""
+    out = {}
+    for path in sorted(Path(folder).glob("*.partial.jsonl.gz")):
+        try:
+            with gzip.open(path, "rt") as handle:
+                out[path] = str(json.loads(handle.readline())["engine"]["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
