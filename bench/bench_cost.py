@@ -132,6 +132,27 @@ def predict(shape, tokens: float, costs: dict, verify: dict, *, plain_s: float, 
     return round_s(tokens), plain_s / spent, plain_s / best
 
 
+# a row's columns in the order of the committed records (cost_elsi_*.json)
+COLUMNS = (
+    "shape",
+    "k or nodes",
+    "depth",
+    "top-k",
+    "tau measured",
+    "tau predicted",
+    "rounds measured",
+    "rounds predicted",
+    "round ms predicted",
+    "round ms measured",
+    "break-even tau",
+    "speed-up measured",
+    "speed-up predicted",
+    "error",
+    "ceiling",
+    "lossless",
+)
+
+
 def predicted_columns(shape, tokens, measured, costs, verify, plain_s, plain_ms, generated, prompts) -> dict:
     """A row's predicted columns: round, break-even tau, speed-up, its error against `measured`, ceiling."""
     round_s, speed, ceiling = predict(
@@ -314,15 +335,14 @@ def main() -> None:
             "tau predicted": round(tokens, 3),
             "rounds measured": rounds,
             "rounds predicted": round((generated - len(prompts)) / tokens, 1),
-            "round ms predicted": None,
             "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
-            "break-even tau": None,
             "speed-up measured": round(plain_seconds / seconds, 3),
             **predicted_columns(
                 shape, tokens, plain_seconds / seconds, costs, verify, plain_seconds, plain_ms, generated, len(prompts)
             ),
             "lossless": True,
         }
+        row = {column: row[column] for column in COLUMNS}
         out_rows.append(row)
         print(row, flush=True)
     settings = {

@@ -28,12 +28,10 @@ table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, wh
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import re
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,16 +39,10 @@ OUT = Path("build/engines")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from record import write  # noqa: E402  (standalone: no elsi import in this environment)
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_session import counters, engine, generate, shutdown  # noqa: E402
+
 TOLERANCE = 0.05  # |vLLM's mean acceptance length - elsi's| (tokens per target forward)
-
-
-def metric_totals(llm) -> dict:
-    totals = {}
-    for m in llm.get_metrics():
-        if m.name.startswith("vllm:spec_decode"):
-            value = getattr(m, "values", None) or getattr(m, "value", 0)
-            totals[m.name] = value
-    return totals
 
 
 # vLLM 0.32: "Using auxiliary layers from speculative config: (10, 11, 30)"; newer vLLM (eagle3_utils.py):
@@ -92,44 +84,23 @@ def aux_layers_used(log_text: str) -> tuple[str, list[int]] | None:
 def run_vllm(plan: dict, draft_folder: str | None, k: int = 0, out: Path = OUT) -> dict:
     """Greedy generation of every prompt, one at a time; tokens, seconds and acceptance counters (the
     engine's log in out/logs/)."""
-    from vllm import LLM, SamplingParams
-
-    spec = None if draft_folder is None else {"method": "eagle3", "model": draft_folder, "num_speculative_tokens": k}
     log: list[str] = []
     name = "plain" if draft_folder is None else f"{Path(draft_folder).name}-k{k}"
     with captured_output(out / "logs" / f"vllm-{name}.log", log):
-        llm = LLM(
-            model=plan["target"],
-            dtype="float32",
-            enforce_eager=True,
-            max_model_len=2048,
-            disable_log_stats=False,
-            speculative_config=spec,
-            seed=0,
-        )
-    params = SamplingParams(temperature=0.0, max_tokens=plan["max_tokens"])
-    llm.generate([{"prompt_token_ids": plan["prompts"][0]}], params, use_tqdm=False)  # warm-up
-    before = metric_totals(llm)
-    tokens, start = [], time.perf_counter()
-    for prompt in plan["prompts"]:
-        out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
-        tokens.append(list(out[0].outputs[0].token_ids))
-    seconds = time.perf_counter() - start
-    after = metric_totals(llm)
-    counters = {}
-    for name in (
-        "vllm:spec_decode_num_drafts",
-        "vllm:spec_decode_num_accepted_tokens",
-        "vllm:spec_decode_num_draft_tokens",
-    ):
-        counters[name.split("spec_decode_")[1]] = after.get(name, 0) - before.get(name, 0)
-    del llm
-    gc.collect()
+        llm = engine(plan["target"], draft_folder, k)
+    generate(llm, plan["prompts"][:1], plan["max_tokens"])  # warm-up
+    before = counters(llm)
+    tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
+    after = counters(llm)
+    shutdown(llm)
     return {
         "tokens": tokens,
         "seconds": seconds,
         "generated": sum(map(len, tokens)),
-        **counters,
+        **{
+            name: after.get(name, 0) - before.get(name, 0)
+            for name in ("num_drafts", "num_accepted_tokens", "num_draft_tokens")
+        },
         "aux_layers": aux_layers_used("".join(log)),
     }
 

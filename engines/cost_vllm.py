@@ -32,17 +32,18 @@ Results: bench/results/<--out>.json and .md. Never run it beside another job: it
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import random
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from record import write  # noqa: E402  (standalone: no elsi import in this environment)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_session import counters, engine, generate, shutdown  # noqa: E402
 
 MAX_K = 8  # the longest chain measured (vLLM takes more; the cost model needs no more)
 PREFIX_BLOCKS = 2  # the synthetic cached prefix, in KV blocks
@@ -87,44 +88,6 @@ def check_plan(plan: dict) -> None:
         raise SystemExit(f"{draft}: hidden size {width}, the target's is {target['hidden_size']}")
 
 
-def engine(plan: dict, k: int = 0, prefix_caching: bool = False):
-    from vllm import LLM
-
-    spec = None if k == 0 else {"method": "eagle3", "model": plan["draft"], "num_speculative_tokens": k}
-    return LLM(
-        model=plan["target"],
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=2048,
-        disable_log_stats=False,
-        enable_prefix_caching=prefix_caching,
-        speculative_config=spec,
-        seed=0,
-    )
-
-
-def generate(llm, prompts, max_tokens: int) -> tuple[list[list[int]], float]:
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    tokens, start = [], time.perf_counter()
-    for prompt in prompts:
-        out = llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
-        tokens.append(list(out[0].outputs[0].token_ids))
-    return tokens, time.perf_counter() - start
-
-
-def counters(llm, prefix: str = "vllm:spec_decode") -> dict:
-    """vLLM's counters whose name starts with `prefix` (a Vector's per-position values as a list)."""
-    out = {}
-    for m in llm.get_metrics():
-        if m.name.startswith(prefix):
-            out[m.name.removeprefix("vllm:").removeprefix("spec_decode_")] = getattr(m, "values", None) or getattr(
-                m, "value", 0
-            )
-    return out
-
-
 def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dict, int]:
     """({n: ms} of a target forward over n new tokens after a cached prefix (the module's 2.), the
     prefix-cache hits in tokens those requests had): refuses a cache that never hit."""
@@ -155,7 +118,9 @@ def plain_costs(plan: dict, K: int) -> dict:
     """Plain decoding's run and costs (the module's 1. and 2.) in one engine, shut down on return."""
     prompts, max_tokens = plan["prompts"], plan["max_tokens"]
     vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
-    llm = engine(plan, prefix_caching=True)  # the questions share no full block: only the synthetic prefix hits
+    llm = engine(
+        plan["target"], prefix_caching=True
+    )  # the questions share no full block: only the synthetic prefix hits
     block = llm.llm_engine.vllm_config.cache_config.block_size
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
     reference, plain_s = generate(llm, prompts, max_tokens)
@@ -180,7 +145,7 @@ def plain_costs(plan: dict, K: int) -> dict:
 
 def chain_run(plan: dict, k: int) -> dict:
     """One chain of k draft tokens over every question, in its own engine (shut down on return)."""
-    llm = engine(plan, k)
+    llm = engine(plan["target"], plan["draft"], k)
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up
     before = counters(llm)
     tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
@@ -201,14 +166,6 @@ def chain_run(plan: dict, k: int) -> dict:
         "accepted": after.get("num_accepted_tokens", 0) - before.get("num_accepted_tokens", 0),
         "per_pos": per_pos,
     }
-
-
-def shutdown(llm) -> None:
-    """Stop the engine's core (its process, weights and KV space) before the next one starts."""
-    core = getattr(llm.llm_engine, "engine_core", None)
-    if core is not None and hasattr(core, "shutdown"):
-        core.shutdown()
-    gc.collect()
 
 
 def linear_fit(ms: dict) -> dict:

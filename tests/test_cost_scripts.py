@@ -102,3 +102,21 @@ def test_elsis_prediction_adds_up_its_costs():
     assert round_s == pytest.approx(0.114)  # 10 + 100 + 3 (rows at round(1.5) = 2) + 1 ms
     assert speed == pytest.approx(10.0 / (2 * 0.05 + 40 / 1.5 * 0.114))
     assert ceiling == pytest.approx(10.0 / (2 * 0.05 + 40 / 3 * 0.115))  # 3 tokens: rows[3] = 4 ms
+
+
+def test_elsis_rows_keep_the_committed_columns():
+    """bench_cost's rows name every column once, in the order of its committed records; the predicted
+    ones come from predicted_columns."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        import bench_cost
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    shape = (2, 2, 1)
+    costs = {"trees": {shape: 10.0}, "rows": {1: 2.0, 2: 3.0, 3: 4.0}, "other": {shape: 1.0}, "prefill": 50.0}
+    predicted = bench_cost.predicted_columns(shape, 1.5, 0.9, costs, {3: 100.0}, 10.0, 60.0, 42, 2)
+    assert set(predicted) < set(bench_cost.COLUMNS)
+    assert len(set(bench_cost.COLUMNS)) == len(bench_cost.COLUMNS)
+    for path in sorted((ROOT / "bench" / "results").glob("cost_elsi_*.json")):
+        for row in json.loads(path.read_text())["rows"]:
+            assert tuple(row) == bench_cost.COLUMNS, path.name
