@@ -27,6 +27,7 @@ Never run it beside another job: it times.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -40,6 +41,7 @@ from bench_decoding import plain, verification_ms
 from elsi_lib.draft import corpus, cost
 from elsi_lib.draft.decode import accept_greedy, keep_cache, speculative_generate, target_forward
 from elsi_lib.draft.export import load_draft, save_draft
+from elsi_lib.draft.linears import weight_first_linears
 from elsi_lib.draft.runner import draft_rows, resolved_autocast, root_step_fn
 from elsi_lib.draft.tree import build_trees, check_tree_args
 from elsi_lib.inputs.chat import tokenize_conversation
@@ -230,6 +232,14 @@ def main() -> None:
         "engines/cost_vllm.py (the same measurement in vLLM)",
     )
     parser.add_argument(
+        "--weight-first",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="the target's and the draft's linears over at most ROWS rows computed weight first "
+        "(elsi_lib.draft.linears; 0: off), plain decoding included",
+    )
+    parser.add_argument(
         "--reanalyse", metavar="NAME", help="recompute a record's predictions from its costs, then stop"
     )
     args = parser.parse_args()
@@ -240,6 +250,8 @@ def main() -> None:
     for name in ("chains", "questions", "tokens", "repeat"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.weight_first < 0:
+        parser.error(f"--weight-first must be >= 0 rows, got {args.weight_first}")
     for k in range(1, args.chains + 1):
         check_tree_args(k, k, 1)
     load_before = [round(x, 2) for x in os.getloadavg()]
@@ -261,7 +273,13 @@ def main() -> None:
     else:
         name = f"{args.method} seed {args.seed}" if args.ledger else args.method
     draft.config.check_target(model)
-    args.out = args.out or f"cost_elsi_{args.ledger or Path(args.params).stem}"
+    args.out = args.out or f"cost_elsi_{args.ledger or Path(args.params).stem}" + (
+        "_weight_first" if args.weight_first else ""
+    )
+    linears = contextlib.ExitStack()  # every timing below, plain decoding's too, under the same linears
+    if args.weight_first:
+        linears.enter_context(weight_first_linears(model, args.weight_first))
+        linears.enter_context(weight_first_linears(draft, args.weight_first))
     autocast = resolved_autocast(None)
     shapes = [(k, k, 1) for k in range(1, args.chains + 1)] + TREES
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
@@ -346,7 +364,7 @@ def main() -> None:
         out_rows.append(row)
         print(row, flush=True)
     settings = {
-        "engine": "elsi",
+        "engine": f"elsi, linears weight first up to {args.weight_first} rows" if args.weight_first else "elsi",
         "model": family,
         "draft": name,
         "from": origin,
@@ -370,6 +388,7 @@ def main() -> None:
         "per-step acceptance": [round(a, 4) for a in rates],
     }
     write(args.out, settings, out_rows, load_before=load_before)
+    linears.close()
     if args.export:
         export(args.export, draft, model, family, name, prompts, args, out_rows)
 
