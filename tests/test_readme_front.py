@@ -40,3 +40,10 @@ def test_its_wall_clock_line_is_the_committed_benchmark():
 
     results = {r["benchmark"]: r for r in speed.cost_results()}
     assert speed.finding(results["cost_vllm_table3_f32"])[0] in README.read_text().splitlines()
+
+
+def test_its_lever_line_is_the_committed_benchmarks():
+    from elsi_lib.study import speed
+
+    line = speed.lever_finding()
+    assert line is not None and line in README.read_text().splitlines()

@@ -151,3 +151,26 @@ def test_the_tau_needed_reaches_its_speedup_on_the_curve(folder):
     tau = speed.tau_needed(settings, 60.0, 1.3)
     assert speed.curve(settings, 60.0, [tau])[0] == pytest.approx(1.3)
     assert speed.tau_needed(settings, 60.0, 20.0) is None  # the prefills alone take longer
+
+
+def test_the_lever_finding_compares_the_two_elsi_records(folder):
+    assert speed.lever_finding("tiny", folder) is None  # no weight-first record yet
+    base = elsi_record()
+    base["settings"] |= {"target forward ms by tokens": {"2": 40.0}, "plain decode step ms": 20.0}
+    lever = json.loads(json.dumps(base))
+    lever["benchmark"] = "cost_elsi_tiny_weight_first"
+    lever["settings"]["target forward ms by tokens"]["2"] = 22.0
+    lever["rows"][0]["speed-up measured"] = 1.5  # k = 1 becomes the best chain
+    for record in (base, lever):
+        (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    text = speed.lever_finding("tiny", folder)
+    assert "cost 2.00x a plain decoding step" in text and "it costs 1.10x" in text
+    assert "from 1.2x plain (k = 2) to 1.5x (k = 1), 30.00 tokens/s" in text
+    assert "vLLM-CPU's best 41.16" in text  # its k = 4 row: 0.98x of 42 tokens/s
+    assert "bench_linears" not in text
+    linears = [
+        {"weight (out x in)": "all linears", "rows": n, "F.linear / its one row": ratio}
+        for n, ratio in ((1, 1.0), (2, 2.5), (3, 3.0), (4, 2.0), (8, 9.0))
+    ]
+    (folder / "bench_linears_tiny.json").write_text(json.dumps({"rows": linears}))
+    assert "linears over 2-4 rows cost 2.00-3.00x one row" in speed.lever_finding("tiny", folder)

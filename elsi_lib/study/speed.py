@@ -118,6 +118,56 @@ def finding(result: dict) -> list[str]:
     return lines
 
 
+def linear_cost(model: str, folder: Path = BENCH) -> str:
+    """ ", where the model's linears over 2-4 rows cost a-b times one row (bench_linears)" from
+    `bench_linears_<model>`, or "" without that record."""
+    path = Path(folder) / f"bench_linears_{model}.json"
+    if not path.is_file():
+        return ""
+    rows = json.loads(path.read_text())["rows"]
+    ratios = [
+        r["F.linear / its one row"] for r in rows if r["weight (out x in)"] == "all linears" and 2 <= r["rows"] <= 4
+    ]
+    if not ratios:
+        return ""
+    return (
+        f", where the model's linears over 2-4 rows cost {min(ratios):.2f}-{max(ratios):.2f}x one row (bench_linears)"
+    )
+
+
+def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | None:
+    """What the linears computed weight first (`elsi_lib.draft.linears`) did to elsi's loop, from
+    `cost_elsi_<ledger>` and `cost_elsi_<ledger>_weight_first` (and vLLM's `cost_vllm_<ledger>` when
+    present): the verification forward over 2 tokens against a plain step, and the best chain, each
+    way. None while either elsi record is missing."""
+    results = {r["benchmark"]: r for r in cost_results(folder)}
+    base, lever = results.get(f"cost_elsi_{ledger}"), results.get(f"cost_elsi_{ledger}_weight_first")
+    if base is None or lever is None:
+        return None
+
+    def forward(result):
+        s = result["settings"]
+        return s["target forward ms by tokens"]["2"] / s["plain decode step ms"]
+
+    def best(result):
+        return max(result["chains"], key=lambda r: r["speed-up measured"])
+
+    b, w = best(base), best(lever)
+    rate = w["speed-up measured"] * lever["settings"]["plain tok/s"]
+    line = (
+        f"In elsi's own loop the target's verification forward over 2 tokens cost {forward(base):.2f}x a plain "
+        f"decoding step{linear_cost(lever['settings']['model'], folder)}. "
+        f"Computed weight first (`elsi_lib.draft.linears`, `bench_cost.py --weight-first`) it costs "
+        f"{forward(lever):.2f}x, and the best chain goes from {b['speed-up measured']}x plain (k = {b['k']}) to "
+        f"{w['speed-up measured']}x (k = {w['k']}), {rate:.2f} tokens/s"
+    )
+    vllm = results.get(f"cost_vllm_{ledger}")
+    if vllm is not None:
+        v = best(vllm)
+        line += f" against vLLM-CPU's best {v['speed-up measured'] * vllm['settings']['plain tok/s']:.2f}"
+    return line + "."
+
+
 def page(images: Path, folder: Path = BENCH) -> str:
     """The docs page: each benchmark's finding and table, and the figure (written into `images`)."""
     results = cost_results(folder)
@@ -137,6 +187,9 @@ def page(images: Path, folder: Path = BENCH) -> str:
     lines += ["## Findings", ""]
     for result in results:
         lines += [*finding(result), ""]
+    lever = lever_finding(folder=folder)
+    if lever:
+        lines += [lever, ""]
     lines += ["![cost model](images/cost_model.png)", ""]
     for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
         lines += [f"## `{path.stem}`", "", path.read_text(), ""]
