@@ -187,16 +187,17 @@ data: venv
 	$(BIN)/python -m elsi_lib.inputs.fetch_data
 
 bench: venv
-	@for b in $(filter-out bench/bench_cost%,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in $(filter-out bench/bench_cost% bench/bench_linears.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # The cost model of speculative decoding on this CPU (docs page "Wall clock"): elsi's loop, then vLLM, on
 # one finished ledger unit's draft (COST_LEDGER, COST_METHOD; COST_ARGS as the committed records ran), then
 # the levers: threads and the draft's vocabulary, the linears over a few rows two ways (bench_linears) and
-# elsi's loop with them weight first; it times: never beside another job
-# (not part of `make bench`: it needs a finished ledger unit)
+# elsi's loop with them weight first (COST_METHOD's draft and LEVER_METHOD's); it times: never beside another job
+# (not part of `make bench`: it needs a finished ledger unit; nor is bench_linears, whose record the README's lever line reads)
 COST_LEDGER ?= table3_f32
 COST_METHOD ?= eagle3
 COST_ARGS ?= --questions 4 --tokens 64 --repeat 3
+LEVER_METHOD ?= elsi-m3
 bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) --export build/cost/$(COST_LEDGER)
 	$(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py build/cost/$(COST_LEDGER)/plan.json \
@@ -204,6 +205,8 @@ bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python bench/bench_cost_levers.py --result cost_elsi_$(COST_LEDGER)
 	$(BIN)/python bench/bench_linears.py
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) --weight-first 8
+	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(LEVER_METHOD) $(COST_ARGS) --weight-first 8 \
+	  --out cost_elsi_$(COST_LEDGER)_$(LEVER_METHOD)_weight_first
 	$(BIN)/python -m elsi_lib.study.speed
 
 clean:

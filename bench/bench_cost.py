@@ -276,10 +276,6 @@ def main() -> None:
     args.out = args.out or f"cost_elsi_{args.ledger or Path(args.params).stem}" + (
         "_weight_first" if args.weight_first else ""
     )
-    linears = contextlib.ExitStack()  # every timing below, plain decoding's too, under the same linears
-    if args.weight_first:
-        linears.enter_context(weight_first_linears(model, args.weight_first))
-        linears.enter_context(weight_first_linears(draft, args.weight_first))
     autocast = resolved_autocast(None)
     shapes = [(k, k, 1) for k in range(1, args.chains + 1)] + TREES
     questions = corpus.eval_questions(1, seed=0).head(args.questions)
@@ -290,11 +286,22 @@ def main() -> None:
         flush=True,
     )
 
+    sizes = sorted({n + 1 for n, _, _ in shapes})
+    usual = {}  # with --weight-first: plain decoding and the verification forwards first with F.linear, in this run
+    if args.weight_first:
+        plain(model, prompts[:1], 4)  # warm-up
+        usual["tokens"], usual["plain s"] = plain(model, prompts, args.tokens)
+        per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
+        usual["forward"] = {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
+    linears = contextlib.ExitStack()  # every timing below, plain decoding's too, under the same linears
+    if args.weight_first:
+        linears.enter_context(weight_first_linears(model, args.weight_first))
+        linears.enter_context(weight_first_linears(draft, args.weight_first))
+
     # 1. costs, each alone
     plain(model, prompts[:1], 4)  # warm-up
     reference, plain_seconds = plain(model, prompts, args.tokens)
     generated = sum(map(len, reference))
-    sizes = sorted({n + 1 for n, _, _ in shapes})
     per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
     # each size alone: GEMM shapes differ (here 3 tokens cost more than 4), which a line would hide
     verify = {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
@@ -360,6 +367,7 @@ def main() -> None:
             ),
             "lossless": True,
         }
+        assert set(row) == set(COLUMNS), sorted(set(row) ^ set(COLUMNS))
         row = {column: row[column] for column in COLUMNS}
         out_rows.append(row)
         print(row, flush=True)
@@ -387,6 +395,15 @@ def main() -> None:
         "rest of a round ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["other"].items()},
         "per-step acceptance": [round(a, 4) for a in rates],
     }
+    if usual:  # the same costs with F.linear, measured first in this run (prefills take F.linear either way)
+        n_usual = sum(map(len, usual["tokens"]))
+        usual_ms = (1000 * usual["plain s"] - len(prompts) * costs["target prefill"]) / (n_usual - len(prompts))
+        settings["with F.linear"] = {
+            "plain tok/s": round(n_usual / usual["plain s"], 2),
+            "plain decode step ms": round(usual_ms, 2),
+            "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in usual["forward"].items()},
+            "plain decoding's tokens the same as weight first": usual["tokens"] == reference,
+        }
     write(args.out, settings, out_rows, load_before=load_before)
     linears.close()
     if args.export:

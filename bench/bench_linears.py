@@ -3,8 +3,8 @@
 - `F.linear(x, W)` (x @ W^T), what transformers runs;
 - weight first, W @ x^T (`elsi_lib.draft.linears.weight_first_linear`, every row count).
 
-For each distinct weight shape of the model's linears and each row count: median milliseconds both
-ways and their ratio, and, summed over every linear of the model (each shape times how often it
+For each kind of the model's linears (weight shape, with or without a bias) and each row count: median milliseconds both
+ways and their ratio, and, summed over every linear of the model (each kind times how often it
 occurs), a forward's linear time by rows against one row's: what verifying k + 1 tokens costs in the
 linears alone. Rows 1 is a decode step; 2-6 a chain's verification; 31 and 61 the trees'.
 
@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections import Counter
 
 import torch
@@ -28,19 +26,10 @@ from torch.nn import functional as F
 from elsi_lib.common.hardware import cpu_flags
 from elsi_lib.draft.linears import weight_first_linear
 from elsi_lib.inputs.models import load_model
+from bench_cost import median_ms
 from record import write
 
 ROWS = [1, 2, 3, 4, 6, 8, 16, 31, 61]
-
-
-def median_ms(fn, repeat: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -57,38 +46,41 @@ def main() -> None:
     linears = [m for m in model.modules() if type(m) is nn.Linear]
     if not linears or any(m.weight.dtype != torch.float32 for m in linears):
         raise SystemExit(f"{args.model}: this benchmark times float32 nn.Linear layers")
-    shapes = Counter(tuple(m.weight.shape) for m in linears)
-    weights = {shape: next(m.weight for m in linears if tuple(m.weight.shape) == shape) for shape in shapes}
+    # a layer's kind: its weight's shape and whether it has a bias (Qwen2's q, k, v projections do)
+    kinds = Counter((tuple(m.weight.shape), m.bias is not None) for m in linears)
+    layer_of = {kind: next(m for m in linears if (tuple(m.weight.shape), m.bias is not None) == kind) for kind in kinds}
     generator = torch.Generator().manual_seed(0)
-    per_shape, out = {}, []
+    per_kind, shape_rows = {}, []
     with torch.no_grad():
-        for shape, weight in weights.items():
+        for kind, layer in layer_of.items():
+            weight, bias = layer.weight, layer.bias
             for n in rows:
-                x = torch.randn(n, shape[1], generator=generator)
-                usual = median_ms(lambda: F.linear(x, weight), args.repeat)
-                first = median_ms(lambda: weight_first_linear(x, weight, max_rows=n), args.repeat)
-                per_shape[(shape, n)] = (usual, first)
-                out.append(
+                x = torch.randn(n, weight.shape[1], generator=generator)
+                F.linear(x, weight, bias)  # warm-up
+                usual = median_ms(lambda: F.linear(x, weight, bias), args.repeat)
+                weight_first_linear(x, weight, bias, max_rows=n)  # warm-up
+                first = median_ms(lambda: weight_first_linear(x, weight, bias, max_rows=n), args.repeat)
+                per_kind[(kind, n)] = (usual, first)
+                shape_rows.append(
                     {
-                        "weight (out x in)": f"{shape[0]} x {shape[1]}",
-                        "layers": shapes[shape],
+                        "weight (out x in)": f"{kind[0][0]} x {kind[0][1]}{' + bias' if kind[1] else ''}",
+                        "layers": kinds[kind],
                         "rows": n,
                         "F.linear ms": round(usual, 3),
                         "weight first ms": round(first, 3),
                         "weight first / F.linear": round(first / usual, 2),
-                        "F.linear / its one row": "",
-                        "weight first / F.linear's one row": "",
                     }
                 )
-                print(out[-1], flush=True)
-    for n in rows:  # the model's linears summed: one forward's linear time by rows
-        usual = sum(per_shape[(s, n)][0] * c for s, c in shapes.items())
-        first = sum(per_shape[(s, n)][1] * c for s, c in shapes.items())
-        one = sum(per_shape[(s, 1)][0] * c for s, c in shapes.items())
+                print(shape_rows[-1], flush=True)
+    out = []  # the model's linears summed first (one forward's linear time by rows), then each kind
+    one = sum(per_kind[(k, 1)][0] * c for k, c in kinds.items())
+    for n in rows:
+        usual = sum(per_kind[(k, n)][0] * c for k, c in kinds.items())
+        first = sum(per_kind[(k, n)][1] * c for k, c in kinds.items())
         out.append(
             {
                 "weight (out x in)": "all linears",
-                "layers": sum(shapes.values()),
+                "layers": sum(kinds.values()),
                 "rows": n,
                 "F.linear ms": round(usual, 2),
                 "weight first ms": round(first, 2),
@@ -98,6 +90,7 @@ def main() -> None:
             }
         )
         print(out[-1], flush=True)
+    out += shape_rows
     flags = cpu_flags() or set()
     settings = {
         "model": args.model,

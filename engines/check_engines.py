@@ -28,6 +28,7 @@ table (machine, date, load, rows) in bench/results/engines_vllm.json and .md, wh
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -93,6 +94,8 @@ def run_vllm(plan: dict, draft_folder: str | None, k: int = 0, out: Path = OUT) 
     tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
     after = counters(llm)
     shutdown(llm)
+    del llm
+    gc.collect()  # the engine's weights, before the next one starts
     return {
         "tokens": tokens,
         "seconds": seconds,

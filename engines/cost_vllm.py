@@ -145,7 +145,7 @@ def plain_costs(plan: dict, K: int) -> dict:
 
 def chain_run(plan: dict, k: int) -> dict:
     """One chain of k draft tokens over every question, in its own engine (shut down on return)."""
-    llm = engine(plan["target"], plan["draft"], k)
+    llm = engine(plan["target"], plan["draft"], k, prefix_caching=False)
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up
     before = counters(llm)
     tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])

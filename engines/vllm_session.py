@@ -9,21 +9,25 @@ import gc
 import time
 
 
-def engine(target: str, draft: str | None = None, k: int = 0, prefix_caching: bool = False):
+def engine(target: str, draft: str | None = None, k: int = 0, prefix_caching: bool | None = None):
     """vLLM's LLM on `target` (float32, eager, 2,048 positions, seed 0, statistics on), with the EAGLE-3
-    draft folder `draft` proposing chains of k tokens when one is given."""
+    draft folder `draft` proposing chains of k >= 1 tokens when one is given; prefix caching as vLLM's
+    default unless `prefix_caching` says."""
     from vllm import LLM
 
+    if draft is not None and (not isinstance(k, int) or k < 1):
+        raise ValueError(f"a draft proposes chains of k >= 1 tokens, got k = {k!r}")
     spec = None if draft is None else {"method": "eagle3", "model": draft, "num_speculative_tokens": k}
+    caching = {} if prefix_caching is None else {"enable_prefix_caching": prefix_caching}
     return LLM(
         model=target,
         dtype="float32",
         enforce_eager=True,
         max_model_len=2048,
         disable_log_stats=False,
-        enable_prefix_caching=prefix_caching,
         speculative_config=spec,
         seed=0,
+        **caching,
     )
 
 
@@ -46,7 +50,7 @@ def counters(llm, prefix: str = "vllm:spec_decode") -> dict:
     for m in llm.get_metrics():
         if m.name.startswith(prefix):
             name = m.name.removeprefix("vllm:").removeprefix("spec_decode_")
-            out[name] = getattr(m, "values", None) or getattr(m, "value", 0)
+            out[name] = list(m.values) if hasattr(m, "values") else m.value
     return out
 
 

@@ -53,3 +53,44 @@ def test_bad_max_rows(bad):
     with pytest.raises(ValueError, match="max_rows"):
         with weight_first_linears(nn.Linear(2, 2), max_rows=bad):
             pass
+
+
+def test_one_dimensional_and_strided_inputs():
+    g = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(12, 8, generator=g), torch.randn(12, generator=g)
+    x = torch.randn(8, generator=g)
+    torch.testing.assert_close(weight_first_linear(x, weight, bias), F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+    strided = torch.randn(8, 3, generator=g).t()  # (3, 8), not contiguous
+    torch.testing.assert_close(
+        weight_first_linear(strided, weight, bias), F.linear(strided, weight, bias), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_autocast_is_left_to_f_linear():
+    layer = nn.Linear(8, 6)
+    x = torch.randn(2, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = layer(x)
+        with weight_first_linears(layer):
+            got = layer(x)
+    assert got.dtype == expected.dtype == torch.bfloat16
+    torch.testing.assert_close(got, expected)
+
+
+def test_keyword_input_own_forwards_and_copies():
+    import copy
+
+    torch.manual_seed(0)
+    own = nn.Linear(4, 4)
+    own.forward = lambda input: input * 0  # an instance forward of its own: left alone
+    model = nn.Sequential(nn.Linear(4, 4), own)
+    x = torch.randn(2, 4)
+    with weight_first_linears(model):
+        torch.testing.assert_close(model[0](input=x), F.linear(x, model[0].weight, model[0].bias))
+        twin = copy.deepcopy(model)
+        twin[0].weight.data.zero_()
+        twin[0].bias.data.zero_()
+        assert torch.equal(twin[0](x), torch.zeros(2, 4))  # the copy computes with its own weights
+        assert not torch.equal(model[0](x), torch.zeros(2, 4))
+    assert "forward" not in vars(model[0]) and "forward" in vars(own)
+    assert torch.equal(own(x), torch.zeros(2, 4))

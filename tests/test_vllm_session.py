@@ -13,8 +13,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Metric:
+    """vLLM's Counter has `value`, its Vector `values` (never both)."""
+
     def __init__(self, name, value=None, values=None):
-        self.name, self.value, self.values = name, value, values
+        self.name = name
+        if values is None:
+            self.value = value
+        else:
+            self.values = values
 
 
 class FakeLLM:
@@ -76,9 +82,14 @@ def test_the_engine_and_its_counters(engines):
     assert llm.settings["speculative_config"] == {"method": "eagle3", "model": "draft", "num_speculative_tokens": 3}
     assert llm.settings["dtype"] == "float32" and llm.settings["enable_prefix_caching"] is True
     assert llm.settings["disable_log_stats"] is False  # the counters need the statistics
-    assert session.engine("target").settings["speculative_config"] is None
-    tokens, seconds = session.generate(llm, [[1, 2], [5, 6, 7]], max_tokens=2)
-    assert tokens == [[2, 3], [6, 7]] and seconds >= 0
+    plain = session.engine("target")
+    assert plain.settings["speculative_config"] is None
+    assert "enable_prefix_caching" not in plain.settings  # vLLM's own default
+    for k in (0, -1, 2.0):
+        with pytest.raises(ValueError, match="k >= 1"):
+            session.engine("target", "draft", k)
+    tokens, _ = session.generate(llm, [[1, 2], [5, 6, 7]], max_tokens=2)
+    assert tokens == [[2, 3], [6, 7]]
     assert session.counters(llm) == {
         "num_drafts": 2,
         "num_accepted_tokens": 4,
@@ -86,6 +97,8 @@ def test_the_engine_and_its_counters(engines):
         "num_accepted_tokens_per_pos": [2, 2, 0],
     }
     assert session.counters(llm, "vllm:prefix_cache_hits") == {"prefix_cache_hits": 7}
+    empty = types.SimpleNamespace(get_metrics=lambda: [Metric("vllm:spec_decode_x", values=[])])
+    assert session.counters(empty) == {"x": []}  # an empty Vector stays a list
     session.shutdown(llm)
     assert llm.stopped
 
@@ -96,6 +109,7 @@ def test_check_engines_counts_only_the_timed_requests(engines, tmp_path):
     result = check.run_vllm(plan, str(tmp_path / "draft"), 2, out=tmp_path)
     (llm,) = FakeLLM.started
     assert llm.settings["speculative_config"]["num_speculative_tokens"] == 2
+    assert "enable_prefix_caching" not in llm.settings  # as check_engines' committed results ran
     assert result["tokens"] == [[2, 3], [4], [5, 6]] and result["generated"] == 5
     # the warm-up request is not counted: three timed requests
     assert (result["num_drafts"], result["num_accepted_tokens"], result["num_draft_tokens"]) == (3, 6, 9)
