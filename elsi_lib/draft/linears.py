@@ -53,7 +53,7 @@ def weight_first_linears(model: nn.Module, max_rows: int = 8):
         for module in model.modules():
             if type(module) is nn.Linear and "forward" not in vars(module):
                 # a bound method: a deep copy made inside the block rebinds it to the copy's weights
-                module.forward = types.MethodType(partial(_weight_first_forward, max_rows=max_rows), module)
+                module.forward = types.MethodType(partial(_weight_first_forward, max_rows=max_rows), module)  # type: ignore[method-assign]
                 swapped[module] = module.forward
     try:
         yield model
