@@ -65,8 +65,12 @@ def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
 def figure(results: list[dict]):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5.2 * len(results), 4.2), squeeze=False)
-    for ax, result in zip(axes[0], results):
+    cols = min(2, len(results))  # two panels a row: the titles stay legible
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.2 * rows), squeeze=False)
+    for ax in axes.flat[len(results) :]:
+        ax.set_visible(False)
+    for ax, result in zip(axes.flat, results):
         colors = plt.get_cmap("viridis")(np.linspace(0, 0.85, max(1, len(result["chains"]))))
         for color, row in zip(colors, result["chains"]):
             k = row["k"]
