@@ -69,3 +69,18 @@ def test_the_criterion_line_is_the_pooled_test_and_the_default_follows_it(tmp_pa
     assert verdict(changed) == "probe"
     (copy / "criteria_pooled.csv").unlink()
     assert criterion_line() is None
+
+
+def test_a_set_two_methods_chose_is_one_draft_for_the_criteria(monkeypatch):
+    """ELSI and ELSI-C chose layers (0, 1) at m = 2 on Qwen (table3_f32): the same draft, trained twice,
+    counts once in the criteria's correlations."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+    from elsi_lib.study.record_tables import drafts
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))  # the committed records
+
+    table = drafts(["table3_f32"])
+    assert {"elsi-m2", "elsi-c-m2"} & set(table.id), "the committed records hold both m = 2 drafts"
+    assert len({"elsi-m2", "elsi-c-m2"} & set(table.id)) == 1
+    assert not table.duplicated(["layers", "step 1", "tau"]).any()
+    assert {"eagle2", "elsi-m1-rule"} <= set(table.id)  # one layer, two feature sources: two drafts

@@ -81,6 +81,9 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0) -> pd.DataFrame:
         if BASELINE not in set(rows.method) or rows.id.nunique() < 2:
             continue
         table = draft_table(rows, temperature=temperature, nodes=NODES)
+        # two methods that chose the same layers train the same draft (ELSI and ELSI-C at m = 2 on
+        # Qwen): one draft for the criteria, or the set would count twice
+        table = table.drop_duplicates(["layers", "step 1", "tau"])
         probe = rows.drop_duplicates("id").set_index("id")[["probe error", "probe agreement"]]
         parts.append(table.join(probe, on="id"))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
