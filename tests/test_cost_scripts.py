@@ -88,9 +88,8 @@ def test_the_forward_line_is_least_squares_in_both_copies():
         cost.linear_fit({2: 1.0})
 
 
-def test_elsis_prediction_adds_up_its_costs():
-    """bench/bench_cost.py's round: tree + forward(nodes + 1) + update rows at the tokens per round +
-    the rest; each question's prefill once; the ceiling at depth + 1 tokens."""
+def bench_cost_and_costs():
+    """bench/bench_cost.py as a module, and a chain shape with its costs (ms) each timed alone."""
     sys.path.insert(0, str(ROOT / "bench"))
     try:
         import bench_cost
@@ -98,6 +97,13 @@ def test_elsis_prediction_adds_up_its_costs():
         sys.path.remove(str(ROOT / "bench"))
     shape = (2, 2, 1)
     costs = {"trees": {shape: 10.0}, "rows": {1: 2.0, 2: 3.0, 3: 4.0}, "other": {shape: 1.0}, "prefill": 50.0}
+    return bench_cost, shape, costs
+
+
+def test_elsis_prediction_adds_up_its_costs():
+    """bench/bench_cost.py's round: tree + forward(nodes + 1) + update rows at the tokens per round +
+    the rest; each question's prefill once; the ceiling at depth + 1 tokens."""
+    bench_cost, shape, costs = bench_cost_and_costs()
     round_s, speed, ceiling = bench_cost.predict(shape, 1.5, costs, {3: 100.0}, plain_s=10.0, generated=42, prompts=2)
     assert round_s == pytest.approx(0.114)  # 10 + 100 + 3 (rows at round(1.5) = 2) + 1 ms
     assert speed == pytest.approx(10.0 / (2 * 0.05 + 40 / 1.5 * 0.114))
@@ -107,13 +113,7 @@ def test_elsis_prediction_adds_up_its_costs():
 def test_elsis_rows_keep_the_committed_columns():
     """bench_cost's rows name every column once, in the order of its committed records; the predicted
     ones come from predicted_columns."""
-    sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        import bench_cost
-    finally:
-        sys.path.remove(str(ROOT / "bench"))
-    shape = (2, 2, 1)
-    costs = {"trees": {shape: 10.0}, "rows": {1: 2.0, 2: 3.0, 3: 4.0}, "other": {shape: 1.0}, "prefill": 50.0}
+    bench_cost, shape, costs = bench_cost_and_costs()
     predicted = bench_cost.predicted_columns(shape, 1.5, 0.9, costs, {3: 100.0}, 10.0, 60.0, 42, 2)
     assert set(predicted) < set(bench_cost.COLUMNS)
     assert len(set(bench_cost.COLUMNS)) == len(bench_cost.COLUMNS)
