@@ -51,17 +51,9 @@ from elsi_lib.study.methods import run_methods
 from elsi_lib.study.prepared import unit_draft
 from elsi_lib.study.protocols import protocol
 from record import read, write
+from timing import median_ms
 
 TREES = [(30, 6, 10), (60, 6, 10)]  # (nodes, depth, top_k): the paper's two trees
-
-
-def median_ms(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
 
 
 @torch.no_grad()
@@ -104,6 +96,16 @@ def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> di
         tokens = torch.tensor(prompt[-n:])
         out["rows"][n] = median_ms(lambda: draft_rows(draft, features[-n:], tokens, P, kv, autocast=autocast), repeat)
     return out
+
+
+def plain_and_forwards(model, prompts, sizes, args) -> tuple[list, float, dict]:
+    """Plain greedy decoding of `prompts` (after a warm-up): its tokens and seconds; and the target's
+    forward over n new tokens for each n in `sizes`, ms averaged over the prompts. Each size alone: GEMM
+    shapes differ (3 tokens may cost more than 4), which a line would hide."""
+    plain(model, prompts[:1], 4)  # warm-up
+    tokens, seconds = plain(model, prompts, args.tokens)
+    per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
+    return tokens, seconds, {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
 
 
 def mean_costs(per_prompt: list[dict]) -> dict:
@@ -289,22 +291,15 @@ def main() -> None:
     sizes = sorted({n + 1 for n, _, _ in shapes})
     usual = {}  # with --weight-first: plain decoding and the verification forwards first with F.linear, in this run
     if args.weight_first:
-        plain(model, prompts[:1], 4)  # warm-up
-        usual["tokens"], usual["plain s"] = plain(model, prompts, args.tokens)
-        per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
-        usual["forward"] = {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
+        usual["tokens"], usual["plain s"], usual["forward"] = plain_and_forwards(model, prompts, sizes, args)
     linears = contextlib.ExitStack()  # every timing below, plain decoding's too, under the same linears
     if args.weight_first:
         linears.enter_context(weight_first_linears(model, args.weight_first))
         linears.enter_context(weight_first_linears(draft, args.weight_first))
 
     # 1. costs, each alone
-    plain(model, prompts[:1], 4)  # warm-up
-    reference, plain_seconds = plain(model, prompts, args.tokens)
+    reference, plain_seconds, verify = plain_and_forwards(model, prompts, sizes, args)
     generated = sum(map(len, reference))
-    per_prompt = [verification_ms(model, p, sizes, args.repeat) for p in prompts]
-    # each size alone: GEMM shapes differ (here 3 tokens cost more than 4), which a line would hide
-    verify = {n: statistics.mean(v[n] for v in per_prompt) for n in sizes}
     costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
     # plain decoding's step: its time less the target's prefills (each yields a question's first token)
     plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))

@@ -26,8 +26,8 @@ from torch.nn import functional as F
 from elsi_lib.common.hardware import cpu_flags
 from elsi_lib.draft.linears import weight_first_linear
 from elsi_lib.inputs.models import load_model
-from bench_cost import median_ms
 from record import write
+from timing import median_ms
 
 ROWS = [1, 2, 3, 4, 6, 8, 16, 31, 61]
 

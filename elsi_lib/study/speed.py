@@ -88,11 +88,16 @@ def figure(results: list[dict]):
     return fig
 
 
+def best_chain(result: dict) -> dict:
+    """The row of `result`'s chains with the highest measured speed-up."""
+    return max(result["chains"], key=lambda r: r["speed-up measured"])
+
+
 def finding(result: dict) -> list[str]:
     """What one benchmark shows, from its rows: the best measured speed-up, how far the model's
     out-of-sample predictions fall from the measurements, and the ceiling and break-even at the best k."""
     s, chains = result["settings"], result["chains"]
-    best = max(chains, key=lambda r: r["speed-up measured"])
+    best = best_chain(result)
     errors = [abs(r["error"]) for r in chains if isinstance(r.get("error"), (int, float))]
     plain = s["plain tok/s"]
     lines = [
@@ -146,10 +151,6 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     present: the verification forward over 2 tokens against a plain step each way, and the best chain.
     None while no such record exists."""
     results = {r["benchmark"]: r for r in cost_results(folder)}
-
-    def best(result):
-        return max(result["chains"], key=lambda r: r["speed-up measured"])
-
     levers = [
         r
         for name, r in results.items()
@@ -157,9 +158,9 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     ]
     if not levers:
         return None
-    lever = max(levers, key=lambda r: best(r)["speed-up measured"])
+    lever = max(levers, key=lambda r: best_chain(r)["speed-up measured"])
     s, usual = lever["settings"], lever["settings"]["with F.linear"]
-    w = best(lever)
+    w = best_chain(lever)
     rate = w["speed-up measured"] * s["plain tok/s"]
     line = (
         f"In elsi's own loop the target's verification forward over 2 tokens costs "
@@ -173,7 +174,7 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     )
     vllm = results.get(f"cost_vllm_{ledger}")
     if vllm is not None:
-        v = best(vllm)
+        v = best_chain(vllm)
         line += (
             f", against vLLM-CPU's best {v['speed-up measured'] * vllm['settings']['plain tok/s']:.2f} "
             f"(draft {vllm['settings']['draft']})"
