@@ -20,7 +20,7 @@ import pandas as pd
 from ..common.cachefiles import REPO_ROOT
 from ..common.results import results_dir
 from ..draft.evidence import NODES, evidence
-from . import speed
+from . import speed, twins
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
@@ -123,10 +123,17 @@ def _ledger(folder):
         f"({r.drafts} drafts; beyond the reseed range: {r['beyond the reseed range']})."
         for _, r in found[found.temperature == 0].iterrows()
     ]
-    return lines + [
+    lines += [
         f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts ({r.protocols}): rho "
         f"{r['pooled rho']:+.2f}, stratified permutation p = {r['p (stratified permutation)']:.3f}."
         for _, r in pooled.iterrows()
+    ]
+    compared = _csv(folder, "numeric_twins") if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
+    return lines + [
+        f"- {family}, float32 minus bf16 over {block.unit.nunique()} units trained both ways: "
+        f"{block['diff'].min():+.3f} to {block['diff'].max():+.3f} in AVG tau; {twins.verdict(block)}"
+        + (f" (reseed range {block['reseed range'].max():.3f})." if block["reseed range"].notna().any() else ".")
+        for family, block in (compared.groupby("family", sort=False) if len(compared) else [])
     ]
 
 

@@ -77,6 +77,13 @@ class Protocol:
         return replace(exp, **plain, train=replace(exp.train, **train), seeds=seeds, reseeded=(), lever_lm_head=False)
 
     @property
+    def twins(self) -> tuple[str, str]:
+        """What this protocol shares with its numeric twin (the family and the parameter file: the same
+        data and layer sets, trained under other numeric settings). Twins rank the same sets with the
+        same criteria, so the pooled criteria count one of them (`record_tables.pooled_criteria`)."""
+        return self.family, self.parameters
+
+    @property
     def numeric(self) -> dict:
         return numeric_settings(self.experiment())
 

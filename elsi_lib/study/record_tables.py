@@ -1,7 +1,8 @@
 """The study's tables from the records present (`records.read_records`), each saying how many drafts it
 rests on: per protocol, ELSI m = 3 and the probe's set against EAGLE3 (paired, 95% intervals) beside
 the reseed spread where reseeds exist (`findings`); and the criteria out of sample, pooled over the
-protocols with a permutation test stratified by protocol (`pooled_criteria`).
+protocols with a permutation test stratified by protocol (`pooled_criteria`), one protocol of each pair
+of numeric twins (the same sets trained in bf16 and in float32 are not two samples of a criterion).
 
 The pooled statistic is the drafts-weighted mean of each protocol's Spearman rho (signed so that a
 positive rho means the criterion ranks the better drafts higher); its p-value shuffles the outcome
@@ -89,11 +90,26 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
+def one_per_twins(groups: list[pd.DataFrame]) -> list[pd.DataFrame]:
+    """Of each pair of numeric twins (`Protocol.twins`: the same family's sets on the same data, bf16 and
+    float32), the protocol with more drafts (the first listed on a tie). The twins' sets and criteria
+    are the same, so pooling both would count each set twice and shrink the p-value without new evidence;
+    a protocol not in PROTOCOLS is its own group."""
+    best: dict = {}  # twins' key -> index of the group kept
+    for i, g in enumerate(groups):
+        name = g.protocol.iloc[0]
+        key = PROTOCOLS[name].twins if name in PROTOCOLS else name
+        if key not in best or len(g) > len(groups[best[key]]):
+            best[key] = i
+    return [groups[i] for i in sorted(best.values())]
+
+
 def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
     """Per criterion and outcome: each protocol's rho and the pooled, drafts-weighted rho over the
-    protocols with 3 or more drafts, with its stratified permutation p-value (+1 both sides)."""
+    protocols with 3 or more drafts, one of each pair of twins (`one_per_twins`), with its stratified
+    permutation p-value (+1 both sides)."""
     rng = np.random.default_rng(seed)
-    groups = [g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3]
+    groups = one_per_twins([g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3])
     out = []
     for criterion, sign in CRITERIA.items():
         for outcome in OUTCOMES:

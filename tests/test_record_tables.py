@@ -1,0 +1,97 @@
+"""The pooled criteria (`record_tables.pooled_criteria`): drafts-weighted rho over protocols, a
+permutation test stratified by protocol, and one protocol of each pair of numeric twins."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from elsi_lib.study.protocols import PROTOCOLS
+from elsi_lib.study.record_tables import one_per_twins, pooled_criteria
+
+
+def _protocol(name: str, n: int, *, rank_right: bool, seed: int = 0, error=None) -> pd.DataFrame:
+    """n drafts of protocol `name` whose probe error ranks step 1 and tau perfectly (lower error, better
+    draft) when `rank_right`, else in a seeded random order (or `error`'s); set entropy and agreement
+    are noise."""
+    rng = np.random.default_rng(seed)
+    quality = np.arange(n, dtype=float)
+    if error is None:
+        error = -quality if rank_right else rng.permutation(quality)
+    return pd.DataFrame(
+        {
+            "protocol": name,
+            "id": [f"d{i}" for i in range(n)],
+            "set entropy": rng.normal(size=n),
+            "probe error": error,
+            "probe agreement": rng.normal(size=n),
+            "step 1": 0.2 + 0.01 * quality,
+            "tau minus EAGLE3": 0.05 * quality - 0.1,
+        }
+    )
+
+
+def _row(pooled: pd.DataFrame, criterion: str = "probe error", outcome: str = "tau minus EAGLE3") -> pd.Series:
+    return pooled[(pooled.criterion == criterion) & (pooled.outcome == outcome)].iloc[0]
+
+
+def test_the_protocols_twins_are_the_same_family_and_data_in_two_numeric_settings():
+    assert PROTOCOLS["table3"].twins == PROTOCOLS["table3_f32"].twins
+    assert PROTOCOLS["table2_strong"].twins == PROTOCOLS["table2_strong_f32"].twins
+    assert PROTOCOLS["table3"].twins != PROTOCOLS["table2_strong"].twins
+
+
+def test_of_two_twins_the_pooled_test_counts_the_one_with_more_drafts():
+    """table3 and table3_f32 rank the same Qwen sets: pooling both would count each set twice."""
+    table = pd.concat(
+        [
+            _protocol("table3", 4, rank_right=True),
+            _protocol("table3_f32", 6, rank_right=True),
+            _protocol("table2_strong", 3, rank_right=False, seed=1),
+        ],
+        ignore_index=True,
+    )
+    row = _row(pooled_criteria(table, n_perm=500))
+    assert row.protocols == "table3_f32 table2_strong"
+    assert row.drafts == 9
+    kept = one_per_twins([g for _, g in table.groupby("protocol", sort=False)])
+    assert [g.protocol.iloc[0] for g in kept] == ["table3_f32", "table2_strong"]
+
+
+def test_twins_with_equal_drafts_keep_the_first_listed_and_other_protocols_stay():
+    groups = [
+        _protocol("table2_strong", 3, rank_right=True),
+        _protocol("table2_strong_f32", 3, rank_right=True),
+        _protocol("someone_elses", 3, rank_right=True),  # not in PROTOCOLS: its own group
+    ]
+    assert [g.protocol.iloc[0] for g in one_per_twins(groups)] == ["table2_strong", "someone_elses"]
+
+
+def test_a_criterion_that_ranks_every_protocol_right_is_significant_and_noise_is_not():
+    right = pd.concat(
+        [_protocol("table3_f32", 8, rank_right=True), _protocol("table2_strong", 8, rank_right=True)],
+        ignore_index=True,
+    )
+    row = _row(pooled_criteria(right, n_perm=2000))
+    assert row["pooled rho"] == 1.0
+    assert row["p (stratified permutation)"] < 0.01
+    # error orders whose Spearman rho with the drafts' quality is -0.14 and -0.10 (signed: +0.14, +0.10)
+    noise = pd.concat(
+        [
+            _protocol("table3_f32", 8, rank_right=False, error=np.array([1, 6, 3, 0, 7, 4, 5, 2], float)),
+            _protocol("table2_strong", 8, rank_right=False, error=np.array([4, 0, 6, 2, 7, 1, 5, 3], float)),
+        ],
+        ignore_index=True,
+    )
+    row = _row(pooled_criteria(noise, n_perm=2000))
+    assert row["pooled rho"] == pytest.approx(-(1 / 7 + 2 / 21) / 2)
+    assert row["p (stratified permutation)"] > 0.3
+
+
+def test_protocols_with_fewer_than_three_drafts_are_left_out():
+    table = pd.concat(
+        [_protocol("table3_f32", 5, rank_right=True), _protocol("table2_strong", 2, rank_right=False)],
+        ignore_index=True,
+    )
+    row = _row(pooled_criteria(table, n_perm=200))
+    assert row.protocols == "table3_f32"
+    assert row.drafts == 5
