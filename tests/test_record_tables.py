@@ -95,3 +95,15 @@ def test_protocols_with_fewer_than_three_drafts_are_left_out():
     row = _row(pooled_criteria(table, n_perm=200))
     assert row.protocols == "table3_f32"
     assert row.drafts == 5
+
+
+def test_two_methods_that_chose_one_set_are_one_draft_and_a_reseed_is_another():
+    from test_records import a_record
+
+    from elsi_lib.study.record_tables import distinct_drafts
+
+    elsi, elsi_c = a_record(method="elsi-m3"), a_record(method="elsi-c-m3")  # both layers (1, 22, 23)
+    assert distinct_drafts([elsi, elsi_c]) == 1
+    assert distinct_drafts([elsi, elsi_c, a_record(method="elsi-m3", seed=1)]) == 2
+    other = {**a_record(method="probe-m3"), "layers": "19 21 23"}
+    assert distinct_drafts([elsi, other]) == 2

@@ -12,6 +12,8 @@ are left out: they are the same sets, trained further.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -34,9 +36,15 @@ def final_rows(records: list[dict]) -> pd.DataFrame:
     return question_frame([{**r, "curve": []} for r in records])
 
 
+def distinct_drafts(records: list[dict]) -> int:
+    """How many different drafts `records` hold: two units of one seed whose methods chose the same
+    layers train the same draft (ELSI and ELSI-C at m = 2 and 3 on Qwen), with the same numbers."""
+    return len({(str(r["layers"]), r["unit"]["seed"], json.dumps(r["step accuracy"], sort_keys=True)) for r in records})
+
+
 def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """For protocol `name`: each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1 (paired over the
-    questions both have rounds on, first seed), the drafts the table rests on, and the reseed range of
+    questions both have rounds on, first seed), the distinct drafts the table rests on, and the reseed range of
     AVG tau where both EAGLE3 and ELSI m = 3 have two or more seeds (else NaN: no noise floor yet)."""
     records = read_records(name)
     if not records:
@@ -62,7 +70,7 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
                     "low": r.low,
                     "high": r.high,
                     "questions": r.questions,
-                    "drafts": len(records),
+                    "drafts": distinct_drafts(records),
                     "reseed range": floor,
                     "beyond the reseed range": beyond,
                 }
