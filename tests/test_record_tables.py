@@ -74,7 +74,8 @@ def test_a_criterion_that_ranks_every_protocol_right_is_significant_and_noise_is
     row = _row(pooled_criteria(right, n_perm=2000))
     assert row["pooled rho"] == 1.0
     assert row["p (stratified permutation)"] < 0.01
-    # error orders whose Spearman rho with the drafts' quality is -0.14 and -0.10 (signed: +0.14, +0.10)
+    # error orders whose Spearman rho with the drafts' quality is +0.14 and +0.10 (signed, as probe error
+    # counts with sign -1: -0.14 and -0.10)
     noise = pd.concat(
         [
             _protocol("table3_f32", 8, rank_right=False, error=np.array([1, 6, 3, 0, 7, 4, 5, 2], float)),

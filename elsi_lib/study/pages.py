@@ -129,12 +129,7 @@ def _ledger(folder):
         for _, r in pooled.iterrows()
     ]
     compared = _csv(folder, "numeric_twins") if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
-    return lines + [
-        f"- {family}, float32 minus bf16 over {block.unit.nunique()} units trained both ways: "
-        f"{block['diff'].min():+.3f} to {block['diff'].max():+.3f} in AVG tau; {twins.verdict(block)}"
-        + (f" (reseed range {block['reseed range'].max():.3f})." if block["reseed range"].notna().any() else ".")
-        for family, block in (compared.groupby("family", sort=False) if len(compared) else [])
-    ]
+    return lines + [f"- {line}." for line in twins.summary(compared)]
 
 
 PAGES = (

@@ -12,8 +12,6 @@ are left out: they are the same sets, trained further.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 
@@ -36,10 +34,21 @@ def final_rows(records: list[dict]) -> pd.DataFrame:
     return question_frame([{**r, "curve": []} for r in records])
 
 
+# two units of one seed whose methods chose the same layers train the same draft (ELSI and ELSI-C at
+# m = 2 and 3 on Qwen), with the same numbers: one draft is (layers, seed, held-out step-1 accuracy)
+SAME_DRAFT = ["layers", "seed", "step 1"]
+
+
 def distinct_drafts(records: list[dict]) -> int:
-    """How many different drafts `records` hold: two units of one seed whose methods chose the same
-    layers train the same draft (ELSI and ELSI-C at m = 2 and 3 on Qwen), with the same numbers."""
-    return len({(str(r["layers"]), r["unit"]["seed"], json.dumps(r["step accuracy"], sort_keys=True)) for r in records})
+    """How many different drafts `records` hold (SAME_DRAFT)."""
+    return len({(str(r["layers"]), r["unit"]["seed"], r["step accuracy"]["step 1"]) for r in records})
+
+
+def reseed_range(block: pd.DataFrame) -> float:
+    """What a reseed alone moves in `block` (one temperature): the largest AVG tau range across seeds at
+    NODES nodes, once two or more methods have two or more seeds (EAGLE3 and ELSI m = 3), else NaN."""
+    spread = seed_spread(block, NODES)
+    return float(spread["range"].max()) if len(spread) >= 2 else np.nan
 
 
 def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
@@ -56,8 +65,7 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
         if BASELINE not in set(block.method):
             continue
         paired = paired_differences(block, NODES, n_boot=n_boot, seed=seed, model_seed=0)
-        spread = seed_spread(block, NODES)
-        floor = float(spread["range"].max()) if len(spread) >= 2 else np.nan
+        floor = reseed_range(block)
         for r in paired[paired.method.isin(COMPARED)].itertuples():
             beyond = "no reseeds yet" if np.isnan(floor) else ("yes" if abs(r.diff) > floor else "no")
             out.append(
@@ -90,9 +98,8 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0) -> pd.DataFrame:
         if BASELINE not in set(rows.method) or rows.id.nunique() < 2:
             continue
         table = draft_table(rows, temperature=temperature, nodes=NODES)
-        # two methods that chose the same layers train the same draft (ELSI and ELSI-C at m = 2 on
-        # Qwen): one draft for the criteria, or the set would count twice
-        table = table.drop_duplicates(["layers", "step 1", "tau"])
+        # one draft for the criteria (SAME_DRAFT), or a set two methods chose would count twice
+        table = table.drop_duplicates(SAME_DRAFT)
         probe = rows.drop_duplicates("id").set_index("id")[["probe error", "probe agreement"]]
         parts.append(table.join(probe, on="id"))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
@@ -117,11 +124,11 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     protocols with 3 or more drafts, one of each pair of twins (`one_per_twins`), with its stratified
     permutation p-value (+1 both sides)."""
     rng = np.random.default_rng(seed)
-    groups = one_per_twins([g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3])
+    groups = [g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3]
     out = []
     for criterion, sign in CRITERIA.items():
         for outcome in OUTCOMES:
-            usable = [g for g in groups if g[criterion].notna().all() and g[outcome].notna().all()]
+            usable = one_per_twins([g for g in groups if g[criterion].notna().all() and g[outcome].notna().all()])
             if not usable:
                 continue
             scores = [sign * g[criterion].to_numpy(float) for g in usable]
