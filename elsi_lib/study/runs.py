@@ -63,7 +63,7 @@ RUNS = {
         "10_ledger.ipynb",
         "ledger_scale.yaml",
         "10_ledger.ipynb",
-        "ledger_findings, criteria_pooled",
+        "ledger_findings, criteria_pooled, numeric_twins",
         "the draft records in data/drafts (committed)",
     ),
 }
