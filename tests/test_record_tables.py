@@ -74,6 +74,7 @@ def test_a_criterion_that_ranks_every_protocol_right_is_significant_and_noise_is
     row = _row(pooled_criteria(right, n_perm=2000))
     assert row["pooled rho"] == 1.0
     assert row["p (stratified permutation)"] < 0.01
+    assert [float(q) < 0.01 for q in row["per protocol p"].split()] == [True, True]
     # error orders whose Spearman rho with the drafts' quality is +0.14 and +0.10 (signed, as probe error
     # counts with sign -1: -0.14 and -0.10)
     noise = pd.concat(
@@ -86,6 +87,7 @@ def test_a_criterion_that_ranks_every_protocol_right_is_significant_and_noise_is
     row = _row(pooled_criteria(noise, n_perm=2000))
     assert row["pooled rho"] == pytest.approx(-(1 / 7 + 2 / 21) / 2)
     assert row["p (stratified permutation)"] > 0.3
+    assert [float(q) > 0.3 for q in row["per protocol p"].split()] == [True, True]
 
 
 def test_protocols_with_fewer_than_three_drafts_are_left_out():

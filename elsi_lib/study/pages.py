@@ -124,8 +124,13 @@ def _ledger(folder):
         for _, r in found[found.temperature == 0].iterrows()
     ]
     lines += [
-        f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts ({r.protocols}): rho "
-        f"{r['pooled rho']:+.2f}, stratified permutation p = {r['p (stratified permutation)']:.3f}."
+        f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts: rho {r['pooled rho']:+.2f}, "
+        f"stratified permutation p = {r['p (stratified permutation)']:.3f} (per protocol: "
+        + ", ".join(
+            f"{name} {rho} p = {p}"
+            for name, rho, p in zip(r.protocols.split(), r["per protocol rho"].split(), r["per protocol p"].split())
+        )
+        + ")."
         for _, r in pooled.iterrows()
     ]
     compared = _csv(folder, "numeric_twins") if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()

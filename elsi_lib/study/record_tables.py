@@ -119,10 +119,17 @@ def one_per_twins(groups: list[pd.DataFrame]) -> list[pd.DataFrame]:
     return [groups[i] for i in sorted(best.values())]
 
 
+def _two_sided_p(draws: np.ndarray, observed: float) -> float:
+    """Permutation p-value of `observed` among `draws` (+1 both sides); NaN for a NaN observation."""
+    if not np.isfinite(observed):
+        return np.nan
+    return float((1 + np.sum(np.abs(draws) >= abs(observed) - 1e-12)) / (len(draws) + 1))
+
+
 def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
-    """Per criterion and outcome: each protocol's rho and the pooled, drafts-weighted rho over the
-    protocols with 3 or more drafts, one of each pair of twins (`one_per_twins`), with its stratified
-    permutation p-value (+1 both sides)."""
+    """Per criterion and outcome: each protocol's rho with its own permutation p-value, and the pooled,
+    drafts-weighted rho over the protocols with 3 or more drafts, one of each pair of twins
+    (`one_per_twins`), with its stratified permutation p-value (+1 both sides)."""
     rng = np.random.default_rng(seed)
     groups = [g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3]
     out = []
@@ -136,12 +143,14 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
             sizes = np.array([len(v) for v in values], float)
             rhos = np.array([spearman_rows(s[None], v[None])[0] for s, v in zip(scores, values)])
             pooled = float(np.nansum(sizes * rhos) / sizes[np.isfinite(rhos)].sum())
-            draws = np.zeros(n_perm)
-            for s, v, n in zip(scores, values, sizes):
+            draws, each = np.zeros(n_perm), []
+            for s, v, n, rho in zip(scores, values, sizes, rhos):
                 shuffled = np.stack([rng.permutation(v) for _ in range(n_perm)])  # (n_perm, n)
-                draws += n * np.nan_to_num(spearman_rows(np.broadcast_to(s, shuffled.shape), shuffled))
+                mine = np.nan_to_num(spearman_rows(np.broadcast_to(s, shuffled.shape), shuffled))
+                draws += n * mine
+                each.append(_two_sided_p(mine, rho))
             draws /= sizes.sum()
-            p = float((1 + np.sum(np.abs(draws) >= abs(pooled) - 1e-12)) / (n_perm + 1))
+            p = _two_sided_p(draws, pooled)
             out.append(
                 {
                     "criterion": criterion,
@@ -149,6 +158,7 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                     "drafts": int(sizes.sum()),
                     "protocols": " ".join(g.protocol.iloc[0] for g in usable),
                     "per protocol rho": " ".join(f"{r:+.2f}" for r in rhos),
+                    "per protocol p": " ".join(f"{q:.3f}" for q in each),
                     "pooled rho": pooled,
                     "p (stratified permutation)": p,
                 }
