@@ -110,3 +110,21 @@ def test_two_methods_that_chose_one_set_are_one_draft_and_a_reseed_is_another():
     assert distinct_drafts([elsi, elsi_c, a_record(method="elsi-m3", seed=1)]) == 2
     other = {**a_record(method="probe-m3"), "layers": "19 21 23"}
     assert distinct_drafts([elsi, other]) == 2
+
+
+def test_each_seed_is_compared_with_eagle3s_same_seed(tmp_path, monkeypatch):
+    from test_records import a_record
+
+    from elsi_lib.study import records as R
+    from elsi_lib.study.record_tables import findings
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    own = {"eagle3": {"label": "EAGLE3", "layers": "1 11 20"}, "elsi-m3": {"label": "ELSI m=3"}}
+    for method, seed, tau in [("eagle3", 0, 1.5), ("elsi-m3", 0, 1.6), ("eagle3", 1, 1.52), ("elsi-m3", 1, 1.53)]:
+        R.write_record({**a_record("table3_f32", method, seed=seed, tau=tau), **own[method]}, tmp_path)
+    found = findings("table3_f32", n_boot=200)
+    at0 = found[found.temperature == 0].set_index("seed")
+    assert at0["diff"].to_dict() == pytest.approx({0: 0.1, 1: 0.01})
+    assert at0["reseed range"].to_numpy() == pytest.approx([0.07, 0.07])  # ELSI m=3's 1.6 against 1.53
+    assert at0["beyond the reseed range"].to_dict() == {0: "yes", 1: "no"}
+    assert set(found.drafts) == {4}

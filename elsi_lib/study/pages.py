@@ -119,7 +119,8 @@ def _ledger(folder):
     found = _csv(folder, "ledger_findings")
     pooled = _csv(folder, "criteria_pooled")
     lines = [
-        f"- {r.protocol}, T = {r.temperature:g}: {r.method} minus EAGLE3 {r['diff']:+.3f} [{r.low:+.3f}, {r.high:+.3f}] "
+        f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
+        f"[{r.low:+.3f}, {r.high:+.3f}] "
         f"({r.drafts} drafts; beyond the reseed range: {r['beyond the reseed range']})."
         for _, r in found[found.temperature == 0].iterrows()
     ]

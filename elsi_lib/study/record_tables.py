@@ -52,9 +52,10 @@ def reseed_range(block: pd.DataFrame) -> float:
 
 
 def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """For protocol `name`: each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1 (paired over the
-    questions both have rounds on, first seed), the distinct drafts the table rests on, and the reseed range of
-    AVG tau where both EAGLE3 and ELSI m = 3 have two or more seeds (else NaN: no noise floor yet)."""
+    """For protocol `name`: each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1, at each training
+    seed both have (paired over the questions both have rounds on: a reseeded method against the reseeded
+    EAGLE3), the distinct drafts the table rests on, and the reseed range of AVG tau where both EAGLE3 and
+    ELSI m = 3 have two or more seeds (else NaN: no noise floor yet)."""
     records = read_records(name)
     if not records:
         return pd.DataFrame()
@@ -62,27 +63,27 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     out = []
     for T in sorted(rows.temperature.unique()):
         block = rows[rows.temperature == T]
-        if BASELINE not in set(block.method):
-            continue
-        paired = paired_differences(block, NODES, n_boot=n_boot, seed=seed, model_seed=0)
         floor = reseed_range(block)
-        for r in paired[paired.method.isin(COMPARED)].itertuples():
-            beyond = "no reseeds yet" if np.isnan(floor) else ("yes" if abs(r.diff) > floor else "no")
-            out.append(
-                {
-                    "protocol": name,
-                    "temperature": float(T),
-                    "nodes": NODES,
-                    "method": r.method,
-                    "diff": r.diff,
-                    "low": r.low,
-                    "high": r.high,
-                    "questions": r.questions,
-                    "drafts": distinct_drafts(records),
-                    "reseed range": floor,
-                    "beyond the reseed range": beyond,
-                }
-            )
+        for model_seed in sorted(block.loc[block.method == BASELINE, "seed"].unique()):
+            paired = paired_differences(block, NODES, n_boot=n_boot, seed=seed, model_seed=model_seed)
+            for r in paired[paired.method.isin(COMPARED)].itertuples():
+                beyond = "no reseeds yet" if np.isnan(floor) else ("yes" if abs(r.diff) > floor else "no")
+                out.append(
+                    {
+                        "protocol": name,
+                        "temperature": float(T),
+                        "nodes": NODES,
+                        "seed": int(model_seed),
+                        "method": r.method,
+                        "diff": r.diff,
+                        "low": r.low,
+                        "high": r.high,
+                        "questions": r.questions,
+                        "drafts": distinct_drafts(records),
+                        "reseed range": floor,
+                        "beyond the reseed range": beyond,
+                    }
+                )
     return pd.DataFrame(out)
 
 
