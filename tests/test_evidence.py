@@ -14,7 +14,7 @@ from elsi_lib.draft.evidence import NODES, evidence, evidence_lines
 def test_the_line_quotes_the_committed_paired_difference():
     paired = pd.read_csv(result_path("table3", "paired", "qwen2.5-coder-0.5b"))
     row = paired[(paired.method == "ELSI m=3") & (paired.nodes == NODES) & (paired.temperature == 0)].iloc[0]
-    [line] = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)
+    line = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
     assert f"T = 0: {row['diff']:+.3f} [{row.low:+.3f}, {row.high:+.3f}]" in line and "table3" in line
     strong = evidence("smollm2-135m", "elsi", 3)[0]
     assert strong.protocol == "table2_strong" and strong.prompts == 4744 and strong.drafts == 3
@@ -84,3 +84,31 @@ def test_a_set_two_methods_chose_is_one_draft_for_the_criteria(monkeypatch):
     assert len({"elsi-m2", "elsi-c-m2"} & set(table.id)) == 1
     assert not table.duplicated(["layers", "step 1", "tau"]).any()
     assert {"eagle2", "elsi-m1-rule"} <= set(table.id)  # one layer, two feature sources: two drafts
+
+
+def test_a_reseeded_criterion_shows_every_seed_beside_its_evidence(tmp_path, monkeypatch):
+    """ELSI m = 3's Qwen lead at seed 0 and its seed-1 draft: `elsi select` prints both and the reseed range."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("ELSI_RESULTS", str(copy))
+    rows = [
+        ("table3_f32", T, 60, seed, "ELSI m=3", diff, diff - 0.02, diff + 0.02, 120, 8, spread, "no")
+        for T, spread in ((0.0, 0.019), (1.0, 0.047))
+        for seed, diff in ((0, 0.024), (1, 0.002))
+    ]
+    columns = ["protocol", "temperature", "nodes", "seed", "method", "diff", "low", "high", "questions", "drafts"]
+    pd.DataFrame(rows, columns=[*columns, "reseed range", "beyond the reseed range"]).to_csv(
+        copy / "ledger_findings.csv", index=False
+    )
+    lines = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)
+    assert len(lines) == 2 and lines[0].startswith("evidence: ELSI m=3 drafts on qwen2.5-coder-0.5b (table3")
+    assert lines[1] == (
+        "  across training seeds (table3_f32): seed 0: T = 0 +0.024 [+0.004, +0.044], T = 1 +0.024 [+0.004, +0.044]; "
+        "seed 1: T = 0 +0.002 [-0.018, +0.022], T = 1 +0.002 [-0.018, +0.022]; "
+        "a reseed alone moves AVG tau up to 0.019 at T = 0, 0.047 at T = 1"
+    )
+    assert len(evidence_lines("qwen2.5-coder-0.5b", "probe", 3)) == 1  # one seed: no line
+    pd.DataFrame(rows[:1], columns=[*columns, "reseed range", "beyond the reseed range"]).to_csv(
+        copy / "ledger_findings.csv", index=False
+    )
+    assert len(evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)) == 1

@@ -107,12 +107,44 @@ def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False
         else ""
     )
     if own:
-        return [f"evidence: {own[0].line()}{note}"]
+        return [f"evidence: {own[0].line()}{note}", *reseed_lines(own[0])]
     label = method_label(method, m) or f"--method {method}"
     lines = [f"evidence: none for {model}: no {label} draft was trained on it in this project's results"]
     for family in PROTOCOLS:
         others = evidence(family, method, m)
         lines.append(f"  on {family}: {others[0].line()}" if others else f"  on {family}: no {label} draft trained")
+    return lines
+
+
+LEDGER = "ledger_findings"  # each seed's draft against EAGLE3's same seed, per protocol (notebook 10)
+
+
+def reseed_lines(found: Evidence) -> list[str]:
+    """The same criterion's drafts against EAGLE3's at every training seed, where the records of the
+    protocol or its float32 twin hold more than one (`ledger_findings.csv`), with what a reseed alone
+    moves: a lead at one seed that another seed does not repeat is not a finding. [] without reseeds."""
+    path = results_dir() / f"{LEDGER}.csv"
+    if not path.is_file():
+        return []
+    rows = pd.read_csv(path)
+    if "seed" not in rows:
+        return []
+    lines = []
+    for protocol in (found.protocol, f"{found.protocol}_f32"):
+        mine = rows[(rows.protocol == protocol) & (rows.method == found.method) & (rows.nodes == NODES)]
+        if mine.seed.nunique() < 2:
+            continue
+        seeds = "; ".join(
+            f"seed {seed}: "
+            + ", ".join(
+                f"T = {r.temperature:g} {r['diff']:+.3f} [{r.low:+.3f}, {r.high:+.3f}]" for _, r in g.iterrows()
+            )
+            for seed, g in mine.sort_values(["seed", "temperature"]).groupby("seed")
+        )
+        spread = ", ".join(
+            f"{r['reseed range']:.3f} at T = {t:g}" for t, r in mine.groupby("temperature").first().iterrows()
+        )
+        lines.append(f"  across training seeds ({protocol}): {seeds}; a reseed alone moves AVG tau up to {spread}")
     return lines
 
 
