@@ -50,17 +50,21 @@ def test_its_lever_line_is_the_committed_benchmarks():
 
 
 def test_its_qwen_sentence_is_the_committed_ledger_findings():
-    """'the probe's set beats EAGLE3's fixed set, and ELSI's lead over it does not survive a second
-    training seed': the float32 ledger's probe draft is above EAGLE3 at 60 nodes at every temperature,
-    and at some seed after the first ELSI m = 3's interval holds zero at every temperature."""
+    """'the probe's set beats EAGLE3's fixed set (one training seed so far), and ELSI's set does at two
+    of three training seeds': in the float32 ledger at 60 nodes, the probe's draft is above EAGLE3 at
+    every temperature at its one seed, and ELSI m = 3's is above EAGLE3's same seed at every temperature
+    at two of its three seeds."""
     import pandas as pd
 
     from elsi_lib.common.results import results_dir
 
-    assert "ELSI's lead over it does not survive a second training seed" in README.read_text()
+    assert "(one training seed so far), and ELSI's set does at two of three training seeds" in " ".join(
+        README.read_text().split()
+    )
     found = pd.read_csv(results_dir() / "ledger_findings.csv")
     mine = found[(found.protocol == "table3_f32") & (found.nodes == 60)]
     probe = mine[mine.method == "probe m=3"]
-    assert len(probe) and (probe.low > 0).all()
-    elsi = mine[(mine.method == "ELSI m=3") & (mine.seed > 0)]
-    assert any(((g.low < 0) & (g.high > 0)).all() for _, g in elsi.groupby("seed"))
+    assert probe.seed.nunique() == 1 and (probe.low > 0).all()
+    elsi = mine[mine.method == "ELSI m=3"]
+    above = [bool((g.low > 0).all()) for _, g in elsi.groupby("seed")]
+    assert (sum(above), len(above)) == (2, 3)
