@@ -60,6 +60,7 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     if not records:
         return pd.DataFrame()
     rows = final_rows(records)
+    n_drafts = distinct_drafts(records)
     out = []
     for T in sorted(rows.temperature.unique()):
         block = rows[rows.temperature == T]
@@ -79,7 +80,7 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
                         "low": r.low,
                         "high": r.high,
                         "questions": r.questions,
-                        "drafts": distinct_drafts(records),
+                        "drafts": n_drafts,
                         "reseed range": floor,
                         "beyond the reseed range": beyond,
                     }
