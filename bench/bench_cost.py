@@ -51,7 +51,7 @@ from elsi_lib.study.methods import run_methods
 from elsi_lib.study.prepared import unit_draft
 from elsi_lib.study.protocols import protocol
 from record import read, write
-from timing import median_ms
+from timing import median_ms, sync
 
 TREES = [(30, 6, 10), (60, 6, 10)]  # (nodes, depth, top_k): the paper's two trees
 
@@ -62,14 +62,15 @@ def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> di
     "rows" {n: the draft's update over n accepted rows} (1..max depth + 1), "other" {shape: the rest of a
     round: the target's argmax walk down the tree and pruning its KV cache}, "prefill" (target forward +
     draft rows) and "target prefill" (the target's alone, as plain decoding's)."""
-    source = draft.config.source
-    ids = torch.tensor(prompt)
+    source, device = draft.config.source, next(model.parameters()).device
+    ids = torch.tensor(prompt, device=device)
     first = int(target_forward(model, ids, source)[0][-1].argmax())
     target_prefill_ms = median_ms(lambda: target_forward(model, ids, source), repeat)
 
     def prefill():
         _, features, cache = target_forward(model, ids, source)
-        rows = draft_rows(draft, features, torch.cat([ids[1:], torch.tensor([first])]), 0, None, autocast=autocast)
+        next_ids = torch.cat([ids[1:], torch.tensor([first], device=device)])
+        rows = draft_rows(draft, features, next_ids, 0, None, autocast=autocast)
         return features, cache, rows
 
     prefill_ms = median_ms(prefill, repeat)
@@ -80,20 +81,20 @@ def draft_costs(model, draft, prompt, shapes, repeat: int, autocast: bool) -> di
     for nodes, depth, top_k in shapes:
 
         def tree():
-            step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P]), autocast)
+            step_fn, state = root_step_fn(draft, hidden, kv, torch.tensor([P], device=device), autocast)
             return build_trees(step_fn, state, nodes=nodes, depth=depth, top_k=top_k, to_target=draft.to_target)
 
         out["trees"][(nodes, depth, top_k)] = median_ms(tree, repeat)
         drafted = tree()[0]
-        logits = torch.randn(nodes + 1, vocab, generator=torch.Generator().manual_seed(nodes))  # (n + 1, V)
+        logits = torch.randn(nodes + 1, vocab, generator=torch.Generator().manual_seed(nodes)).to(device)  # (n + 1, V)
 
         def rest():
             accept_greedy(logits, drafted)
-            keep_cache(cache, torch.arange(P))  # keeps the prompt's P entries: an index_select of every layer
+            keep_cache(cache, torch.arange(P, device=device))  # the prompt's P entries: an index_select of every layer
 
         out["other"][(nodes, depth, top_k)] = median_ms(rest, repeat)
     for n in range(1, max(d for _, d, _ in shapes) + 2):
-        tokens = torch.tensor(prompt[-n:])
+        tokens = torch.tensor(prompt[-n:], device=device)
         out["rows"][n] = median_ms(lambda: draft_rows(draft, features[-n:], tokens, P, kv, autocast=autocast), repeat)
     return out
 
@@ -213,6 +214,103 @@ def reanalyse(name: str) -> None:
         print(row)
 
 
+def measure(model, draft, prompts, shapes, args, autocast: bool, *, strict: bool = True):
+    """The cost model's measurement of `draft` on `prompts` (module docstring, 1-4): returns the
+    measured settings (costs, plain rate, per-step acceptance), one row per shape (COLUMNS), the
+    costs and plain decoding's tokens. `strict`: a shape that is not token-identical to plain greedy
+    decoding stops the run (else its row says lossless False: float kernels on an accelerator may
+    break an argmax tie differently for a forward over more tokens)."""
+    sizes = sorted({n + 1 for n, _, _ in shapes})
+    # 1. costs, each alone
+    reference, plain_seconds, verify = plain_and_forwards(model, prompts, sizes, args)
+    generated = sum(map(len, reference))
+    costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
+    # plain decoding's step: its time less the target's prefills (each yields a question's first token)
+    plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))
+    print(
+        f"plain: {generated / plain_seconds:.2f} tok/s, decode step {plain_ms:.1f} ms; prefill {costs['prefill']:.0f} ms"
+    )
+    print("target forward ms by new tokens:", ", ".join(f"{n}: {ms:.1f}" for n, ms in verify.items()))
+    print("draft ms per round (chain or tree):", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["trees"].items()))
+    print("draft update ms by rows:", ", ".join(f"{n}: {ms:.1f}" for n, ms in costs["rows"].items()))
+    print("the rest of a round, ms:", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["other"].items()), flush=True)
+
+    # 4. measured, end to end (2. and 3. need the longest chain's rounds first)
+    measured, lossless = {}, {}
+    for nodes, depth, top_k in shapes:
+        runs = []
+        sync()
+        start = time.perf_counter()
+        for p in prompts:
+            runs.append(
+                speculative_generate(
+                    model,
+                    draft,
+                    p,
+                    max_new_tokens=args.tokens,
+                    nodes=nodes,
+                    depth=depth,
+                    top_k=top_k,
+                    autocast=autocast,
+                )
+            )
+        seconds = time.perf_counter() - start
+        lossless[(nodes, depth, top_k)] = all(r.tokens == ref for r, ref in zip(runs, reference))
+        if strict and not lossless[(nodes, depth, top_k)]:
+            raise SystemExit(f"shape {(nodes, depth, top_k)}: not token-identical to plain greedy decoding")
+        measured[(nodes, depth, top_k)] = (runs, seconds)
+        print(f"measured {(nodes, depth, top_k)}: {seconds:.1f} s", flush=True)
+
+    longest = (args.chains, args.chains, 1)
+    rates = cost.step_acceptance([a for r in measured[longest][0] for a in r.accepted_full], args.chains)
+    print("per-step acceptance of the longest chain:", ", ".join(f"{a:.3f}" for a in rates))
+    out_rows = []
+    for shape in shapes:
+        nodes, depth, top_k = shape
+        runs, seconds = measured[shape]
+        rounds = sum(len(r.accepted) for r in runs)
+        # tau before the end-of-sequence and length cuts: the acceptance the rounds showed (the rates' own)
+        tau = sum(a + 1 for r in runs for a in r.accepted_full) / rounds
+        chain = top_k == 1 and nodes == depth
+        tokens = cost.tokens_per_round(rates[:depth]) if chain else tau
+        row = {
+            "shape": "chain" if chain else "tree",
+            "k or nodes": nodes,
+            "depth": depth,
+            "top-k": top_k,
+            "tau measured": round(tau, 3),
+            "tau predicted": round(tokens, 3),
+            "rounds measured": rounds,
+            "rounds predicted": round((generated - len(prompts)) / tokens, 1),
+            "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
+            "speed-up measured": round(plain_seconds / seconds, 3),
+            **predicted_columns(
+                shape, tokens, plain_seconds / seconds, costs, verify, plain_seconds, plain_ms, generated, len(prompts)
+            ),
+            "lossless": lossless[shape],
+        }
+        assert set(row) == set(COLUMNS), sorted(set(row) ^ set(COLUMNS))
+        row = {column: row[column] for column in COLUMNS}
+        out_rows.append(row)
+        print(row, flush=True)
+    settings = {
+        "generated": generated,
+        "repeat": args.repeat,
+        "batch": 1,
+        "threads": torch.get_num_threads(),
+        "plain s": round(plain_seconds, 3),
+        "plain tok/s": round(generated / plain_seconds, 2),
+        "plain decode step ms": round(plain_ms, 2),
+        "prefill ms": round(len(prompts) * costs["prefill"], 1),
+        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in verify.items()},
+        "draft ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["trees"].items()},
+        "draft update ms by rows": {str(n): round(ms, 2) for n, ms in costs["rows"].items()},
+        "rest of a round ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["other"].items()},
+        "per-step acceptance": [round(a, 4) for a in rates],
+    }
+    return settings, out_rows, costs, reference
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group()
@@ -297,75 +395,8 @@ def main() -> None:
         linears.enter_context(weight_first_linears(model, args.weight_first))
         linears.enter_context(weight_first_linears(draft, args.weight_first))
 
-    # 1. costs, each alone
-    reference, plain_seconds, verify = plain_and_forwards(model, prompts, sizes, args)
-    generated = sum(map(len, reference))
-    costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
-    # plain decoding's step: its time less the target's prefills (each yields a question's first token)
-    plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))
-    print(
-        f"plain: {generated / plain_seconds:.2f} tok/s, decode step {plain_ms:.1f} ms; prefill {costs['prefill']:.0f} ms"
-    )
-    print("target forward ms by new tokens:", ", ".join(f"{n}: {ms:.1f}" for n, ms in verify.items()))
-    print("draft ms per round (chain or tree):", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["trees"].items()))
-    print("draft update ms by rows:", ", ".join(f"{n}: {ms:.1f}" for n, ms in costs["rows"].items()))
-    print("the rest of a round, ms:", ", ".join(f"{s}: {ms:.1f}" for s, ms in costs["other"].items()), flush=True)
-
-    # 4. measured, end to end (2. and 3. need the longest chain's rounds first)
-    measured = {}
-    for nodes, depth, top_k in shapes:
-        runs, start = [], time.perf_counter()
-        for p in prompts:
-            runs.append(
-                speculative_generate(
-                    model,
-                    draft,
-                    p,
-                    max_new_tokens=args.tokens,
-                    nodes=nodes,
-                    depth=depth,
-                    top_k=top_k,
-                    autocast=autocast,
-                )
-            )
-        seconds = time.perf_counter() - start
-        if any(r.tokens != ref for r, ref in zip(runs, reference)):
-            raise SystemExit(f"shape {(nodes, depth, top_k)}: not token-identical to plain greedy decoding")
-        measured[(nodes, depth, top_k)] = (runs, seconds)
-        print(f"measured {(nodes, depth, top_k)}: {seconds:.1f} s", flush=True)
-
-    longest = (args.chains, args.chains, 1)
-    rates = cost.step_acceptance([a for r in measured[longest][0] for a in r.accepted_full], args.chains)
-    print("per-step acceptance of the longest chain:", ", ".join(f"{a:.3f}" for a in rates))
-    out_rows = []
-    for shape in shapes:
-        nodes, depth, top_k = shape
-        runs, seconds = measured[shape]
-        rounds = sum(len(r.accepted) for r in runs)
-        # tau before the end-of-sequence and length cuts: the acceptance the rounds showed (the rates' own)
-        tau = sum(a + 1 for r in runs for a in r.accepted_full) / rounds
-        chain = top_k == 1 and nodes == depth
-        tokens = cost.tokens_per_round(rates[:depth]) if chain else tau
-        row = {
-            "shape": "chain" if chain else "tree",
-            "k or nodes": nodes,
-            "depth": depth,
-            "top-k": top_k,
-            "tau measured": round(tau, 3),
-            "tau predicted": round(tokens, 3),
-            "rounds measured": rounds,
-            "rounds predicted": round((generated - len(prompts)) / tokens, 1),
-            "round ms measured": round(1000 * sum(r.draft_s + r.verify_s for r in runs) / rounds, 1),
-            "speed-up measured": round(plain_seconds / seconds, 3),
-            **predicted_columns(
-                shape, tokens, plain_seconds / seconds, costs, verify, plain_seconds, plain_ms, generated, len(prompts)
-            ),
-            "lossless": True,
-        }
-        assert set(row) == set(COLUMNS), sorted(set(row) ^ set(COLUMNS))
-        row = {column: row[column] for column in COLUMNS}
-        out_rows.append(row)
-        print(row, flush=True)
+    # 1.-4., under those linears
+    measured, out_rows, costs, reference = measure(model, draft, prompts, shapes, args, autocast)
     settings = {
         "engine": f"elsi, linears weight first up to {args.weight_first} rows" if args.weight_first else "elsi",
         "model": family,
@@ -376,19 +407,7 @@ def main() -> None:
         "draft autocast": autocast,
         "questions": len(prompts),
         "tokens": args.tokens,
-        "generated": generated,
-        "repeat": args.repeat,
-        "batch": 1,
-        "threads": torch.get_num_threads(),
-        "plain s": round(plain_seconds, 3),
-        "plain tok/s": round(generated / plain_seconds, 2),
-        "plain decode step ms": round(plain_ms, 2),
-        "prefill ms": round(len(prompts) * costs["prefill"], 1),
-        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in verify.items()},
-        "draft ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["trees"].items()},
-        "draft update ms by rows": {str(n): round(ms, 2) for n, ms in costs["rows"].items()},
-        "rest of a round ms by shape": {"x".join(map(str, s)): round(ms, 2) for s, ms in costs["other"].items()},
-        "per-step acceptance": [round(a, 4) for a in rates],
+        **measured,
     }
     if usual:  # the same costs with F.linear, measured first in this run (prefills take F.linear either way)
         n_usual = sum(map(len, usual["tokens"]))

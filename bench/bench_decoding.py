@@ -37,6 +37,7 @@ from elsi_lib.study.protocol import Experiment
 from elsi_lib.study.methods import draft_methods, run_methods
 from elsi_lib.draft.export import load_draft
 from record import write
+from timing import sync
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.inputs.models import load_model
 
@@ -54,9 +55,13 @@ SHAPES = [
 
 
 def plain(model, prompts, tokens):
-    outputs, start = [], time.perf_counter()
+    """Greedy decoding of each prompt by transformers `generate` (KV cache): the new tokens and seconds."""
+    device = next(model.parameters()).device
+    outputs = []
+    sync()
+    start = time.perf_counter()
     for p in prompts:
-        ids = torch.tensor([p])
+        ids = torch.tensor([p], device=device)
         with torch.no_grad():
             out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=tokens)
         outputs.append(out[0, len(p) :].tolist())
@@ -65,17 +70,21 @@ def plain(model, prompts, tokens):
 
 def verification_ms(model, prompt, sizes, repeat):
     """Median milliseconds of one target forward over n new tokens (a chain mask) after the prompt."""
-    out = {}
+    out, device = {}, next(model.parameters()).device
     for n in sizes:
         times = []
         for _ in range(repeat):
-            _, _, cache = target_forward(model, torch.tensor(prompt), (0,))
+            _, _, cache = target_forward(model, torch.tensor(prompt, device=device), (0,))
             ids = torch.randint(0, model.config.vocab_size, (n,), generator=torch.Generator().manual_seed(n))
+            ids = ids.to(device)
             allowed = torch.cat(
                 [torch.ones(n, len(prompt), dtype=torch.bool), torch.ones(n, n, dtype=torch.bool).tril()], 1
-            )
+            ).to(device)
+            positions = len(prompt) + torch.arange(n, device=device)
+            sync()
             start = time.perf_counter()
-            target_forward(model, ids, (0,), cache=cache, positions=len(prompt) + torch.arange(n), allowed=allowed)
+            target_forward(model, ids, (0,), cache=cache, positions=positions, allowed=allowed)
+            sync()
             times.append(1000 * (time.perf_counter() - start))
         out[n] = statistics.median(times)
     return out

@@ -120,3 +120,52 @@ def test_elsis_rows_keep_the_committed_columns():
     for path in sorted((ROOT / "bench" / "results").glob("cost_elsi_*.json")):
         for row in json.loads(path.read_text())["rows"]:
             assert tuple(row) == bench_cost.COLUMNS, path.name
+
+
+def bench_cost_device(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import bench_cost_device
+
+    return bench_cost_device
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda"], "sees no CUDA device"),
+        (["--device", "cpu", "--layers", "6"], "--layers must be >= 8"),
+        (["--device", "cpu", "--hidden", "60", "--heads", "8"], "multiple of --heads"),
+        (["--device", "cpu", "--repeat", "0"], "--repeat must be >= 1"),
+    ],
+)
+def test_the_device_benchmark_refuses_bad_input_before_any_timing(monkeypatch, capsys, argv, message):
+    import torch
+
+    module = bench_cost_device(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(module, "measure", lambda *a, **k: pytest.fail("timed before refusing"))
+    monkeypatch.setattr(sys, "argv", ["bench_cost_device.py", *argv])
+    with pytest.raises(SystemExit) as stop:
+        module.main()
+    assert message in str(stop.value) + capsys.readouterr().err
+
+
+def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_path):
+    """A tiny run on the CPU: one record per autocast setting, every row in bench_cost's columns and
+    token-identical to plain greedy decoding (a float32 target on the CPU)."""
+    module = bench_cost_device(monkeypatch)
+    written = []
+
+    def write(name, settings, rows, **kwargs):
+        written.append((name, settings, rows))
+
+    monkeypatch.setattr(module, "write", write)
+    argv = "--device cpu --layers 8 --hidden 32 --heads 4 --vocab 128 --prompts 1 --prompt-tokens 8 --tokens 6"
+    monkeypatch.setattr(sys, "argv", ["bench_cost_device.py", *argv.split(), "--repeat", "1", "--chains", "2"])
+    module.main()
+    assert [name for name, _, _ in written] == ["cost_device_cpu_float32", "cost_device_cpu_bf16"]
+    for _, settings, rows in written:
+        assert settings["layers"] == [1, 3, 4]  # EAGLE3's rule on 8 layers, elsi's convention
+        assert [(r["k or nodes"], r["depth"]) for r in rows] == [(1, 1), (2, 2), (30, 6), (60, 6)]
+        assert all(tuple(r) == module.measure.__globals__["COLUMNS"] for r in rows)
+        assert all(r["lossless"] for r in rows)

@@ -182,3 +182,40 @@ def test_the_lever_finding_reads_the_one_run_comparison(folder):
     ]
     (folder / "bench_linears_tiny.json").write_text(json.dumps({"rows": linears}))
     assert "linears over 2-4 rows cost 2.00-3.00x one row" in speed.lever_finding("tiny", folder)
+
+
+def device_record(autocast: bool, chain5_ms: float, plain_tok_s: float):
+    """An accelerator's record (bench_cost_device.py's layout): two chains and a tree."""
+    record = elsi_record()
+    record["benchmark"] = f"cost_device_cuda_{'bf16' if autocast else 'float32'}"
+    record["settings"] |= {
+        "device": "Test GPU",
+        "torch": "9.9",
+        "model": "random llama",
+        "draft autocast": autocast,
+        "plain tok/s": plain_tok_s,
+        "plain decode step ms": 10.0,
+        "target forward ms by tokens": {"2": 10.0, "3": 10.5, "31": 12.0},
+        "draft ms by shape": {"1x1x1": 2.0, "2x2x1": chain5_ms, "30x6x10": 9.0},
+    }
+    return record
+
+
+def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
+    assert speed.device_results(folder) == []  # no accelerator's record: no section
+    images = tmp_path / "images"
+    images.mkdir()
+    assert "On an accelerator" not in speed.page(images, folder)
+    for record in (device_record(False, 4.0, 80.0), device_record(True, 5.0, 60.0)):
+        (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
+        (folder / f"{record['benchmark']}.md").write_text("device table\n")
+    results = speed.device_results(folder)
+    assert [r["settings"]["draft autocast"] for r in results] == [True, False]  # name order: bf16 first
+    lines = speed.device_finding(results)
+    assert len(lines) == 3  # one per record, one per model with both settings
+    assert "over 31 tokens costs 12.0 ms against 10.0 ms over 2 (1.20x)" in lines[1]
+    assert "a draft step 2.0 ms (20% of a plain decoding step)" in lines[1]  # the longest chain (2) over 2 steps
+    assert "tree of 30 would reach 1.9x" in lines[1]  # the highest ceiling
+    assert "within 4% of the measured ones at the median shape, 5% at the worst (3 shapes)" in lines[1]
+    assert "from 4.0 ms to 5.0 ms (1.25x)" in lines[2] and "80.0 and 60.0 tokens/s" in lines[2]
+    assert "On an accelerator" in speed.page(images, folder)

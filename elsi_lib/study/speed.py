@@ -182,6 +182,53 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     return line + "."
 
 
+def device_results(folder: Path = BENCH) -> list[dict]:
+    """The cost benchmark's records from an accelerator (`bench/bench_cost_device.py`: a random target
+    and draft), name order."""
+    return [json.loads(path.read_text()) for path in sorted(Path(folder).glob("cost_device_*.json"))]
+
+
+def device_finding(results: list[dict]) -> list[str]:
+    """What the accelerator's records show, from their rows: how the target's forward grows with its
+    tokens, what a draft step costs against it, the ceiling, the model's errors; and, per model, what
+    the draft's bf16 autocast changed."""
+    lines = []
+    for result in results:
+        s, rows = result["settings"], result["rows"]
+        forward = {int(n): ms for n, ms in s["target forward ms by tokens"].items()}
+        few, many = min(forward), max(forward)
+        chains = {r["k or nodes"]: r for r in rows if r["shape"] == "chain"}
+        k = max(chains)
+        step = s["draft ms by shape"][f"{k}x{k}x1"] / k
+        errors = sorted(abs(r["error"]) for r in rows)
+        top = max(rows, key=lambda r: r["ceiling"])
+        lines.append(
+            f"**{s['device']}, {s['model']}, draft autocast {'bf16' if s['draft autocast'] else 'off'}** "
+            f"(torch {s['torch']}, {result['machine']['date'][:10]}, {s['questions']} random prompts): plain "
+            f"decoding {s['plain tok/s']} tokens/s. The target's forward over {many} tokens costs "
+            f"{forward[many]:.1f} ms against {forward[few]:.1f} ms over {few} ({forward[many] / forward[few]:.2f}x); "
+            f"a draft step {step:.1f} ms ({100 * step / s['plain decode step ms']:.0f}% of a plain decoding step). "
+            f"With perfect acceptance the {top['shape']} of {top['k or nodes']} would reach {top['ceiling']}x; "
+            f"the random draft is never accepted (tau {min(r['tau measured'] for r in rows):.2f}). The model's "
+            f"predicted speed-ups fall within {100 * errors[len(errors) // 2]:.0f}% of the measured ones at the "
+            f"median shape, {100 * errors[-1]:.0f}% at the worst ({len(errors)} shapes)."
+        )
+    by_model: dict = {}
+    for result in results:
+        by_model.setdefault(result["settings"]["model"], {})[result["settings"]["draft autocast"]] = result
+    for model, pair in by_model.items():
+        if set(pair) == {False, True}:
+            k = max(r["k or nodes"] for r in pair[False]["rows"] if r["shape"] == "chain")
+            off, on = (pair[a]["settings"]["draft ms by shape"][f"{k}x{k}x1"] for a in (False, True))
+            plain = [pair[a]["settings"]["plain tok/s"] for a in (False, True)]
+            lines.append(
+                f"bf16 autocast took the draft's chain of {k} on {model} from {off:.1f} ms to {on:.1f} ms "
+                f"({on / off:.2f}x). The two runs' plain decoding, float32 in both, ran at {plain[0]} and "
+                f"{plain[1]} tokens/s: a difference of that size between runs bounds what this comparison says."
+            )
+    return lines
+
+
 def page(images: Path, folder: Path = BENCH) -> str:
     """The docs page: each benchmark's finding and table, and the figure (written into `images`)."""
     results = cost_results(folder)
@@ -204,6 +251,17 @@ def page(images: Path, folder: Path = BENCH) -> str:
     lever = lever_finding(folder=folder)
     if lever:
         lines += [lever, ""]
+    devices = device_results(folder)
+    if devices:
+        lines += [
+            "## On an accelerator",
+            "",
+            "`bench/bench_cost_device.py` runs the same measurement with a random target and draft on a GPU, "
+            "once with the draft in float32 and once under bf16 autocast. Nothing here depends on it.",
+            "",
+        ]
+        for line in device_finding(devices):
+            lines += [line, ""]
     lines += ["![cost model](images/cost_model.png)", ""]
     for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
         lines += [f"## `{path.stem}`", "", path.read_text(), ""]
