@@ -49,6 +49,13 @@ def test_its_lever_line_is_the_committed_benchmarks():
     assert line is not None and line in README.read_text().splitlines()
 
 
+def test_its_gpu_line_is_the_committed_device_benchmarks():
+    from elsi_lib.study import speed
+
+    line = speed.device_line()
+    assert line is not None and any(l.startswith(line) for l in README.read_text().splitlines())
+
+
 def test_its_qwen_sentence_is_the_committed_ledger_findings():
     """'the probe's set beats EAGLE3's fixed set (one training seed so far), and ELSI's set does at two
     of three training seeds': in the float32 ledger at 60 nodes, the probe's draft is above EAGLE3 at

@@ -219,3 +219,15 @@ def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
     assert "within 4% of the measured ones at the median shape, 5% at the worst (3 shapes)" in lines[1]
     assert "from 4.0 ms to 5.0 ms (1.25x)" in lines[2] and "80.0 and 60.0 tokens/s" in lines[2]
     assert "On an accelerator" in speed.page(images, folder)
+
+
+def test_the_device_line_gives_ranges_over_the_records(folder):
+    assert speed.device_line(folder) is None
+    for record in (device_record(False, 4.0, 80.0), device_record(True, 5.0, 60.0)):
+        (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    line = speed.device_line(folder)
+    assert line.startswith("On an Test GPU") and "2 runs" in line
+    assert "over 31 tokens cost 1.20-1.20x its forward over 2" in line
+    assert "reach 1.90-1.90x plain decoding" in line  # the highest ceiling of each record
+    assert "a draft step cost 20-25% of a plain decoding step" in line  # chain of 2: 4.0 / 2 and 5.0 / 2 over 10 ms
+    assert "took the draft's chain to 1.25-1.25x its float32 time" in line

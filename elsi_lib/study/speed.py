@@ -229,6 +229,44 @@ def device_finding(results: list[dict]) -> list[str]:
     return lines
 
 
+def device_line(folder: Path = BENCH) -> str | None:
+    """The README's sentence on the accelerator's records (`device_finding` over all of them, as ranges);
+    None when there are none."""
+    results = device_results(folder)
+    if not results:
+        return None
+
+    def span(values, fmt):
+        return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+
+    growth, step, ceiling, autocast = [], [], [], []
+    for r in results:
+        s = r["settings"]
+        forward = {int(n): ms for n, ms in s["target forward ms by tokens"].items()}
+        growth.append(forward[max(forward)] / forward[min(forward)])
+        k = max(row["k or nodes"] for row in r["rows"] if row["shape"] == "chain")
+        step.append(100 * s["draft ms by shape"][f"{k}x{k}x1"] / k / s["plain decode step ms"])
+        ceiling.append(max(row["ceiling"] for row in r["rows"]))
+    for model in {r["settings"]["model"] for r in results}:
+        pair = {r["settings"]["draft autocast"]: r["settings"] for r in results if r["settings"]["model"] == model}
+        if set(pair) == {False, True}:
+            k = max(int(key.split("x")[0]) for key in pair[False]["draft ms by shape"] if key.endswith("x1"))
+            ms = [pair[a]["draft ms by shape"][f"{k}x{k}x1"] for a in (False, True)]
+            autocast.append(ms[1] / ms[0])
+    s0 = results[0]["settings"]
+    line = (
+        f"On an {s0['device']} (`bench/bench_cost_device.py`, a random target and draft, {len(results)} runs) "
+        f"the target's forward over {max(map(int, s0['target forward ms by tokens']))} tokens cost "
+        f"{span(growth, '{:.2f}')}x its forward over {min(map(int, s0['target forward ms by tokens']))}, so "
+        f"with perfect acceptance the best chain or tree could reach {span(ceiling, '{:.2f}')}x plain decoding; "
+        "a draft step "
+        f"cost {span(step, '{:.0f}')}% of a plain decoding step"
+    )
+    if autocast:
+        line += f", and bf16 autocast took the draft's chain to {span(autocast, '{:.2f}')}x its float32 time"
+    return line + "."
+
+
 def page(images: Path, folder: Path = BENCH) -> str:
     """The docs page: each benchmark's finding and table, and the figure (written into `images`)."""
     results = cost_results(folder)
