@@ -150,14 +150,14 @@ def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, mon
     table = ledger.status(protocol("table3_f32"))
     assert list(zip(table.method, table.seed))[:2] == [("eagle3", 0), ("elsi-m3", 0)]
     assert table.present.tolist()[:2] == [False, True] and table.present.sum() == 1
-    assert len(table) == len(protocol("table3_f32").ledger) == 14
+    assert len(table) == len(protocol("table3_f32").ledger) == 16
 
 
 def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     R.write_record(a_record(), tmp_path)
     both = ledger.table_ledgers("table3")
-    assert both.groupby("protocol", sort=False).present.agg(["sum", "size"]).values.tolist() == [[0, 14], [1, 14]]
+    assert both.groupby("protocol", sort=False).present.agg(["sum", "size"]).values.tolist() == [[0, 16], [1, 16]]
     assert ledger.table_ledgers("table2").empty  # the small Table 2 keeps no ledger
 
 
