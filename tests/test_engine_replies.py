@@ -433,6 +433,31 @@ def test_a_complete_archive_is_read_on_a_machine_without_the_engines_environment
         E.engine_replies(tiny_model, tiny_tokenizer, make_conversations(5), max_new_tokens=8, chunk=2)
 
 
+def test_an_archives_first_replies_are_read_without_the_engines_environment(
+    engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path
+):
+    """A ledger trains on the first n_train replies of a longer request (`replies_written`): on a new
+    machine without .venv-engines an archive holding those first replies is enough (the version comes
+    from its header); asking for more than it holds gives the engines' error, naming what to build."""
+    conversations = make_conversations(5)
+    monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
+    with pytest.raises(subprocess.CalledProcessError):  # one chunk of 2 written, then interrupted
+        E.engine_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8, chunk=2)
+    monkeypatch.delenv("FAKE_FAIL_AFTER")
+    assert E.archive_replies(tiny_model, tiny_tokenizer, conversations, max_new_tokens=8)[1] == 2
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "new-machine"))
+
+    def absent(python=None):
+        raise FileNotFoundError("no vLLM in the engines' environment: run `make test-engines`")
+
+    monkeypatch.setattr(E, "vllm_version", absent)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("the engine ran"))
+    want = expected(tiny_tokenizer, tiny_model, conversations)
+    assert E.replies_written(tiny_model, tiny_tokenizer, conversations, 2, max_new_tokens=8) == want[:2]
+    with pytest.raises(FileNotFoundError, match="make test-engines"):
+        E.replies_written(tiny_model, tiny_tokenizer, conversations, 3, max_new_tokens=8)
+
+
 def test_a_drafts_key_names_the_archives_version_without_the_engines_environment(
     engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path
 ):

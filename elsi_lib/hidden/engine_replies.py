@@ -167,8 +167,9 @@ def _through_eos(ids: list[int], eos: set) -> list[int]:
     return ids[: ends[0] + 1] if ends else ids
 
 
-def _missing(req: Request, found: dict) -> list[int]:
-    return [i for i in range(req.n_prompts) if i not in found]
+def _missing(req: Request, found: dict, first: int | None = None) -> list[int]:
+    """The prompt indices below `first` (None: all of the request's) without a reply in `found`."""
+    return [i for i in range(req.n_prompts if first is None else first) if i not in found]
 
 
 def _merge_archive(req: Request) -> None:
@@ -309,15 +310,17 @@ def archived_vllm_version() -> str:
     return found.pop()
 
 
-def _archived_version(model, tokenizer, conversations, max_new_tokens: int, max_length: int) -> str:
-    """The vLLM version of a complete archive of this request (on a machine without the engines'
-    environment: a new machine continues from the archive in git without writing any reply again);
-    the engines' error when no archive holds every reply."""
+def _archived_version(
+    model, tokenizer, conversations, max_new_tokens: int, max_length: int, first: int | None = None
+) -> str:
+    """The vLLM version of an archive of this request that holds every reply, or the first `first`
+    (on a machine without the engines' environment: a new machine continues from the archive in git
+    without writing any reply again); the engines' error when no archive holds them."""
     for path, version in archive_versions(archive_dir()).items():
         req = request_for(
             model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
         )
-        if req.archive == path and not _missing(req, _archived_ids(req)):
+        if req.archive == path and not _missing(req, _archived_ids(req), first):
             print(f"no engines' environment: the replies are read from {path.name} (vLLM {version})", file=sys.stderr)
             return version
     return vllm_version(engines_python())  # raises, naming what to build
@@ -339,9 +342,16 @@ def replies_written(
 ) -> list[str]:
     """The replies to `conversations[:first]` of an `engine_replies` request (the same conversations
     and settings) that the engine has already written, finished or still running: for work on a
-    prefix of the data while the rest is written. Runs no engine; RuntimeError when fewer than
+    prefix of the data while the rest is written. Runs no engine, and needs none where an archive holds
+    the first replies (a new machine without the engines' environment); RuntimeError when fewer than
     `first` replies are there."""
-    req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length)
+    try:
+        version = vllm_version(engines_python())
+    except FileNotFoundError:  # no engine here: an archive holding the first replies is enough
+        version = _archived_version(model, tokenizer, conversations, max_new_tokens, max_length, first)
+    req = request_for(
+        model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
+    )
     cached = read_cache(req.path, req.key)
     if len(cached) == len(conversations):
         return [entry[1] for entry in cached[:first]]
