@@ -253,17 +253,9 @@ def engine_replies(
     if any(c[-1]["role"] != "user" for c in conversations):
         raise ValueError("every conversation must end with a user turn: there is nothing to reply to otherwise")
     python = engines_python()
-    try:
-        version = vllm_version(python)
-    except FileNotFoundError:  # no engine here: a complete archive of this request is enough
-        version = _archived_version(model, tokenizer, conversations, max_new_tokens, max_length)
+    version = _version(model, tokenizer, conversations, max_new_tokens, max_length)
     req = request_for(
-        model,
-        tokenizer,
-        conversations,
-        max_new_tokens=max_new_tokens,
-        max_length=max_length,
-        version=version,
+        model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
     )
     check_writable(req.path.parent)
     cached = read_cache(req.path, req.key)
@@ -310,12 +302,14 @@ def archived_vllm_version() -> str:
     return found.pop()
 
 
-def _archived_version(
-    model, tokenizer, conversations, max_new_tokens: int, max_length: int, first: int | None = None
-) -> str:
-    """The vLLM version of an archive of this request that holds every reply, or the first `first`
-    (on a machine without the engines' environment: a new machine continues from the archive in git
-    without writing any reply again); the engines' error when no archive holds them."""
+def _version(model, tokenizer, conversations, max_new_tokens: int, max_length: int, first: int | None = None) -> str:
+    """vLLM's version in the engines' environment; without one, that of an archive of this request holding
+    every reply, or the first `first` (a new machine continues from the archive in git without writing any
+    reply again); the engines' error when no archive holds them."""
+    try:
+        return vllm_version(engines_python())
+    except FileNotFoundError:
+        pass
     for path, version in archive_versions(archive_dir()).items():
         req = request_for(
             model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
@@ -345,10 +339,7 @@ def replies_written(
     prefix of the data while the rest is written. Runs no engine, and needs none where an archive holds
     the first replies (a new machine without the engines' environment); RuntimeError when fewer than
     `first` replies are there."""
-    try:
-        version = vllm_version(engines_python())
-    except FileNotFoundError:  # no engine here: an archive holding the first replies is enough
-        version = _archived_version(model, tokenizer, conversations, max_new_tokens, max_length, first)
+    version = _version(model, tokenizer, conversations, max_new_tokens, max_length, first)
     req = request_for(
         model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
     )
