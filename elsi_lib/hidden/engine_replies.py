@@ -308,8 +308,8 @@ def _version(model, tokenizer, conversations, max_new_tokens: int, max_length: i
     reply again); the engines' error when no archive holds them."""
     try:
         return vllm_version(engines_python())
-    except FileNotFoundError:
-        pass
+    except FileNotFoundError as error:
+        no_engine = error  # raised, naming what to build, unless an archive holds the replies
     for path, version in archive_versions(archive_dir()).items():
         req = request_for(
             model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length, version=version
@@ -317,7 +317,7 @@ def _version(model, tokenizer, conversations, max_new_tokens: int, max_length: i
         if req.archive == path and not _missing(req, _archived_ids(req), first):
             print(f"no engines' environment: the replies are read from {path.name} (vLLM {version})", file=sys.stderr)
             return version
-    return vllm_version(engines_python())  # raises, naming what to build
+    raise no_engine
 
 
 def _decoded(model, tokenizer, ids: list[list[int]]) -> list[tuple]:
