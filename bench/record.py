@@ -14,12 +14,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def machine() -> dict:
-    """Where and when a benchmark ran: CPU model, cores, load averages before the run, versions."""
-    cpu = platform.processor() or ""
+    """Where and when a benchmark ran: CPU model, cores, its bf16 matmul flags, load averages before the
+    run, versions."""
+    cpu, flags = platform.processor() or "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and not flags:
                 cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
                 break
     except OSError:
         pass
@@ -27,6 +30,7 @@ def machine() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu,
         "cores": os.cpu_count(),
+        "bf16 matmul flags": sorted(flags & {"avx512_bf16", "amx_bf16"}),  # machines of one name differ in these
         "load_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
     }
@@ -70,7 +74,9 @@ def write(
     path = folder / f"{name}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     header = (
-        f"{name}: {info['date']}, {info['cpu']} ({info['cores']} cores), load before the run "
+        f"{name}: {info['date']}, {info['cpu']} ({info['cores']} cores"
+        + (f", bf16 matmul: {' '.join(info['bf16 matmul flags'])}" if info.get("bf16 matmul flags") else "")
+        + "), load before the run "
         f"{' / '.join(map(str, info['load_1_5_15']))}; settings {json.dumps(settings)}\n\n"
     )
     (folder / f"{name}.md").write_text(header + markdown_table(rows) + (f"\n{notes}\n" if notes else ""))

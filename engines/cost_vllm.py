@@ -66,6 +66,31 @@ def tokens_per_round(rates) -> float:
     return total
 
 
+DTYPES = ("float32", "bfloat16")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 flags of bf16 matmul instructions (vLLM-CPU's bf16 needs one)
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (the first processor's), empty where the file is not there."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
+def check_dtype(dtype: str, flags: set[str]) -> None:
+    """Refuse, before any timing, a dtype that is not measured here: bf16 on a CPU without bf16 matmul
+    instructions (where it would time an emulation 31-110x slower, bench/bench_bf16.py)."""
+    if dtype not in DTYPES:
+        raise SystemExit(f"--dtype: one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype == "bfloat16" and not flags & set(BF16_FLAGS):
+        raise SystemExit(
+            f"--dtype bfloat16 needs bf16 matmul instructions ({' or '.join(BF16_FLAGS)}); this CPU has neither"
+        )
+
+
 def check_plan(plan: dict) -> None:
     """Refuse, before any timing, what cannot be measured: no vLLM, an export for another target, a
     chain length out of range."""
@@ -114,12 +139,12 @@ def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dic
     return out, hits
 
 
-def plain_costs(plan: dict, K: int) -> dict:
+def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
     """Plain decoding's run and costs (the module's 1. and 2.) in one engine, shut down on return."""
     prompts, max_tokens = plan["prompts"], plan["max_tokens"]
     vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
     llm = engine(
-        plan["target"], prefix_caching=True
+        plan["target"], prefix_caching=True, dtype=dtype
     )  # the questions share no full block: only the synthetic prefix hits
     block = llm.llm_engine.vllm_config.cache_config.block_size
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
@@ -143,9 +168,9 @@ def plain_costs(plan: dict, K: int) -> dict:
     }
 
 
-def chain_run(plan: dict, k: int) -> dict:
+def chain_run(plan: dict, k: int, dtype: str = "float32") -> dict:
     """One chain of k draft tokens over every question, in its own engine (shut down on return)."""
-    llm = engine(plan["target"], plan["draft"], k, prefix_caching=False)
+    llm = engine(plan["target"], plan["draft"], k, prefix_caching=False, dtype=dtype)
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up
     before = counters(llm)
     tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
@@ -193,14 +218,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("plan", help="plan.json of bench/bench_cost.py --export")
     parser.add_argument("--out", required=True, help="results name under bench/results")
+    parser.add_argument(
+        "--dtype", default="float32", help="the target's (and so the draft's) dtype in vLLM: float32 or "
+        "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)"
+    )
     args = parser.parse_args()
+    check_dtype(args.dtype, cpu_flags())
     plan = json.loads(Path(args.plan).read_text())
     check_plan(plan)
     load_before = [round(x, 2) for x in os.getloadavg()]
     K, prompts = plan["chains"], plan["prompts"]
     import vllm
 
-    base = plain_costs(plan, K)
+    base = plain_costs(plan, K, args.dtype)
     forward, prefill_ms, plain_s = base["forward"], base["prefill_ms"], base["seconds"]
     print(
         f"plain: {base['generated'] / plain_s:.2f} tok/s, decode step {base['step_ms']:.1f} ms, prefills "
@@ -209,7 +239,7 @@ def main() -> None:
     )
     runs = {}
     for k in range(1, K + 1):
-        runs[k] = chain_run(plan, k)
+        runs[k] = chain_run(plan, k, args.dtype)
         r = runs[k]
         print(f"k = {k}: {r['seconds']:.1f} s, drafts {r['drafts']}, accepted per position {r['per_pos']}", flush=True)
 
@@ -254,7 +284,7 @@ def main() -> None:
         "questions": len(prompts),
         "max_tokens": plan["max_tokens"],
         "generated": generated,
-        "dtype": "float32",
+        "dtype": args.dtype,
         "batch": 1,
         "kv block": block,
         "plain s": round(plain_s, 3),

@@ -9,10 +9,12 @@ import gc
 import time
 
 
-def engine(target: str, draft: str | None = None, k: int = 0, prefix_caching: bool | None = None):
-    """vLLM's LLM on `target` (float32, eager, 2,048 positions, seed 0, statistics on), with the EAGLE-3
-    draft folder `draft` proposing chains of k >= 1 tokens when one is given; prefix caching as vLLM's
-    default unless `prefix_caching` says."""
+def engine(
+    target: str, draft: str | None = None, k: int = 0, prefix_caching: bool | None = None, dtype: str = "float32"
+):
+    """vLLM's LLM on `target` (`dtype`, float32 unless said; eager, 2,048 positions, seed 0, statistics
+    on), with the EAGLE-3 draft folder `draft` proposing chains of k >= 1 tokens when one is given (vLLM
+    runs it in the target's dtype); prefix caching as vLLM's default unless `prefix_caching` says."""
     from vllm import LLM
 
     if draft is not None and (not isinstance(k, int) or k < 1):
@@ -21,7 +23,7 @@ def engine(target: str, draft: str | None = None, k: int = 0, prefix_caching: bo
     caching = {} if prefix_caching is None else {"enable_prefix_caching": prefix_caching}
     return LLM(
         model=target,
-        dtype="float32",
+        dtype=dtype,
         enforce_eager=True,
         max_model_len=2048,
         disable_log_stats=False,

@@ -169,3 +169,19 @@ def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_pat
         assert [(r["k or nodes"], r["depth"]) for r in rows] == [(1, 1), (2, 2), (30, 6), (60, 6)]
         assert all(tuple(r) == module.measure.__globals__["COLUMNS"] for r in rows)
         assert all(r["lossless"] for r in rows)
+
+
+def test_bf16_is_refused_before_any_timing_on_a_cpu_without_bf16_instructions(tmp_path):
+    """--dtype bfloat16 needs avx512_bf16 or amx_bf16 among the CPU's flags; an unknown dtype is refused;
+    the flags are read from /proc/cpuinfo's first `flags` line (none where the file is missing)."""
+    module = cost_vllm()
+    with pytest.raises(SystemExit, match="bf16 matmul instructions"):
+        module.check_dtype("bfloat16", {"avx2", "fma"})
+    with pytest.raises(SystemExit, match="one of float32, bfloat16"):
+        module.check_dtype("float16", {"avx512_bf16"})
+    module.check_dtype("bfloat16", {"avx2", "avx512_bf16"})
+    module.check_dtype("float32", set())
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    assert module.cpu_flags(str(info)) == {"fpu", "avx2", "amx_bf16"}
+    assert module.cpu_flags(str(tmp_path / "missing")) == set()

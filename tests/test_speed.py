@@ -231,3 +231,39 @@ def test_the_device_line_gives_ranges_over_the_records(folder):
     assert "reach 1.90-1.90x plain decoding" in line  # the highest ceiling of each record
     assert "a draft step cost 20-25% of a plain decoding step" in line  # chain of 2: 4.0 / 2 and 5.0 / 2 over 10 ms
     assert "took the draft's chain to 1.25-1.25x its float32 time" in line
+
+
+def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path):
+    """Two vLLM records of one family, draft, CPU and day, float32 and bfloat16, make one finding whose
+    ratios come from their settings and best chains; a record of another draft pairs with nothing."""
+    forward = {"f32": {"1": 100.0, "2": 120.0, "3": 140.0}, "bf16": {"1": 50.0, "2": 55.0, "3": 60.0}}
+    records = []
+    for dtype, plain, side, speeds in (("float32", 5.0, 20.0, (0.9, 0.8)), ("bfloat16", 8.0, 16.0, (1.1, 1.25))):
+        r = vllm_record()
+        r["benchmark"] = f"cost_vllm_tiny_{dtype}"
+        r["machine"] = {**MACHINE, "bf16 matmul flags": ["avx512_bf16"]}
+        r["settings"].update(
+            {
+                "dtype": dtype,
+                "plain tok/s": plain,
+                "target forward ms fitted": forward["f32" if dtype == "float32" else "bf16"],
+                "draft side ms by k": {"1": side, "2": side + 10},
+            }
+        )
+        r["rows"] = [{**row, "speed-up measured": s} for row, s in zip(r["rows"][:2], speeds)]
+        records.append(r)
+    other = vllm_record()
+    other["benchmark"] = "cost_vllm_tiny_other"
+    other["settings"].update({"dtype": "bfloat16", "draft": "another draft"})
+    for record in (*records, other, elsi_record()):
+        (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    results = speed.cost_results(tmp_path)
+    pairs = speed.dtype_pairs(results)
+    assert [(a["settings"]["dtype"], b["settings"]["dtype"]) for a, b in pairs] == [("float32", "bfloat16")]
+    (line,) = speed.dtype_finding(results)
+    assert "plain decoding 8.0 tokens/s against 5.0 in float32 (1.60x)" in line
+    assert "over 3 tokens costs 1.20x one token in bf16 against 1.40x in float32" in line
+    assert "at k = 1 16.0 ms against 20.0 ms" in line
+    assert "k = 2, 1.25x its plain decoding (10.00 tokens/s), against k = 1, 0.9x in float32 (4.50 tokens/s)" in line
+    assert "runs at 2.00x float32's plain decoding" in line and "avx512_bf16" in line
+    assert "target bfloat16" in speed.label(records[1]) and "target" not in speed.label(records[0])

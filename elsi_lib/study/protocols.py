@@ -3,7 +3,7 @@
 A unit is (family, protocol, method id, seed): one draft. A protocol fixes everything else that
 makes its numbers: the training data (prompts, reply engine, n_train), the training settings, the
 numeric settings (draft matmuls, target features) and the evaluation questions. Its `ledger` lists
-its units in the order a run trains them (the baselines first, reseeds last); `make ledger-<name>`
+its units in the order a run trains them (the baselines first, reseeds last but where said); `make ledger-<name>`
 trains the missing ones (`study.ledger`). A protocol's `digest` is written into each of its records,
 so that a record of a protocol whose definition has since changed is refused, never mixed in.
 
@@ -49,12 +49,14 @@ STRONG_LEDGER = (
     ("eagle3", 0),
     ("elsi-m3", 0),
     ("probe-m3", 0),
+    # EAGLE3's reseed before the other rows: SmolLM2's reseed range decides whether its twins (bf16 and
+    # float32, `twins.compare`) differ beyond seed noise, and so which machines may add rows to one table
+    ("eagle3", 1),
     ("eagle2", 0),
     ("elsi-m1-rule", 0),
     ("elsi-c-m3", 0),
     ("lowest-entropy-m3", 0),
     ("elsi-m3-no-template", 0),
-    ("eagle3", 1),
     ("elsi-m3", 1),
     # beyond the issue's ten: two more sets for the criteria's out-of-sample test (SmolLM2's ELSI and
     # ELSI-C m = 2 sets, (10, 29) and (2, 10) on Table 2's calibration, differ from every set above)

@@ -39,7 +39,8 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
 
 def label(result: dict) -> str:
     s = result["settings"]
-    return f"{s['engine']}, {s.get('model') or s.get('family')}, draft {s['draft']}"
+    dtype = f", target {s['dtype']}" if s.get("dtype", "float32") != "float32" else ""
+    return f"{s['engine']}, {s.get('model') or s.get('family')}{dtype}, draft {s['draft']}"
 
 
 def curve(settings: dict, round_ms: float, taus) -> np.ndarray:
@@ -182,6 +183,47 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     return line + "."
 
 
+def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
+    """(float32, bfloat16) vLLM records of one family and draft run on one CPU on one day
+    (`engines/cost_vllm.py --dtype`): the target's dtype as a lever, the rest held."""
+    groups: dict = {}
+    for result in results:
+        s, m = result["settings"], result["machine"]
+        if s["engine"].startswith("vLLM"):
+            key = (s["family"], s["draft"], m["cpu"], m["date"][:10])
+            groups.setdefault(key, {})[s.get("dtype", "float32")] = result
+    return [(g["float32"], g["bfloat16"]) for g in groups.values() if {"float32", "bfloat16"} <= set(g)]
+
+
+def dtype_finding(results: list[dict]) -> list[str]:
+    """What the target in bf16 did in vLLM-CPU, per `dtype_pairs`: plain decoding's rate each way, how the
+    target's forward grows over its tokens (the fitted line), the draft's side of a round at k = 1, the best
+    chain each way, and the bf16 chain's rate against float32's plain decoding."""
+    lines = []
+    for f32, bf16 in dtype_pairs(results):
+        a, b = f32["settings"], bf16["settings"]
+        wa, wb = best_chain(f32), best_chain(bf16)
+        most = str(max(int(n) for n in a["target forward ms fitted"]))
+
+        def growth(s):
+            return s["target forward ms fitted"][most] / s["target forward ms fitted"]["1"]
+
+        rate_a, rate_b = (w["speed-up measured"] * s["plain tok/s"] for w, s in ((wa, a), (wb, b)))
+        flags = ", ".join(bf16["machine"].get("bf16 matmul flags") or []) or "flags not recorded"
+        lines.append(
+            f"**The target in bf16 in vLLM-CPU** ({a['family']}, draft {a['draft']}, {bf16['machine']['cpu']} with "
+            f"{flags}, {bf16['machine']['date'][:10]}): plain decoding {b['plain tok/s']} tokens/s against "
+            f"{a['plain tok/s']} in float32 ({b['plain tok/s'] / a['plain tok/s']:.2f}x). The target's forward "
+            f"over {most} tokens costs {growth(b):.2f}x one token in bf16 against {growth(a):.2f}x in float32; the "
+            f"draft's side of a round at k = 1 {b['draft side ms by k']['1']:.1f} ms against "
+            f"{a['draft side ms by k']['1']:.1f} ms. Best chain in bf16: k = {wb['k']}, {wb['speed-up measured']}x "
+            f"its plain decoding ({rate_b:.2f} tokens/s), against k = {wa['k']}, {wa['speed-up measured']}x in "
+            f"float32 ({rate_a:.2f} tokens/s): speculative decoding with the target in bf16 runs at "
+            f"{rate_b / a['plain tok/s']:.2f}x float32's plain decoding."
+        )
+    return lines
+
+
 def device_results(folder: Path = BENCH) -> list[dict]:
     """The cost benchmark's records from an accelerator (`bench/bench_cost_device.py`: a random target
     and draft), name order."""
@@ -300,6 +342,8 @@ def page(images: Path, folder: Path = BENCH) -> str:
     lever = lever_finding(folder=folder)
     if lever:
         lines += [lever, ""]
+    for line in dtype_finding(results):
+        lines += [line, ""]
     devices = device_results(folder)
     if devices:
         lines += [
