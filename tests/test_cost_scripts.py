@@ -160,6 +160,14 @@ def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_pat
         written.append((name, settings, rows))
 
     monkeypatch.setattr(module, "write", write)
+    calls = []  # (nodes, max_new_tokens) of each end-to-end decoding, in order
+    generate = module.measure.__globals__["speculative_generate"]
+
+    def counted(model, draft, prompt, *, max_new_tokens, nodes, **kwargs):
+        calls.append((nodes, max_new_tokens))
+        return generate(model, draft, prompt, max_new_tokens=max_new_tokens, nodes=nodes, **kwargs)
+
+    monkeypatch.setitem(module.measure.__globals__, "speculative_generate", counted)
     argv = "--device cpu --layers 8 --hidden 32 --heads 4 --vocab 128 --prompts 1 --prompt-tokens 8 --tokens 6"
     monkeypatch.setattr(sys, "argv", ["bench_cost_device.py", *argv.split(), "--repeat", "1", "--chains", "2"])
     module.main()
@@ -169,6 +177,9 @@ def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_pat
         assert [(r["k or nodes"], r["depth"]) for r in rows] == [(1, 1), (2, 2), (30, 6), (60, 6)]
         assert all(tuple(r) == module.measure.__globals__["COLUMNS"] for r in rows)
         assert all(r["lossless"] for r in rows)
+    # each shape warms up untimed on a few tokens, then runs its one prompt: in both settings
+    warm = module.measure.__globals__["WARM_UP_TOKENS"]
+    assert calls == [(n, t) for n in (1, 2, 30, 60) for t in (warm, 6)] * 2
 
 
 def test_bf16_is_refused_before_any_timing_on_a_cpu_without_bf16_instructions(tmp_path):
