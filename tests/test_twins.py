@@ -106,3 +106,68 @@ def test_the_ledger_page_says_the_twins_verdict_and_takes_an_empty_comparison(tm
     assert set(pages._ledger(copy)) >= {f"- {line}." for line in twins.summary(compared)}
     pd.DataFrame(columns=twins.COLUMNS).to_csv(copy / "numeric_twins.csv", index=False)
     assert not any("float32 minus bf16" in line for line in pages._ledger(copy))
+
+
+def agreeing_twins(store):
+    """Qwen's twins with a reseed range of 0.03 and float32 minus bf16 +0.02 on EAGLE3: they agree."""
+    R.write_record(record("table3", "eagle3", tau=1.5), store)
+    R.write_record(record("table3_f32", "eagle3", tau=1.52), store)
+    R.write_record(record("table3_f32", "eagle3", seed=1, tau=1.55), store)
+    R.write_record(record("table3_f32", "elsi-m3", tau=1.6), store)
+    R.write_record(record("table3_f32", "elsi-m3", seed=1, tau=1.605), store)
+    return twins.compare("table3", "table3_f32", n_boot=200)
+
+
+def a_probe_record(protocol, tau=1.7):
+    """The probe's set, a draft of its own (other layers and step 1 than a_record's)."""
+    r = {**a_record(protocol, "probe-m3", tau=tau), "label": "probe m=3", "layers": "2, 12, 20"}
+    r["step accuracy"] = {**r["step accuracy"], "step 1": 0.35}
+    return r
+
+
+def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(store):
+    from elsi_lib.study import record_tables
+
+    compared = agreeing_twins(store)
+    assert twins.verdict(compared) == "agree"
+    assert twins.joined_tables(compared) == {}  # the bf16 twin adds no unit: the float32 table is the join
+    R.write_record(a_probe_record("table3"), store)  # a unit only the bf16 twin has
+    joined = twins.joined_tables(compared)
+    assert list(joined) == ["table3 + table3_f32"]
+    records = joined["table3 + table3_f32"]
+    units = sorted((r["unit"]["protocol"], r["unit"]["method"], r["unit"]["seed"]) for r in records)
+    assert units == [
+        ("table3", "probe-m3", 0),  # the bf16 EAGLE3 seed 0 is left out: the float32 twin has that unit
+        ("table3_f32", "eagle3", 0),
+        ("table3_f32", "eagle3", 1),
+        ("table3_f32", "elsi-m3", 0),
+        ("table3_f32", "elsi-m3", 1),
+    ]
+    with pytest.raises(R.RecordError, match="twins that agree may"):
+        R.question_frame(records)
+    rows = R.question_frame(records, twins=True)
+    assert set(rows.loc[rows.id == "probe-m3", "draft matmuls"]) == {"bf16"}
+    assert set(rows.loc[rows.id != "probe-m3", "draft matmuls"]) == {"float32"}
+    found = record_tables.findings("table3 + table3_f32", records=records, n_boot=200)
+    assert set(found.protocol) == {"table3 + table3_f32"} and set(found.method) == {"ELSI m=3", "probe m=3"}
+    assert set(found.drafts) == {3}  # EAGLE3 and ELSI m = 3 share a_record's set and step 1: one draft a seed
+    table = record_tables.drafts(["table3", "table3_f32"], joined=joined)
+    assert set(table.protocol) == {"table3 + table3_f32"} and "probe-m3" in set(table.id)
+    assert set(record_tables.drafts(["table3", "table3_f32"]).protocol) == {"table3", "table3_f32"}
+
+
+def test_twins_that_do_not_agree_are_never_joined(store):
+    R.write_record(record("table3", "eagle3", tau=1.5), store)
+    R.write_record(record("table3_f32", "eagle3", tau=1.52), store)
+    R.write_record(a_probe_record("table3"), store)
+    compared = twins.compare("table3", "table3_f32", n_boot=200)
+    assert twins.verdict(compared) == "no reseeds yet" and twins.joined_tables(compared) == {}
+    R.write_record(record("table3_f32", "eagle3", seed=1, tau=1.51), store)  # range 0.01 < +0.02: differ
+    R.write_record(record("table3_f32", "elsi-m3", tau=1.6), store)
+    R.write_record(record("table3_f32", "elsi-m3", seed=1, tau=1.605), store)
+    compared = twins.compare("table3", "table3_f32", n_boot=200)
+    assert twins.verdict(compared) == "differ" and twins.joined_tables(compared) == {}
+    other_family = [*R.read_records("table3"), *R.read_records("table2_strong_f32")]
+    other_family.append(a_record("table2_strong_f32", "eagle3"))
+    with pytest.raises(R.RecordError, match="different numeric settings"):
+        R.question_frame(other_family, twins=True)  # two families' protocols are no pair of twins

@@ -9,7 +9,8 @@ so that a record of a protocol whose definition has since changed is refused, ne
 
 The bf16 protocols are the committed Tables 2 and 3 as they ran (a CPU with bf16 matmul
 instructions); each has a float32 twin with the same data, which a CPU without them can add units
-to (bf16 autocast runs 31-110x slower there, `bench/bench_bf16.py`). The two never share a table.
+to (bf16 autocast runs 31-110x slower there, `bench/bench_bf16.py`). The two share a table only once
+their units agree within the reseed range (`twins.joined_tables`).
 """
 
 from __future__ import annotations

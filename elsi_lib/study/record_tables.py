@@ -29,9 +29,10 @@ COMPARED = ("ELSI m=3", "probe m=3")
 OUT_OF_SAMPLE = tuple(PROTOCOLS)
 
 
-def final_rows(records: list[dict]) -> pd.DataFrame:
-    """Per-question rows of the records at each unit's own (largest) prompt count: no curve points."""
-    return question_frame([{**r, "curve": []} for r in records])
+def final_rows(records: list[dict], *, twins: bool = False) -> pd.DataFrame:
+    """Per-question rows of the records at each unit's own (largest) prompt count: no curve points;
+    `twins`: records of two numeric twins that agree may mix (`question_frame`)."""
+    return question_frame([{**r, "curve": []} for r in records], twins=twins)
 
 
 # two units of one seed whose methods chose the same layers train the same draft (ELSI and ELSI-C at
@@ -51,15 +52,17 @@ def reseed_range(block: pd.DataFrame) -> float:
     return float(spread["range"].max()) if len(spread) >= 2 else np.nan
 
 
-def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
-    """For protocol `name`: each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1, at each training
-    seed both have (paired over the questions both have rounds on: a reseeded method against the reseeded
-    EAGLE3), the distinct drafts the table rests on, and the reseed range of AVG tau where both EAGLE3 and
-    ELSI m = 3 have two or more seeds (else NaN: no noise floor yet)."""
-    records = read_records(name)
+def findings(name: str, *, records: list[dict] | None = None, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
+    """For protocol `name` (or the joined twins `name` whose `records` are given, `twins.joined_tables`):
+    each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1, at each training seed both have (paired
+    over the questions both have rounds on: a reseeded method against the reseeded EAGLE3), the distinct
+    drafts the table rests on, and the reseed range of AVG tau where both EAGLE3 and ELSI m = 3 have two
+    or more seeds (else NaN: no noise floor yet)."""
+    joined = records is not None
+    records = records if joined else read_records(name)
     if not records:
         return pd.DataFrame()
-    rows = final_rows(records)
+    rows = final_rows(records, twins=joined)
     n_drafts = distinct_drafts(records)
     out = []
     for T in sorted(rows.temperature.unique()):
@@ -88,15 +91,19 @@ def findings(name: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0) -> pd.DataFrame:
+def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0, joined: dict | None = None) -> pd.DataFrame:
     """One row per draft of the first seed of every protocol in `names` with records: its criteria
-    (set entropy, probe error, probe agreement) and outcomes (held-out step 1, tau minus EAGLE3's)."""
+    (set entropy, probe error, probe agreement) and outcomes (held-out step 1, tau minus EAGLE3's).
+    `joined`: {name: records} of twins that agree (`twins.joined_tables`), each one table in place of
+    its two protocols."""
+    joined = joined or {}
+    inside = {p for records in joined.values() for p in {r["unit"]["protocol"] for r in records}}
+    tables = [(name, read_records(name), False) for name in names if name not in inside]
     parts = []
-    for name in names:
-        records = read_records(name)
+    for name, records, twins in [*tables, *((name, records, True) for name, records in joined.items())]:
         if not records:
             continue
-        rows = final_rows(records)
+        rows = final_rows(records, twins=twins).assign(protocol=name)
         if BASELINE not in set(rows.method) or rows.id.nunique() < 2:
             continue
         table = draft_table(rows, temperature=temperature, nodes=NODES)

@@ -182,14 +182,19 @@ def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
     return [read_record(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
 
-def question_frame(records: list[dict]) -> pd.DataFrame:
+def question_frame(records: list[dict], *, twins: bool = False) -> pd.DataFrame:
     """Per-question rows of `records` (and of their curve points), as the study's tables read them:
     protocol, prompts, id, method, seed, layers, set entropy, probe error, probe agreement, step 1-3,
     temperature, nodes, question_id, column, tau and the numeric settings. Refuses records of two
-    numeric settings (RecordError naming both): a table never mixes them."""
+    numeric settings (RecordError naming both), unless `twins` (a table over numeric twins that agree,
+    `twins.joined_tables`) and every record's protocol is of one pair of twins."""
     settings = {json.dumps(r["numeric"], sort_keys=True) for r in records}
-    if len(settings) > 1:
-        raise RecordError(f"records of different numeric settings cannot share a table: {sorted(settings)}")
+    pairs = {protocol(r["unit"]["protocol"]).twins for r in records}
+    if len(settings) > 1 and not (twins and len(pairs) == 1):
+        raise RecordError(
+            f"records of different numeric settings cannot share a table: {sorted(settings)}"
+            + ("" if twins else " (twins that agree may: twins.joined_tables)")
+        )
     frames = []
     for r in records:
         for point in [r, *r["curve"]]:

@@ -8,8 +8,9 @@ questions), float32 minus bf16 paired over the questions both have rounds on, wi
 interval (`paired_differences`; so `diff` need not equal the two taus' difference), held-out step-1
 accuracy under each, and the reseed range (`record_tables.reseed_range`; the larger of the two twins'
 where both have one, the lenient side). The twins agree at a temperature when every unit's difference
-lies within that range; the tables keep the two apart until they do (`records.question_frame` refuses
-to mix them)."""
+lies within that range; until they do the tables keep the two apart (`records.question_frame` refuses
+to mix them), and once they do `joined_tables` makes one table of both, each row keeping its numeric
+settings."""
 
 from __future__ import annotations
 
@@ -126,3 +127,21 @@ def summary(compared: pd.DataFrame) -> list[str]:
             + verdict(block)
         )
     return lines
+
+
+def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
+    """{"<bf16> + <float32>": records} for each pair of twins whose verdict is "agree" at every temperature
+    `compared` (`compare`'s rows of the records present) judged: the float32 twin's records (the twin any
+    CPU adds units to), then the bf16 twin's records of the units it lacks, each keeping its numeric
+    settings. Only pairs the join adds a unit to (else the float32 twin's table already is the join)."""
+    out = {}
+    for bf16, f32 in pairs():
+        mine = compared[compared.family == PROTOCOLS[f32].family] if len(compared) else compared
+        if not len(mine) or any(verdict(block) != "agree" for _, block in mine.groupby("temperature")):
+            continue
+        own = read_records(f32)
+        have = {(r["unit"]["method"], r["unit"]["seed"]) for r in own}
+        extra = [r for r in read_records(bf16) if (r["unit"]["method"], r["unit"]["seed"]) not in have]
+        if extra:
+            out[f"{bf16} + {f32}"] = own + extra
+    return out
