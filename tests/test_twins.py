@@ -133,8 +133,8 @@ def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(st
     assert twins.joined_tables(compared) == {}  # the bf16 twin adds no unit: the float32 table is the join
     R.write_record(a_probe_record("table3"), store)  # a unit only the bf16 twin has
     joined = twins.joined_tables(compared)
-    assert list(joined) == ["table3 + table3_f32"]
-    records = joined["table3 + table3_f32"]
+    assert list(joined) == ["table3+table3_f32"]
+    records = joined["table3+table3_f32"]
     units = sorted((r["unit"]["protocol"], r["unit"]["method"], r["unit"]["seed"]) for r in records)
     assert units == [
         ("table3", "probe-m3", 0),  # the bf16 EAGLE3 seed 0 is left out: the float32 twin has that unit
@@ -148,11 +148,11 @@ def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(st
     rows = R.question_frame(records, twins=True)
     assert set(rows.loc[rows.id == "probe-m3", "draft matmuls"]) == {"bf16"}
     assert set(rows.loc[rows.id != "probe-m3", "draft matmuls"]) == {"float32"}
-    found = record_tables.findings("table3 + table3_f32", records=records, n_boot=200)
-    assert set(found.protocol) == {"table3 + table3_f32"} and set(found.method) == {"ELSI m=3", "probe m=3"}
+    found = record_tables.findings("table3+table3_f32", records=records, n_boot=200)
+    assert set(found.protocol) == {"table3+table3_f32"} and set(found.method) == {"ELSI m=3", "probe m=3"}
     assert set(found.drafts) == {3}  # EAGLE3 and ELSI m = 3 share a_record's set and step 1: one draft a seed
     table = record_tables.drafts(["table3", "table3_f32"], joined=joined)
-    assert set(table.protocol) == {"table3 + table3_f32"} and "probe-m3" in set(table.id)
+    assert set(table.protocol) == {"table3+table3_f32"} and "probe-m3" in set(table.id)
     assert set(record_tables.drafts(["table3", "table3_f32"]).protocol) == {"table3", "table3_f32"}
 
 

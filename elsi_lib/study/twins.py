@@ -130,7 +130,7 @@ def summary(compared: pd.DataFrame) -> list[str]:
 
 
 def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
-    """{"<bf16> + <float32>": records} for each pair of twins whose verdict is "agree" at every temperature
+    """{"<bf16>+<float32>": records} for each pair of twins whose verdict is "agree" at every temperature
     `compared` (`compare`'s rows of the records present) judged: the float32 twin's records (the twin any
     CPU adds units to), then the bf16 twin's records of the units it lacks, each keeping its numeric
     settings. Only pairs the join adds a unit to (else the float32 twin's table already is the join)."""
@@ -143,5 +143,5 @@ def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
         have = {(r["unit"]["method"], r["unit"]["seed"]) for r in own}
         extra = [r for r in read_records(bf16) if (r["unit"]["method"], r["unit"]["seed"]) not in have]
         if extra:
-            out[f"{bf16} + {f32}"] = own + extra
+            out[f"{bf16}+{f32}"] = own + extra
     return out
