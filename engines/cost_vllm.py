@@ -219,8 +219,10 @@ def main() -> None:
     parser.add_argument("plan", help="plan.json of bench/bench_cost.py --export")
     parser.add_argument("--out", required=True, help="results name under bench/results")
     parser.add_argument(
-        "--dtype", default="float32", help="the target's (and so the draft's) dtype in vLLM: float32 or "
-        "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)"
+        "--dtype",
+        default="float32",
+        help="the target's (and so the draft's) dtype in vLLM: float32 or "
+        "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)",
     )
     args = parser.parse_args()
     check_dtype(args.dtype, cpu_flags())

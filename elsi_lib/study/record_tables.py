@@ -97,7 +97,7 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0, joined: dict | None
     `joined`: {name: records} of twins that agree (`twins.joined_tables`), each one table in place of
     its two protocols."""
     joined = joined or {}
-    inside = {p for records in joined.values() for p in {r["unit"]["protocol"] for r in records}}
+    inside = {r["unit"]["protocol"] for records in joined.values() for r in records}
     tables = [(name, read_records(name), False) for name in names if name not in inside]
     parts = []
     for name, records, twins in [*tables, *((name, records, True) for name, records in joined.items())]:
