@@ -13,16 +13,27 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 flags of bf16 matmul instructions; machines of one name differ
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
+    """The CPU's feature flags (the first processor's), empty where the file is not there."""
+    try:
+        text = Path(path).read_text()
+    except OSError:
+        return set()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return set(line.partition(":")[2].split())
+
+
 def machine() -> dict:
     """Where and when a benchmark ran: CPU model, cores, its bf16 matmul flags, load averages before the
     run, versions."""
-    cpu, flags = platform.processor() or "", set()
+    cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not flags:
+            if line.startswith("model name"):
                 cpu = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
                 break
     except OSError:
         pass
@@ -30,7 +41,7 @@ def machine() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "cpu": cpu,
         "cores": os.cpu_count(),
-        "bf16 matmul flags": sorted(flags & {"avx512_bf16", "amx_bf16"}),  # machines of one name differ in these
+        "bf16 matmul flags": sorted(cpu_flags() & set(BF16_FLAGS)),
         "load_1_5_15": [round(x, 2) for x in os.getloadavg()],
         "python": platform.python_version(),
     }

@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from record import write  # noqa: E402  (standalone: no elsi import in this environment)
+from record import BF16_FLAGS, cpu_flags, write  # noqa: E402  (standalone: no elsi import in this environment)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_session import counters, engine, generate, shutdown  # noqa: E402
@@ -67,22 +67,11 @@ def tokens_per_round(rates) -> float:
 
 
 DTYPES = ("float32", "bfloat16")
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # x86 flags of bf16 matmul instructions (vLLM-CPU's bf16 needs one)
-
-
-def cpu_flags(path: str = "/proc/cpuinfo") -> set[str]:
-    """The CPU's feature flags (the first processor's), empty where the file is not there."""
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return set()
-    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
-    return set(line.partition(":")[2].split())
 
 
 def check_dtype(dtype: str, flags: set[str]) -> None:
     """Refuse, before any timing, a dtype that is not measured here: bf16 on a CPU without bf16 matmul
-    instructions (where it would time an emulation 31-110x slower, bench/bench_bf16.py)."""
+    instructions, `record.BF16_FLAGS` (where it would time an emulation 31-110x slower, bench/bench_bf16.py)."""
     if dtype not in DTYPES:
         raise SystemExit(f"--dtype: one of {', '.join(DTYPES)}, got {dtype!r}")
     if dtype == "bfloat16" and not flags & set(BF16_FLAGS):
