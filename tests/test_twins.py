@@ -171,3 +171,24 @@ def test_twins_that_do_not_agree_are_never_joined(store):
     other_family.append(a_record("table2_strong_f32", "eagle3"))
     with pytest.raises(R.RecordError, match="different numeric settings"):
         R.question_frame(other_family, twins=True)  # two families' protocols are no pair of twins
+
+
+def test_a_ledger_does_not_train_again_the_units_its_agreeing_twin_has(store):
+    from elsi_lib.study import ledger
+    from elsi_lib.study.protocols import protocol
+
+    R.write_record(record("table3", "eagle3", tau=1.5), store)
+    R.write_record(record("table3_f32", "eagle3", tau=1.52), store)
+    R.write_record(a_probe_record("table3"), store)
+    assert twins.agreeing_twin("table3_f32") is None  # no reseeds yet: every unit the bf16 twin lacks is owed
+    before = ledger.status(protocol("table3_f32"))
+    assert (before["in twin"] == "").all() and before.owed.sum() == 15
+    agreeing_twins(store)  # a reseed range of 0.03 against +0.02: the twins agree
+    assert twins.agreeing_twin("table3_f32") == "table3" and twins.agreeing_twin("table3") == "table3_f32"
+    f32 = ledger.status(protocol("table3_f32")).set_index(["method", "seed"])
+    assert f32.loc[("probe-m3", 0), "in twin"] == "table3" and not f32.loc[("probe-m3", 0), "owed"]
+    assert f32.owed.sum() == 16 - 4 - 1  # its own four units and the bf16 twin's probe draft
+    bf16 = ledger.status(protocol("table3")).set_index(["method", "seed"])
+    assert bf16.loc[("elsi-m3", 1), "in twin"] == "table3_f32" and bf16.owed.sum() == 16 - 2 - 3
+    both = ledger.counts(ledger.table_ledgers("table3"))
+    assert both.loc["table3_f32"].tolist() == [4, 1, 11, 16] and both.loc["table3"].tolist() == [2, 3, 11, 16]

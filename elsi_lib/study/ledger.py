@@ -9,7 +9,9 @@ A run refuses a bf16 protocol on a CPU without bf16 matmul instructions (such a 
 of the float32 twins only). It loads the target, the protocol's layer sets and probe, the evaluation
 continuations (archived in git, `run_data.continuations_dir`) and the training data, times a few
 training batches of a throwaway draft (the calibration), prints the plan, and trains units while
-the estimate of the next fits the minutes left. A unit killed mid-way leaves no record (its training
+the estimate of the next fits the minutes left. Units its numeric twin has are not trained again
+once the twins agree within the reseed range (`twins.agreeing_twin`; the joined table holds them). A
+unit killed mid-way leaves no record (its training
 checkpoint resumes); `--commit` commits each record as it lands (that file only).
 """
 
@@ -27,25 +29,36 @@ from ..common.hardware import bf16_matmul_is_slow
 from .protocols import PROTOCOLS, Protocol, protocol
 from .records import read_records, unit_path, write_record
 
+COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
 REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s) until a unit measures it
 
 
 def status(proto: Protocol) -> pd.DataFrame:
-    """One row per unit of the ledger, in its order: method, seed, present (a record exists), its
-    record's file; then any record of the protocol outside the ledger."""
+    """One row per unit of the ledger, in its order: method, seed, present (a record exists), in twin
+    (the numeric twin's protocol when the twins agree and it has this unit and this protocol not,
+    `twins.agreeing_twin`; else ""), owed (neither: a run trains it), its record's file; then any record of the protocol outside
+    the ledger."""
+    from .twins import agreeing_twin
+
     present = {(r["unit"]["method"], r["unit"]["seed"]) for r in read_records(proto.name)}
+    twin = agreeing_twin(proto.name)
+    theirs = {(r["unit"]["method"], r["unit"]["seed"]) for r in read_records(twin)} if twin else set()
     rows = [
         {
             "method": m,
             "seed": s,
             "present": (m, s) in present,
+            "in twin": twin if (m, s) in theirs - present else "",
             "record": str(unit_path({"protocol": proto.name, "method": m, "seed": s})),
         }
         for m, s in proto.ledger
     ]
     extra = sorted(present - set(proto.ledger))
-    rows += [{"method": m, "seed": s, "present": True, "record": "(outside the ledger)"} for m, s in extra]
-    return pd.DataFrame(rows)
+    rows += [
+        {"method": m, "seed": s, "present": True, "in twin": "", "record": "(outside the ledger)"} for m, s in extra
+    ]
+    table = pd.DataFrame(rows)
+    return table.assign(owed=~table.present & (table["in twin"] == ""))
 
 
 def table_ledgers(table: str) -> pd.DataFrame:
@@ -53,8 +66,15 @@ def table_ledgers(table: str) -> pd.DataFrame:
     unit with its protocol; empty when no protocol keeps a ledger for that table."""
     frames = [status(p).assign(protocol=n) for n, p in PROTOCOLS.items() if n in (table, f"{table}_f32")]
     if not frames:
-        return pd.DataFrame(columns=["protocol", "method", "seed", "present", "record"])
-    return pd.concat(frames, ignore_index=True)[["protocol", "method", "seed", "present", "record"]]
+        return pd.DataFrame(columns=COLUMNS)
+    return pd.concat(frames, ignore_index=True)[COLUMNS]
+
+
+def counts(table: pd.DataFrame) -> pd.DataFrame:
+    """Per protocol of `table_ledgers`'s rows (or `status`'s with a protocol column): units present, in
+    its agreeing twin, owed, and in all."""
+    by = table.assign(**{"in twin": table["in twin"] != ""}).groupby("protocol", sort=False)
+    return by.agg(present=("present", "sum"), in_twin=("in twin", "sum"), owed=("owed", "sum"), units=("owed", "size"))
 
 
 def check_machine(proto: Protocol) -> None:
@@ -83,10 +103,10 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     started = time.monotonic()
     check_machine(proto)
     table = status(proto)
-    missing = [(m, s) for m, s, p in zip(table.method, table.seed, table.present) if not p]
+    missing = list(zip(table.method[table.owed], table.seed[table.owed]))
     print(table.to_string(index=False), flush=True)
     if not missing:
-        print(f"{proto.name}: every unit of the ledger has its record")
+        print(f"{proto.name}: every unit of the ledger has its record (its own or its agreeing twin's)")
         return []
     ready = Prepared.load(proto, progress=progress)
     per_unit = ready.calibrate() * (1 + REPLAY_SHARE)
@@ -176,7 +196,12 @@ def main(argv=None) -> int:
     if not args.run:
         table = status(proto)
         print(table.to_string(index=False))
-        print(f"{proto.name}: {int(table.present.sum())} of {len(proto.ledger)} units present; numeric {proto.numeric}")
+        twin = set(table["in twin"]) - {""}
+        also = f" and {int((table['in twin'] != '').sum())} in its agreeing twin {twin.pop()}" if twin else ""
+        print(
+            f"{proto.name}: {int(table.present.sum())} of {len(proto.ledger)} units present{also}; "
+            f"numeric {proto.numeric}"
+        )
         return 0
     run(proto, args.budget, commit=args.commit)
     return 0

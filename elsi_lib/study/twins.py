@@ -129,6 +129,20 @@ def summary(compared: pd.DataFrame) -> list[str]:
     return lines
 
 
+def agree(compared: pd.DataFrame) -> bool:
+    """Whether one pair's `compare` rows say "agree" at every temperature they judge (False when empty)."""
+    return bool(len(compared)) and all(verdict(block) == "agree" for _, block in compared.groupby("temperature"))
+
+
+def agreeing_twin(name: str) -> str | None:
+    """The numeric twin of protocol `name` when the two agree (`agree` over the records present), else
+    None: its units stand for this protocol's (the ledger does not train them again)."""
+    for bf16, f32 in pairs():
+        if name in (bf16, f32) and agree(compare(bf16, f32)):
+            return f32 if name == bf16 else bf16
+    return None
+
+
 def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
     """{"<bf16>+<float32>": records} for each pair of twins whose verdict is "agree" at every temperature
     `compared` (`compare`'s rows of the records present) judged: the float32 twin's records (the twin any
@@ -136,8 +150,7 @@ def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
     settings. Only pairs the join adds a unit to (else the float32 twin's table already is the join)."""
     out = {}
     for bf16, f32 in pairs():
-        mine = compared[compared.family == PROTOCOLS[f32].family] if len(compared) else compared
-        if not len(mine) or any(verdict(block) != "agree" for _, block in mine.groupby("temperature")):
+        if not agree(compared[compared.family == PROTOCOLS[f32].family] if len(compared) else compared):
             continue
         own = read_records(f32)
         have = {(r["unit"]["method"], r["unit"]["seed"]) for r in own}
