@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -100,12 +100,16 @@ test-engines-strong: venv $(ENGINES_STAMP)
 # Qwen run, through vLLM, ahead of the runs that read them (hours; resumable: rerun to continue, from the
 # cache or from the archive in data/replies/); `make replies-archive` archives what is written so far
 # (while the engine runs too), to be committed: a new machine's cache is empty, and resumes from the archive
-REPLY_PARAMS := notebooks/tables_strong.yaml notebooks/tables_qwen.yaml
+REPLY_PARAMS := notebooks/tables_strong.yaml notebooks/tables_qwen.yaml notebooks/tables_qwen_strong.yaml
 replies-strong: venv $(ENGINES_STAMP)
 	$(BIN)/python engines/training_replies.py --params notebooks/tables_strong.yaml
 
 replies-qwen: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen.yaml
+
+# Qwen2.5-Coder-0.5B's own replies to the strong protocol's 15,306 prompts (a draft reads the first 5,000)
+replies-qwen-strong: venv models $(ENGINES_STAMP)
+	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml
 
 replies-archive: venv models $(ENGINES_STAMP)
 	for params in $(REPLY_PARAMS); do $(BIN)/python engines/training_replies.py --params $$params --archive || exit 1; done
