@@ -317,7 +317,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the ledger unit's seed")
     parser.add_argument("--draft", help="an exported draft folder instead (refused if exported for another target)")
     parser.add_argument("--chains", type=int, default=5, help="chains of k = 1..CHAINS draft tokens")
-    parser.add_argument("--questions", type=int, default=6)
+    parser.add_argument("--questions", type=int, default=6, help="how many questions (the first of the set)")
+    parser.add_argument(
+        "--category",
+        help="SpecBench's questions of this category (e.g. coding: MT-bench's ten, a coding set no draft "
+        "trained on) instead of one per column",
+    )
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", help="results name under bench/results (default cost_elsi_<ledger or params stem>)")
@@ -349,6 +354,11 @@ def main() -> None:
         parser.error(f"--weight-first must be >= 0 rows, got {args.weight_first}")
     for k in range(1, args.chains + 1):
         check_tree_args(k, k, 1)
+    try:  # the question set, before any model loads: an unknown category is refused here
+        questions = corpus.category_questions(args.category) if args.category else corpus.eval_questions(1, seed=0)
+    except ValueError as error:
+        parser.error(str(error))
+    questions = questions.head(args.questions)
     load_before = [round(x, 2) for x in os.getloadavg()]
     torch.manual_seed(0)
     if args.ledger:
@@ -370,13 +380,13 @@ def main() -> None:
     draft.config.check_target(model)
     args.out = args.out or f"cost_elsi_{args.ledger or Path(args.params).stem}" + (
         "_weight_first" if args.weight_first else ""
-    )
+    ) + (f"_{args.category}" if args.category else "")
     autocast = resolved_autocast(None)
     shapes = [(k, k, 1) for k in range(1, args.chains + 1)] + TREES
-    questions = corpus.eval_questions(1, seed=0).head(args.questions)
+    question_set = f"SpecBench {args.category}" if args.category else "SpecBench, one per column"
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
     print(
-        f"{family}, draft {name} (layers {draft.config.source}), {len(prompts)} SpecBench questions, "
+        f"{family}, draft {name} (layers {draft.config.source}), {len(prompts)} questions ({question_set}), "
         f"up to {args.tokens} tokens, batch 1, {torch.get_num_threads()} threads, draft autocast {autocast}",
         flush=True,
     )
@@ -401,6 +411,7 @@ def main() -> None:
         "draft vocabulary": draft.config.draft_vocab_size,
         "draft autocast": autocast,
         "questions": len(prompts),
+        "question set": question_set,
         "tokens": args.tokens,
         **measured,
     }
@@ -416,10 +427,10 @@ def main() -> None:
     write(args.out, settings, out_rows, load_before=load_before)
     linears.close()
     if args.export:
-        export(args.export, draft, model, family, name, prompts, args, out_rows)
+        export(args.export, draft, model, family, name, prompts, args, out_rows, question_set)
 
 
-def export(folder, draft, model, family, name, prompts, args, rows) -> None:
+def export(folder, draft, model, family, name, prompts, args, rows, question_set: str) -> None:
     """The draft in the speculators layout and plan.json (target, questions, chains, elsi's tau)."""
     folder = Path(folder)
     save_draft(draft, folder / "draft", target=model, format="speculators", verifier=resolve_model_path(family)[0])
@@ -429,6 +440,7 @@ def export(folder, draft, model, family, name, prompts, args, rows) -> None:
         "draft": str(folder / "draft"),
         "draft name": name,
         "prompts": [list(map(int, p)) for p in prompts],
+        "question set": question_set,
         "max_tokens": args.tokens,
         "chains": args.chains,
         "tau elsi by k": {str(r["k or nodes"]): r["tau measured"] for r in rows if r["shape"] == "chain"},

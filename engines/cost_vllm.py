@@ -273,6 +273,7 @@ def main() -> None:
         "family": plan["family"],
         "draft": plan["draft name"],
         "questions": len(prompts),
+        "question set": plan.get("question set", "SpecBench, one per column"),
         "max_tokens": plan["max_tokens"],
         "generated": generated,
         "dtype": args.dtype,

@@ -196,3 +196,12 @@ def test_bf16_is_refused_before_any_timing_on_a_cpu_without_bf16_instructions(tm
     info.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16\n\nprocessor\t: 1\nflags\t\t: fpu\n")
     assert module.cpu_flags(str(info)) == {"fpu", "avx2", "amx_bf16"}
     assert module.cpu_flags(str(tmp_path / "missing")) == set()
+
+
+def test_an_unknown_question_category_is_refused_before_any_model_loads(monkeypatch, capsys):
+    bench_cost, _, _ = bench_cost_and_costs()
+    monkeypatch.setattr(sys, "argv", ["bench_cost.py", "--category", "poetry"])
+    monkeypatch.setattr(bench_cost, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(SystemExit) as err:
+        bench_cost.main()
+    assert err.value.code == 2 and "unknown SpecBench category" in capsys.readouterr().err

@@ -243,3 +243,22 @@ def test_training_prompts_name_their_prompt_set_and_replies_count_by_set(tiny_to
     counts = corpus.reply_tokens_by_set(tiny_tokenizer, replied, sets)
     per_reply = len(tiny_tokenizer("one two three", add_special_tokens=False)["input_ids"])
     assert counts == {**{s: 2 * per_reply for s in TRAINING_MIX}, "total": 12 * per_reply}
+
+
+def test_a_category_gives_every_specbench_question_of_it_in_order():
+    from elsi_lib.draft.corpus import category_questions
+
+    coding = category_questions("coding")
+    assert len(coding) == 10 and set(coding.category) == {"coding"} and set(coding.column) == {"MT"}
+    assert coding.question_id.is_monotonic_increasing
+    assert [c[0]["role"] for c in coding.conversation] == ["user"] * 10
+    assert list(coding.columns) == list(eval_questions(1).columns)
+    assert len(category_questions(["coding", "math"])) == 20
+
+
+@pytest.mark.parametrize("categories", ["code", ["coding", "poetry"], []])
+def test_an_unknown_category_is_refused_naming_the_known_ones(categories):
+    from elsi_lib.draft.corpus import category_questions
+
+    with pytest.raises(ValueError, match="the categories are writing, roleplay, coding"):
+        category_questions(categories)

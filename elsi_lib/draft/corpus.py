@@ -140,6 +140,25 @@ def eval_questions(per_column: int, *, seed: int = 0):
     return chosen.drop(columns="turns")
 
 
+def category_questions(categories):
+    """Every SpecBench question of `categories` (a name or several; ("coding",): MT-bench's ten coding
+    questions, a coding set disjoint from every training prompt), first turn only, ordered by
+    question_id: the frame `eval_questions` returns. ValueError naming the known categories."""
+    wanted = [categories] if isinstance(categories, str) else list(categories)
+    known = [c for cs in COLUMNS.values() for c in cs]
+    unknown = [c for c in wanted if c not in known]
+    if not wanted or unknown:
+        raise ValueError(
+            f"unknown SpecBench categor{'ies' if len(unknown) > 1 else 'y'} {unknown or wanted}; "
+            f"the categories are {', '.join(known)}"
+        )
+    frame = load_specbench()
+    chosen = frame[frame.category.isin(wanted)].sort_values("question_id").reset_index(drop=True)
+    chosen["column"] = chosen["category"].map(column_of)
+    chosen["conversation"] = [[{"role": "user", "content": turns[0]}] for turns in chosen["turns"]]
+    return chosen.drop(columns="turns")
+
+
 def eval_conversations(
     model,
     tokenizer,

@@ -37,10 +37,14 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
     return out
 
 
+DEFAULT_SET = "SpecBench, one per column"  # bench_cost's questions unless --category names a set
+
+
 def label(result: dict) -> str:
     s = result["settings"]
     dtype = f", target {s['dtype']}" if s.get("dtype", "float32") != "float32" else ""
-    return f"{s['engine']}, {s.get('model') or s.get('family')}{dtype}, draft {s['draft']}"
+    questions = f", {s['question set']}" if s.get("question set", DEFAULT_SET) != DEFAULT_SET else ""
+    return f"{s['engine']}, {s.get('model') or s.get('family')}{dtype}, draft {s['draft']}{questions}"
 
 
 def curve(settings: dict, round_ms: float, taus) -> np.ndarray:
@@ -190,7 +194,7 @@ def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
     for result in results:
         s, m = result["settings"], result["machine"]
         if s["engine"].startswith("vLLM"):
-            key = (s["family"], s["draft"], m["cpu"], m["date"][:10])
+            key = (s["family"], s["draft"], s.get("question set", DEFAULT_SET), m["cpu"], m["date"][:10])
             groups.setdefault(key, {})[s.get("dtype", "float32")] = result
     return [(g["float32"], g["bfloat16"]) for g in groups.values() if {"float32", "bfloat16"} <= set(g)]
 
