@@ -108,7 +108,13 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     if not missing:
         print(f"{proto.name}: every unit of the ledger has its record (its own or its agreeing twin's)")
         return []
+    print(
+        f"preparing {proto.name}: the target, its layer sets and probe, the evaluation and training data (what this "
+        "machine's cache lacks is computed first, which on a new machine can take over an hour; the budget counts it)",
+        flush=True,
+    )
     ready = Prepared.load(proto, progress=progress)
+    print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here skips it)", flush=True)
     per_unit = ready.calibrate() * (1 + REPLAY_SHARE)
     print(f"calibration: about {per_unit / 60:.1f} min per unit on this machine", flush=True)
     written = []
@@ -118,7 +124,10 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
             continue
         left = budget_minutes * 60 - (time.monotonic() - started)
         if per_unit > left:
-            print(f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left")
+            print(
+                f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left "
+                f"(BUDGET={per_unit / 60 + 5:.0f} on this machine, its preparation cached, would train it)"
+            )
             break
         row = ready.methods.loc[method_id]
         group = unit_group(method_id, seed, ready.methods)
