@@ -172,9 +172,9 @@ $(STUDY_RUNS): venv
 	$(BIN)/python -m elsi_lib.study.runs $@
 
 # A protocol's ledger of trained drafts (elsi_lib/study/protocols.py): `make ledger-table3_f32` trains
-# its missing units in order, one record each under data/drafts/, within BUDGET minutes (a calibration
+# its owed units (missing, and not in its bf16 twin once the two agree) in order, one record each under data/drafts/, within BUDGET minutes (a calibration
 # on this machine estimates each unit first); COMMIT=1 commits each record as it lands. `make
-# ledger-status` lists every protocol's units, present and missing.
+# ledger-status` lists every protocol's units: present, in its agreeing twin, owed.
 BUDGET ?= 150
 ledger-status: venv
 	@for p in table3 table3_f32 table2_strong table2_strong_f32; do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done

@@ -317,7 +317,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help="the ledger unit's seed")
     parser.add_argument("--draft", help="an exported draft folder instead (refused if exported for another target)")
     parser.add_argument("--chains", type=int, default=5, help="chains of k = 1..CHAINS draft tokens")
-    parser.add_argument("--questions", type=int, default=6, help="how many questions (the first of the set)")
+    parser.add_argument(
+        "--questions", type=int, help="the first QUESTIONS of the set (default: all; refused beyond its size)"
+    )
     parser.add_argument(
         "--category",
         help="SpecBench's questions of this category (e.g. coding: MT-bench's ten, a coding set no draft "
@@ -348,17 +350,21 @@ def main() -> None:
     if not args.params:
         args.ledger = args.ledger or "table3_f32"
     for name in ("chains", "questions", "tokens", "repeat"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     if args.weight_first < 0:
         parser.error(f"--weight-first must be >= 0 rows, got {args.weight_first}")
     for k in range(1, args.chains + 1):
         check_tree_args(k, k, 1)
-    try:  # the question set, before any model loads: an unknown category is refused here
-        questions = corpus.category_questions(args.category) if args.category else corpus.eval_questions(1, seed=0)
-    except ValueError as error:
-        parser.error(str(error))
-    questions = questions.head(args.questions)
+    if args.category is not None and args.category not in corpus.CATEGORIES:  # before any model loads
+        parser.error(f"unknown SpecBench category {args.category!r}; the categories are {', '.join(corpus.CATEGORIES)}")
+    questions = corpus.category_questions(args.category) if args.category else corpus.eval_questions(1, seed=0)
+    question_set = f"SpecBench {args.category}" if args.category else corpus.ONE_PER_COLUMN
+    if args.questions is not None and args.questions > len(questions):
+        parser.error(f"--questions {args.questions}: {question_set} holds {len(questions)}")
+    if args.questions is not None and args.questions < len(questions):
+        print(f"the first {args.questions} of the {len(questions)} questions of {question_set}")
+        questions = questions.head(args.questions)
     load_before = [round(x, 2) for x in os.getloadavg()]
     torch.manual_seed(0)
     if args.ledger:
@@ -383,7 +389,6 @@ def main() -> None:
     ) + (f"_{args.category}" if args.category else "")
     autocast = resolved_autocast(None)
     shapes = [(k, k, 1) for k in range(1, args.chains + 1)] + TREES
-    question_set = f"SpecBench {args.category}" if args.category else "SpecBench, one per column"
     prompts = [tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0] for c in questions.conversation]
     print(
         f"{family}, draft {name} (layers {draft.config.source}), {len(prompts)} questions ({question_set}), "

@@ -58,7 +58,10 @@ if __name__ == "__main__":
         raise SystemExit(0)
     if args.archive:
         path, count = archive_replies(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings)
-        print(f"{count} of {n_prompts} replies archived in {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        if count:
+            print(f"{count} of {n_prompts} replies archived in {path} ({path.stat().st_size / 1e6:.1f} MB)")
+        else:
+            print(f"{args.params.name}: no reply written yet for its {n_prompts} prompts: nothing archived")
         raise SystemExit(0)
     conversations = corpus.training_conversations(model, tokenizer, n_prompts, engine="vllm", **settings)
     print(f"{len(conversations)} conversations with replies in {time.time() - start:.0f} s")

@@ -198,10 +198,18 @@ def test_bf16_is_refused_before_any_timing_on_a_cpu_without_bf16_instructions(tm
     assert module.cpu_flags(str(tmp_path / "missing")) == set()
 
 
-def test_an_unknown_question_category_is_refused_before_any_model_loads(monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--category", "poetry"], "unknown SpecBench category 'poetry'; the categories are writing"),
+        (["--category", "coding", "--questions", "11"], "--questions 11: SpecBench coding holds 10"),
+        (["--questions", "7"], "--questions 7: SpecBench, one per column holds 6"),
+    ],
+)
+def test_a_question_set_it_cannot_give_is_refused_before_any_model_loads(monkeypatch, capsys, argv, said):
     bench_cost, _, _ = bench_cost_and_costs()
-    monkeypatch.setattr(sys, "argv", ["bench_cost.py", "--category", "poetry"])
+    monkeypatch.setattr(sys, "argv", ["bench_cost.py", *argv])
     monkeypatch.setattr(bench_cost, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
     with pytest.raises(SystemExit) as err:
         bench_cost.main()
-    assert err.value.code == 2 and "unknown SpecBench category" in capsys.readouterr().err
+    assert err.value.code == 2 and said in capsys.readouterr().err

@@ -484,3 +484,9 @@ def test_a_drafts_key_names_the_archives_version_without_the_engines_environment
         path.unlink()
     with pytest.raises(FileNotFoundError, match="make test-engines"):
         corpus.reply_identity("vllm")
+
+
+def test_a_request_with_no_reply_written_is_not_archived(engine, tiny_model, tiny_tokenizer, tmp_path):
+    """`make replies-archive` over a request the engine never started here writes no (empty) archive."""
+    path, count = E.archive_replies(tiny_model, tiny_tokenizer, make_conversations(3), max_new_tokens=8)
+    assert count == 0 and not path.exists() and not list(tmp_path.rglob("*.jsonl.gz"))

@@ -267,8 +267,15 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
     assert "k = 2, 1.25x its plain decoding (10.00 tokens/s), against k = 1, 0.9x in float32 (4.50 tokens/s)" in line
     assert "runs at 2.00x float32's plain decoding" in line and "avx512_bf16" in line
     assert "target bfloat16" in speed.label(records[1]) and "target" not in speed.label(records[0])
-    coding = json.loads(json.dumps(records[1]))  # the same draft on another question set pairs with nothing
+    # the same draft in bfloat16 on another question set, or on fewer questions, pairs with nothing
+    coding = json.loads(json.dumps(records[1]))
     coding["benchmark"], coding["settings"]["question set"] = "cost_vllm_tiny_coding", "SpecBench coding"
-    (tmp_path / "cost_vllm_tiny_coding.json").write_text(json.dumps(coding))
-    assert len(speed.dtype_pairs(speed.cost_results(tmp_path))) == 1
+    fewer = json.loads(json.dumps(records[1]))
+    fewer["benchmark"], fewer["settings"]["questions"] = "cost_vllm_tiny_fewer", 1
+    for record in (coding, fewer):
+        (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    pairs = speed.dtype_pairs(speed.cost_results(tmp_path))
+    assert [(a["benchmark"], b["benchmark"]) for a, b in pairs] == [
+        ("cost_vllm_tiny_float32", "cost_vllm_tiny_bfloat16")
+    ]
     assert speed.label(coding).endswith(", SpecBench coding") and "SpecBench" not in speed.label(records[1])

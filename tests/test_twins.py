@@ -180,7 +180,7 @@ def test_a_ledger_does_not_train_again_the_units_its_agreeing_twin_has(store):
     R.write_record(record("table3", "eagle3", tau=1.5), store)
     R.write_record(record("table3_f32", "eagle3", tau=1.52), store)
     R.write_record(a_probe_record("table3"), store)
-    assert twins.agreeing_twin("table3_f32") is None  # no reseeds yet: every unit the bf16 twin lacks is owed
+    assert twins.agreeing_twin("table3_f32") is None  # no reseeds yet: every unit the float32 twin lacks is owed
     before = ledger.status(protocol("table3_f32"))
     assert (before["in twin"] == "").all() and before.owed.sum() == 15
     agreeing_twins(store)  # a reseed range of 0.03 against +0.02: the twins agree
@@ -192,3 +192,24 @@ def test_a_ledger_does_not_train_again_the_units_its_agreeing_twin_has(store):
     assert bf16.loc[("elsi-m3", 1), "in twin"] == "table3_f32" and bf16.owed.sum() == 16 - 2 - 3
     both = ledger.counts(ledger.table_ledgers("table3"))
     assert both.loc["table3_f32"].tolist() == [4, 1, 11, 16] and both.loc["table3"].tolist() == [2, 3, 11, 16]
+
+
+def test_a_run_trains_nothing_when_every_unit_is_present_or_in_its_agreeing_twin(store, monkeypatch, capsys):
+    from elsi_lib.study import ledger, prepared
+    from elsi_lib.study.protocols import PROTOCOLS, Protocol
+
+    agreeing_twins(store)  # table3_f32: EAGLE3 and ELSI m = 3 seeds 0 and 1; table3: EAGLE3 seed 0
+    small = Protocol(
+        "table3",
+        "qwen2.5-coder-0.5b",
+        "notebooks/tables_qwen.yaml",
+        (("train.autocast_bf16", True),),
+        (("eagle3", 0), ("elsi-m3", 0), ("elsi-m3", 1)),
+    )
+    monkeypatch.setitem(PROTOCOLS, "table3", small)
+    monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
+    monkeypatch.setattr(prepared.Prepared, "load", lambda *a, **k: pytest.fail("prepared a protocol that owes nothing"))
+    table = ledger.status(small)
+    assert table.owed.sum() == 0 and table["in twin"].tolist() == ["", "table3_f32", "table3_f32"]
+    assert ledger.run(small, 10) == []
+    assert "every unit of the ledger has its record" in capsys.readouterr().out

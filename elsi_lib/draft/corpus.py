@@ -32,6 +32,8 @@ COLUMNS = {
     "M/R": ("math", "reasoning", "math_reasoning"),
     "RAG": ("rag",),
 }
+CATEGORIES = tuple(c for categories in COLUMNS.values() for c in categories)
+ONE_PER_COLUMN = "SpecBench, one per column"  # the cost benchmarks' question set unless a category is named
 REPLY_BATCH = 16
 
 
@@ -145,13 +147,10 @@ def category_questions(categories):
     questions, a coding set disjoint from every training prompt), first turn only, ordered by
     question_id: the frame `eval_questions` returns. ValueError naming the known categories."""
     wanted = [categories] if isinstance(categories, str) else list(categories)
-    known = [c for cs in COLUMNS.values() for c in cs]
-    unknown = [c for c in wanted if c not in known]
+    unknown = [c for c in wanted if c not in CATEGORIES]
     if not wanted or unknown:
-        raise ValueError(
-            f"unknown SpecBench categor{'ies' if len(unknown) > 1 else 'y'} {unknown or wanted}; "
-            f"the categories are {', '.join(known)}"
-        )
+        said = f"unknown SpecBench categor{'ies' if len(unknown) > 1 else 'y'} {unknown}" if unknown else "no category"
+        raise ValueError(f"{said}; the categories are {', '.join(CATEGORIES)}")
     frame = load_specbench()
     chosen = frame[frame.category.isin(wanted)].sort_values("question_id").reset_index(drop=True)
     chosen["column"] = chosen["category"].map(column_of)

@@ -189,12 +189,15 @@ def archive_replies(
     """Archive what the engine has written for this request so far (finished or not; while it runs
     too: its output is only read) under `archive_dir()`, gzip, atomically: (the archive, how many
     replies it holds). Each reply is kept through its first end-of-sequence token, as the cache holds
-    it, so the archive's bytes do not depend on whether the request had finished. Runs no engine."""
+    it, so the archive's bytes do not depend on whether the request had finished. Nothing is written
+    while the request has no reply. Runs no engine."""
     req = request_for(model, tokenizer, conversations, max_new_tokens=max_new_tokens, max_length=max_length)
     written = {**_archived_ids(req), **_present_ids(req)}
     cached = read_cache(req.path, req.key)  # after the partial: a request that finished meanwhile is complete here
     if len(cached) == len(conversations):
         written = {int(e[0]): e[2] for e in cached}
+    if not written:  # a request the engine has not started here: no archive (an empty one would be committed)
+        return req.archive, 0
     eos = set(eos_ids(model))
     req.archive.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(

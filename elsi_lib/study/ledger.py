@@ -1,7 +1,7 @@
 """A protocol's ledger: which of its units have a record, and a run that trains the missing ones in
 the ledger's order, one draft at a time, each written as a record as it finishes.
 
-    python -m elsi_lib.study.ledger PROTOCOL                   the units present and missing
+    python -m elsi_lib.study.ledger PROTOCOL                   the units present, in its twin, and owed
     python -m elsi_lib.study.ledger PROTOCOL --run --budget 150 [--commit]
     python -m elsi_lib.study.ledger PROTOCOL --import-committed   records of the committed rows
 
@@ -74,7 +74,8 @@ def counts(table: pd.DataFrame) -> pd.DataFrame:
     """Per protocol of `table_ledgers`'s rows (or `status`'s with a protocol column): units present, in
     its agreeing twin, owed, and in all."""
     by = table.assign(**{"in twin": table["in twin"] != ""}).groupby("protocol", sort=False)
-    return by.agg(present=("present", "sum"), in_twin=("in twin", "sum"), owed=("owed", "sum"), units=("owed", "size"))
+    out = by.agg(present=("present", "sum"), twin=("in twin", "sum"), owed=("owed", "sum"), units=("owed", "size"))
+    return out.rename(columns={"twin": "in twin"})
 
 
 def check_machine(proto: Protocol) -> None:
@@ -95,8 +96,8 @@ def _commit(path) -> None:
 
 
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
-    """Train the missing units of `proto` in ledger order while each one's estimate fits the budget;
-    returns the records written."""
+    """Train the owed units of `proto` (`status`: neither present nor in an agreeing twin) in ledger
+    order while each one's estimate fits the budget; returns the records written."""
     from .experiment import heldout_accuracy, replay_draft, train_group
     from .prepared import Prepared, unit_group
 
@@ -114,7 +115,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
         flush=True,
     )
     ready = Prepared.load(proto, progress=progress)
-    print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here skips it)", flush=True)
+    print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here reads it)", flush=True)
     per_unit = ready.calibrate() * (1 + REPLAY_SHARE)
     print(f"calibration: about {per_unit / 60:.1f} min per unit on this machine", flush=True)
     written = []
@@ -126,7 +127,8 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
         if per_unit > left:
             print(
                 f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left "
-                f"(BUDGET={per_unit / 60 + 5:.0f} on this machine, its preparation cached, would train it)"
+                f"(a rerun here needs the unit's estimate plus reading its cached preparation)",
+                flush=True,
             )
             break
         row = ready.methods.loc[method_id]
@@ -191,7 +193,9 @@ def import_committed() -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elsi_lib.study.ledger", description=__doc__.split("\n\n")[0])
     parser.add_argument("protocol", choices=sorted(PROTOCOLS))
-    parser.add_argument("--run", action="store_true", help="train the missing units")
+    parser.add_argument(
+        "--run", action="store_true", help="train the owed units (missing, and not in an agreeing twin)"
+    )
     parser.add_argument("--budget", type=float, default=150.0, help="minutes the run may take (default 150)")
     parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
     parser.add_argument("--import-committed", action="store_true", help="records of the committed per-question rows")

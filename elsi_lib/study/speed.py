@@ -15,6 +15,7 @@ import numpy as np
 
 from ..common.cachefiles import REPO_ROOT
 from ..draft import cost
+from ..draft.corpus import ONE_PER_COLUMN
 
 BENCH = REPO_ROOT / "bench" / "results"
 TARGET = 1.3  # the speed-up over plain decoding a draft is asked to pay in vLLM
@@ -37,13 +38,10 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
     return out
 
 
-DEFAULT_SET = "SpecBench, one per column"  # bench_cost's questions unless --category names a set
-
-
 def label(result: dict) -> str:
     s = result["settings"]
     dtype = f", target {s['dtype']}" if s.get("dtype", "float32") != "float32" else ""
-    questions = f", {s['question set']}" if s.get("question set", DEFAULT_SET) != DEFAULT_SET else ""
+    questions = f", {s['question set']}" if s.get("question set", ONE_PER_COLUMN) != ONE_PER_COLUMN else ""
     return f"{s['engine']}, {s.get('model') or s.get('family')}{dtype}, draft {s['draft']}{questions}"
 
 
@@ -159,7 +157,10 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
     levers = [
         r
         for name, r in results.items()
-        if name.startswith(f"cost_elsi_{ledger}") and "with F.linear" in r["settings"] and r["chains"]
+        if name.startswith(f"cost_elsi_{ledger}")
+        and "with F.linear" in r["settings"]
+        and r["chains"]
+        and r["settings"].get("question set", ONE_PER_COLUMN) == ONE_PER_COLUMN
     ]
     if not levers:
         return None
@@ -194,7 +195,8 @@ def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
     for result in results:
         s, m = result["settings"], result["machine"]
         if s["engine"].startswith("vLLM"):
-            key = (s["family"], s["draft"], s.get("question set", DEFAULT_SET), m["cpu"], m["date"][:10])
+            questions = (s.get("question set", ONE_PER_COLUMN), s.get("questions"), s.get("max_tokens"))
+            key = (s["family"], s["draft"], questions, m["cpu"], m["date"][:10])
             groups.setdefault(key, {})[s.get("dtype", "float32")] = result
     return [(g["float32"], g["bfloat16"]) for g in groups.values() if {"float32", "bfloat16"} <= set(g)]
 
