@@ -188,3 +188,53 @@ def test_the_ledger_command_refuses_a_bad_budget(capsys):
     with pytest.raises(SystemExit) as err:
         ledger.main(["table3_f32", "--run", "--budget", "-1"])
     assert err.value.code == 2 and "--budget" in capsys.readouterr().err
+
+
+def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatch, capsys):
+    """A unit whose checkpoint this machine holds at 75% needs a quarter of its training and the rest:
+    40 minutes fit it (15 + 20), while from the start (60 + 20) they do not."""
+    import torch
+
+    from elsi_lib.study import experiment, prepared
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+
+    class Ready:
+        methods = pd.DataFrame({"id": ["eagle3"], "method": ["EAGLE3"], "m": [3]}).set_index("id", drop=False)
+        exp = key = data = None
+        model = torch.nn.Linear(1, 1)
+
+        def calibrate(self):
+            return 3600.0  # an hour of training; its replay and held-out share a third of it
+
+    class Trained(Exception):
+        pass
+
+    def train_group(*args, **kwargs):
+        raise Trained
+
+    monkeypatch.setattr(prepared.Prepared, "load", classmethod(lambda cls, proto, progress=True: Ready()))
+    monkeypatch.setattr(prepared, "unit_group", lambda method, seed, methods: "group")
+    monkeypatch.setattr(experiment, "train_group", train_group)
+    monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
+    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.75, 2700.0))
+    with pytest.raises(Trained):
+        ledger.run(protocol("table3_f32"), 40, progress=False)
+    assert "eagle3 seed 0: resuming its training at 75%" in capsys.readouterr().out
+    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
+    assert ledger.run(protocol("table3_f32"), 40, progress=False) == []
+    assert "stopping before eagle3 seed 0: about 80 min" in capsys.readouterr().out
+
+
+def test_a_checkpoint_of_another_configuration_counts_as_nothing_trained(monkeypatch):
+    from elsi_lib.draft import checkpoints
+    from elsi_lib.study import experiment
+
+    monkeypatch.setattr(experiment, "group_checkpoint", lambda exp, key, group, device: ("path", {"mine": 1}))
+    state = {"key": {"mine": 1}, "done": 30, "total": 120, "seconds": 90.0}
+    monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: (state, None))
+    assert ledger.trained_before(None, {}, None) == (0.25, 90.0)
+    monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: ({**state, "key": {"other": 1}}, None))
+    assert ledger.trained_before(None, {}, None) == (0.0, 0.0)
+    monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: (None, "no checkpoint"))
+    assert ledger.trained_before(None, {}, None) == (0.0, 0.0)

@@ -11,8 +11,9 @@ continuations (archived in git, `run_data.continuations_dir`) and the training d
 training batches of a throwaway draft (the calibration), prints the plan, and trains units while
 the estimate of the next fits the minutes left. Units its numeric twin has are not trained again
 once the twins agree within the reseed range (`twins.agreeing_twin`; the joined table holds them). A
-unit killed mid-way leaves no record (its training
-checkpoint resumes); `--commit` commits each record as it lands (that file only).
+unit killed mid-way leaves no record; its training checkpoint resumes on a machine that keeps its
+cache, and the plan counts only the part left. `--commit` commits each record as it lands (that file
+only).
 """
 
 from __future__ import annotations
@@ -95,6 +96,20 @@ def _commit(path) -> None:
     subprocess.run(["git", "-C", str(REPO_ROOT), "commit", "-q", "-m", f"record: {rel}", "--", str(rel)], check=True)
 
 
+def trained_before(exp, key: dict, group, device: str = "cpu") -> tuple[float, float]:
+    """(share of its batches, training seconds) a unit's drafts already have in this machine's cache:
+    its checkpoint from a run that stopped mid-unit (resumed where it stopped); (0.0, 0.0) without
+    one, or with one of another configuration or that does not read back."""
+    from ..draft.checkpoints import read_checkpoint
+    from .experiment import group_checkpoint
+
+    path, full_key = group_checkpoint(exp, key, group, device)
+    state, _ = read_checkpoint(path)
+    if state is None or state["key"] != full_key or not state["total"]:
+        return 0.0, 0.0
+    return state["done"] / state["total"], float(state.get("seconds", 0.0))
+
+
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
     """Train the owed units of `proto` (`status`: neither present nor in an agreeing twin) in ledger
     order while each one's estimate fits the budget; returns the records written."""
@@ -116,29 +131,35 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     )
     ready = Prepared.load(proto, progress=progress)
     print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here reads it)", flush=True)
-    per_unit = ready.calibrate() * (1 + REPLAY_SHARE)
-    print(f"calibration: about {per_unit / 60:.1f} min per unit on this machine", flush=True)
+    train_s = ready.calibrate()  # one unit's training, then the rest (held-out accuracy, replay)
+    rest_s = train_s * REPLAY_SHARE
+    print(f"calibration: about {(train_s + rest_s) / 60:.1f} min per unit on this machine", flush=True)
+    device = next(ready.model.parameters()).device.type
     written = []
     for method_id, seed in missing:
         if method_id not in ready.methods.index:
             print(f"{method_id}: not among this family's methods (its set is another method's): skipped")
             continue
+        row = ready.methods.loc[method_id]
+        group = unit_group(method_id, seed, ready.methods)
+        share, seconds_before = trained_before(ready.exp, ready.key, group, device)
+        need = train_s * (1 - share) + rest_s
         left = budget_minutes * 60 - (time.monotonic() - started)
-        if per_unit > left:
+        if need > left:
             print(
-                f"stopping before {method_id} seed {seed}: about {per_unit / 60:.0f} min, {left / 60:.0f} min left "
+                f"stopping before {method_id} seed {seed}: about {need / 60:.0f} min, {left / 60:.0f} min left "
                 f"(a rerun here needs the unit's estimate plus reading its cached preparation)",
                 flush=True,
             )
             break
-        row = ready.methods.loc[method_id]
-        group = unit_group(method_id, seed, ready.methods)
+        if share:
+            print(f"{method_id} seed {seed}: resuming its training at {share:.0%} (this machine's checkpoint)")
         clock = {}
         t = time.monotonic()
         drafts, out = train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {method_id} seed {seed} stopped at batch {out['done']} of {out['total']}")
-        clock["training"] = time.monotonic() - t
+        clock["training"] = seconds_before + time.monotonic() - t  # every sitting's
         t = time.monotonic()
         accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
         clock["held-out step accuracy"] = time.monotonic() - t
@@ -163,7 +184,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
         if commit and new:
             _commit(path)
         written.append(record)
-        per_unit = sum(clock.values())  # the next estimate: this unit, measured
+        train_s, rest_s = clock["training"], clock["replay"] + clock["held-out step accuracy"]  # measured
     return written
 
 
