@@ -107,8 +107,10 @@ replies-strong: venv $(ENGINES_STAMP)
 replies-qwen: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen.yaml
 
-# Qwen2.5-Coder-0.5B's own replies to the strong protocol's 15,306 prompts (a draft reads the first 5,000)
+# Qwen2.5-Coder-0.5B's own replies to the strong protocol's 15,306 prompts (a draft reads the first 5,000),
+# starting from the 1,000 Table 3's archive holds for its first 1,000 prompts
 replies-qwen-strong: venv models $(ENGINES_STAMP)
+	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml --reuse-from notebooks/tables_qwen.yaml
 	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml
 
 replies-archive: venv models $(ENGINES_STAMP)

@@ -11,6 +11,10 @@ the cache or in the archive.
 runs too) to `data/replies/` (gzip), which is committed, so that a new machine, whose cache is empty,
 resumes from there instead of writing the replies again.
 
+`--reuse-from PARAMS` runs no engine either: it gives this request the replies another parameter
+file's archived request holds for the same prompts (the strong protocol's first 1,000 prompts are
+Table 3's, so Qwen's `tables_qwen_strong.yaml` starts from `tables_qwen.yaml`'s 1,000 replies).
+
 `--upgrade-archive` runs no engine either: it rewrites the request's archive written before archives
 named the model and checked each record (format 1) in today's format, the same replies, once.
 
@@ -26,6 +30,7 @@ from elsi_lib.common.cachefiles import REPO_ROOT
 from elsi_lib.draft import corpus
 from elsi_lib.study.protocol import from_parameters
 from elsi_lib.hidden.engine_replies import archive_replies, upgrade_archive
+from elsi_lib.hidden.reply_reuse import reuse_archived
 from elsi_lib.inputs.models import load_model
 
 if __name__ == "__main__":
@@ -42,6 +47,13 @@ if __name__ == "__main__":
         metavar="VLLM_VERSION",
         help="rewrite the archive vLLM VLLM_VERSION wrote in today's format; run no engine",
     )
+    parser.add_argument(
+        "--reuse-from",
+        type=Path,
+        metavar="PARAMS",
+        help="first give this request the replies another parameter file's archived request holds for the "
+        "same prompts (the same target and settings; hidden.reply_reuse); runs no engine",
+    )
     args = parser.parse_args()
     exp, _ = from_parameters(args.params)
     if exp.reply_engine != "vllm":
@@ -55,6 +67,20 @@ if __name__ == "__main__":
             model, tokenizer, corpus.training_prompt_list(n_prompts), **settings, version=args.upgrade_archive
         )
         print(f"{path}: {count} of {n_prompts} replies, in today's format")
+        raise SystemExit(0)
+    if args.reuse_from:
+        other, _ = from_parameters(args.reuse_from)
+        theirs = (other.model, other.reply_engine, other.train_max_new_tokens, other.max_length)
+        if theirs != (exp.model, exp.reply_engine, *settings.values()):
+            raise SystemExit(f"{args.reuse_from}: its replies answer another request (model, engine, lengths {theirs})")
+        path, count = reuse_archived(
+            model,
+            tokenizer,
+            corpus.training_prompt_list(n_prompts),
+            corpus.training_prompt_list(other.reply_request or other.n_train),
+            **settings,
+        )
+        print(f"{count} replies of {args.reuse_from.name}'s archived request given to {path.name}")
         raise SystemExit(0)
     if args.archive:
         path, count = archive_replies(model, tokenizer, corpus.training_prompt_list(n_prompts), **settings)

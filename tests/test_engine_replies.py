@@ -490,3 +490,28 @@ def test_a_request_with_no_reply_written_is_not_archived(engine, tiny_model, tin
     """`make replies-archive` over a request the engine never started here writes no (empty) archive."""
     path, count = E.archive_replies(tiny_model, tiny_tokenizer, make_conversations(3), max_new_tokens=8)
     assert count == 0 and not path.exists() and not list(tmp_path.rglob("*.jsonl.gz"))
+
+
+def test_a_request_is_given_the_replies_another_archive_holds_for_its_prompts(engine, tiny_model, tiny_tokenizer):
+    """The strong protocol's first prompts are Table 3's: the replies Table 3's request archived are given
+    to the larger request at the indices of the same prompts, and its engine writes only the rest."""
+    from elsi_lib.hidden.reply_records import ReplyRecordError, archive_bytes
+    from elsi_lib.hidden.reply_reuse import reuse_archived
+
+    big = make_conversations(5)
+    small = make_conversations(5)[1:4]  # big's prompts 1-3, at indices 0-2
+    settings = {"max_new_tokens": 8, "max_length": 1024}
+    assert reuse_archived(tiny_model, tiny_tokenizer, big, small, **settings)[1] == 0  # no archive: nothing given
+    E.engine_replies(tiny_model, tiny_tokenizer, small, max_new_tokens=8, chunk=2)
+    E.archive_replies(tiny_model, tiny_tokenizer, small, max_new_tokens=8)
+    path, gained = reuse_archived(tiny_model, tiny_tokenizer, big, small, **settings)
+    assert gained == 3 and path == E.request_for(tiny_model, tiny_tokenizer, big, **settings).archive
+    assert reuse_archived(tiny_model, tiny_tokenizer, big, small, **settings)[1] == 0  # given once
+    engine.write_text("")  # the engine's log of prompts per generate call
+    texts, _, _ = E.engine_replies(tiny_model, tiny_tokenizer, big, max_new_tokens=8, chunk=2)
+    assert texts == expected(tiny_tokenizer, tiny_model, big)
+    assert sum(len(json.loads(line)) for line in engine.read_text().splitlines()) == 2  # prompts 0 and 4 only
+    mine = E.request_for(tiny_model, tiny_tokenizer, big, **settings)
+    mine.archive.write_bytes(archive_bytes(mine.header, {1: [11, 12]}))  # prompt 1 answered otherwise
+    with pytest.raises(ReplyRecordError, match="prompt 1 holds another reply"):
+        reuse_archived(tiny_model, tiny_tokenizer, big, small, **settings)
