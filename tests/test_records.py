@@ -238,3 +238,27 @@ def test_a_checkpoint_of_another_configuration_counts_as_nothing_trained(monkeyp
     assert ledger.trained_before(None, {}, None) == (0.0, 0.0)
     monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: (None, "no checkpoint"))
     assert ledger.trained_before(None, {}, None) == (0.0, 0.0)
+
+
+def test_a_record_names_the_commit_its_run_started_at(monkeypatch):
+    """A ledger run asks for the commit at its start; a commit made beside it (a record of an earlier
+    unit, other work) is not the code that ran, so the records keep the first answer."""
+    import subprocess
+    import types
+
+    from elsi_lib.study import units
+
+    heads, real_run = iter(["aaa", "bbb"]), subprocess.run
+
+    def run(args, *rest, **kwargs):
+        if args[:1] == ["git"]:
+            return types.SimpleNamespace(stdout=next(heads) + "\n")
+        return real_run(args, *rest, **kwargs)
+
+    units.started_at_commit.cache_clear()
+    monkeypatch.setattr(units.subprocess, "run", run)
+    try:
+        assert units.started_at_commit() == "aaa"
+        assert units.ran_on()["commit"] == "aaa"  # HEAD is "bbb" by now
+    finally:
+        units.started_at_commit.cache_clear()

@@ -29,6 +29,7 @@ from ..common.cachefiles import REPO_ROOT
 from ..common.hardware import bf16_matmul_is_slow
 from .protocols import PROTOCOLS, Protocol, protocol
 from .records import read_records, unit_path, write_record
+from .units import started_at_commit
 
 COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
 REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s) until a unit measures it
@@ -117,6 +118,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     from .prepared import Prepared, unit_group
 
     started = time.monotonic()
+    started_at_commit()  # the code this run trains with, named in each of its records
     check_machine(proto)
     table = status(proto)
     missing = list(zip(table.method[table.owed], table.seed[table.owed]))

@@ -5,6 +5,7 @@ unit ran on (`ran_on`: the CPU, whether it has bf16 matmul instructions, torch, 
 
 from __future__ import annotations
 
+import functools
 import subprocess
 
 import pandas as pd
@@ -15,18 +16,26 @@ from .protocols import Protocol
 from .records import FORMAT, QUESTION_FIELDS, STEPS
 
 
+@functools.cache
+def started_at_commit() -> str | None:
+    """The checkout's commit when this process first asked (a ledger run asks at its start, so that its
+    records name the code that ran, not a commit made beside the run meanwhile); None outside git."""
+    try:
+        return subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
 def ran_on() -> dict:
-    """The machine and software a unit ran on (kept beside its numbers, never compared)."""
+    """The machine and software a unit ran on (kept beside its numbers, never compared); the commit is
+    `started_at_commit`'s."""
     import torch
 
     from .. import __version__
 
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
+    commit = started_at_commit()
     return {
         "cpu": cpu_model(),
         "bf16 matmul instructions": not bf16_matmul_is_slow(),
