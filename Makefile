@@ -109,9 +109,11 @@ replies-qwen: venv models $(ENGINES_STAMP)
 
 # Qwen2.5-Coder-0.5B's own replies to the strong protocol's 15,306 prompts (a draft reads the first 5,000),
 # starting from the 1,000 Table 3's archive holds for its first 1,000 prompts
+# prompts per vLLM generate call, each archivable as it finishes (a Qwen chunk of 512 may outlast a session)
+REPLY_CHUNK ?= 128
 replies-qwen-strong: venv models $(ENGINES_STAMP)
 	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml --reuse-from notebooks/tables_qwen.yaml
-	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml
+	$(BIN)/python engines/training_replies.py --params notebooks/tables_qwen_strong.yaml --chunk $(REPLY_CHUNK)
 
 replies-archive: venv models $(ENGINES_STAMP)
 	for params in $(REPLY_PARAMS); do $(BIN)/python engines/training_replies.py --params $$params --archive || exit 1; done

@@ -54,7 +54,15 @@ if __name__ == "__main__":
         help="first give this request the replies another parameter file's archived request holds for the "
         "same prompts (the same target and settings; hidden.reply_reuse); runs no engine",
     )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=512,
+        help="prompts per vLLM generate call, each kept (and archivable) as it finishes (default 512)",
+    )
     args = parser.parse_args()
+    if args.chunk < 1:
+        parser.error(f"--chunk must be >= 1, got {args.chunk}")
     exp, _ = from_parameters(args.params)
     if exp.reply_engine != "vllm":
         raise SystemExit(f"{args.params}: its replies are written by {exp.reply_engine!r}, not by vLLM")
@@ -89,7 +97,9 @@ if __name__ == "__main__":
         else:
             print(f"{args.params.name}: no reply written yet for its {n_prompts} prompts: nothing archived")
         raise SystemExit(0)
-    conversations = corpus.training_conversations(model, tokenizer, n_prompts, engine="vllm", **settings)
+    conversations = corpus.training_conversations(
+        model, tokenizer, n_prompts, engine="vllm", chunk=args.chunk, **settings
+    )
     print(f"{len(conversations)} conversations with replies in {time.time() - start:.0f} s")
     counts = corpus.reply_tokens_by_set(tokenizer, conversations, corpus.training_prompt_sets(n_prompts))
     for prompt_set, tokens in counts.items():

@@ -80,15 +80,19 @@ def training_conversations(
     max_length: int = 1024,
     progress: bool = True,
     engine: str = "hf",
+    chunk: int = 512,
 ) -> list[list[dict]]:
     """`training_prompt_list(n_prompts)`, each followed by the target's greedy reply of up to
     `max_new_tokens`, written by `engine`: "hf" (the reply step, transformers `generate` in batches of
-    REPLY_BATCH) or "vllm" (`engine_replies`, in the engines' environment)."""
+    REPLY_BATCH) or "vllm" (`engine_replies`, in the engines' environment, `chunk` prompts per generate
+    call, each chunk kept as it finishes; not part of the key)."""
     if engine not in ("hf", "vllm"):
         raise ValueError(f"engine must be 'hf' or 'vllm', got {engine!r}")
     prompts = training_prompt_list(n_prompts, seed=seed)
     if engine == "vllm":
-        replies = engine_replies(model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length)[0]
+        replies = engine_replies(
+            model, tokenizer, prompts, max_new_tokens=max_new_tokens, max_length=max_length, chunk=chunk
+        )[0]
     else:
         replies = generate_responses(
             model,
