@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from ..common.cachefiles import atomic_write_bytes
+from .engine_env import engines_python, vllm_version
 from .engine_replies import request_for
 from .reply_records import ReplyRecordError, archive_bytes, read_archive
 
@@ -32,8 +33,9 @@ def reuse_archived(
     for prompts both render to the same token ids (same model, tokenizer, engine and settings):
     (the receiving archive, how many replies it gained). Runs no engine; writes nothing when none is
     gained. ReplyRecordError when either archive fails its checks or the two disagree on a prompt."""
+    version = vllm_version(engines_python())  # asked once: both requests name the same engine
     mine, theirs = (
-        request_for(model, tokenizer, asked, max_new_tokens=max_new_tokens, max_length=max_length)
+        request_for(model, tokenizer, asked, max_new_tokens=max_new_tokens, max_length=max_length, version=version)
         for asked in (conversations, source)
     )
     given = read_archive(theirs.archive, theirs.header)  # {their index: ids}

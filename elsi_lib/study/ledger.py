@@ -76,8 +76,14 @@ def counts(table: pd.DataFrame) -> pd.DataFrame:
     """Per protocol of `table_ledgers`'s rows (or `status`'s with a protocol column): units present, in
     its agreeing twin, owed, and in all."""
     by = table.assign(**{"in twin": table["in twin"] != ""}).groupby("protocol", sort=False)
-    out = by.agg(present=("present", "sum"), twin=("in twin", "sum"), owed=("owed", "sum"), units=("owed", "size"))
-    return out.rename(columns={"twin": "in twin"})
+    return by.agg(
+        **{
+            "present": ("present", "sum"),
+            "in twin": ("in twin", "sum"),
+            "owed": ("owed", "sum"),
+            "units": ("owed", "size"),
+        }
+    )
 
 
 def check_machine(proto: Protocol) -> None:
