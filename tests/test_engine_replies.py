@@ -17,6 +17,7 @@ import pytest
 from conftest import make_conversations
 from elsi_lib.hidden import engine_env
 from elsi_lib.hidden import engine_replies as E
+from elsi_lib.hidden import reply_reuse
 from elsi_lib.hidden.replies import eos_ids
 from elsi_lib.inputs.chat import tokenize_conversation, truncate
 
@@ -62,6 +63,7 @@ def engine(tmp_path, monkeypatch, tiny_model):
     monkeypatch.setenv("FAKE_LOG", str(tmp_path / "calls.log"))
     monkeypatch.setenv("FAKE_EOS", str(eos_ids(tiny_model)[0]))
     monkeypatch.setattr(E, "vllm_version", lambda python=None: "0.0-test")
+    monkeypatch.setattr(reply_reuse, "vllm_version", lambda python=None: "0.0-test")
     return tmp_path / "calls.log"
 
 
