@@ -181,7 +181,7 @@ $(STUDY_RUNS): venv
 # ledger-status` lists every protocol's units: present, in its agreeing twin, owed.
 BUDGET ?= 150
 ledger-status: venv
-	@for p in table3 table3_f32 table2_strong table2_strong_f32; do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
+	@for p in $$($(BIN)/python -c "from elsi_lib.study.protocols import PROTOCOLS; print(*PROTOCOLS)"); do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
 ledger-%: venv models
 	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET) $(if $(COMMIT),--commit)
 

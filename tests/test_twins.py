@@ -24,8 +24,12 @@ def store(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_each_family_has_one_pair_of_twins_bf16_first():
-    assert twins.pairs() == [("table3", "table3_f32"), ("table2_strong", "table2_strong_f32")]
+def test_each_parameter_file_has_one_pair_of_twins_bf16_first():
+    assert twins.pairs() == [
+        ("table3", "table3_f32"),
+        ("table2_strong", "table2_strong_f32"),
+        ("qwen_strong", "qwen_strong_f32"),
+    ]
 
 
 def test_without_reseeds_the_difference_is_measured_but_not_judged(store):

@@ -10,7 +10,9 @@ so that a record of a protocol whose definition has since changed is refused, ne
 The bf16 protocols are the committed Tables 2 and 3 as they ran (a CPU with bf16 matmul
 instructions); each has a float32 twin with the same data, which a CPU without them can add units
 to (bf16 autocast runs 31-110x slower there, `bench/bench_bf16.py`). The two share a table only once
-their units agree within the reseed range (`twins.joined_tables`).
+their units agree within the reseed range (`twins.joined_tables`). `qwen_strong` (and its twin) is
+the strong protocol's data on Qwen2.5-Coder-0.5B, issue 37's memory-bound target: 5,000 of its own
+vLLM replies, one draft per set.
 """
 
 from __future__ import annotations
@@ -64,6 +66,14 @@ STRONG_LEDGER = (
     # ELSI-C m = 2 sets, (10, 29) and (2, 10) on Table 2's calibration, differ from every set above)
     ("elsi-m2", 0),
     ("elsi-c-m2", 0),
+)
+# the strong protocol's data on Qwen2.5-Coder-0.5B (issue 37's memory-bound target): the probe's m = 3
+# set first, the strongest of Table 3's drafts (its T = 0 AVG tau at 60 nodes 0.07-0.09 above EAGLE3's
+# under both numeric twins), the one served in vLLM; then the baseline and the paper's method
+QWEN_STRONG_LEDGER = (
+    ("probe-m3", 0),
+    ("eagle3", 0),
+    ("elsi-m3", 0),
 )
 
 
@@ -141,6 +151,23 @@ PROTOCOLS = {
             "notebooks/tables_strong.yaml",
             (("train.autocast_bf16", False), ("live_bf16", False), ("curve_prompts", ())),
             STRONG_LEDGER,
+        ),
+        Protocol(
+            "qwen_strong",
+            QWEN,
+            "notebooks/tables_qwen_strong.yaml",
+            (("train.autocast_bf16", True),),
+            QWEN_STRONG_LEDGER,
+        ),
+        # features live in float32 too: a store of 5,000 conversations' features over the sets' layers
+        # would take tens of GB; a unit of this twin on a CPU without bf16 instructions likely exceeds one
+        # sitting, which the run's plan says before it starts one
+        Protocol(
+            "qwen_strong_f32",
+            QWEN,
+            "notebooks/tables_qwen_strong.yaml",
+            (("train.autocast_bf16", False), ("live_bf16", False)),
+            QWEN_STRONG_LEDGER,
         ),
     )
 }
