@@ -163,8 +163,10 @@ def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkey
 
 def test_a_bf16_protocol_is_refused_where_bf16_is_slow(monkeypatch):
     monkeypatch.setattr(ledger, "bf16_matmul_is_slow", lambda: True)
-    with pytest.raises(SystemExit, match="table3_f32"):
+    with pytest.raises(SystemExit, match=r"only \(table3_f32, qwen_strong_f32\)"):
         ledger.check_machine(protocol("table3"))
+    with pytest.raises(SystemExit, match=r"only \(qwen_strong_f32, table3_f32\)"):
+        ledger.check_machine(protocol("qwen_strong"))
     ledger.check_machine(protocol("table3_f32"))  # the float32 twin runs
 
 
