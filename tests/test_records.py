@@ -27,7 +27,7 @@ def rows(n=4, tau=1.5):
     )
 
 
-def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5):
+def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5, stages=None):
     proto = protocol(name)
     return unit_record(
         proto,
@@ -37,7 +37,7 @@ def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5):
         accuracy={"step 1": 0.3, "step 2": 0.25, "step 3": 0.2},
         rows=rows(tau=tau),
         probe={"probe error": 0.63, "probe agreement": 0.2},
-        stages={"training": 10.0},
+        stages=stages or {"training": 10.0},
         machine={"cpu": "test"},
     )
 
@@ -226,6 +226,22 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
     monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
     assert ledger.run(protocol("table3_f32"), 40, progress=False) == []
     assert "stopping before eagle3 seed 0: about 80 min" in capsys.readouterr().out
+
+
+def test_a_units_rest_is_estimated_from_its_familys_records_not_its_training(tmp_path, monkeypatch):
+    """Held-out accuracy and replay do not grow with the training prompts: a 5,000-prompt Qwen unit is
+    planned with what Qwen's records measured (held-out time scaled from 64 to 256 conversations), its
+    own protocol's first; a family without such records falls back on a share of the training."""
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(1200.0)  # no record yet
+    for method, replay in (("elsi-m3", 300.0), ("eagle3", 340.0), ("probe-m3", 320.0)):
+        stages = {"training": 800.0, "replay": replay, "held-out step accuracy": 16.0}
+        R.write_record(a_record("table3_f32", method, stages=stages), tmp_path)
+    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(320.0 + 16.0 * 256 / 64)
+    assert ledger.rest_seconds(protocol("table2_strong"), 3600.0) == pytest.approx(1200.0)  # another family's
+    own = {"training": 9000.0, "replay": 200.0, "held-out step accuracy": 60.0}
+    R.write_record(a_record("qwen_strong", "probe-m3", stages=own), tmp_path)
+    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(260.0)
 
 
 def test_a_checkpoint_of_another_configuration_counts_as_nothing_trained(monkeypatch):

@@ -32,7 +32,7 @@ from .records import read_records, unit_path, write_record
 from .units import started_at_commit
 
 COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
-REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s) until a unit measures it
+REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s), with no record to go by
 
 
 def status(proto: Protocol) -> pd.DataFrame:
@@ -118,6 +118,29 @@ def trained_before(exp, key: dict, group, device: str = "cpu") -> tuple[float, f
     return state["done"] / state["total"], float(state.get("seconds", 0.0))
 
 
+def rest_seconds(proto: Protocol, train_s: float) -> float:
+    """A unit's seconds after its training (held-out accuracy and replay), before one of `proto` has
+    measured them here: the median over the records of its family's protocols (its own first, and
+    with evaluation questions like its own; held-out time scaled by the number held out), since
+    neither depends on how many prompts a draft trained on; `train_s` * REPLAY_SHARE without one."""
+    exp = proto.experiment()
+    evaluation = (exp.eval_per_column, exp.replay_tokens)
+    for names in ([proto.name], [n for n, p in PROTOCOLS.items() if p.family == proto.family]):
+        seconds = []
+        for name in names:
+            other = PROTOCOLS[name].experiment()
+            if (other.eval_per_column, other.replay_tokens) != evaluation:
+                continue
+            for record in read_records(name):
+                stage = record["stages"]["seconds"]
+                if "replay" in stage and "held-out step accuracy" in stage:
+                    held = stage["held-out step accuracy"] * exp.n_heldout / other.n_heldout
+                    seconds.append(stage["replay"] + held)
+        if seconds:
+            return float(pd.Series(seconds).median())
+    return train_s * REPLAY_SHARE
+
+
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
     """Train the owed units of `proto` (`status`: neither present nor in an agreeing twin) in ledger
     order while each one's estimate fits the budget; returns the records written."""
@@ -141,7 +164,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     ready = Prepared.load(proto, progress=progress)
     print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here reads it)", flush=True)
     train_s = ready.calibrate()  # one unit's training, then the rest (held-out accuracy, replay)
-    rest_s = train_s * REPLAY_SHARE
+    rest_s = rest_seconds(proto, train_s)
     print(f"calibration: about {(train_s + rest_s) / 60:.1f} min per unit on this machine", flush=True)
     device = next(ready.model.parameters()).device.type
     written = []
