@@ -33,10 +33,11 @@ def reuse_archived(
     for prompts both render to the same token ids (same model, tokenizer, engine and settings):
     (the receiving archive, how many replies it gained). Runs no engine; writes nothing when none is
     gained. ReplyRecordError when either archive fails its checks or the two disagree on a prompt."""
-    version = vllm_version(engines_python())  # asked once: both requests name the same engine
+    # the engine's version asked once: both requests name the same engine
+    settings = {"max_new_tokens": max_new_tokens, "max_length": max_length, "version": vllm_version(engines_python())}
     mine, theirs = (
-        request_for(model, tokenizer, asked, max_new_tokens=max_new_tokens, max_length=max_length, version=version)
-        for asked in (conversations, source)
+        request_for(model, tokenizer, conversations, **settings),
+        request_for(model, tokenizer, source, **settings),
     )
     given = read_archive(theirs.archive, theirs.header)  # {their index: ids}
     their_prompts = json.loads(theirs.raw)["prompts"]
@@ -46,9 +47,9 @@ def reuse_archived(
     held = read_archive(mine.archive, mine.header)
     gained = {}
     for j, ids in given.items():
-        if tuple(their_prompts[j]) not in where:
+        i = where.get(tuple(their_prompts[j]))
+        if i is None:
             continue
-        i = where[tuple(their_prompts[j])]
         if i in held:
             if held[i] != ids:
                 raise ReplyRecordError(

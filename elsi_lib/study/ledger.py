@@ -91,10 +91,10 @@ def check_machine(proto: Protocol) -> None:
     exp = proto.experiment()
     if (exp.train.autocast_bf16 or exp.live_bf16) and bf16_matmul_is_slow():
         f32 = [n for n, p in PROTOCOLS.items() if p.family == proto.family and "bf16" not in str(p.numeric)]
-        twin = [n for n in f32 if PROTOCOLS[n].twins == proto.twins]  # its own float32 twin first
+        f32.sort(key=lambda n: PROTOCOLS[n].twins != proto.twins)  # its own float32 twin first
         raise SystemExit(
             f"{proto.name} trains under bf16 autocast, and this CPU has no bf16 matmul instructions (31-110x "
-            f"slower here): it adds units of float32 protocols only ({', '.join(twin + sorted(set(f32) - set(twin)))})"
+            f"slower here): it adds units of float32 protocols only ({', '.join(f32)})"
         )
 
 
