@@ -33,11 +33,10 @@ def reuse_archived(
     for prompts both render to the same token ids (same model, tokenizer, engine and settings):
     (the receiving archive, how many replies it gained). Runs no engine; writes nothing when none is
     gained. ReplyRecordError when either archive fails its checks or the two disagree on a prompt."""
-    # the engine's version asked once: both requests name the same engine
-    settings = {"max_new_tokens": max_new_tokens, "max_length": max_length, "version": vllm_version(engines_python())}
+    version = vllm_version(engines_python())  # asked once: both requests name the same engine
     mine, theirs = (
-        request_for(model, tokenizer, conversations, **settings),
-        request_for(model, tokenizer, source, **settings),
+        request_for(model, tokenizer, asked, max_new_tokens=max_new_tokens, max_length=max_length, version=version)
+        for asked in (conversations, source)
     )
     given = read_archive(theirs.archive, theirs.header)  # {their index: ids}
     their_prompts = json.loads(theirs.raw)["prompts"]
@@ -47,9 +46,9 @@ def reuse_archived(
     held = read_archive(mine.archive, mine.header)
     gained = {}
     for j, ids in given.items():
-        i = where.get(tuple(their_prompts[j]))
-        if i is None:
+        if tuple(their_prompts[j]) not in where:
             continue
+        i = where[tuple(their_prompts[j])]
         if i in held:
             if held[i] != ids:
                 raise ReplyRecordError(
