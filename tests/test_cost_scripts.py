@@ -7,6 +7,7 @@ import sys
 import types
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,32 +61,50 @@ def test_a_chain_length_out_of_range_is_refused(tmp_path, fake_vllm, chains):
         cost_vllm().check_plan(plan(tmp_path, chains=chains))
 
 
-def test_the_draft_side_calibration_reproduces_its_own_chains():
-    """One pass at k = 1; base + (k - 2) * step at k >= 2 from the chains of 2 and 3: the calibration
-    chains come back exactly, k = 4 follows the line; with K < 3 no step."""
+def test_the_draft_side_takes_each_chain_from_the_others():
+    """k = 1 (one draft pass) is its own calibration; each chain of k >= 2 takes the line in k through
+    the other chains of k >= 2 (leave one out), the one other's value when only one, its own when none."""
     module = cost_vllm()
-    forward = {2: 100.0, 3: 104.0, 4: 107.0, 5: 110.0}
-    rounds = {1: 100.0 + 16.0, 2: 104.0 + 55.0, 3: 107.0 + 60.0}
-    side, calibrated = module.draft_side(rounds, forward, 4)
-    assert calibrated == (1, 2, 3)
-    for k in (1, 2, 3):
-        assert forward[k + 1] + side[k] == pytest.approx(rounds[k])
-    assert side[4] == pytest.approx(65.0)
-    side, calibrated = module.draft_side({1: 116.0, 2: 159.0}, forward, 2)
+    forward = {2: 100.0, 3: 104.0, 4: 107.0, 5: 110.0, 6: 111.0}
+    spent = {1: 16.0, 2: 55.0, 3: 60.0, 4: 65.0, 5: 72.0}
+    rounds = {k: forward[k + 1] + ms for k, ms in spent.items()}
+    side, calibrated = module.draft_side(rounds, forward)
+    assert calibrated == (1,)
+    assert side[1] == pytest.approx(16.0)
+    for k in (2, 3, 4, 5):
+        others = [j for j in (2, 3, 4, 5) if j != k]
+        slope, intercept = np.polyfit(others, [spent[j] for j in others], 1)
+        assert side[k] == pytest.approx(intercept + slope * k)
+    assert side[2] == pytest.approx(65.0 + 2 / 3 - 12.0)  # through (3, 60), (4, 65), (5, 72): slope 6
+    assert side[4] != pytest.approx(spent[4])  # its own round is not used
+    side, calibrated = module.draft_side({k: rounds[k] for k in (1, 2, 3)}, forward)
+    assert side == {1: pytest.approx(16.0), 2: pytest.approx(60.0), 3: pytest.approx(55.0)} and calibrated == (1,)
+    side, calibrated = module.draft_side({k: rounds[k] for k in (1, 2)}, forward)
     assert side == {1: pytest.approx(16.0), 2: pytest.approx(55.0)} and calibrated == (1, 2)
 
 
-def test_the_forward_line_is_least_squares_in_both_copies():
-    from elsi_lib.draft import cost
+def test_reanalysis_keeps_the_measured_columns(tmp_path, monkeypatch):
+    """--reanalyse recomputes a committed vLLM result's predicted columns from its own measurements: the
+    measured columns and the machine stay, the error of every chain of k >= 2 is out of sample, and a
+    second reanalysis changes nothing."""
+    import shutil
 
-    raw = {1: 155.7, 2: 162.4, 3: 174.7, 4: 205.8, 5: 210.4, 6: 230.6}
-    fit = cost.linear_fit(raw)
-    assert cost_vllm().linear_fit(raw) == pytest.approx(fit)
-    assert sum(fit.values()) == pytest.approx(sum(raw.values()))  # residuals sum to zero
-    assert fit[6] - fit[5] == pytest.approx(fit[2] - fit[1])  # a line
-    assert cost.linear_fit({2: 1.0, 4: 3.0}) == {2: 1.0, 4: 3.0}
-    with pytest.raises(ValueError, match="two sizes"):
-        cost.linear_fit({2: 1.0})
+    module = cost_vllm()
+    name = "cost_vllm_table3_f32_elsi-m3-frobenius-seed0_float32"
+    shutil.copy(ROOT / "bench" / "results" / f"{name}.json", tmp_path / f"{name}.json")
+    record_module = sys.modules["record"]
+    monkeypatch.setattr(record_module, "RESULTS", tmp_path)
+    monkeypatch.setattr(module, "read", lambda n: record_module.read(n, tmp_path))
+    monkeypatch.setattr(module, "write", lambda *a, **kw: record_module.write(*a, folder=tmp_path, **kw))
+    before = json.loads((tmp_path / f"{name}.json").read_text())
+    module.reanalyse(name)
+    after = json.loads((tmp_path / f"{name}.json").read_text())
+    measured = ("k", "tau vLLM", "round ms measured", "speed-up measured", "lossless")
+    assert [[r[c] for c in measured] for r in after["rows"]] == [[r[c] for c in measured] for r in before["rows"]]
+    assert after["machine"] == before["machine"]
+    assert [r["error"] == "calibration" for r in after["rows"]] == [r["k"] == 1 for r in after["rows"]]
+    module.reanalyse(name)
+    assert json.loads((tmp_path / f"{name}.json").read_text())["rows"] == after["rows"]
 
 
 def bench_cost_and_costs():

@@ -246,7 +246,7 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
             {
                 "dtype": dtype,
                 "plain tok/s": plain,
-                "target forward ms fitted": forward["f32" if dtype == "float32" else "bf16"],
+                "target forward ms by tokens": forward["f32" if dtype == "float32" else "bf16"],
                 "draft side ms by k": {"1": side, "2": side + 10},
             }
         )

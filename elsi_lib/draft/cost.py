@@ -95,14 +95,3 @@ def generation_seconds(generated: int, prompts: int, tokens: float, round_s: flo
     if not (tokens >= 1 and round_s > 0 and prefill_s >= 0):
         raise ValueError(f"need tokens >= 1, round_s > 0, prefill_s >= 0; got {tokens}, {round_s}, {prefill_s}")
     return prompts * prefill_s + (generated - prompts) / tokens * round_s
-
-
-def linear_fit(ms: dict) -> dict:
-    """{n: a + b n} by least squares over measured {n: seconds or ms} (at least two sizes): a memory-bound
-    forward grows linearly in its tokens, and the line smooths each single size's timing noise."""
-    if len(ms) < 2:
-        raise ValueError(f"a line needs at least two sizes, got {sorted(ms)}")
-    xs, ys = list(ms), [float(v) for v in ms.values()]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return {n: my + b * (n - mx) for n in xs}

@@ -118,7 +118,8 @@ def finding(result: dict) -> list[str]:
     ) + f"; the draft accepts its first token {100 * first:.0f}% of the time."
     if errors:
         how = (
-            "the draft's side of a round calibrated on the chains of k = 1 to 3, which are left out here"
+            "the target's forward at each size as measured and each chain's draft side from the other "
+            "chains' rounds (k = 1, vLLM's one-pass proposer, is its own calibration and left out here)"
             if s["engine"].startswith("vLLM")
             else "every cost timed alone"
         )
@@ -203,16 +204,16 @@ def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
 
 def dtype_finding(results: list[dict]) -> list[str]:
     """What the target in bf16 did in vLLM-CPU, per `dtype_pairs`: plain decoding's rate each way, how the
-    target's forward grows over its tokens (the fitted line), the draft's side of a round at k = 1, the best
+    target's forward grows over its tokens (as measured at each size), the draft's side of a round at k = 1, the best
     chain each way, and the bf16 chain's rate against float32's plain decoding."""
     lines = []
     for f32, bf16 in dtype_pairs(results):
         a, b = f32["settings"], bf16["settings"]
         wa, wb = best_chain(f32), best_chain(bf16)
-        most = str(max(int(n) for n in a["target forward ms fitted"]))
+        most = str(max(int(n) for n in a["target forward ms by tokens"]))
 
         def growth(s):
-            return s["target forward ms fitted"][most] / s["target forward ms fitted"]["1"]
+            return s["target forward ms by tokens"][most] / s["target forward ms by tokens"]["1"]
 
         rate_a, rate_b = (w["speed-up measured"] * s["plain tok/s"] for w, s in ((wa, a), (wb, b)))
         flags = ", ".join(bf16["machine"].get("bf16 matmul flags") or []) or "flags not recorded"
