@@ -15,8 +15,8 @@ the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.j
    2026-12-04/05; three to six cost 0.81-1.0x one in five of them and 1.14-1.59x in the first: its
    kernels differ by row count); the draft's side of a round as `draft_side` models vLLM's proposer
    (one pass at k = 1, its multi-step loop at k >= 2, a line in k), each chain of k >= 2 from the
-   other chains' rounds alone (leave one out), so that it is predicted out of sample; round = forward(k + 1) + draft side; the speed-up over plain;
-   the ceiling with perfect acceptance and the break-even tau. Predicted against measured, with the
+   other chains' rounds alone (leave one out), so that it is predicted out of sample; round =
+   forward(k + 1) + draft side; the speed-up over plain; the ceiling with perfect acceptance and the break-even tau. Predicted against measured, with the
    error. (A least-squares line through the forwards and a draft side from the chains of k = 2 and 3
    alone, the model until 2026-12-05, missed k = 4, 5 by up to 22% on SpecBench and 45% on coding.)
 
