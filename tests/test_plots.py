@@ -79,6 +79,9 @@ def test_csv_floats_have_six_significant_digits(tmp_path):
     assert again.read_bytes() == csv.read_bytes()
     nan = pd.DataFrame({"n": [1, 2], "x": [np.nan, 0.5]})  # a missing value stays empty
     assert plots.save_table(nan, "n", tmp_path)[0].read_text().splitlines() == ["n,x", "1,", "2,0.5"]
+    untyped = pd.concat([pd.DataFrame(columns=list(df)), df], ignore_index=True)  # object columns
+    assert untyped["value"].dtype == object
+    assert plots.save_table(untyped, "t", tmp_path / "third")[0].read_bytes() == csv.read_bytes()
 
 
 def test_entropy_curves_count_the_prompts_without_a_block():

@@ -77,7 +77,9 @@ def test_a_reseed_in_either_twin_gives_the_range_and_the_larger_counts(store):
     assert compared["reseed range"].to_numpy() == pytest.approx([0.04] * 4)
     assert twins.verdict(compared) == "agree"
     lines = twins.summary(compared)
-    assert len(lines) == 2 and lines[0].startswith("qwen2.5-coder-0.5b, T = 0: float32 minus bf16 over 2 units")
+    assert len(lines) == 2 and lines[0].startswith(
+        "qwen2.5-coder-0.5b (table3 and table3_f32), T = 0: float32 minus bf16 over 2 units"
+    )
     assert "+0.000 to +0.020" in lines[0] and lines[0].endswith("reseed range 0.040: agree")
 
 
@@ -158,6 +160,18 @@ def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(st
     table = record_tables.drafts(["table3", "table3_f32"], joined=joined)
     assert set(table.protocol) == {"table3+table3_f32"} and "probe-m3" in set(table.id)
     assert set(record_tables.drafts(["table3", "table3_f32"]).protocol) == {"table3", "table3_f32"}
+
+
+def test_a_pair_of_twins_joins_on_its_own_verdict_not_its_familys(store):
+    """Qwen's 936-prompt twins agree; the 5,000-prompt twins share no unit yet, so their tables stay
+    apart although they are the same family's."""
+    compared = pd.concat(
+        [agreeing_twins(store), twins.compare("qwen_strong", "qwen_strong_f32", n_boot=200)], ignore_index=True
+    )
+    R.write_record(a_probe_record("qwen_strong"), store)
+    R.write_record(a_probe_record("table3"), store)
+    assert set(compared.twins) == {"table3+table3_f32"}
+    assert list(twins.joined_tables(compared)) == ["table3+table3_f32"]
 
 
 def test_twins_that_do_not_agree_are_never_joined(store):

@@ -54,8 +54,10 @@ def save_table(df, name: str, out_dir, *, markdown: bool = True, numeric: dict |
     """Write `df` as <out_dir>/<name>.csv, floats to 6 significant digits (CSV_FLOAT_FORMAT, so a
     rerun that differs only in round-off writes the same file), and (unless `markdown` is False: data
     no one reads as a table, such as per-question rows) a Markdown table <name>.md, floats to 4
-    decimals (`markdown_table`). `numeric`: the run's numeric settings, a column each (`with_numeric`)."""
-    df = with_numeric(df, numeric)
+    decimals (`markdown_table`). `numeric`: the run's numeric settings, a column each (`with_numeric`).
+    Columns of numbers held as objects (a concat with an empty, untyped frame) are typed first, so the
+    format reaches them."""
+    df = with_numeric(df, numeric).infer_objects()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"

@@ -25,6 +25,7 @@ from .tables import paired_differences
 BF16, F32 = "bf16", "float32"
 COLUMNS = [
     "family",
+    "twins",
     "unit",
     "method",
     "temperature",
@@ -56,6 +57,11 @@ def pairs() -> list[tuple[str, str]]:
     return [(t[BF16], t[F32]) for t in by_twins.values() if BF16 in t and F32 in t]
 
 
+def pair_name(bf16: str, f32: str) -> str:
+    """A pair of twins' name, "<bf16>+<float32>": `compare`'s twins column, `joined_tables`' keys."""
+    return f"{bf16}+{f32}"
+
+
 def compare(bf16: str, f32: str, *, n_boot: int = 1000, seed: int = 0) -> pd.DataFrame:
     """One row per unit of seed 0 present in both protocols and temperature (COLUMNS): AVG tau under
     each, float32 minus bf16 (diff, low, high, questions), step 1 under each, the reseed range and whether
@@ -85,6 +91,7 @@ def compare(bf16: str, f32: str, *, n_boot: int = 1000, seed: int = 0) -> pd.Dat
             out.append(
                 [
                     PROTOCOLS[f32].family,
+                    pair_name(bf16, f32),
                     unit,
                     mine[f32].method.iloc[0],
                     float(T),
@@ -115,13 +122,13 @@ def verdict(compared: pd.DataFrame) -> str:
 
 
 def summary(compared: pd.DataFrame) -> list[str]:
-    """One line per (family, temperature) of `compare`'s rows: the range of the differences, the reseed
-    range and the verdict (the notebook's findings and the docs page)."""
+    """One line per (pair of twins, temperature) of `compare`'s rows: the range of the differences, the
+    reseed range and the verdict (the notebook's findings and the docs page)."""
     lines = []
-    for (family, T), block in compared.groupby(["family", "temperature"], sort=False) if len(compared) else []:
+    for (pair, T), block in compared.groupby(["twins", "temperature"], sort=False) if len(compared) else []:
         floor = block["reseed range"].max()
         lines.append(
-            f"{family}, T = {T:g}: float32 minus bf16 over {block.unit.nunique()} units trained both ways, "
+            f"{block.family.iloc[0]} ({pair.replace('+', ' and ')}), T = {T:g}: float32 minus bf16 over {block.unit.nunique()} units trained both ways, "
             f"{block['diff'].min():+.3f} to {block['diff'].max():+.3f} in AVG tau at {NODES} nodes; "
             + (f"reseed range {floor:.3f}: " if np.isfinite(floor) else "")
             + verdict(block)
@@ -144,17 +151,18 @@ def agreeing_twin(name: str) -> str | None:
 
 
 def joined_tables(compared: pd.DataFrame) -> dict[str, list[dict]]:
-    """{"<bf16>+<float32>": records} for each pair of twins whose verdict is "agree" at every temperature
-    `compared` (`compare`'s rows of the records present) judged: the float32 twin's records (the twin any
+    """{"<bf16>+<float32>": records} for each pair of twins whose own verdict is "agree" at every
+    temperature `compared` (`compare`'s rows of the records present) judged (another pair's of the same
+    family does not stand for it: the equivalence is measured per pair): the float32 twin's records (the twin any
     CPU adds units to), then the bf16 twin's records of the units it lacks, each keeping its numeric
     settings. Only pairs the join adds a unit to (else the float32 twin's table already is the join)."""
     out = {}
     for bf16, f32 in pairs():
-        if not agree(compared[compared.family == PROTOCOLS[f32].family] if len(compared) else compared):
+        if not agree(compared[compared.twins == pair_name(bf16, f32)] if len(compared) else compared):
             continue
         own = read_records(f32)
         have = {(r["unit"]["method"], r["unit"]["seed"]) for r in own}
         extra = [r for r in read_records(bf16) if (r["unit"]["method"], r["unit"]["seed"]) not in have]
         if extra:
-            out[f"{bf16}+{f32}"] = own + extra
+            out[pair_name(bf16, f32)] = own + extra
     return out
