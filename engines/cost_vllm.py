@@ -247,7 +247,7 @@ def model_rows(m: dict) -> tuple[list, dict]:
     model = {
         "draft side ms by k": {str(k): round(ms, 2) for k, ms in side.items()},
         "calibrated on k": list(calibrated),
-        "model": "forward by each size as measured; draft side: k = 1 its own, k >= 2 leave one out",
+        "cost model": "the forward at each size as measured, the draft side of k >= 2 from the other chains (k = 1 its own)",
     }
     return rows, model
 
@@ -284,7 +284,7 @@ def reanalyse(name: str) -> None:
     }
     rows, model = model_rows(measurements)
     s.update(model)
-    note = f"predicted columns recomputed {datetime.date.today()} (cost_vllm.py --reanalyse): {model['model']}"
+    note = f"predicted columns recomputed {datetime.date.today()} (cost_vllm.py --reanalyse): {model['cost model']}"
     notes = "; ".join(dict.fromkeys(n for n in [*(record.get("notes") or "").split("; "), note] if n))
     write(name, s, rows, load_before=record["machine"]["load_1_5_15"], notes=notes, machine_info=record["machine"])
     for row in rows:
