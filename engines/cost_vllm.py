@@ -257,7 +257,12 @@ def reanalyse(name: str) -> None:
     measurements; the machine, date and measured columns stay. Results written before the runs were
     stored take each run's seconds, drafts and accepted tokens back from its measured columns (to their
     rounding) and plain decoding's generated tokens."""
-    record = read(name)
+    try:
+        record = read(name)
+    except FileNotFoundError:
+        raise SystemExit(f"--reanalyse: no result {name!r} in bench/results") from None
+    if not record["benchmark"].startswith("cost_vllm") or not record["rows"] or "k" not in record["rows"][0]:
+        raise SystemExit(f"--reanalyse: {name!r} is not a cost_vllm.py result")
     s, old = dict(record["settings"]), record["rows"]
     s.pop("target forward ms fitted", None)
     runs = {int(k): r for k, r in s["runs"].items()} if "runs" in s else {}

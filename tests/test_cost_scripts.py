@@ -105,6 +105,11 @@ def test_reanalysis_keeps_the_measured_columns(tmp_path, monkeypatch):
     assert [r["error"] == "calibration" for r in after["rows"]] == [r["k"] == 1 for r in after["rows"]]
     module.reanalyse(name)
     assert json.loads((tmp_path / f"{name}.json").read_text())["rows"] == after["rows"]
+    with pytest.raises(SystemExit, match="no result 'nothing'"):
+        module.reanalyse("nothing")
+    (tmp_path / "cost_elsi_x.json").write_text(json.dumps({"benchmark": "cost_elsi_x", "rows": [{"shape": "chain"}]}))
+    with pytest.raises(SystemExit, match="not a cost_vllm.py result"):
+        module.reanalyse("cost_elsi_x")
 
 
 def bench_cost_and_costs():
