@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -195,7 +195,15 @@ data: venv
 	$(BIN)/python -m elsi_lib.inputs.fetch_data
 
 bench: venv
-	@for b in $(filter-out bench/bench_cost% bench/bench_linears.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+	@for b in $(filter-out bench/bench_cost% bench/bench_linears.py bench/bench_live_batch.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+# Where a protocol's live training batch spends its time (the target's forward, its LM head, the soft
+# targets, a draft step) and what LiveFeatures' two exact savings buy: a unit's training minutes before
+# and after (not part of `make bench`: it reads a protocol's archived replies, Qwen's weights by default);
+# never beside another job
+LIVE_PROTOCOL ?= qwen_strong
+bench-live-batch: venv models
+	$(BIN)/python bench/bench_live_batch.py --protocol $(LIVE_PROTOCOL)
 
 # The cost model of speculative decoding on this CPU (docs page "Wall clock"): elsi's loop, then vLLM, on
 # one finished ledger unit's draft (COST_LEDGER, COST_METHOD; COST_ARGS as the committed records ran), then

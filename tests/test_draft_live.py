@@ -1,6 +1,8 @@
 """Live training features (elsi_lib.draft.live): the same batches as a feature store, from one target
 forward per batch, and drafts trained on them that match drafts trained on the store."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -39,8 +41,12 @@ def test_answers_what_a_store_answers(store, live):
 def test_a_batch_equals_the_stores(store, live, indices):
     sources = {(0, 3), (2,), FINAL_NORM}
     want, got = collate(store, indices, sources), collate(live, indices, sources)
-    for name in ("ids", "valid", "start", "argmax"):
+    for name in ("ids", "valid", "start"):
         assert torch.equal(want[name], got[name]), name
+    # the target's greedy token where training reads it (from the position before the reply on), 0 before
+    read = got["valid"] & (torch.arange(got["valid"].shape[1])[None] >= (got["start"][:, None] - 1))
+    assert torch.equal(got["argmax"][read], want["argmax"][read]) and read.sum() < got["valid"].sum()
+    assert (got["argmax"][~read] == 0).all()
     # float16 values of one forward against another padding: equal up to float16's last bit
     torch.testing.assert_close(got["final_norm"], want["final_norm"], atol=2e-3, rtol=2e-3)
     for src in sources:
@@ -88,6 +94,33 @@ def test_a_bf16_forward_is_close_but_not_the_same(tiny_model, tiny_tokenizer, li
     assert torch.equal(full["ids"], half["ids"]) and half["features"][(0, 3)].dtype == torch.float32
     difference = (full["features"][(0, 3)] - half["features"][(0, 3)]).abs().max()
     assert 0 < difference < 0.1 * full["features"][(0, 3)].abs().max()
+
+
+def test_bf16_weights_rounded_once_give_autocasts_forward_bit_for_bit(tiny_model, tiny_tokenizer):
+    """The decoder's linears in bfloat16 for the forward, then back: the same features as autocast
+    casting the float32 weights itself, and the model's parameters untouched after (also on an error)."""
+    bf16 = LiveFeatures(tiny_model, tiny_tokenizer, replied_conversations(N), LAYERS, bf16=True)
+    before = {name: (p, p.detach().clone()) for name, p in tiny_model.named_parameters()}
+    linear = next(m for m in tiny_model.get_decoder().modules() if isinstance(m, torch.nn.Linear))
+    seen = []
+    watch = linear.register_forward_pre_hook(lambda m, args: seen.append(m.weight.dtype))
+    got = bf16.collate([0, 2], {(0, 3), FINAL_NORM})
+    bf16._weights_for_autocast = contextlib.nullcontext  # autocast alone: each forward casts the weights
+    want = bf16.collate([0, 2], {(0, 3), FINAL_NORM})
+    watch.remove()
+    assert seen == [torch.bfloat16, torch.float32]  # rounded once by us, then cast by autocast
+    for src in ((0, 3), FINAL_NORM):
+        assert torch.equal(got["features"][src], want["features"][src]), src
+    assert torch.equal(got["argmax"], want["argmax"])
+    del bf16._weights_for_autocast
+    failing = tiny_model.get_decoder().layers[1].register_forward_hook(lambda *a: 1 / 0)
+    try:
+        with pytest.raises(ZeroDivisionError):
+            bf16.collate([0], {(0, 3)})
+    finally:
+        failing.remove()
+    for name, p in tiny_model.named_parameters():
+        assert p is before[name][0] and p.dtype == torch.float32 and torch.equal(p, before[name][1]), name
 
 
 def test_live_training_without_reply_tokens_is_refused_before_any_forward(tiny_model, tiny_tokenizer, store):
