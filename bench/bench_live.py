@@ -23,7 +23,7 @@ import torch
 from elsi_lib.draft import corpus
 from elsi_lib.study import experiment, run_data
 from elsi_lib.draft.features import build_features
-from elsi_lib.draft.live import LiveFeatures
+from elsi_lib.draft.live import LiveFeatures, read_positions
 from elsi_lib.study.methods import draft_methods, select_methods
 from elsi_lib.draft.train import TrainSettings, batch_plan, collate, soft_targets, train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary
@@ -83,7 +83,7 @@ def main() -> None:
             float((full["features"][s] - half["features"][s]).norm() / full["features"][s].norm()) for s in sources
         )
         # where training reads the greedy token (LiveFeatures forms it there only): from each reply's start - 1
-        read = full["valid"] & (torch.arange(full["valid"].shape[1])[None] >= full["start"][:, None] - 1)
+        read = read_positions(full["valid"], full["start"])
         argmax_agree = float((full["argmax"] == half["argmax"])[read].float().mean())
         counts = torch.bincount(torch.from_numpy(store.reply_tokens()), minlength=model.config.vocab_size)
         d2t, t2d = draft_vocabulary(counts, 8192)

@@ -23,7 +23,7 @@ import time
 import torch
 
 from elsi_lib.draft.features import greedy_next
-from elsi_lib.draft.live import LiveFeatures
+from elsi_lib.draft.live import LiveFeatures, read_positions
 from elsi_lib.draft.train import batch_plan, soft_targets, train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.hidden.forward import hidden_batches
@@ -103,7 +103,7 @@ def main() -> None:
         )
         batch = live.collate(indices, {layers})
         valid = batch["valid"]
-        read = valid & (torch.arange(valid.shape[1])[None] >= batch["start"][:, None] - 1)  # (b, T)
+        read = read_positions(valid, batch["start"])  # (b, T)
         final = plain.final_norm.float()
         with torch.no_grad():
             seconds, every = best_of(lambda: greedy_next(final[valid.to(device)], lm_head), args.repeat)

@@ -31,6 +31,12 @@ from ..inputs.chat import reply_starts
 from .features import checked_layers, greedy_next, is_final_norm
 
 
+def read_positions(valid, start):
+    """Where training reads the target's greedy token: valid (b, T), start (b,) -> (b, T) bool, from
+    the position before each reply's first token on (`train.ttt_unroll` scores rows predicting a reply token)."""
+    return valid & (torch.arange(valid.shape[1])[None] >= start[:, None] - 1)
+
+
 class LiveFeatures:
     """`conversations` (prompt + the target's reply) of `model`, ready to be forwarded batch by batch
     at `layers` (elsi convention: layer l = output of decoder layer l)."""
@@ -73,10 +79,9 @@ class LiveFeatures:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16), self._weights_for_autocast():
             batch = next(hidden_batches(self.model, samples, [positions], self._pad, entropies=False))
         valid = torch.zeros(len(samples), max(len(s.ids) for s in samples), dtype=torch.bool)
-        read = torch.zeros_like(valid)  # (b, T) where training reads the target's greedy token
-        for row, (i, sample) in enumerate(zip(indices, samples)):
+        for row, sample in enumerate(samples):
             valid[row, : len(sample.ids)] = True
-            read[row, max(0, self.starts[i] - 1) : len(sample.ids)] = True
+        read = read_positions(valid, torch.tensor([self.starts[i] for i in indices]))  # (b, T)
         as_stored = lambda x: x.to(torch.float16).float().cpu() * valid[..., None]  # noqa: E731  (b, T, d)
         final_norm = as_stored(batch.final_norm)
         lm_head = self.model.get_output_embeddings()
