@@ -198,7 +198,7 @@ bench: venv
 	@for b in $(filter-out bench/bench_cost% bench/bench_linears.py bench/bench_live_batch.py,$(wildcard bench/bench_*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 # Where a protocol's live training batch spends its time (the target's forward, its LM head, the soft
-# targets, a draft step) and what LiveFeatures' two exact savings buy: a unit's training minutes before
+# targets, a draft step) and what LiveFeatures' three exact savings buy: a unit's training minutes before
 # and after (not part of `make bench`: it reads a protocol's archived replies, Qwen's weights by default);
 # never beside another job
 LIVE_PROTOCOL ?= qwen_strong

@@ -1,17 +1,21 @@
-"""Where one live training batch of a protocol spends its time, and what the two exact savings of
+"""Where one live training batch of a protocol spends its time, and what the three exact savings of
 `live.LiveFeatures` buy (the greedy token only where training reads it; under bf16, the decoder's
-linear weights rounded to bfloat16 once instead of at every forward), measured in one run.
+linear weights rounded to bfloat16 once instead of at every forward, and the greedy token screened in
+bfloat16 and decided in float32, `greedy.ScreenedGreedy`), measured in one run.
 
 On the protocol's own training conversations (the first `--batches` batches of its batch plan) and
 one EAGLE3-set draft, each batch is timed in parts: the target's forward under autocast casting the
 float32 weights, the same forward with the weights rounded once (its states compared bit for bit),
-the float32 LM head's greedy token over every position and over the read positions only, the soft
-targets, and one training step of the draft. Prints milliseconds per batch, the batch before and
-after (`LiveFeatures.collate` as it was and as it is), and what a unit's training of the protocol's
-batch count takes either way; writes bench/results/bench_live_batch_<protocol>.{json,md}. Run it on a
-quiet machine: a background job halves every number.
+the float32 LM head's greedy token over every position and over the read positions only, the
+screened greedy token over the read positions (its tokens compared with the float32 head's, and the
+share of positions it hands to the full row), the soft targets, and one training step of the draft.
+`--verify N` compares the screened and the float32 head's tokens on N more batches, untimed. Prints
+milliseconds per batch, the batch before and after (`LiveFeatures.collate` as it was and as it is),
+and what a unit's training of the protocol's batch count takes either way; writes
+bench/results/bench_live_batch_<protocol>.{json,md}. Run it on a quiet machine: a background job
+halves every number.
 
-    .venv/bin/python bench/bench_live_batch.py [--protocol qwen_strong] [--batches 8] [--repeat 2]
+    .venv/bin/python bench/bench_live_batch.py [--protocol qwen_strong] [--batches 8] [--repeat 2] [--verify 0]
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import time
 
 import torch
 
-from elsi_lib.draft.features import greedy_next
+from elsi_lib.draft.greedy import ScreenedGreedy, bf16_matmul_is_fast, float32_greedy
 from elsi_lib.draft.live import LiveFeatures, read_positions
 from elsi_lib.draft.train import batch_plan, soft_targets, train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary
@@ -49,9 +53,10 @@ def main() -> None:
     parser.add_argument("--protocol", default="qwen_strong", choices=sorted(PROTOCOLS))
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--verify", type=int, default=0, help="more batches whose greedy tokens are compared")
     args = parser.parse_args()
-    if args.batches < 1 or args.repeat < 1:
-        parser.error("--batches and --repeat must be at least 1")
+    if args.batches < 1 or args.repeat < 1 or args.verify < 0:
+        parser.error("--batches and --repeat must be at least 1, --verify at least 0")
     load_before = [round(x, 2) for x in os.getloadavg()]
     proto = protocol(args.protocol)
     exp = proto.experiment()
@@ -77,11 +82,14 @@ def main() -> None:
             "forward, weights rounded once",
             "head, every position",
             "head, read positions",
+            "head, read positions, screened",
             "soft targets",
             "draft step",
         )
     }
     identical, tokens = True, 0
+    screen = ScreenedGreedy(lm_head.weight)
+    screened = bf16_matmul_is_fast()  # where greedy.greedy_next screens
     live.collate(plan[0], {layers})  # untimed: the weights' rounding and the kernels' first calls
     for indices in plan[: args.batches]:
         samples = [live.samples[i] for i in indices]
@@ -106,29 +114,59 @@ def main() -> None:
         read = read_positions(valid, batch["start"])  # (b, T)
         final = plain.final_norm.float()
         with torch.no_grad():
-            seconds, every = best_of(lambda: greedy_next(final[valid.to(device)], lm_head), args.repeat)
+            seconds, every = best_of(lambda: float32_greedy(final[valid.to(device)], lm_head), args.repeat)
             parts["head, every position"] += seconds
-            seconds, only = best_of(lambda: greedy_next(final[read.to(device)], lm_head), args.repeat)
+            seconds, only = best_of(lambda: float32_greedy(final[read.to(device)], lm_head), args.repeat)
             parts["head, read positions"] += seconds
             identical &= torch.equal(every[read[valid]], only)
+            seconds, decided = best_of(lambda: screen(final[read.to(device)]), args.repeat)
+            parts["head, read positions, screened"] += seconds
+            identical &= torch.equal(decided, only)
             seconds, targets = best_of(lambda: soft_targets(batch["final_norm"], target_rows), args.repeat)
         parts["soft targets"] += seconds
         seconds, _ = best_of(lambda: train_step({"eagle3": draft}, optimisers, batch, targets, exp.train, 1e-5), 1)
         parts["draft step"] += seconds
         tokens += int(valid.sum())
+    checked = screen.positions // args.repeat  # each timed call counted its positions
+    for indices in plan[args.batches : args.batches + args.verify]:  # untimed: the tokens only
+        samples = [live.samples[i] for i in indices]
+        with torch.no_grad(), live._weights_for_autocast():
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=exp.live_bf16):
+                states = next(hidden_batches(model, samples, [list(range(len(samples)))], live._pad, entropies=False))
+            valid = torch.zeros(len(samples), max(len(s.ids) for s in samples), dtype=torch.bool)
+            for r, sample in enumerate(samples):
+                valid[r, : len(sample.ids)] = True
+            read = read_positions(valid, torch.tensor([live.start(i) for i in indices]))
+            final = states.final_norm.float()[read.to(device)]
+            identical &= torch.equal(screen(final), float32_greedy(final, lm_head))
+            checked += len(final)
     per_batch = {name: 1000 * total / args.batches for name, total in parts.items()}
     shared = per_batch["soft targets"] + per_batch["draft step"]
     before = per_batch["forward, autocast casts the weights"] + per_batch["head, every position"] + shared
     rounded = "forward, weights rounded once" if exp.live_bf16 else "forward, autocast casts the weights"
-    after = per_batch[rounded] + per_batch["head, read positions"] + shared
+    head = "head, read positions, screened" if screened else "head, read positions"
+    after = per_batch[rounded] + per_batch[head] + shared
+    unscreened = per_batch[rounded] + per_batch["head, read positions"] + shared  # without the screen
     rows = [{"measure": name, "value": round(ms, 1), "unit": "ms per batch"} for name, ms in per_batch.items()]
     rows += [
+        {
+            "measure": "screened positions the float32 row decided",
+            "value": round(100 * screen.fallbacks / max(screen.positions, 1), 2),
+            "unit": "%",
+        },
         {"measure": "batch as it was", "value": round(before, 1), "unit": "ms per batch"},
+        {"measure": "batch with the float32 head", "value": round(unscreened, 1), "unit": "ms per batch"},
         {"measure": "batch as it is", "value": round(after, 1), "unit": "ms per batch"},
+        {"measure": "with the float32 head / as it is", "value": round(unscreened / after, 3), "unit": "x"},
         {"measure": "as it was / as it is", "value": round(before / after, 3), "unit": "x"},
         {
             "measure": f"a unit's training ({len(plan)} batches), as it was",
             "value": round(len(plan) * before / 60000, 1),
+            "unit": "min",
+        },
+        {
+            "measure": f"a unit's training ({len(plan)} batches), with the float32 head",
+            "value": round(len(plan) * unscreened / 60000, 1),
             "unit": "min",
         },
         {
@@ -142,8 +180,10 @@ def main() -> None:
     note = (
         f"{args.protocol} ({exp.model}, live bf16 {exp.live_bf16}, draft autocast {exp.train.autocast_bf16}): "
         f"the first {args.batches} of {len(plan)} batches ({tokens} tokens), EAGLE3's layers {list(layers)}, "
-        f"one draft, best of {args.repeat}; the rounded forward and the read-only head "
-        f"{'match' if identical else 'DO NOT match'} the plain ones bit for bit"
+        f"one draft, best of {args.repeat}; the rounded forward, the read-only head and the screened head "
+        f"{'match' if identical else 'DO NOT match'} the plain ones bit for bit (the screened tokens over "
+        f"{checked} read positions of {args.batches + args.verify} batches); 'as it is' "
+        f"{'screens' if screened else 'does not screen (no bf16 matmul instructions)'}"
     )
     print(note)
     write(f"bench_live_batch_{args.protocol}", vars(args), rows, load_before=load_before, notes=note)

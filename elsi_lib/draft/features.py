@@ -43,20 +43,11 @@ from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samp
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from .config import FINAL_NORM
+from .greedy import greedy_next
 
 FORMAT = 1
 SHARD = 64  # sequences per shard
 ARRAYS = ("ids", "hidden", "final", "argmax", "offsets", "starts")  # "final": the final-norm state
-
-
-@torch.no_grad()
-def greedy_next(final_norm, lm_head, chunk: int = 512):
-    """The target's argmax next token at each position: final_norm (n, d) -> (n,) int64, in chunks."""
-    return (
-        torch.cat([lm_head(final_norm[i : i + chunk]).argmax(-1) for i in range(0, len(final_norm), chunk)])
-        if len(final_norm)
-        else torch.zeros(0, dtype=torch.long)
-    )
 
 
 @dataclass

@@ -9,13 +9,16 @@ draft sees the values a store would give it up to the float noise of a different
 `bf16` the target's forward runs under bfloat16 autocast (its weights stay float32): faster on a CPU
 with AMX, and other values; whether drafts lose held-out accuracy by it is measured, not assumed.
 
-Two savings that change no value a draft reads (`bench/bench_live_batch.py` measures them):
+Three savings that change no value a draft reads (`bench/bench_live_batch.py` measures them):
 - the target's greedy token (`argmax`, the full-vocabulary LM head in float32, as a store computes
   it) is formed only where training reads it, from the position before each reply's first token
   (`train.ttt_unroll` scores only rows that predict a reply token); elsewhere it is 0;
 - under `bf16`, the decoder's linear weights are rounded to bfloat16 once, not by autocast at every
   forward: autocast's cast of a float32 weight is that same rounding, so the forward is bit for bit
-  the same. The copies assume the target's weights do not change (a frozen target).
+  the same. The copies assume the target's weights do not change (a frozen target);
+- where the CPU has bf16 matmul instructions, that greedy token is screened in bfloat16 and decided in
+  float32 (`greedy.greedy_next`): the head's argmax wherever a worst-case bound certifies it, the
+  float32 head's full row wherever it does not (a store's features use it too).
 """
 
 from __future__ import annotations
