@@ -31,7 +31,8 @@ import torch
 from ..common.hardware import warn_if_bf16_is_slow
 from ..hidden.forward import hidden_batches, pad_id, tokenize_samples
 from ..inputs.chat import reply_starts
-from .features import checked_layers, greedy_next, is_final_norm
+from .features import checked_layers, is_final_norm
+from .greedy import greedy_next
 
 
 def read_positions(valid, start):
