@@ -26,7 +26,8 @@ import time
 
 import torch
 
-from elsi_lib.draft.greedy import ScreenedGreedy, bf16_matmul_is_fast, float32_greedy
+from elsi_lib.common.hardware import bf16_matmul_is_fast
+from elsi_lib.draft.greedy import ScreenedGreedy, float32_greedy
 from elsi_lib.draft.live import LiveFeatures, read_positions
 from elsi_lib.draft.train import batch_plan, soft_targets, train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary

@@ -11,10 +11,12 @@ setting on a CPU without them warns."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 
 BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # x86's AVX-512 BF16 and AMX; Arm's BF16 ("Features")
+X86_BF16_FLAGS = BF16_FLAGS[:2]  # round-to-nearest bf16 dot products summed in float32
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
@@ -45,6 +47,14 @@ def bf16_matmul_is_slow(flags: set[str] | None = None) -> bool:
     """True when the CPU is known to lack bf16 matmul instructions (False when it cannot be told)."""
     flags = cpu_flags() if flags is None else flags
     return flags is not None and not any(f in flags for f in BF16_FLAGS)
+
+
+@functools.cache
+def bf16_matmul_is_fast() -> bool:
+    """True where this x86 CPU is known to have bf16 matmul instructions (False where it cannot be told,
+    and on Arm, whose bf16 dot products may round otherwise): where `draft.greedy` screens in bf16."""
+    flags = cpu_flags()
+    return flags is not None and any(f in flags for f in X86_BF16_FLAGS)
 
 
 def bf16_autocast_default() -> bool:

@@ -23,18 +23,16 @@ head's argmax wherever the bound holds, with no tolerance and no sampling.
 
 from __future__ import annotations
 
-import functools
 import weakref
 
 import torch
 import torch.nn.functional as F
 
-from ..common.hardware import cpu_flags
+from ..common.hardware import bf16_matmul_is_fast
 
 U_BF16 = 2.0**-8  # bfloat16's unit roundoff (8 significant bits)
 U_F32 = 2.0**-24
 TINY = 2.0**-120  # per product and sum: what flushing subnormals to zero can lose, with room
-X86_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # round-to-nearest bf16 dot products, float32 sums
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
@@ -46,13 +44,6 @@ def float32_greedy(final_norm, lm_head, chunk: int = 512):
         if len(final_norm)
         else torch.zeros(0, dtype=torch.long)
     )
-
-
-@functools.cache
-def bf16_matmul_is_fast() -> bool:
-    """True where this x86 CPU is known to have bf16 matmul instructions (False where it cannot be told)."""
-    flags = cpu_flags()
-    return flags is not None and any(f in flags for f in X86_BF16_FLAGS)
 
 
 def float32_matmul_is_ieee() -> bool:
