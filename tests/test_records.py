@@ -78,6 +78,7 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r.update(numeric={"draft matmuls": "bf16", "target features": "x"}), "field 'numeric'"),
         (lambda r: r["questions"][0].__setitem__(4, 0.5), "tau 0.5 below 1"),
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
+        (lambda r: r["stages"].update(group=["eagle3"]), "lock-step group"),
     ],
 )
 def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):
@@ -207,7 +208,7 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
         model = torch.nn.Linear(1, 1)
 
         def calibrate(self):
-            return 3600.0  # an hour of training; its replay and held-out share a third of it
+            return 1200.0, 2400.0  # an hour of training alone; its replay and held-out share a third of it
 
     class Trained(Exception):
         pass
@@ -216,13 +217,13 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
         raise Trained
 
     monkeypatch.setattr(prepared.Prepared, "load", classmethod(lambda cls, proto, progress=True: Ready()))
-    monkeypatch.setattr(prepared, "unit_group", lambda method, seed, methods: "group")
+    monkeypatch.setattr(prepared, "lockstep_group", lambda ids, seed, methods: "group")
     monkeypatch.setattr(experiment, "train_group", train_group)
     monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
     monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.75, 2700.0))
     with pytest.raises(Trained):
         ledger.run(protocol("table3_f32"), 40, progress=False)
-    assert "eagle3 seed 0: resuming its training at 75%" in capsys.readouterr().out
+    assert "next: eagle3 seed 0, resuming at 75%: about 35 min" in capsys.readouterr().out
     monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
     assert ledger.run(protocol("table3_f32"), 40, progress=False) == []
     assert "stopping before eagle3 seed 0: about 80 min" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """A protocol's ledger: which of its units have a record, and a run that trains the missing ones in
-the ledger's order, one draft at a time, each written as a record as it finishes.
+the ledger's order, in lock-step groups of one seed (`ledger_groups`), each written as a record as it
+finishes.
 
     python -m elsi_lib.study.ledger PROTOCOL                   the units present, in its twin, and owed
     python -m elsi_lib.study.ledger PROTOCOL --run --budget 150 [--commit]
@@ -8,12 +9,14 @@ the ledger's order, one draft at a time, each written as a record as it finishes
 A run refuses a bf16 protocol on a CPU without bf16 matmul instructions (such a machine adds units
 of the float32 twins only). It loads the target, the protocol's layer sets and probe, the evaluation
 continuations (archived in git, `run_data.continuations_dir`) and the training data, times a few
-training batches of a throwaway draft (the calibration), prints the plan, and trains units while
-the estimate of the next fits the minutes left. Units its numeric twin has are not trained again
-once the twins agree within the reseed range (`twins.agreeing_twin`; the joined table holds them). A
-unit killed mid-way leaves no record; its training checkpoint resumes on a machine that keeps its
-cache, and the plan counts only the part left. `--commit` commits each record as it lands (that file
-only).
+training batches of a throwaway draft (the calibration: what a group pays once and what each draft
+adds), prints the plan, and trains the largest group of one seed's owed units whose estimate fits
+the minutes left, then the next. A draft trained in a group is the one it would be alone; its record
+names the group (`prepared.unit_draft` finds it in the group's checkpoint). Units its numeric twin
+has are not trained again once the twins agree within the reseed range (`twins.agreeing_twin`; the
+joined table holds them). A unit killed mid-way leaves no record; its group's training checkpoint
+resumes on a machine that keeps its cache (the same group only: `ledger_groups.next_group` finds it),
+and the plan counts only the part left. `--commit` commits each record as it lands (that file only).
 """
 
 from __future__ import annotations
@@ -141,19 +144,32 @@ def rest_seconds(proto: Protocol, train_s: float) -> float:
     return train_s * REPLAY_SHARE
 
 
+def recorded_groups(proto: Protocol) -> list:
+    """[(method ids, seed)] of the lock-step groups `proto`'s records name (`units.unit_record`)."""
+    out = []
+    for record in read_records(proto.name):
+        group = record["stages"].get("group")
+        if group:
+            out.append((tuple(group), record["unit"]["seed"]))
+    return out
+
+
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
     """Train the owed units of `proto` (`status`: neither present nor in an agreeing twin) in ledger
-    order while each one's estimate fits the budget; returns the records written."""
+    order, in lock-step groups of one seed (`ledger_groups.next_group`) while each group's estimate
+    fits the budget; each unit's record is written (and committed) as it is evaluated. Returns the
+    records written."""
     from .experiment import heldout_accuracy, replay_draft, train_group
-    from .prepared import Prepared, unit_group
+    from .ledger_groups import UnitCost, describe, next_group
+    from .prepared import Prepared, lockstep_group
 
     started = time.monotonic()
     started_at_commit()  # the code this run trains with, named in each of its records
     check_machine(proto)
     table = status(proto)
-    missing = list(zip(table.method[table.owed], table.seed[table.owed]))
+    owed = list(zip(table.method[table.owed], table.seed[table.owed]))
     print(table.to_string(index=False), flush=True)
-    if not missing:
+    if not owed:
         print(f"{proto.name}: every unit of the ledger has its record (its own or its agreeing twin's)")
         return []
     print(
@@ -163,60 +179,70 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     )
     ready = Prepared.load(proto, progress=progress)
     print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here reads it)", flush=True)
-    train_s = ready.calibrate()  # one unit's training, then the rest (held-out accuracy, replay)
-    rest_s = rest_seconds(proto, train_s)
-    print(f"calibration: about {(train_s + rest_s) / 60:.1f} min per unit on this machine", flush=True)
+    for method_id, seed in [u for u in owed if u[0] not in ready.methods.index]:
+        print(f"{method_id}: not among this family's methods (its set is another method's): skipped")
+    owed = [u for u in owed if u[0] in ready.methods.index]
+    shared_s, draft_s = ready.calibrate()
+    cost = UnitCost(shared_s, draft_s, rest_seconds(proto, shared_s + draft_s))
+    print(
+        f"calibration: a unit alone about {cost.seconds(1, 1) / 60:.1f} min on this machine; in lock-step a group "
+        f"pays {shared_s / 60:.1f} min of training once and {draft_s / 60:.1f} per draft, then "
+        f"{cost.rest_s / 60:.1f} per draft (held-out accuracy, replay)",
+        flush=True,
+    )
     device = next(ready.model.parameters()).device.type
+
+    def trained(ids, seed):
+        return trained_before(ready.exp, ready.key, lockstep_group(ids, seed, ready.methods), device)
+
     written = []
-    for method_id, seed in missing:
-        if method_id not in ready.methods.index:
-            print(f"{method_id}: not among this family's methods (its set is another method's): skipped")
-            continue
-        row = ready.methods.loc[method_id]
-        group = unit_group(method_id, seed, ready.methods)
-        share, seconds_before = trained_before(ready.exp, ready.key, group, device)
-        need = train_s * (1 - share) + rest_s
+    while owed:
         left = budget_minutes * 60 - (time.monotonic() - started)
-        if need > left:
+        plan = next_group(owed, cost, left, trained, recorded_groups(proto))
+        if not plan.fits:
             print(
-                f"stopping before {method_id} seed {seed}: about {need / 60:.0f} min, {left / 60:.0f} min left "
-                f"(a rerun here needs the unit's estimate plus reading its cached preparation)",
+                f"stopping before {describe(plan)}, {left / 60:.0f} min left (a rerun here needs the estimate "
+                "plus reading its cached preparation)",
                 flush=True,
             )
             break
-        if share:
-            print(f"{method_id} seed {seed}: resuming its training at {share:.0%} (this machine's checkpoint)")
-        clock = {}
+        print(f"next: {describe(plan)} ({left / 60:.0f} min left)", flush=True)
+        group = lockstep_group(plan.ids, plan.seed, ready.methods)
         t = time.monotonic()
         drafts, out = train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)
         if out["done"] < out["total"]:
-            raise RuntimeError(f"training of {method_id} seed {seed} stopped at batch {out['done']} of {out['total']}")
-        clock["training"] = seconds_before + time.monotonic() - t  # every sitting's
-        t = time.monotonic()
-        accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
-        clock["held-out step accuracy"] = time.monotonic() - t
-        t = time.monotonic()
-        rows = replay_draft(
-            ready.exp,
-            drafts[method_id],
-            ready.evaluation,
-            {"checkpoint": out["path"].name, "method": method_id},
-            label=row.method,
-            seed=seed,
-            progress=progress,
-        )
-        clock["replay"] = time.monotonic() - t
-        record = ready.record(method_id, seed, accuracy, pd.DataFrame(rows), clock)
-        path, new = write_record(record)
-        print(
-            f"{method_id} seed {seed}: {'written' if new else 'the same as'} {path} "
-            f"({sum(clock.values()) / 60:.1f} min)",
-            flush=True,
-        )
-        if commit and new:
-            _commit(path)
-        written.append(record)
-        train_s, rest_s = clock["training"], clock["replay"] + clock["held-out step accuracy"]  # measured
+            raise RuntimeError(f"training of {', '.join(plan.ids)} stopped at batch {out['done']} of {out['total']}")
+        trained_s = time.monotonic() - t
+        rests = []
+        for method_id in plan.owed:
+            clock = {"training": plan.seconds_before + trained_s}  # the group's, every sitting's
+            t = time.monotonic()
+            accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
+            clock["held-out step accuracy"] = time.monotonic() - t
+            t = time.monotonic()
+            rows = replay_draft(
+                ready.exp,
+                drafts[method_id],
+                ready.evaluation,
+                {"checkpoint": out["path"].name, "method": method_id},
+                label=ready.methods.loc[method_id].method,
+                seed=plan.seed,
+                progress=progress,
+            )
+            clock["replay"] = time.monotonic() - t
+            rests.append(clock["replay"] + clock["held-out step accuracy"])
+            record = ready.record(method_id, plan.seed, accuracy, pd.DataFrame(rows), clock, group=plan.ids)
+            path, new = write_record(record)
+            print(
+                f"{method_id} seed {plan.seed}: {'written' if new else 'the same as'} {path} "
+                f"(the group's training {clock['training'] / 60:.1f} min, its evaluation {rests[-1] / 60:.1f})",
+                flush=True,
+            )
+            if commit and new:
+                _commit(path)
+            written.append(record)
+            owed.remove((method_id, plan.seed))
+        cost = cost.measured(len(plan.ids), trained_s, plan.share, sum(rests) / len(rests))
     return written
 
 

@@ -24,7 +24,7 @@ from .run_data import (
 )
 from .units import unit_record
 
-CALIBRATION_BATCHES = 4  # training batches timed (the first is a warm-up, not counted)
+CALIBRATION_BATCHES = 8  # training batches timed, spread over the plan (after one warm-up)
 
 
 def protocol_methods(proto: Protocol, loaded: tuple) -> tuple[pd.DataFrame, dict]:
@@ -39,18 +39,30 @@ def protocol_methods(proto: Protocol, loaded: tuple) -> tuple[pd.DataFrame, dict
     return draft_methods(stats, probe=choice), choice
 
 
-def unit_group(method_id: str, seed: int, methods: pd.DataFrame):
-    """The lock-step group a ledger unit trains alone in (its checkpoint's key)."""
+def lockstep_group(ids, seed: int, methods: pd.DataFrame):
+    """The lock-step group ledger units `ids` (method ids, ledger order) train in: its checkpoint's
+    key. A unit trained alone is a group of one."""
     from .experiment import Group
 
-    row = methods.set_index("id", drop=False).loc[method_id]
-    return Group(seed, True, {method_id: row.source}, {method_id: row.method})
+    rows = methods.set_index("id", drop=False).loc[list(ids)]
+    return Group(seed, True, dict(zip(rows.id, rows.source)), dict(zip(rows.id, rows.method)))
+
+
+def recorded_group(proto: Protocol, method_id: str, seed: int = 0) -> tuple:
+    """The method ids a unit trained with in lock-step, as its record names them (`units.unit_record`);
+    (method_id,) for a unit trained alone, a record from before groups, or no record yet."""
+    from .records import read_records
+
+    for record in read_records(proto.name):
+        if (record["unit"]["method"], record["unit"]["seed"]) == (method_id, seed):
+            return tuple(record["stages"].get("group") or (method_id,))
+    return (method_id,)
 
 
 def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | None = None):
-    """A finished ledger unit's draft, read from its checkpoint alone (never trained here: a missing
-    or unfinished checkpoint raises RuntimeError naming the command that trains it); for decoding,
-    benchmarks and export. Returns (model, tokenizer, draft)."""
+    """A finished ledger unit's draft, read from its group's checkpoint alone (`recorded_group`; never
+    trained here: a missing or unfinished checkpoint raises RuntimeError naming the command that
+    trains it); for decoding, benchmarks and export. Returns (model, tokenizer, draft)."""
     from ..draft.checkpoints import finished_drafts
     from .experiment import group_checkpoint
     from .protocol import numeric_settings
@@ -60,7 +72,8 @@ def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | N
     if method_id not in set(methods.id):
         raise ValueError(f"{method_id!r} is not a method of {proto.name}; its methods: {', '.join(methods.id)}")
     exp = proto.experiment()
-    path, full_key = group_checkpoint(exp, data_key(exp, model, tokenizer), unit_group(method_id, seed, methods))
+    group = lockstep_group(recorded_group(proto, method_id, seed), seed, methods)
+    path, full_key = group_checkpoint(exp, data_key(exp, model, tokenizer), group)
     try:
         draft = finished_drafts(path, full_key, model)[method_id]
     except RuntimeError as error:
@@ -113,9 +126,12 @@ class Prepared:
             lm_head,
         )
 
-    def calibrate(self, seed: int = 0) -> float:
-        """Seconds one unit's training takes on this machine: a throwaway draft of the protocol's
-        widest set trained on CALIBRATION_BATCHES of its batches (not saved), scaled to the plan."""
+    def calibrate(self, seed: int = 0) -> tuple[float, float]:
+        """Seconds of one group's training on this machine, in two parts scaled to the plan: what a
+        group pays once per batch (the batch with the target's features and greedy token, the soft
+        targets) and what each draft adds (its training step). Timed on CALIBRATION_BATCHES batches
+        spread evenly over the plan (their lengths vary), after one untimed warm-up, with a throwaway
+        draft of the protocol's widest set (not saved)."""
         from .experiment import make_draft
 
         widest = self.methods.loc[self.methods.m.idxmax()]
@@ -124,16 +140,23 @@ class Prepared:
         store, settings = self.data.store, self.exp.train
         plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs, seed)
         rows = self.model.get_output_embeddings().weight[self.data.t2d].detach().float()
-        seconds = []
-        for indices in plan[:CALIBRATION_BATCHES]:
+        every = max(1, len(plan) // CALIBRATION_BATCHES)
+        timed = [plan[0]] + plan[every // 2 :: every][:CALIBRATION_BATCHES]  # the first warms up
+        shared, step = [], []
+        for indices in timed:
             t = time.monotonic()
             batch = collate(store, indices, [widest.source])
-            train_step(drafts, optimisers, batch, soft_targets(batch["final_norm"], rows), settings, 1e-4)
-            seconds.append(time.monotonic() - t)
-        per_batch = sum(seconds[1:]) / max(1, len(seconds) - 1)
-        return per_batch * len(plan)
+            targets = soft_targets(batch["final_norm"], rows)
+            t_step = time.monotonic()
+            train_step(drafts, optimisers, batch, targets, settings, 1e-4)
+            shared.append(t_step - t)
+            step.append(time.monotonic() - t_step)
+        n = max(1, len(timed) - 1)
+        return sum(shared[1:]) / n * len(plan), sum(step[1:]) / n * len(plan)
 
-    def record(self, method_id: str, seed: int, accuracy: dict, rows: pd.DataFrame, stages: dict) -> dict:
+    def record(
+        self, method_id: str, seed: int, accuracy: dict, rows: pd.DataFrame, stages: dict, group: tuple = ()
+    ) -> dict:
         from .validation import probe_scores
 
         method = self.methods.loc[method_id]
@@ -147,4 +170,5 @@ class Prepared:
             rows=rows,
             probe={"probe error": float(scores["probe error"]), "probe agreement": float(scores["probe agreement"])},
             stages=stages,
+            group=group,
         )

@@ -129,6 +129,11 @@ def check_record(record: dict, where) -> dict:
     for name in ("set entropy", "prompts"):
         if not isinstance(record[name], (int, float)) or isinstance(record[name], bool):
             raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
+    group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
+    if group is not None and not (
+        isinstance(group, list) and unit["method"] in group and all(is_method(m) for m in group)
+    ):
+        raise RecordError(f"{where}: field 'stages' names a lock-step group {group!r} without this unit's method")
     for point in [record, *record["curve"]]:
         if sorted(point["step accuracy"]) != list(STEPS):
             raise RecordError(f"{where}: field 'step accuracy' must hold {list(STEPS)}, got {point['step accuracy']}")

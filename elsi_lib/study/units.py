@@ -71,11 +71,14 @@ def unit_record(
     probe: dict,
     curve: list[dict] = (),
     stages: dict | None = None,
+    group: tuple = (),
     machine: dict | None = None,
 ) -> dict:
     """The record of one finished unit: `method` a row of `methods.draft_methods` (id, method, layers,
     entropy), `accuracy` {"step k": ...}, `rows` its per-question tau (QUESTION_FIELDS), `probe`
-    {"probe error", "probe agreement"} of its set, `curve` earlier points ({prompts, accuracy, rows})."""
+    {"probe error", "probe agreement"} of its set, `curve` earlier points ({prompts, accuracy, rows}),
+    `stages` seconds per stage (a group's training is the whole group's), `group` the method ids it
+    trained with in lock-step when more than itself."""
     from .validation import layers_text
 
     return {
@@ -90,7 +93,7 @@ def unit_record(
         "numeric": proto.numeric,
         **_point(prompts, accuracy, rows),
         "curve": [_point(p["prompts"], p["accuracy"], p["rows"]) for p in curve],
-        "stages": {"seconds": stages or {}},
+        "stages": {"seconds": stages or {}, **({"group": list(group)} if len(group) > 1 else {})},
         "ran on": machine if machine is not None else ran_on(),
     }
 
