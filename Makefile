@@ -176,8 +176,9 @@ $(STUDY_RUNS): venv
 	$(BIN)/python -m elsi_lib.study.runs $@
 
 # A protocol's ledger of trained drafts (elsi_lib/study/protocols.py): `make ledger-table3_f32` trains
-# its owed units (missing, and not in its bf16 twin once the two agree) in order, one record each under data/drafts/, within BUDGET minutes (a calibration
-# on this machine estimates each unit first); COMMIT=1 commits each record as it lands. `make
+# its owed units (missing, and not in its bf16 twin once the two agree) in order, consecutive units of one seed
+# in lock-step where they fit, one record each under data/drafts/, within BUDGET minutes (a calibration on
+# this machine estimates each group first); COMMIT=1 commits each record as it lands. `make
 # ledger-status` lists every protocol's units: present, in its agreeing twin, owed.
 BUDGET ?= 150
 ledger-status: venv

@@ -39,11 +39,15 @@ def test_the_largest_group_that_fits_with_margin_is_planned():
     assert next_group([], COST, 1000 * MIN, nothing_trained) is None
 
 
-def test_a_group_holds_one_seed_in_ledger_order():
+def test_a_group_holds_consecutive_units_of_one_seed_never_jumping_the_ledgers_order():
+    """A reseed the ledger puts before later seed-0 rows (its reseed range decides the twins) is not
+    overtaken by them."""
     owed = [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
-    assert next_group(owed, COST, 1000 * MIN, nothing_trained).ids == ("a", "b")
+    assert next_group(owed, COST, 1000 * MIN, nothing_trained).ids == ("a",)
     later = next_group(owed[1:], COST, 1000 * MIN, nothing_trained)
-    assert (later.seed, later.ids) == (1, ("a", "b"))
+    assert (later.seed, later.ids) == (1, ("a",))
+    assert next_group([("a", 0), ("b", 0), ("a", 1)], COST, 1000 * MIN, nothing_trained).ids == ("a", "b")
+    assert next_group([("a", 0), ("b", 0)], COST, 1000 * MIN, nothing_trained, max_group=1).ids == ("a",)
 
 
 def test_a_started_group_is_resumed_even_where_a_larger_one_would_fit():
@@ -74,10 +78,10 @@ def test_a_group_whose_records_are_partly_written_evaluates_the_rest():
 
 
 def test_a_measured_group_rescales_the_cost():
-    measured = COST.measured(2, trained_s=0.5 * 80 * MIN * 1.2, share=0.5, rest_s=6 * MIN)
+    measured = COST.measured(2, trained_s=80 * MIN * 1.2, rest_s=6 * MIN)
     assert measured.shared_s == pytest.approx(48 * MIN) and measured.draft_s == pytest.approx(24 * MIN)
     assert measured.rest_s == 6 * MIN
-    assert COST.measured(2, trained_s=3.0, share=1.0, rest_s=None) == COST  # nothing trained: nothing learnt
+    assert COST.measured(2, trained_s=0.0, rest_s=None) == COST  # nothing measured: nothing learnt
 
 
 # ------------------------------------------------------------------------------------------ a run
@@ -103,7 +107,7 @@ METHODS = pd.DataFrame(
 ).set_index("id", drop=False)
 
 
-def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0):
+def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, noise=0.0, done=None):
     """ledger.run on table2_strong with everything heavy faked: training advances the clock by the
     calibration's own estimate, each draft's evaluation by 20 min (the protocol's fallback rest,
     a third of a unit's training, when no record has measured it). Returns the groups trained."""
@@ -115,7 +119,8 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0):
     trained_groups = []
 
     class Ready:
-        methods, exp, key, data, heldout, evaluation = METHODS, None, {}, None, None, None
+        methods, key, data, heldout, evaluation = METHODS, {}, None, None, None
+        exp = types.SimpleNamespace(train=types.SimpleNamespace(feature_noise=noise))
         model = torch.nn.Linear(1, 1)
 
         def calibrate(self):
@@ -138,7 +143,8 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0):
 
     def train_group(exp, model, key, data, group, progress=True):
         trained_groups.append(tuple(group.sources))
-        clock.now += (shared_min + draft_min * len(group.sources)) * MIN
+        if tuple(group.sources) not in (done or ()):  # a finished checkpoint trains nothing
+            clock.now += (shared_min + draft_min * len(group.sources)) * MIN
         return {m: m for m in group.sources}, {"done": 9, "total": 9, "path": Path("seed0-abc.ckpt")}
 
     def heldout_accuracy(exp, draft, store):
@@ -187,30 +193,63 @@ def test_a_run_trains_a_group_and_each_record_names_it(tmp_path, monkeypatch, ca
 
 
 def test_a_run_resumes_its_started_group_not_a_larger_one(tmp_path, monkeypatch, capsys):
-    started = {("probe-m3", "eagle2"): (0.5, 3000.0)}
+    """EAGLE2 alone was cut at 50% on this machine: it resumes alone, although EAGLE2 and ELSI m = 1
+    in lock-step would fit; the record's training counts both sittings'."""
+    started = {("eagle2",): (0.5, 3000.0)}
 
     def trained_before(exp, key, group, device):
         return started.get(tuple(group.sources), (0.0, 0.0))
 
     monkeypatch.setattr(ledger, "trained_before", trained_before)
     proto, trained = fake_run(monkeypatch, tmp_path, Clock())
-    for method in ("eagle3", "elsi-m3"):  # present: the ledger's next seed-0 units are probe-m3, eagle2, ...
-        R.write_record(_record(proto, method), tmp_path)
+    for method, seed in (("eagle3", 0), ("elsi-m3", 0), ("probe-m3", 0), ("eagle3", 1), ("elsi-m3", 1)):
+        R.write_record(_record(proto, method, seed), tmp_path)
     ledger.run(proto, 1000, progress=False)
-    assert trained[0] == ("probe-m3", "eagle2") and "resuming at 50%" in capsys.readouterr().out
-    record = R.read_records("table2_strong", tmp_path)
-    by_unit = {(r["unit"]["method"], r["unit"]["seed"]): r for r in record}
-    assert by_unit[("eagle2", 0)]["stages"]["seconds"]["training"] == 3000.0 + (40 + 2 * 20) * MIN  # both sittings'
+    assert trained == [("eagle2",), ("elsi-m1-rule",)] and "eagle2 seed 0, resuming at 50%" in capsys.readouterr().out
+    by_unit = {(r["unit"]["method"], r["unit"]["seed"]): r for r in R.read_records("table2_strong", tmp_path)}
+    assert by_unit[("eagle2", 0)]["stages"]["seconds"]["training"] == 3000.0 + (40 + 20) * MIN  # both sittings'
 
 
-def _record(proto, method):
+def test_a_run_evaluates_the_rest_of_a_group_its_records_name_training_nothing(tmp_path, monkeypatch, capsys):
+    """The sitting ended after the group's training and its first record: on this machine the next
+    run reads the finished checkpoint and evaluates the other draft (20 min), the group's training
+    seconds kept from the checkpoint."""
+    group = ("eagle3", "elsi-m3")
+
+    def trained_before(exp, key, g, device):
+        return (1.0, 4800.0) if tuple(g.sources) == group else (0.0, 0.0)
+
+    monkeypatch.setattr(ledger, "trained_before", trained_before)
+    clock = Clock()
+    proto, trained = fake_run(monkeypatch, tmp_path, clock, done={group})
+    R.write_record({**_record(proto, "eagle3"), "stages": {"seconds": {}, "group": list(group)}}, tmp_path)
+    ledger.run(proto, 25, progress=False)
+    out = capsys.readouterr().out
+    assert trained == [group] and "2 drafts in lock-step (eagle3, elsi-m3) seed 0, resuming at 100%" in out
+    assert ", evaluating elsi-m3: about 20 min" in out and clock.now == 20 * MIN
+    mine = R.read_records("table2_strong", tmp_path)
+    assert [r["unit"]["method"] for r in mine] == ["eagle3", "elsi-m3"]
+    assert mine[1]["stages"] == {
+        "seconds": {"training": 4800.0, "held-out step accuracy": 0.0, "replay": 1200.0},
+        "group": list(group),
+    }
+
+
+def test_under_feature_noise_every_unit_trains_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
+    proto, trained = fake_run(monkeypatch, tmp_path, Clock(), noise=0.1)
+    ledger.run(proto, 130, progress=False)
+    assert trained == [("eagle3",)]
+
+
+def _record(proto, method, seed=0):
     from elsi_lib.study.units import unit_record
 
     m = METHODS.loc[method]
     return unit_record(
         proto,
         {"id": method, "method": m.method, "layers": m.layers, "entropy": m.entropy},
-        0,
+        seed,
         prompts=4744,
         accuracy={"step 1": 0.5, "step 2": 0.4, "step 3": 0.3},
         rows=pd.DataFrame([[0.0, 30, 0, "MT", 1.5]], columns=list(R.QUESTION_FIELDS)),

@@ -78,7 +78,8 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r.update(numeric={"draft matmuls": "bf16", "target features": "x"}), "field 'numeric'"),
         (lambda r: r["questions"][0].__setitem__(4, 0.5), "tau 0.5 below 1"),
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
-        (lambda r: r["stages"].update(group=["eagle3"]), "lock-step group"),
+        (lambda r: r["stages"].update(group=["eagle3", "eagle2"]), "lock-step group"),
+        (lambda r: r["stages"].update(group=["elsi-m3", "elsi-m3"]), "two or more distinct"),
     ],
 )
 def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):
@@ -196,6 +197,8 @@ def test_the_ledger_command_refuses_a_bad_budget(capsys):
 def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatch, capsys):
     """A unit whose checkpoint this machine holds at 75% needs a quarter of its training and the rest:
     40 minutes fit it (15 + 20), while from the start (60 + 20) they do not."""
+    import types
+
     import torch
 
     from elsi_lib.study import experiment, prepared
@@ -204,7 +207,8 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
 
     class Ready:
         methods = pd.DataFrame({"id": ["eagle3"], "method": ["EAGLE3"], "m": [3]}).set_index("id", drop=False)
-        exp = key = data = None
+        exp = types.SimpleNamespace(train=types.SimpleNamespace(feature_noise=0.0))
+        key = data = None
         model = torch.nn.Linear(1, 1)
 
         def calibrate(self):

@@ -10,8 +10,8 @@ A run refuses a bf16 protocol on a CPU without bf16 matmul instructions (such a 
 of the float32 twins only). It loads the target, the protocol's layer sets and probe, the evaluation
 continuations (archived in git, `run_data.continuations_dir`) and the training data, times a few
 training batches of a throwaway draft (the calibration: what a group pays once and what each draft
-adds), prints the plan, and trains the largest group of one seed's owed units whose estimate fits
-the minutes left, then the next. A draft trained in a group is the one it would be alone; its record
+adds), prints the plan, and trains the largest group of consecutive owed units of one seed whose
+estimate fits the minutes left, then the next. A draft trained in a group is the one it would be alone; its record
 names the group (`prepared.unit_draft` finds it in the group's checkpoint). Units its numeric twin
 has are not trained again once the twins agree within the reseed range (`twins.agreeing_twin`; the
 joined table holds them). A unit killed mid-way leaves no record; its group's training checkpoint
@@ -160,7 +160,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     fits the budget; each unit's record is written (and committed) as it is evaluated. Returns the
     records written."""
     from .experiment import heldout_accuracy, replay_draft, train_group
-    from .ledger_groups import UnitCost, describe, next_group
+    from .ledger_groups import MAX_GROUP, UnitCost, describe, next_group
     from .prepared import Prepared, lockstep_group
 
     started = time.monotonic()
@@ -191,6 +191,9 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
         flush=True,
     )
     device = next(ready.model.parameters()).device.type
+    # feature noise is drawn per batch for the sources a batch holds: in a group, a draft's noise
+    # would depend on the other drafts' sets, so under noise every unit trains alone
+    max_group = 1 if getattr(ready.exp.train, "feature_noise", 0.0) else MAX_GROUP
 
     def trained(ids, seed):
         return trained_before(ready.exp, ready.key, lockstep_group(ids, seed, ready.methods), device)
@@ -198,7 +201,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
     written = []
     while owed:
         left = budget_minutes * 60 - (time.monotonic() - started)
-        plan = next_group(owed, cost, left, trained, recorded_groups(proto))
+        plan = next_group(owed, cost, left, trained, recorded_groups(proto), max_group)
         if not plan.fits:
             print(
                 f"stopping before {describe(plan)}, {left / 60:.0f} min left (a rerun here needs the estimate "
@@ -242,7 +245,7 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
                 _commit(path)
             written.append(record)
             owed.remove((method_id, plan.seed))
-        cost = cost.measured(len(plan.ids), trained_s, plan.share, sum(rests) / len(rests))
+        cost = cost.measured(len(plan.ids), plan.seconds_before + trained_s, sum(rests) / len(rests))
     return written
 
 

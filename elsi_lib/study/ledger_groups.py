@@ -1,5 +1,5 @@
-"""Which owed units a ledger run trains together: a lock-step group of one seed's units, as many as
-fit the minutes left, since one target forward, greedy token and soft targets feed every draft of
+"""Which owed units a ledger run trains together: a lock-step group of consecutive owed units of one
+seed, as many as fit the minutes left, since one target forward, greedy token and soft targets feed every draft of
 a group and each draft only adds its own training step (`train.train_drafts`; a draft trained in a
 group is bit-identical to the same draft trained alone, tests/test_draft_agreement.py, so its record
 is the same either way).
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The first unit of the 2026-12-05 sitting on table2_strong was calibrated at 52.3 min and took
-# 61.1 (1.17x): a group's estimate, made before any of this sitting's units has measured the rate,
-# must fit the minutes left with this much to spare.
+# The first unit of the 2026-12-05 morning sitting on table2_strong was calibrated at 52.3 min and
+# took 61.1 (1.17x): a group's estimate (from the calibration, or rescaled by the sitting's last group)
+# must fit the minutes left with this much to spare, since a cut group loses every draft in it.
 GROUP_MARGIN = 1.25
 MAX_GROUP = 4  # drafts in one group: each holds its weights and AdamW state (Qwen's: about 0.5 GB)
 
@@ -40,10 +40,10 @@ class UnitCost:
         """A group of `drafts` whose training is `share` done, then `evaluated` of them evaluated."""
         return (1.0 - share) * self.training(drafts) + evaluated * self.rest_s
 
-    def measured(self, drafts: int, trained_s: float, share: float, rest_s: float | None) -> "UnitCost":
-        """This cost rescaled by a group's measured training (`trained_s` this sitting, for the
-        `1 - share` of it that ran here) and measured rest per draft: the next plan's."""
-        planned = (1.0 - share) * self.training(drafts)
+    def measured(self, drafts: int, trained_s: float, rest_s: float | None) -> "UnitCost":
+        """This cost rescaled by a group's measured training (`trained_s`: all of it, this sitting's
+        and the checkpoint's on this machine) and measured rest per draft: the next plan's."""
+        planned = self.training(drafts)
         scale = trained_s / planned if planned > 0 and trained_s > 0 else 1.0
         return UnitCost(self.shared_s * scale, self.draft_s * scale, self.rest_s if rest_s is None else rest_s)
 
@@ -63,27 +63,34 @@ class GroupPlan:
     fits: bool
 
 
-def next_group(owed: list, cost: UnitCost, left_s: float, trained, recorded_groups=()) -> GroupPlan | None:
+def next_group(
+    owed: list, cost: UnitCost, left_s: float, trained, recorded_groups=(), max_group: int = MAX_GROUP
+) -> GroupPlan | None:
     """The next group to train among `owed` ([(method id, seed)] in ledger order, every id one of
-    the protocol's methods): of the first owed unit's seed. `trained(ids, seed)` -> (share done,
-    seconds) of that group's checkpoint here; `recorded_groups`: [(ids, seed)] the protocol's
-    records name. A started group (share > 0) is resumed whether or not it fits (a plan that does
-    not fit says so); otherwise the largest group of the seed's owed units, in ledger order, whose
-    estimate fits (GROUP_MARGIN for two or more); a single unit that does not fit is returned with
-    fits False. None when nothing is owed."""
+    the protocol's methods): from the leading owed units of the first one's seed (never a unit past
+    one of another seed: the ledger's order holds). `trained(ids, seed)` -> (share done, seconds) of
+    that group's checkpoint here; `recorded_groups`: [(ids, seed)] the protocol's records name. A
+    started group (share > 0) is resumed whether or not it fits (a plan that does not fit says so);
+    otherwise the largest group of at most `max_group` whose estimate fits (GROUP_MARGIN for two or
+    more); a single unit that does not fit is returned with fits False. None when nothing is owed."""
     if not owed:
         return None
     seed = owed[0][1]
-    mine = [m for m, s in owed if s == seed]
-    candidates = [tuple(ids) for ids, s in recorded_groups if s == seed and set(ids) & set(mine)]
-    candidates += [tuple(mine[:k]) for k in range(min(len(mine), MAX_GROUP), 0, -1)]
+    mine = []
+    for m, s in owed:
+        if s != seed:
+            break
+        mine.append(m)
+    owed_of_seed = {m for m, s in owed if s == seed}
+    candidates = [tuple(ids) for ids, s in recorded_groups if s == seed and set(ids) & owed_of_seed]
+    candidates += [tuple(mine[:k]) for k in range(min(len(mine), max_group), 0, -1)]
     for ids in dict.fromkeys(candidates):
         share, before = trained(ids, seed)
         if share > 0:
-            todo = tuple(m for m in ids if m in mine)
+            todo = tuple(m for m in ids if m in owed_of_seed)
             need = cost.seconds(len(ids), len(todo), share)
             return GroupPlan(seed, ids, todo, share, before, need, need <= left_s)
-    for k in range(min(len(mine), MAX_GROUP), 0, -1):
+    for k in range(min(len(mine), max_group), 0, -1):
         need = cost.seconds(k, k)
         if need * (GROUP_MARGIN if k > 1 else 1.0) <= left_s or k == 1:
             ids = tuple(mine[:k])

@@ -140,8 +140,10 @@ class Prepared:
         store, settings = self.data.store, self.exp.train
         plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs, seed)
         rows = self.model.get_output_embeddings().weight[self.data.t2d].detach().float()
-        every = max(1, len(plan) // CALIBRATION_BATCHES)
-        timed = [plan[0]] + plan[every // 2 :: every][:CALIBRATION_BATCHES]  # the first warms up
+        if not plan:
+            raise ValueError(f"{self.proto.name}: no training batch to calibrate on (an empty store)")
+        n = min(CALIBRATION_BATCHES, len(plan))
+        timed = [plan[0]] + [plan[int((i + 0.5) * len(plan) / n)] for i in range(n)]  # the first warms up
         shared, step = [], []
         for indices in timed:
             t = time.monotonic()
@@ -151,7 +153,6 @@ class Prepared:
             train_step(drafts, optimisers, batch, targets, settings, 1e-4)
             shared.append(t_step - t)
             step.append(time.monotonic() - t_step)
-        n = max(1, len(timed) - 1)
         return sum(shared[1:]) / n * len(plan), sum(step[1:]) / n * len(plan)
 
     def record(

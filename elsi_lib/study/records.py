@@ -131,9 +131,15 @@ def check_record(record: dict, where) -> dict:
             raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
     group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
     if group is not None and not (
-        isinstance(group, list) and unit["method"] in group and all(is_method(m) for m in group)
+        isinstance(group, list)
+        and len(set(map(str, group))) == len(group) > 1
+        and unit["method"] in group
+        and all(is_method(m) for m in group)
     ):
-        raise RecordError(f"{where}: field 'stages' names a lock-step group {group!r} without this unit's method")
+        raise RecordError(
+            f"{where}: field 'stages' names a lock-step group {group!r}: it must list two or more distinct "
+            "method ids, this unit's among them"
+        )
     for point in [record, *record["curve"]]:
         if sorted(point["step accuracy"]) != list(STEPS):
             raise RecordError(f"{where}: field 'step accuracy' must hold {list(STEPS)}, got {point['step accuracy']}")
