@@ -13,6 +13,8 @@ one line, not a traceback.
 
 from __future__ import annotations
 
+import argparse
+
 import contextlib
 import json
 import os
@@ -260,6 +262,11 @@ def cmd_select(args) -> str:
             "convention": "elsi: layer l = output of decoder layer l",
         },
     }
+    if args.method == "probe":  # the paper's method beside the default, under the same restriction
+        paper_layers, paper_entropy = _selection(
+            Z, argparse.Namespace(**{**vars(args), "method": "elsi"}), job, restricted
+        )
+        result["elsi"] = {"layers": list(paper_layers), "entropy": paper_entropy}
     if restricted is not None:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
     differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
@@ -296,6 +303,9 @@ def cmd_select(args) -> str:
         f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
         f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}",
     ]
+    if "elsi" in result:
+        paper = f"elsi m={len(layers)} (the paper's)"
+        lines.append(f"{paper:<28} {str(tuple(result['elsi']['layers'])):<34} {result['elsi']['entropy']:.4f}")
     if eagle3:
         lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
     lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}", ""]

@@ -47,10 +47,15 @@ def base(folder, data):
     return ["--model", folder, "--data", data, "--prompts", 24, "--block", 4, "--reply-model", "self"]
 
 
+def select_base(folder, data):
+    """`base` with ELSI asked for by name: these tests read ELSI's answer (the default is the probe's)."""
+    return [*base(folder, data), "--method", "elsi"]
+
+
 def test_select_text_json_and_cache(capsys, folder, data):
-    code, text, _ = run(capsys, "select", *base(folder, data))
+    code, text, _ = run(capsys, "select", *select_base(folder, data))
     assert code == 0 and "EAGLE3" in text and "exhaustive optimum" in text
-    code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json")
     result = json.loads(out)
     assert (
         code == 0 and len(result["layers"]) == 3 and result["entropy"] <= result["exhaustive_optimum"]["entropy"] + 1e-9
@@ -59,14 +64,14 @@ def test_select_text_json_and_cache(capsys, folder, data):
     assert prov["rho"] == 0.3 and prov["block"] == 4 and prov["prompts"] == 24 and len(prov["weights_sha256"]) == 64
     assert len(prov["conversations_sha256"]) == 64 and prov["elsi_version"]
     assert result["vllm_layer_ids"] == [l + 1 for l in result["layers"]]
-    again = run(capsys, "select", *base(folder, data), "--format", "json")
+    again = run(capsys, "select", *select_base(folder, data), "--format", "json")
     assert again[0] == 0 and json.loads(again[1]) == result  # the same inputs: the same answer (cached capture)
 
 
 @pytest.mark.parametrize("method", ["elsi-c", "exhaustive", "eagle3", "eagle2"])
 def test_methods(capsys, folder, data, method):
     m = [] if method in ("eagle3", "eagle2") else ["--m", 2]  # a fixed method's set is fixed by the layer count
-    code, out, _ = run(capsys, "select", *base(folder, data), "--method", method, *m, "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--method", method, *m, "--format", "json")
     layers = json.loads(out)["layers"]
     expected = {"eagle3": [1, 3, 4], "eagle2": [N_LAYERS - 1]}  # EAGLE's inputs of (2, 4, 5) = outputs of (1, 3, 4)
     assert (
@@ -83,8 +88,8 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     set holding the last layer was refused by SGLang / SpecForge and the user got no set at all), and
     the answer says what the restriction cost."""
     out_file = tmp_path / "fragment.json"
-    free = json.loads(run(capsys, "select", *base(folder, data), "--format", "json")[1])
-    code, out, err = run(capsys, "select", *base(folder, data), "--format", fmt, "--out", out_file)
+    free = json.loads(run(capsys, "select", *select_base(folder, data), "--format", "json")[1])
+    code, out, err = run(capsys, "select", *select_base(folder, data), "--format", fmt, "--out", out_file)
     assert code == 0 and json.loads(out_file.read_text()) == json.loads(out), err
     fragment = json.loads(out)
     layers = fragment["elsi_provenance"]["layers_elsi"]
@@ -112,10 +117,10 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
 def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
     """--engine restricts a text answer too and says what it cost; every answer ends with the project's
     evidence for the criterion (none for this random model: said plainly, with the bundled families')."""
-    code, text, _ = run(capsys, "select", *base(folder, data), "--engine", "speculators")
+    code, text, _ = run(capsys, "select", *select_base(folder, data), "--engine", "speculators")
     assert code == 0 and "restricted to the sets speculators can feed a draft: no last layer (7)" in text
     assert "unrestricted" in text and "evidence: none for" in text and "no ELSI m=3 draft was trained on it" in text
-    code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json", "--engine", "sglang")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json", "--engine", "sglang")
     result = json.loads(out)
     assert code == 0 and N_LAYERS - 1 not in result["layers"] and result["restriction"]["engine"] == "sglang"
     assert any("qwen2.5-coder-0.5b" in line for line in result["evidence"])
@@ -130,23 +135,23 @@ def test_engine_refusals_come_before_the_capture(capsys, folder, data, no_captur
         (["--engine-version", "0.32.0"], "--engine-version needs --engine"),
     ]
     for extra, message in cases:
-        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
 
 
 def test_text_format_names_every_engine(capsys, folder, data):
-    code, text, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3")
+    code, text, _ = run(capsys, "select", *select_base(folder, data), "--method", "eagle3")
     assert code == 0 and "speculators' recipe: scripts/launch_vllm.py MODEL --target-layer-ids 2 4 5 8" in text
     assert "scripts/train.py ... --target-layer-ids 2 4 5" in text
     assert "SGLang eagle_aux_hidden_state_layer_ids (LlamaForCausalLM): [1, 3, 4]" in text
 
 
 def test_refusals_and_exit_codes(capsys, folder, data):
-    code, _, err = run(capsys, "select", *base(folder, data), "--m", 2, "--format", "specforge")
+    code, _, err = run(capsys, "select", *select_base(folder, data), "--m", 2, "--format", "specforge")
     assert code == 2 and "exactly three" in err and "Traceback" not in err
-    code, _, err = run(capsys, "select", *base(folder, data), "--rho", 1.5)
+    code, _, err = run(capsys, "select", *select_base(folder, data), "--rho", 1.5)
     assert code == 2 and "--rho" in err
-    code, _, err = run(capsys, "select", *base(folder, data), "--m", N_LAYERS + 1)
+    code, _, err = run(capsys, "select", *select_base(folder, data), "--m", N_LAYERS + 1)
     assert code == 2 and "exceeds" in err
     code, _, err = run(capsys, "select", "--model", folder, "--data", "no-such-file.json")
     assert code == 2 and "no-such-file.json" in err
@@ -191,9 +196,9 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         (["--out", a_file / "set.json"], "is not a folder"),
     ]
     for extra, message in cases:
-        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
-    assert "holds only 24 conversations" in run(capsys, "select", *base(folder, data), "--prompts", 25)[2]
+    assert "holds only 24 conversations" in run(capsys, "select", *select_base(folder, data), "--prompts", 25)[2]
 
 
 def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(capsys, folder, data, no_capture):
@@ -207,7 +212,7 @@ def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(caps
         (["--stability", 10**12], f"--stability {10**12}: at most 10000 resamples"),
     ]
     for extra, message in cases:
-        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
     with pytest.raises(SystemExit):
         cli.main(["select", "--help"])
@@ -230,7 +235,7 @@ def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(ca
 
     monkeypatch.setattr(cli, "_stats", one_prompt_with_a_block)
     monkeypatch.setattr(stability, "bootstrap_choices", lambda *a, **k: pytest.fail("resampled one prompt"))
-    code, out, err = run(capsys, "select", *base(folder, data), "--stability", 20)
+    code, out, err = run(capsys, "select", *select_base(folder, data), "--stability", 20)
     assert code == 2 and "1 of the 24 prompts" in err and "--block" in err and not out
 
 
@@ -245,7 +250,7 @@ def test_explicit_options_a_method_ignores_are_refused(capsys, folder, data, no_
         (["--method", "probe", "--k-expand", 2], "--k-expand 2 does not apply to --method probe"),
     ]
     for extra, message in cases:
-        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
     args = cli_args.build_parser().parse_args(["select", "--model", "x"])
     assert (args.m, args.k_beam, args.k_expand) == (None, None, None)  # the default is told from an explicit value
@@ -254,8 +259,8 @@ def test_explicit_options_a_method_ignores_are_refused(capsys, folder, data, no_
 
 
 def test_a_fixed_methods_own_size_may_be_given(capsys, folder, data):
-    plain = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--format", "json")
-    code, out, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--m", 3, "--format", "json")
+    plain = run(capsys, "select", *select_base(folder, data), "--method", "eagle3", "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--method", "eagle3", "--m", 3, "--format", "json")
     assert code == plain[0] == 0 and json.loads(out) == json.loads(plain[1])
 
 
@@ -264,9 +269,11 @@ def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_
     link = tmp_path / "link.jsonl"
     link.symlink_to(data)
     for again in (data, data.parent / "." / data.name, link):
-        code, out, err = run(capsys, "select", *base(folder, data)[:4], again, *base(folder, data)[4:])
+        code, out, err = run(capsys, "select", *select_base(folder, data)[:4], again, *base(folder, data)[4:])
         assert code == 2 and f"--data {data}" in err and "same file" in err and not out, (again, err)
-    code, out, err = run(capsys, "select", "--model", folder, "--data", "gsm8k-train", "gsm8k-train", "--prompts", 2)
+    code, out, err = run(
+        capsys, "select", "--model", folder, "--data", "gsm8k-train", "gsm8k-train", "--prompts", 2, "--method", "elsi"
+    )
     assert code == 2 and "--data gsm8k-train is given twice" in err
 
 
@@ -301,7 +308,7 @@ def test_a_model_folder_without_weights_is_named_before_the_capture(capsys, fold
     config_only = tmp_path / "config-only"
     config_only.mkdir()
     (config_only / "config.json").write_text((folder / "config.json").read_text())
-    code, out, err = run(capsys, "select", "--model", config_only, *base(folder, data)[2:])
+    code, out, err = run(capsys, "select", "--model", config_only, *select_base(folder, data)[2:])
     assert code in (1, 2) and f"no weights file in {config_only}" in err and not out and "Traceback" not in err
 
 
@@ -324,7 +331,18 @@ def test_data_without_a_usable_conversation(capsys, folder, tmp_path, no_capture
     )
     for path, message in ((replies_only, "no usable conversation"), (ends_with_system, "ends with a system turn")):
         code, out, err = run(
-            capsys, "select", "--model", folder, "--data", path, "--prompts", 1, "--reply-model", "self"
+            capsys,
+            "select",
+            "--model",
+            folder,
+            "--data",
+            path,
+            "--prompts",
+            1,
+            "--reply-model",
+            "self",
+            "--method",
+            "elsi",
         )
         assert code == 2 and str(path) in err and message in err and not out and "Traceback" not in err
 
@@ -334,13 +352,13 @@ def test_notices_go_to_stderr(capsys, folder, data):
     import os
     from pathlib import Path
 
-    code, out, _ = run(capsys, "select", *base(folder, data), "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json")
     first = json.loads(out)
     stats = list((Path(os.environ["ELSI_CACHE_DIR"]) / "stats").glob("*.safetensors"))
     assert code == 0 and stats
     for path in stats:
         path.write_bytes(b"not a safetensors file")
-    code, out, err = run(capsys, "select", *base(folder, data), "--format", "json")
+    code, out, err = run(capsys, "select", *select_base(folder, data), "--format", "json")
     assert code == 0 and json.loads(out) == first and "recomputing" in err and "recomputing" not in out
 
 
@@ -356,21 +374,23 @@ def test_probe_selects_by_the_cached_probe(capsys, folder, data, monkeypatch):
     probe's cache; --stability is refused for it (selection itself: tests/test_probe.py)."""
     from elsi_lib.hidden import probe_capture
 
-    code, out, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 2, "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 2, "--format", "json")
     result = json.loads(out)
     assert code == 0 and result["method"] == "probe" and len(result["layers"]) == 2
     assert 0 < result["probe"]["heldout_relative_error"] and result["probe"]["search"] == "exhaustive"
     with monkeypatch.context() as patch:
         patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
         patch.setattr(probe_capture, "probe_choice", lambda *a, **k: pytest.fail("the choice was recomputed"))
-        code, text, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 2)
+        code, text, _ = run(capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 2)
         assert code == 0 and "probe: held-out relative error" in text
         assert f"{result['probe']['heldout_relative_error']:.4f}" in text  # the cached choice
     with monkeypatch.context() as patch:
         patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
-        code, out, _ = run(capsys, "select", *base(folder, data), "--method", "probe", "--m", 3, "--format", "json")
+        code, out, _ = run(
+            capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 3, "--format", "json"
+        )
         assert code == 0 and len(json.loads(out)["layers"]) == 3  # another m: the same cached statistics
-    code, _, err = run(capsys, "select", *base(folder, data), "--method", "probe", "--stability", 3)
+    code, _, err = run(capsys, "select", *select_base(folder, data), "--method", "probe", "--stability", 3)
     assert code == 2 and "--method probe" in err
 
 
@@ -381,7 +401,7 @@ def test_capture_report_and_stability(capsys, folder, data, tmp_path):
     rows = [l for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]
     assert code == 0 and len(rows) == N_LAYERS and list(tmp_path.glob("profile_*.png"))
     assert all(0 < float(r.split()[2]) <= 1 for r in rows)  # top-row energy shares
-    code, out, _ = run(capsys, "select", *base(folder, data), "--stability", 20, "--format", "json")
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--stability", 20, "--format", "json")
     stability = json.loads(out)["stability"]
     assert code == 0 and stability["resamples"] == 20
     assert abs(sum(c["share"] for c in stability["choices"]) - 1) < 1e-9
@@ -451,3 +471,16 @@ def test_sglang_refuses_the_last_layer(fmt, tiny_model):
     n = len(tiny_model.get_decoder().layers)
     with pytest.raises(ValueError, match="last decoder layer"):
         engine_fragment((0, 2, n - 1), n, fmt, architecture="LlamaForCausalLM")
+
+
+def test_the_default_is_the_probes_set_with_elsis_beside_it(capsys, folder, data):
+    """The probe's error predicted the drafts out of sample (notebook 10, `evidence.probe_predicts`): a
+    plain `elsi select` answers with the probe's set and shows ELSI's (the paper's method), chosen under
+    the same restriction, as `--method elsi` would."""
+    code, text, _ = run(capsys, "select", *base(folder, data), "--format", "json")
+    result = json.loads(text)
+    assert code == 0 and result["method"] == "probe" and "probe" in result
+    elsi = json.loads(run(capsys, "select", *select_base(folder, data), "--format", "json")[1])
+    assert result["elsi"] == {"layers": elsi["layers"], "entropy": elsi["entropy"]}
+    code, text, _ = run(capsys, "select", *base(folder, data))
+    assert code == 0 and "probe m=3" in text and "elsi m=3 (the paper's)" in text

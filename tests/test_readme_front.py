@@ -17,7 +17,7 @@ def test_its_evidence_line_is_the_committed_results():
     text = README.read_text()
     quoted = [line for line in text.splitlines() if line.startswith("evidence: ")]
     assert quoted, "the README's example shows no evidence line"
-    assert quoted[0] == evidence_lines("smollm2-135m", "elsi", 3, chosen_differs=True)[0]
+    assert quoted[0] == evidence_lines("smollm2-135m", "probe", 3, chosen_differs=True)[0]  # the default method's
 
 
 def test_what_it_names_exists():
