@@ -5,10 +5,9 @@
     elsi report  --model MODEL [...]   a depth profile: per-layer entropy, top-row energy, CKA boundaries
 
 stdout carries the answer only (a table, JSON, or an engine's fragment), so scripts can pipe it;
-progress bars and notes (a cache rebuilt, replies regenerated) go to stderr. Every check that the
-arguments, the data files and the model's config allow runs before the capture (and before `--out`
-is written). Exit status: 0 on success, 2 for bad arguments, 1 when a run fails; user errors print
-one line, not a traceback.
+progress bars and notes (a cache rebuilt, replies regenerated) go to stderr. Every check the arguments,
+data files and model config allow runs before the capture (and before `--out` is written). Exit
+status: 0 on success, 2 for bad arguments, 1 when a run fails; user errors print one line.
 """
 
 from __future__ import annotations
@@ -263,10 +262,8 @@ def cmd_select(args) -> str:
         },
     }
     if args.method == "probe":  # the paper's method beside the default, under the same restriction
-        paper_layers, paper_entropy = _selection(
-            Z, argparse.Namespace(**{**vars(args), "method": "elsi"}), job, restricted
-        )
-        result["elsi"] = {"layers": list(paper_layers), "entropy": paper_entropy}
+        paper = _selection(Z, argparse.Namespace(**{**vars(args), "method": "elsi"}), job, restricted)
+        result["elsi"] = {"layers": list(paper[0]), "entropy": paper[1]}
     if restricted is not None:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
     differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
@@ -303,9 +300,9 @@ def cmd_select(args) -> str:
         f"{'set':<28} {'layers (elsi: output of layer l)':<34} entropy",
         f"{args.method + ' m=' + str(len(layers)):<28} {str(layers):<34} {result['entropy']:.4f}",
     ]
-    if "elsi" in result:
-        paper = f"elsi m={len(layers)} (the paper's)"
-        lines.append(f"{paper:<28} {str(tuple(result['elsi']['layers'])):<34} {result['elsi']['entropy']:.4f}")
+    if "elsi" in result:  # the paper's method beside the probe
+        row = f"elsi m={len(layers)} (the paper's)"
+        lines.append(f"{row:<28} {str(tuple(result['elsi']['layers'])):<34} {result['elsi']['entropy']:.4f}")
     if eagle3:
         lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
     lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}", ""]
