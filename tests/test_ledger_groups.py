@@ -112,7 +112,6 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
     calibration's own estimate, each draft's evaluation by 20 min (the protocol's fallback rest,
     a third of a unit's training, when no record has measured it). Returns the groups trained."""
     from elsi_lib.study import experiment
-    from elsi_lib.study.units import unit_record
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     proto = protocol("table2_strong")
@@ -127,19 +126,7 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
             return shared_min * MIN, draft_min * MIN
 
         def record(self, method_id, seed, accuracy, rows, stages, group=()):
-            m = METHODS.loc[method_id]
-            return unit_record(
-                proto,
-                {"id": method_id, "method": m.method, "layers": m.layers, "entropy": m.entropy},
-                seed,
-                prompts=4744,
-                accuracy=accuracy,
-                rows=rows,
-                probe={"probe error": 0.5, "probe agreement": 0.3},
-                stages=stages,
-                group=group,
-                machine={"cpu": "test"},
-            )
+            return _record(proto, method_id, seed, accuracy=accuracy, rows=rows, stages=stages, group=group)
 
     def train_group(exp, model, key, data, group, progress=True):
         trained_groups.append(tuple(group.sources))
@@ -242,7 +229,8 @@ def test_under_feature_noise_every_unit_trains_alone(tmp_path, monkeypatch):
     assert trained == [("eagle3",)]
 
 
-def _record(proto, method, seed=0):
+def _record(proto, method, seed=0, *, accuracy=None, rows=None, stages=None, group=()):
+    """A record of one of METHODS' units (the ledger's own `Prepared.record`, without a model)."""
     from elsi_lib.study.units import unit_record
 
     m = METHODS.loc[method]
@@ -251,9 +239,11 @@ def _record(proto, method, seed=0):
         {"id": method, "method": m.method, "layers": m.layers, "entropy": m.entropy},
         seed,
         prompts=4744,
-        accuracy={"step 1": 0.5, "step 2": 0.4, "step 3": 0.3},
-        rows=pd.DataFrame([[0.0, 30, 0, "MT", 1.5]], columns=list(R.QUESTION_FIELDS)),
-        probe={},
+        accuracy=accuracy or {"step 1": 0.5, "step 2": 0.4, "step 3": 0.3},
+        rows=pd.DataFrame([[0.0, 30, 0, "MT", 1.5]], columns=list(R.QUESTION_FIELDS)) if rows is None else rows,
+        probe={"probe error": 0.5, "probe agreement": 0.3},
+        stages=stages,
+        group=group,
         machine={"cpu": "test"},
     )
 
