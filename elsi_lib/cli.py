@@ -13,7 +13,6 @@ status: 0 on success, 2 for bad arguments, 1 when a run fails; user errors print
 from __future__ import annotations
 
 import argparse
-
 import contextlib
 import json
 import os

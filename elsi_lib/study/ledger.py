@@ -31,7 +31,7 @@ import pandas as pd
 from ..common.cachefiles import REPO_ROOT
 from ..common.hardware import bf16_matmul_is_slow
 from .protocols import PROTOCOLS, Protocol, protocol
-from .records import read_records, unit_path, write_record
+from .records import lockstep_groups, read_records, unit_path, write_record
 from .units import started_at_commit
 
 COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
@@ -146,12 +146,7 @@ def rest_seconds(proto: Protocol, train_s: float) -> float:
 
 def recorded_groups(proto: Protocol) -> list:
     """[(method ids, seed)] of the lock-step groups `proto`'s records name (`units.unit_record`)."""
-    out = []
-    for record in read_records(proto.name):
-        group = record["stages"].get("group")
-        if group:
-            out.append((tuple(group), record["unit"]["seed"]))
-    return out
+    return [(ids, seed) for (_, seed), ids in lockstep_groups(proto.name).items()]
 
 
 def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:

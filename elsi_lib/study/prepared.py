@@ -51,12 +51,9 @@ def lockstep_group(ids, seed: int, methods: pd.DataFrame):
 def recorded_group(proto: Protocol, method_id: str, seed: int = 0) -> tuple:
     """The method ids a unit trained with in lock-step, as its record names them (`units.unit_record`);
     (method_id,) for a unit trained alone, a record from before groups, or no record yet."""
-    from .records import read_records
+    from .records import lockstep_groups
 
-    for record in read_records(proto.name):
-        if (record["unit"]["method"], record["unit"]["seed"]) == (method_id, seed):
-            return tuple(record["stages"].get("group") or (method_id,))
-    return (method_id,)
+    return lockstep_groups(proto.name).get((method_id, seed), (method_id,))
 
 
 def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | None = None):

@@ -147,6 +147,16 @@ def check_record(record: dict, where) -> dict:
     return record
 
 
+def lockstep_groups(name: str, root: Path | None = None) -> dict:
+    """{(method id, seed): the method ids it trained with in lock-step} for the records of protocol
+    `name` that name a group (`units.unit_record`: only groups of two or more are named)."""
+    return {
+        (r["unit"]["method"], r["unit"]["seed"]): tuple(r["stages"]["group"])
+        for r in read_records(name, root)
+        if r["stages"].get("group")
+    }
+
+
 def numbers(record: dict) -> dict:
     """What a record measured: every field but how it was made (NOT_NUMBERS)."""
     return {k: v for k, v in record.items() if k not in NOT_NUMBERS}
