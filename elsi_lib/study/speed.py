@@ -128,6 +128,17 @@ def finding(result: dict) -> list[str]:
             f"and {how}, the chains' speed-ups fall within {100 * max(errors):.1f}% of the measured ones "
             f"(mean {100 * np.mean(errors):.1f}%, {len(errors)} chains)."
         )
+    noisy = [
+        r for r in chains if isinstance(r.get("error"), (int, float)) and isinstance(r.get("spread"), (int, float))
+    ]
+    if noisy:
+        spreads = [100 * r["spread"] for r in noisy]
+        inside = sum(abs(r["error"]) <= max(0.1, r["spread"]) for r in noisy)
+        lines[-1] += (
+            f" Each generation ran {s['repeat']} times: the repeats' spread (a chain's range plus plain's, over "
+            f"their medians) is {min(spreads):.1f}-{max(spreads):.1f}%, and {inside} of {len(noisy)} errors lie "
+            "within 10% or within their spread."
+        )
     return lines
 
 
