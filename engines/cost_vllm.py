@@ -175,12 +175,13 @@ def plain_costs(plan: dict, K: int, dtype: str = "float32", repeat: int = REPEAT
     }
 
 
-def chain_run(plan: dict, k: int, dtype: str = "float32", repeat: int = REPEAT) -> dict:
+def chain_run(plan: dict, k: int, dtype: str = "float32", repeat: int = REPEAT, earlier: list | None = None) -> dict:
     """A chain of k draft tokens over every question, `repeat` times in its own engine (shut down on
-    return): the median repeat's run (`chain_counts`) and every repeat's seconds."""
+    return), pooled with the repeats of `earlier` engines' runs of it: the median repeat's run
+    (`chain_counts`), every repeat's seconds and the runs themselves."""
     llm = engine(plan["target"], plan["draft"], k, prefix_caching=False, dtype=dtype)
     generate(llm, [list(range(1000, 1064))], 8)  # warm-up
-    runs = []
+    runs = list(earlier or [])
     for _ in range(repeat):
         before = counters(llm)
         tokens, seconds = generate(llm, plan["prompts"], plan["max_tokens"])
@@ -188,7 +189,7 @@ def chain_run(plan: dict, k: int, dtype: str = "float32", repeat: int = REPEAT) 
     shutdown(llm)
     median = sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
     same = all(r["tokens"] == runs[0]["tokens"] and r["drafts"] == runs[0]["drafts"] for r in runs)
-    return {**median, "repeats": [r["seconds"] for r in runs], "repeats agree": same}
+    return {**median, "repeats": [r["seconds"] for r in runs], "repeats agree": same, "runs": runs}
 
 
 def chain_counts(k: int, before: dict, after: dict, tokens: list, seconds: float) -> dict:
@@ -344,6 +345,13 @@ def main() -> None:
         "bfloat16 (a lever where the CPU has bf16 matmul instructions; refused where it has none)",
     )
     parser.add_argument(
+        "--engines",
+        type=int,
+        default=1,
+        help="each chain in this many engines started one after another (k = 1..K in each), its repeats "
+        "pooled: the spread then holds what differs between engines too (default %(default)s)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=REPEAT,
@@ -356,8 +364,9 @@ def main() -> None:
         return
     if not (args.plan and args.out):
         parser.error("a plan and --out are needed to measure (or --reanalyse NAME)")
-    if args.repeat < 1:
-        parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    for name in ("repeat", "engines"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(args, name)}")
     check_dtype(args.dtype, cpu_flags())
     plan = json.loads(Path(args.plan).read_text())
     check_plan(plan)
@@ -373,8 +382,8 @@ def main() -> None:
         flush=True,
     )
     runs = {}
-    for k in range(1, K + 1):
-        runs[k] = chain_run(plan, k, args.dtype, args.repeat)
+    for k in [k for _ in range(args.engines) for k in range(1, K + 1)]:  # engine after engine, k = 1..K in each
+        runs[k] = chain_run(plan, k, args.dtype, args.repeat, runs[k]["runs"] if k in runs else None)
         r = runs[k]
         print(
             f"k = {k}: {r['seconds']:.1f} s (repeats {', '.join(f'{x:.1f}' for x in r['repeats'])}), drafts "
@@ -424,6 +433,7 @@ def main() -> None:
         "batch": 1,
         "kv block": block,
         "repeat": args.repeat,
+        "engines per chain": args.engines,
         "plain s": round(plain_s, 3),
         "plain s repeats": [round(x, 3) for x in base["repeats"]],
         "plain tok/s": round(generated / plain_s, 2),

@@ -277,6 +277,12 @@ def test_a_chain_is_measured_by_its_median_repeat(monkeypatch):
     FakeSession([3.0, 2.0], tokens=[[[5]], [[6]]]).install(module, monkeypatch)
     run = module.chain_run({"target": "t", "draft": "d", "prompts": [[1, 2]], "max_tokens": 4}, 2, repeat=2)
     assert run["seconds"] == 2.0 and not run["repeats agree"]  # the lower median of two
+    FakeSession([5.0, 6.0]).install(module, monkeypatch)  # a second engine's repeats pool with the first's
+    first = module.chain_run({"target": "t", "draft": "d", "prompts": [[1, 2]], "max_tokens": 4}, 2, repeat=1)
+    run = module.chain_run(
+        {"target": "t", "draft": "d", "prompts": [[1, 2]], "max_tokens": 4}, 2, repeat=1, earlier=first["runs"]
+    )
+    assert run["repeats"] == [5.0, 6.0] and run["seconds"] == 5.0 and len(run["runs"]) == 2
 
 
 def test_plain_decoding_that_differs_between_repeats_is_refused(monkeypatch, tmp_path):

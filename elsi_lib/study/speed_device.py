@@ -1,0 +1,107 @@
+"""Wall clock on an accelerator: `bench/bench_cost_device.py`'s records (a random target and draft on a
+GPU, the draft in float32 and under bf16 autocast) read back from `bench/results/cost_device_*.json`, what
+they show and the README's sentence on them. Nothing in the project depends on them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .speed import BENCH
+
+
+def device_results(folder: Path = BENCH) -> list[dict]:
+    """The cost benchmark's records from an accelerator (`bench/bench_cost_device.py`: a random target
+    and draft), name order."""
+    return [json.loads(path.read_text()) for path in sorted(Path(folder).glob("cost_device_*.json"))]
+
+
+def _device_terms(result: dict) -> dict:
+    """One accelerator record's terms: the target's forward at its fewest and most tokens (ms), its
+    longest chain k and that chain's draft ms per step, the row with the highest ceiling, the |errors|."""
+    s, rows = result["settings"], result["rows"]
+    forward = {int(n): ms for n, ms in s["target forward ms by tokens"].items()}
+    k = max(r["k or nodes"] for r in rows if r["shape"] == "chain")
+    return {
+        "few": min(forward),
+        "many": max(forward),
+        "forward": forward,
+        "k": k,
+        "step": s["draft ms by shape"][f"{k}x{k}x1"] / k,
+        "top": max(rows, key=lambda r: r["ceiling"]),
+        "errors": sorted(abs(r["error"]) for r in rows),
+    }
+
+
+def _autocast_pairs(results: list[dict]) -> list[tuple]:
+    """(model, k, float32 settings, bf16 settings) for each model with a record of each draft setting, k
+    the float32 record's longest chain."""
+    by_model: dict = {}
+    for result in results:
+        by_model.setdefault(result["settings"]["model"], {})[result["settings"]["draft autocast"]] = result
+    return [
+        (model, _device_terms(pair[False])["k"], pair[False]["settings"], pair[True]["settings"])
+        for model, pair in by_model.items()
+        if set(pair) == {False, True}
+    ]
+
+
+def device_finding(results: list[dict]) -> list[str]:
+    """What the accelerator's records show, from their rows: how the target's forward grows with its
+    tokens, what a draft step costs against it, the ceiling, the model's errors; and, per model, what
+    the draft's bf16 autocast changed."""
+    lines = []
+    for result in results:
+        s, rows, t = result["settings"], result["rows"], _device_terms(result)
+        few, many, forward, top, errors = t["few"], t["many"], t["forward"], t["top"], t["errors"]
+        lines.append(
+            f"**{s['device']}, {s['model']}, draft autocast {'bf16' if s['draft autocast'] else 'off'}** "
+            f"(torch {s['torch']}, {result['machine']['date'][:10]}, {s['questions']} random prompts): plain "
+            f"decoding {s['plain tok/s']} tokens/s. The target's forward over {many} tokens costs "
+            f"{forward[many]:.1f} ms against {forward[few]:.1f} ms over {few} ({forward[many] / forward[few]:.2f}x); "
+            f"a draft step {t['step']:.1f} ms ({100 * t['step'] / s['plain decode step ms']:.0f}% of a plain "
+            f"decoding step). With perfect acceptance the {top['shape']} of {top['k or nodes']} would reach "
+            f"{top['ceiling']}x; the random draft is never accepted (tau {min(r['tau measured'] for r in rows):.2f}). "
+            f"The model's predicted speed-ups fall within {100 * errors[len(errors) // 2]:.0f}% of the measured "
+            f"ones at the median shape, {100 * errors[-1]:.0f}% at the worst ({len(errors)} shapes)."
+        )
+    for model, k, off, on in _autocast_pairs(results):
+        off_ms, on_ms = (x["draft ms by shape"][f"{k}x{k}x1"] for x in (off, on))
+        lines.append(
+            f"bf16 autocast took the draft's chain of {k} on {model} from {off_ms:.1f} ms to {on_ms:.1f} ms "
+            f"({on_ms / off_ms:.2f}x). The two runs' plain decoding, float32 in both, ran at {off['plain tok/s']} "
+            f"and {on['plain tok/s']} tokens/s: a difference of that size between runs bounds what this "
+            "comparison says."
+        )
+    return lines
+
+
+def device_line(folder: Path = BENCH) -> str | None:
+    """The README's sentence on the accelerator's records (`device_finding`'s terms over all of them, as
+    ranges); None when there are none."""
+    results = device_results(folder)
+    if not results:
+        return None
+
+    def span(values, fmt):
+        return f"{fmt.format(min(values))}-{fmt.format(max(values))}"
+
+    terms = [(r["settings"], _device_terms(r)) for r in results]
+    growth = [t["forward"][t["many"]] / t["forward"][t["few"]] for _, t in terms]
+    step = [100 * t["step"] / s["plain decode step ms"] for s, t in terms]
+    ceiling = [t["top"]["ceiling"] for _, t in terms]
+    autocast = [
+        on["draft ms by shape"][f"{k}x{k}x1"] / off["draft ms by shape"][f"{k}x{k}x1"]
+        for _, k, off, on in _autocast_pairs(results)
+    ]
+    s0, t0 = terms[0]
+    line = (
+        f"On an {s0['device']} (`bench/bench_cost_device.py`, a random target and draft, {len(results)} runs) "
+        f"the target's forward over {t0['many']} tokens cost {span(growth, '{:.2f}')}x its forward over "
+        f"{t0['few']}, so with perfect acceptance the best chain or tree could reach {span(ceiling, '{:.2f}')}x "
+        f"plain decoding; a draft step cost {span(step, '{:.0f}')}% of a plain decoding step"
+    )
+    if autocast:
+        line += f", and bf16 autocast took the draft's chain to {span(autocast, '{:.2f}')}x its float32 time"
+    return line + "."
