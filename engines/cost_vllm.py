@@ -9,8 +9,10 @@ the questions and the draft `bench/bench_cost.py --export DIR` wrote (DIR/plan.j
    request with one fresh token, plus the plain decode step (what a verification of n tokens adds
    to one decode step);
 3. each chain k = 1..K with the draft (EAGLE-3, `num_speculative_tokens` = k), --repeat times in its
-   engine: seconds, tokens, vLLM's acceptance counters (drafts, accepted, accepted per position) of
-   the median repeat, and every repeat's seconds;
+   engine, in each of --engines engines started one after another (k = 1..K in each): seconds,
+   tokens, vLLM's acceptance counters (drafts, accepted, accepted per position) of the median repeat,
+   and every repeat's seconds (2026-12-05, SmolLM2 bf16: one engine per chain read k = 2 and 3 off by
+   -15% and +14%, two engines each within 5%: engines differ more than repeats in one engine);
 4. predicted: per-step acceptance a_1..a_K from the longest chain's per-position counters; each
    chain's tokens per round 1 + sum prod a_j; the forward over n tokens as measured at each size (2.),
    no line: vLLM-CPU's forward is not linear in n (two tokens cost 1.12-1.19x one in all six runs of
