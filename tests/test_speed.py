@@ -308,3 +308,9 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
         ("cost_vllm_tiny_float32", "cost_vllm_tiny_bfloat16")
     ]
     assert speed.label(coding).endswith(", SpecBench coding") and "SpecBench" not in speed.label(records[1])
+    # a pair on another question set says which, so two pairs of one draft read apart
+    coding_f32 = json.loads(json.dumps(records[0]))
+    coding_f32["benchmark"], coding_f32["settings"]["question set"] = "cost_vllm_tiny_coding_f32", "SpecBench coding"
+    (tmp_path / "cost_vllm_tiny_coding_f32.json").write_text(json.dumps(coding_f32))
+    lines = speed.dtype_finding(speed.cost_results(tmp_path))
+    assert len(lines) == 2 and sum("SpecBench coding" in line for line in lines) == 1

