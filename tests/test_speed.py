@@ -6,7 +6,7 @@ import json
 import pytest
 
 from elsi_lib.draft import cost
-from elsi_lib.study import speed, speed_device
+from elsi_lib.study import speed, speed_device, speed_plots
 
 MACHINE = {"cpu": "Test CPU", "date": "2026-12-04T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.0, 0.0, 0.0]}
 
@@ -172,6 +172,7 @@ def test_the_page_shows_findings_tables_and_a_figure(folder, tmp_path):
     text = speed.page(images, folder)
     assert "cost_elsi_tiny table" in text and "cost_vllm_tiny table" in text
     assert (images / "cost_model.png").stat().st_size > 10_000
+    assert (images / "cost_accuracy.png").stat().st_size > 10_000 and "images/cost_accuracy.png" in text
     assert "No cost benchmark" in speed.page(images, tmp_path / "empty")
 
 
@@ -348,3 +349,20 @@ def test_the_headline_is_each_question_sets_best_lossless_float32_run(tmp_path):
     assert "on SpecBench coding a round of k = 2 took 42.0 ms, a plain step 50.0 ms" in lines[3]
     assert "one per column a round" not in lines[3]  # there a round (44 ms) took longer than a step (30 ms)
     assert speed.headline(speed.cost_results(tmp_path), family="none") == []
+
+
+def test_the_accuracy_figure_draws_each_out_of_sample_chain_once(folder):
+    """elsi's two chains and vLLM's two out-of-sample ones (k = 3, 4; the calibration rows are not drawn),
+    one legend entry per family and engine, the 10% band; a repeated run's spread as a bar."""
+    results = speed.cost_results(folder)
+    results[1]["chains"][3]["spread"] = 0.2
+    ax = speed_plots.accuracy(results).axes[0]
+    points = sorted(
+        (round(l.get_xdata()[0], 3), round(l.get_ydata()[0], 3)) for l in ax.lines if len(l.get_xdata()) == 1
+    )
+    assert points == [(0.9, 0.96), (0.9, 0.98), (1.05, 1.1), (1.26, 1.2)]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert sorted(labels) == ["measured = predicted", "tiny, elsi's loop", "tiny, vLLM, target float32", "within 10%"]
+    assert len([c for c in ax.collections if c.__class__.__name__ == "LineCollection"]) == 1  # one bar
+    empty = speed_plots.accuracy([{**results[0], "chains": []}]).axes[0]
+    assert "no chain predicted out of sample yet" in [t.get_text() for t in empty.texts]

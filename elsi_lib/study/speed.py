@@ -3,7 +3,7 @@ for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, t
 against tokens per round for each chain, from the measured costs (`elsi_lib.draft.cost`), with
 break-even at 1, each line ending at its ceiling (perfect acceptance) and the measured points.
 
-    .venv/bin/python -m elsi_lib.study.speed        # figures/cost_model.png from the committed results
+    .venv/bin/python -m elsi_lib.study.speed        # figures/cost_model.png, cost_accuracy.png from the committed results
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _number(value) -> bool:
     return isinstance(value, (int, float))
 
 
-def _predicted(chains: list[dict]) -> list[dict]:
+def predicted_chains(chains: list[dict]) -> list[dict]:
     """The chains predicted out of sample (a number for error; "calibration" rows are not)."""
     return [r for r in chains if _number(r.get("error"))]
 
@@ -80,37 +80,6 @@ def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
     return (generated - questions) * round_ms / 1000 / budget
 
 
-def figure(results: list[dict]):
-    import matplotlib.pyplot as plt
-
-    cols = min(2, len(results))  # two panels a row: the titles stay legible
-    rows = -(-len(results) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.2 * rows), squeeze=False)
-    for ax in axes.flat[len(results) :]:
-        ax.set_visible(False)
-    for ax, result in zip(axes.flat, results):
-        colors = plt.get_cmap("viridis")(np.linspace(0, 0.85, max(1, len(result["chains"]))))
-        for color, row in zip(colors, result["chains"]):
-            k = row["k"]
-            taus = np.linspace(1, k + 1, 50)
-            ax.plot(taus, curve(result["settings"], row["round ms predicted"], taus), color=color, lw=1.2)
-            ax.plot([k + 1], curve(result["settings"], row["round ms predicted"], [k + 1]), "^", color=color, ms=5)
-            ax.plot(row["tau measured"], row["speed-up measured"], "o", color=color, mec="black", label=f"k = {k}")
-        ax.axhline(1.0, color="grey", ls="--", lw=1, label="break-even")
-        ax.set_xlabel("tokens per round (tau)")
-        ax.set_ylabel("speed-up over plain decoding")
-        ax.set_title(label(result), fontsize=9)
-        ax.legend(fontsize=7, loc="upper left")
-    top = 0.5 / (4.2 * rows)  # half an inch on top for the title
-    fig.suptitle(
-        "Chains: the cost model's line (measured costs), its ceiling (triangle), the measured run (dot)",
-        y=1 - top / 3,
-        va="top",
-    )
-    fig.tight_layout(rect=(0, 0, 1, 1 - top))
-    return fig
-
-
 def best_chain(result: dict) -> dict:
     """The row of `result`'s chains with the highest measured speed-up."""
     return max(result["chains"], key=lambda r: r["speed-up measured"])
@@ -121,7 +90,7 @@ def finding(result: dict) -> list[str]:
     out-of-sample predictions fall from the measurements, and the ceiling and break-even at the best k."""
     s, chains = result["settings"], result["chains"]
     best = best_chain(result)
-    errors = [abs(r["error"]) for r in _predicted(chains)]
+    errors = [abs(r["error"]) for r in predicted_chains(chains)]
     plain = s["plain tok/s"]
     lines = [
         f"**{label(result)}** ({result['machine']['cpu']}, {result['machine']['date'][:10]}): plain decoding "
@@ -148,7 +117,7 @@ def finding(result: dict) -> list[str]:
             f"and {how}, the chains' speed-ups fall within {100 * max(errors):.1f}% of the measured ones "
             f"(mean {100 * np.mean(errors):.1f}%, {len(errors)} chains)."
         )
-    noisy = [r for r in _predicted(chains) if _number(r.get("spread"))]
+    noisy = [r for r in predicted_chains(chains) if _number(r.get("spread"))]
     if noisy:
         spreads = [100 * r["spread"] for r in noisy]
         inside = sum(map(_explained, noisy))
@@ -169,12 +138,17 @@ def headline(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[st
     best: dict = {}
     for result in results:
         s = result["settings"]
-        if not (s["engine"].startswith("vLLM") and s.get("family") == family and s.get("dtype", "float32") == "float32"):
+        if not (
+            s["engine"].startswith("vLLM") and s.get("family") == family and s.get("dtype", "float32") == "float32"
+        ):
             continue
         if not all(r.get("lossless") is True for r in result["chains"]):
             continue
         questions = s.get("question set", ONE_PER_COLUMN)
-        if questions not in best or best_chain(result)["speed-up measured"] > best_chain(best[questions])["speed-up measured"]:
+        if (
+            questions not in best
+            or best_chain(result)["speed-up measured"] > best_chain(best[questions])["speed-up measured"]
+        ):
             best[questions] = result
     if not best:
         return []
@@ -208,7 +182,7 @@ def model_accuracy(results: list[dict]) -> str | None:
     chains it predicted within 10% of the measured speed-up, and, in the runs that repeated each generation,
     how many within 10% or within their repeats' spread; None without a vLLM run."""
     runs = [r for r in results if r["settings"]["engine"].startswith("vLLM")]
-    chains = [(i, c) for i, r in enumerate(runs) for c in _predicted(r["chains"])]
+    chains = [(i, c) for i, r in enumerate(runs) for c in predicted_chains(r["chains"])]
     if not chains:
         return None
     errors = sorted(abs(c["error"]) for _, c in chains)
@@ -343,8 +317,9 @@ def page(images: Path, folder: Path = BENCH) -> str:
     ]
     if not results:
         return "\n".join(lines + ["No cost benchmark has run yet (`make bench-cost`).", ""])
-    fig = figure(results)
-    fig.savefig(Path(images) / "cost_model.png", dpi=110)
+    from .speed_plots import save_figures  # they read curve and label from here
+
+    save_figures(results, Path(images))
     lines += ["## Findings", ""]
     accuracy = model_accuracy(results)
     if accuracy:
@@ -369,16 +344,16 @@ def page(images: Path, folder: Path = BENCH) -> str:
         ]
         for line in device_finding(devices):
             lines += [line, ""]
-    lines += ["![cost model](images/cost_model.png)", ""]
+    lines += ["![cost model](images/cost_model.png)", "", "![cost model's accuracy](images/cost_accuracy.png)", ""]
     for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
         lines += [f"## `{path.stem}`", "", path.read_text(), ""]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
+    from .speed_plots import save_figures
+
     results = cost_results()
     if not results:
         raise SystemExit(f"no cost benchmark results in {BENCH} (make bench-cost)")
-    out = REPO_ROOT / "figures" / "cost_model.png"
-    figure(results).savefig(out, dpi=110)
-    print(out)
+    print(*save_figures(results, REPO_ROOT / "figures"), sep="\n")
