@@ -224,7 +224,7 @@ bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) --weight-first 8
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(LEVER_METHOD) $(COST_ARGS) --weight-first 8 \
 	  --out cost_elsi_$(COST_LEDGER)_$(LEVER_METHOD)_weight_first
-	$(BIN)/python -m elsi_lib.study.speed
+	$(BIN)/python -m elsi_lib.study.speed_page
 
 # The target's dtype as a lever in vLLM-CPU, on a CPU with bf16 matmul instructions (refused before any
 # timing elsewhere): elsi's loop measures and exports COST_METHOD's draft (seed COST_SEED), then vLLM runs it with the target
@@ -241,7 +241,7 @@ bench-cost-dtype: venv models $(ENGINES_STAMP)
 	  $(COST_ELSI_ARGS) --export build/cost/$(DTYPE_RUN) --out cost_elsi_$(DTYPE_RUN)
 	for dtype in float32 bfloat16; do $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py \
 	  build/cost/$(DTYPE_RUN)/plan.json --dtype $$dtype --out cost_vllm_$(DTYPE_RUN)_$$dtype || exit 1; done
-	$(BIN)/python -m elsi_lib.study.speed
+	$(BIN)/python -m elsi_lib.study.speed_page
 
 clean:
 	rm -rf build .pytest_cache

@@ -1,4 +1,4 @@
-"""The cost model's page and figure (elsi_lib.study.speed) from benchmark records: a synthetic record
+"""The cost model's findings (elsi_lib.study.speed), figures (speed_plots) and page (speed_page) from benchmark records: a synthetic record
 of each engine's layout, its finding computed from its rows, its curve through the cost model."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from elsi_lib.draft import cost
-from elsi_lib.study import speed, speed_device, speed_plots
+from elsi_lib.study import speed, speed_device, speed_page, speed_plots
 
 MACHINE = {"cpu": "Test CPU", "date": "2026-12-04T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.0, 0.0, 0.0]}
 
@@ -169,11 +169,11 @@ def test_the_curve_is_the_cost_model(folder):
 def test_the_page_shows_findings_tables_and_a_figure(folder, tmp_path):
     images = tmp_path / "images"
     images.mkdir()
-    text = speed.page(images, folder)
+    text = speed_page.page(images, folder)
     assert "cost_elsi_tiny table" in text and "cost_vllm_tiny table" in text
     assert (images / "cost_model.png").stat().st_size > 10_000
     assert (images / "cost_accuracy.png").stat().st_size > 10_000 and "images/cost_accuracy.png" in text
-    assert "No cost benchmark" in speed.page(images, tmp_path / "empty")
+    assert "No cost benchmark" in speed_page.page(images, tmp_path / "empty")
 
 
 def test_the_tau_needed_reaches_its_speedup_on_the_curve(folder):
@@ -235,7 +235,7 @@ def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
     assert speed_device.device_results(folder) == []  # no accelerator's record: no section
     images = tmp_path / "images"
     images.mkdir()
-    assert "On an accelerator" not in speed.page(images, folder)
+    assert "On an accelerator" not in speed_page.page(images, folder)
     for record in (device_record(False, 4.0, 80.0), device_record(True, 5.0, 60.0)):
         (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
         (folder / f"{record['benchmark']}.md").write_text("device table\n")
@@ -248,7 +248,7 @@ def test_the_device_finding_is_computed_from_its_records(folder, tmp_path):
     assert "tree of 30 would reach 1.9x" in lines[1]  # the highest ceiling
     assert "within 4% of the measured ones at the median shape, 5% at the worst (3 shapes)" in lines[1]
     assert "from 4.0 ms to 5.0 ms (1.25x)" in lines[2] and "80.0 and 60.0 tokens/s" in lines[2]
-    assert "On an accelerator" in speed.page(images, folder)
+    assert "On an accelerator" in speed_page.page(images, folder)
 
 
 def test_the_device_line_gives_ranges_over_the_records(folder):

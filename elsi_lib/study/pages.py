@@ -20,7 +20,7 @@ import pandas as pd
 from ..common.cachefiles import REPO_ROOT
 from ..common.results import results_dir
 from ..draft.evidence import NODES, evidence
-from . import speed, twins
+from . import speed_page, twins
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
@@ -322,7 +322,7 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
         written[f"command-{name}.md"] = command_page(name)
     written["api.md"] = api_page()
     written["benchmarks.md"] = bench_page()
-    written["speed.md"] = speed.page(docs / "images")
+    written["speed.md"] = speed_page.page(docs / "images")
     written["index.md"] = home_page(PAGES)
     for name, text in written.items():
         (docs / name).write_text(text)

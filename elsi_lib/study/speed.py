@@ -1,9 +1,7 @@
 """Wall clock: the cost model's benchmarks (`bench/bench_cost.py` for elsi's loop, `engines/cost_vllm.py`
-for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, their finding and their figure: speed-up
-against tokens per round for each chain, from the measured costs (`elsi_lib.draft.cost`), with
-break-even at 1, each line ending at its ceiling (perfect acceptance) and the measured points.
-
-    .venv/bin/python -m elsi_lib.study.speed        # figures/cost_model.png, cost_accuracy.png from the committed results
+for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, and what they show: each
+run's finding, the model's accuracy over the runs, the levers, the target's dtype and the README's
+headline (`speed_plots` draws them, `speed_page` writes the docs page).
 """
 
 from __future__ import annotations
@@ -301,59 +299,3 @@ def dtype_finding(results: list[dict]) -> list[str]:
             f"{rate_b / a['plain tok/s']:.2f}x float32's plain decoding."
         )
     return lines
-
-
-def page(images: Path, folder: Path = BENCH) -> str:
-    """The docs page: each benchmark's finding and table, and the figure (written into `images`)."""
-    results = cost_results(folder)
-    lines = [
-        "# Wall clock on this CPU",
-        "",
-        "Speculative decoding pays when a round's tokens outweigh its cost: the draft's steps and one target "
-        "forward over the root and the drafted tokens, against one plain decoding step per token "
-        "(`elsi_lib.draft.cost`). `bench/bench_cost.py` (elsi's loop) and `engines/cost_vllm.py` (vLLM) "
-        "measure each cost alone and the acceptance, predict every chain's speed-up and measure it.",
-        "",
-    ]
-    if not results:
-        return "\n".join(lines + ["No cost benchmark has run yet (`make bench-cost`).", ""])
-    from .speed_plots import save_figures  # they read curve and label from here
-
-    save_figures(results, Path(images))
-    lines += ["## Findings", ""]
-    accuracy = model_accuracy(results)
-    if accuracy:
-        lines += [accuracy, ""]
-    for result in results:
-        lines += [*finding(result), ""]
-    lever = lever_finding(folder=folder)
-    if lever:
-        lines += [lever, ""]
-    for line in dtype_finding(results):
-        lines += [line, ""]
-    from .speed_device import device_finding, device_results  # it reads BENCH from here
-
-    devices = device_results(folder)
-    if devices:
-        lines += [
-            "## On an accelerator",
-            "",
-            "`bench/bench_cost_device.py` runs the same measurement with a random target and draft on a GPU, "
-            "once with the draft in float32 and once under bf16 autocast. Nothing here depends on it.",
-            "",
-        ]
-        for line in device_finding(devices):
-            lines += [line, ""]
-    lines += ["![cost model](images/cost_model.png)", "", "![cost model's accuracy](images/cost_accuracy.png)", ""]
-    for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
-        lines += [f"## `{path.stem}`", "", path.read_text(), ""]
-    return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    from .speed_plots import save_figures
-
-    results = cost_results()
-    if not results:
-        raise SystemExit(f"no cost benchmark results in {BENCH} (make bench-cost)")
-    print(*save_figures(results, REPO_ROOT / "figures"), sep="\n")

@@ -2,7 +2,7 @@
 model's line (`curves`), and every out-of-sample chain's measured speed-up against its predicted one with
 the 10% band the model is held to (`accuracy`).
 
-    .venv/bin/python -m elsi_lib.study.speed        # writes both into figures/
+    .venv/bin/python -m elsi_lib.study.speed_page   # writes both into figures/
 """
 
 from __future__ import annotations
