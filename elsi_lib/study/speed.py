@@ -132,7 +132,8 @@ def finding(result: dict) -> list[str]:
 def headline(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[str]:
     """The README's wall-clock lines: for each question set, the lossless vLLM-CPU run on `family` (the
     target in float32) whose best chain measured the highest speed-up, its `finding`'s first line; then
-    whether that reaches TARGET on each set. [] without such a run."""
+    whether that reaches TARGET on each set; then, where that chain's round took less than a plain decoding
+    step, the two times (part of the speed-up is then the engine's). [] without such a run."""
     best: dict = {}
     for result in results:
         s = result["settings"]
