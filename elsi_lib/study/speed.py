@@ -152,17 +152,17 @@ def headline(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[st
     if not best:
         return []
     order = sorted(best, key=lambda q: (q != ONE_PER_COLUMN, q))  # SpecBench's columns first
-    lines = [finding(best[q])[0] for q in order]
-    verdicts = []
-    for questions, result in ((q, best[q]) for q in order):
-        w = best_chain(result)
-        reached = "reached" if w["speed-up measured"] >= TARGET else "not reached"
-        verdicts.append(f"{reached} on {questions} ({w['speed-up measured']}x)")
+    chosen = [(q, best[q], best_chain(best[q])) for q in order]
+    lines = [finding(result)[0] for _, result, _ in chosen]
+    verdicts = [
+        f"{'reached' if w['speed-up measured'] >= TARGET else 'not reached'} on {q} ({w['speed-up measured']}x)"
+        for q, _, w in chosen
+    ]
     lines.append(f"{TARGET}x plain decoding in vLLM-CPU on {family}, lossless: {'; '.join(verdicts)}.")
     cheaper = [
-        (q, best_chain(best[q]), best[q]["settings"]["plain decode step ms"])
-        for q in order
-        if best_chain(best[q])["round ms measured"] < best[q]["settings"]["plain decode step ms"]
+        (q, w, result["settings"]["plain decode step ms"])
+        for q, result, w in chosen
+        if w["round ms measured"] < result["settings"]["plain decode step ms"]
     ]
     if cheaper:
         lines.append(
