@@ -7,6 +7,7 @@ the 10% band the model is held to (`accuracy`).
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +16,15 @@ from .speed import TOLERANCE, curve, label, predicted_chains
 
 
 def curves(results: list[dict]):
-    """One panel a run: each chain's speed-up against tokens per round from its measured costs, from
-    break-even to its ceiling (triangle), and the measured run (dot)."""
+    """One panel a run, vLLM's runs first (the engine users serve with), then elsi's loop: each chain's
+    speed-up against tokens per round from its measured costs, from break-even to its ceiling (triangle),
+    and the measured run (dot)."""
     import matplotlib.pyplot as plt
 
-    cols = min(2, len(results))  # two panels a row: the titles stay legible
+    results = sorted(results, key=lambda r: not r["settings"]["engine"].startswith("vLLM"))  # stable
+    cols = min(3, len(results))  # three panels a row, each title wrapped to the panel's width
     rows = -(-len(results) // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.2 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
     for ax in axes.flat[len(results) :]:
         ax.set_visible(False)
     for ax, result in zip(axes.flat, results):
@@ -35,9 +38,9 @@ def curves(results: list[dict]):
         ax.axhline(1.0, color="grey", ls="--", lw=1, label="break-even")
         ax.set_xlabel("tokens per round (tau)")
         ax.set_ylabel("speed-up over plain decoding")
-        ax.set_title(label(result), fontsize=9)
+        ax.set_title("\n".join(textwrap.wrap(label(result), 62)), fontsize=8)
         ax.legend(fontsize=7, loc="upper left")
-    top = 0.5 / (4.2 * rows)  # half an inch on top for the title
+    top = 0.5 / (3.6 * rows)  # half an inch on top for the title
     fig.suptitle(
         "Chains: the cost model's line (measured costs), its ceiling (triangle), the measured run (dot)",
         y=1 - top / 3,
@@ -111,7 +114,7 @@ def save_figures(results: list[dict], folder: Path) -> list[Path]:
     out = []
     for name, draw in (("cost_model.png", curves), ("cost_accuracy.png", accuracy)):
         fig = draw(results)
-        fig.savefig(Path(folder) / name, dpi=110)
+        fig.savefig(Path(folder) / name, dpi=90)
         plt.close(fig)
         out.append(Path(folder) / name)
     return out
