@@ -366,3 +366,16 @@ def test_the_accuracy_figure_draws_each_out_of_sample_chain_once(folder):
     assert len([c for c in ax.collections if c.__class__.__name__ == "LineCollection"]) == 1  # one bar
     empty = speed_plots.accuracy([{**results[0], "chains": []}]).axes[0]
     assert "no chain predicted out of sample yet" in [t.get_text() for t in empty.texts]
+
+
+def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folder):
+    """cost_results reads elsi's record before vLLM's; the figure draws vLLM's panel first (the engine
+    users serve with), one measured dot per chain in each panel, titles wrapped to the panel."""
+    results = speed.cost_results(folder)
+    assert [r["settings"]["engine"].startswith("vLLM") for r in results] == [False, True]
+    panels = [ax for ax in speed_plots.curves(results).axes if ax.get_visible()]
+    titles = [ax.get_title().replace("\n", " ") for ax in panels]
+    assert titles == [speed.label(results[1]), speed.label(results[0])]
+    for ax, result in zip(panels, (results[1], results[0])):
+        dots = [l for l in ax.lines if l.get_marker() == "o"]
+        assert [round(l.get_xdata()[0], 3) for l in dots] == [round(c["tau measured"], 3) for c in result["chains"]]
