@@ -112,3 +112,43 @@ def test_a_reseeded_criterion_shows_every_seed_beside_its_evidence(tmp_path, mon
         copy / "ledger_findings.csv", index=False
     )
     assert len(evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)) == 1
+
+
+def test_the_best_trained_ledger_draft_shows_beside_the_tables_evidence(tmp_path, monkeypatch):
+    """The table3 evidence rests on 936 training prompts; a ledger protocol of the same family whose
+    probe draft trained on 4,744 adds a line (its first seed, its own drafts and verdict, its seeds); one
+    on no more prompts, another family's, or a findings file without prompts adds none."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    monkeypatch.setenv("ELSI_RESULTS", str(copy))
+    columns = ["protocol", "family", "prompts", "temperature", "nodes", "seed", "method", "diff", "low", "high"]
+    qwen = "qwen2.5-coder-0.5b"
+    rows = [
+        ("table3_f32", qwen, 936, 0.0, 60, 0, "probe m=3", 0.2, 0.1, 0.3),
+        ("qwen_strong", qwen, 4744, 0.0, 60, 0, "probe m=3", 0.25, 0.15, 0.35),
+        ("qwen_strong", qwen, 4744, 1.0, 60, 0, "probe m=3", -0.01, -0.04, 0.02),
+        ("qwen_strong", qwen, 4744, 0.0, 30, 0, "probe m=3", 0.9, 0.8, 1.0),  # another tree size
+        ("qwen_strong", qwen, 4744, 0.0, 60, 1, "probe m=3", -0.5, -0.6, -0.4),  # a later seed
+        ("big_smol", "smollm2-135m", 9000, 0.0, 60, 0, "probe m=3", 0.5, 0.4, 0.6),  # another family's
+    ]
+    frame = pd.DataFrame(rows, columns=columns).assign(questions=120, drafts=2)
+    frame["reseed range"], frame["beyond the reseed range"] = float("nan"), "no reseeds yet"
+    frame.to_csv(copy / "ledger_findings.csv", index=False)
+    lines = evidence_lines(qwen, "probe", 3)
+    assert lines[0].startswith("evidence: probe m=3 drafts on qwen2.5-coder-0.5b (table3: 936 training prompts")
+    assert lines[-1].startswith("  across training seeds (qwen_strong): seed 0: T = 0 +0.250")
+    assert lines[-1].endswith(
+        "seed 1: T = 0 -0.500 [-0.600, -0.400]; no reseed range yet (EAGLE3 and ELSI m=3 need two seeds each)"
+    )
+    assert lines[-2] == (
+        "  with more training data (the ledger's records, seed 0): probe m=3 drafts on qwen2.5-coder-0.5b "
+        "(qwen_strong: 4,744 training prompts, 2 drafts): tau minus EAGLE3's at 60 nodes "
+        "T = 0: +0.250 [+0.150, +0.350]; T = 1: -0.010 [-0.040, +0.020]: "
+        "for it at some temperature, no difference shown at another"
+    )
+    smol = [line for line in evidence_lines("smollm2-135m", "probe", 3) if "with more training data" in line]
+    assert len(smol) == 1 and "(big_smol: 9,000 training prompts, 2 drafts)" in smol[0]  # its own family's
+    frame[frame.protocol != "qwen_strong"].to_csv(copy / "ledger_findings.csv", index=False)
+    assert not any("with more training data" in line for line in evidence_lines(qwen, "probe", 3))
+    frame.drop(columns=["family", "prompts"]).to_csv(copy / "ledger_findings.csv", index=False)
+    assert not any("with more training data" in line for line in evidence_lines(qwen, "probe", 3))

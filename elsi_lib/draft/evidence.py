@@ -1,8 +1,9 @@
 """What the project's own trained drafts showed for a selection criterion, read from the committed
 results (`common.results`): the paired difference in tau (accepted tokens per target forward) between
 the criterion's draft and EAGLE3's on the same SpecBench questions, with its 95% interval, per
-family and protocol. `elsi select` prints it beside its answer; where no draft of the criterion was
-trained on the model, it says so and shows the bundled families instead.
+family and protocol, and, where the ledger's records trained the criterion's draft on more prompts than
+the tables did, that draft's too. `elsi select` prints it beside its answer; where no draft of the
+criterion was trained on the model, it says so and shows the bundled families instead.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False
         else ""
     )
     if own:
-        return [f"evidence: {own[0].line()}{note}", *reseed_lines(own[0])]
+        more = more_data(own[0])
+        more_lines = [f"  with more training data ({more.about}): {more.line()}", *reseed_lines(more)] if more else []
+        return [f"evidence: {own[0].line()}{note}", *reseed_lines(own[0]), *more_lines]
     label = method_label(method, m) or f"--method {method}"
     lines = [f"evidence: none for {model}: no {label} draft was trained on it in this project's results"]
     for family in PROTOCOLS:
@@ -141,11 +144,43 @@ def reseed_lines(found: Evidence) -> list[str]:
             )
             for seed, g in mine.sort_values(["seed", "temperature"]).groupby("seed")
         )
-        spread = ", ".join(
-            f"{r['reseed range']:.3f} at T = {t:g}" for t, r in mine.groupby("temperature").first().iterrows()
+        ranges = mine.groupby("temperature")["reseed range"].first().dropna()  # NaN: too few reseeded methods
+        spread = (
+            "a reseed alone moves AVG tau up to " + ", ".join(f"{v:.3f} at T = {t:g}" for t, v in ranges.items())
+            if len(ranges)
+            else "no reseed range yet (EAGLE3 and ELSI m=3 need two seeds each)"
         )
-        lines.append(f"  across training seeds ({protocol}): {seeds}; a reseed alone moves AVG tau up to {spread}")
+        lines.append(f"  across training seeds ({protocol}): {seeds}; {spread}")
     return lines
+
+
+def more_data(found: Evidence) -> Evidence | None:
+    """The same criterion's draft against EAGLE3's at its first training seed in the ledger protocol of
+    `found`'s family whose drafts trained on the most prompts (`ledger_findings.csv`), where that is more
+    than `found`'s (the paper-scale tables rest on fewer prompts than the ledger's strong protocols);
+    None without one."""
+    path = results_dir() / f"{LEDGER}.csv"
+    if not path.is_file() or found.prompts is None:
+        return None
+    rows = pd.read_csv(path)
+    if not {"family", "prompts"} <= set(rows.columns):
+        return None
+    mine = rows[(rows.family == found.family) & (rows.method == found.method) & (rows.nodes == NODES)]
+    mine = mine[mine.prompts > found.prompts]
+    if mine.empty:
+        return None
+    best = mine[mine.prompts == mine.prompts.max()]
+    best = best[(best.protocol == best.protocol.min()) & (best.seed == best.seed.min())]
+    r = best.iloc[0]
+    return Evidence(
+        found.family,
+        str(r.protocol),
+        f"the ledger's records, seed {int(r.seed)}",
+        found.method,
+        int(r.drafts),
+        int(r.prompts),
+        {float(x.temperature): (float(x["diff"]), float(x.low), float(x.high)) for _, x in best.iterrows()},
+    )
 
 
 POOLED = "criteria_pooled"  # the criteria out of sample, pooled over the protocols (notebook 10)

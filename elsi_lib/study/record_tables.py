@@ -56,14 +56,16 @@ def findings(name: str, *, records: list[dict] | None = None, n_boot: int = 1000
     """For protocol `name` (or the joined twins `name` whose `records` are given, `twins.joined_tables`):
     each of COMPARED against EAGLE3 at NODES nodes and T = 0, 1, at each training seed both have (paired
     over the questions both have rounds on: a reseeded method against the reseeded EAGLE3), the distinct
-    drafts the table rests on, and the reseed range of AVG tau where both EAGLE3 and ELSI m = 3 have two
-    or more seeds (else NaN: no noise floor yet)."""
+    drafts the table rests on, the family and the drafts' training prompts (what `elsi select` reads to
+    show a family's best-trained evidence), and the reseed range of AVG tau where both EAGLE3 and ELSI
+    m = 3 have two or more seeds (else NaN: no noise floor yet)."""
     joined = records is not None
     records = records if joined else read_records(name)
     if not records:
         return pd.DataFrame()
     rows = final_rows(records, twins=joined)
     n_drafts = distinct_drafts(records)
+    (family,) = {r["unit"]["family"] for r in records}  # twins are one family's
     out = []
     for T in sorted(rows.temperature.unique()):
         block = rows[rows.temperature == T]
@@ -75,6 +77,8 @@ def findings(name: str, *, records: list[dict] | None = None, n_boot: int = 1000
                 out.append(
                     {
                         "protocol": name,
+                        "family": family,
+                        "prompts": int(block.loc[block.method == r.method, "prompts"].max()),
                         "temperature": float(T),
                         "nodes": NODES,
                         "seed": int(model_seed),
