@@ -138,7 +138,7 @@ def test_the_best_trained_ledger_draft_shows_beside_the_tables_evidence(tmp_path
     assert lines[0].startswith("evidence: probe m=3 drafts on qwen2.5-coder-0.5b (table3: 936 training prompts")
     assert lines[-1].startswith("  across training seeds (qwen_strong): seed 0: T = 0 +0.250")
     assert lines[-1].endswith(
-        "seed 1: T = 0 -0.500 [-0.600, -0.400]; no reseed range yet (EAGLE3 and ELSI m=3 need two seeds each)"
+        "seed 1: T = 0 -0.500 [-0.600, -0.400]; no reseed range yet (it needs two methods with two seeds each)"
     )
     assert lines[-2] == (
         "  with more training data (the ledger's records, seed 0): probe m=3 drafts on qwen2.5-coder-0.5b "

@@ -148,7 +148,7 @@ def reseed_lines(found: Evidence) -> list[str]:
         spread = (
             "a reseed alone moves AVG tau up to " + ", ".join(f"{v:.3f} at T = {t:g}" for t, v in ranges.items())
             if len(ranges)
-            else "no reseed range yet (EAGLE3 and ELSI m=3 need two seeds each)"
+            else "no reseed range yet (it needs two methods with two seeds each)"
         )
         lines.append(f"  across training seeds ({protocol}): {seeds}; {spread}")
     return lines
