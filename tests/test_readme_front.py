@@ -64,17 +64,16 @@ def test_its_gpu_line_is_the_committed_device_benchmarks():
 
 
 def test_its_qwen_sentence_is_the_committed_ledger_findings():
-    """'the probe's set beats EAGLE3's fixed set (one training seed so far), and ELSI's set does at two
-    of three training seeds': in the float32 ledger at 60 nodes, the probe's draft is above EAGLE3 at
-    every temperature at its one seed, and ELSI m = 3's is above EAGLE3's same seed at every temperature
-    at two of its three seeds."""
+    """'trained on 936 prompts the probe's set beats EAGLE3's fixed set (one training seed so far), and
+    ELSI's set does at two of three training seeds': in the float32 ledger (936 prompts) at 60 nodes, the
+    probe's draft is above EAGLE3 at every temperature at its one seed, and ELSI m = 3's is above EAGLE3's
+    same seed at every temperature at two of its three seeds."""
     import pandas as pd
 
     from elsi_lib.common.results import results_dir
 
-    assert "(one training seed so far), and ELSI's set does at two of three training seeds" in " ".join(
-        README.read_text().split()
-    )
+    text = " ".join(README.read_text().split())
+    assert "(one training seed so far), and ELSI's set does at two of three training seeds" in text
     found = pd.read_csv(results_dir() / "ledger_findings.csv")
     mine = found[(found.protocol == "table3_f32") & (found.nodes == 60)]
     probe = mine[mine.method == "probe m=3"]
@@ -82,3 +81,19 @@ def test_its_qwen_sentence_is_the_committed_ledger_findings():
     elsi = mine[mine.method == "ELSI m=3"]
     above = [bool((g.low > 0).all()) for _, g in elsi.groupby("seed")]
     assert (sum(above), len(above)) == (2, 3)
+    assert set(mine.prompts) == {936} and "trained on 936 prompts the probe's set beats" in text
+
+
+def test_its_strong_qwen_clause_is_the_committed_ledger_findings():
+    """'but on 4,744 prompts the probe's lead is not shown (one seed)': in the qwen_strong ledger at 60
+    nodes, the probe's draft (4,744 training prompts, one seed) has an interval holding 0 at some
+    temperature."""
+    import pandas as pd
+
+    from elsi_lib.common.results import results_dir
+
+    assert "but on 4,744 prompts the probe's lead is not shown (one seed)" in " ".join(README.read_text().split())
+    found = pd.read_csv(results_dir() / "ledger_findings.csv")
+    probe = found[(found.protocol == "qwen_strong") & (found.nodes == 60) & (found.method == "probe m=3")]
+    assert set(probe.prompts) == {4744} and probe.seed.nunique() == 1
+    assert not (probe.low > 0).all()
