@@ -57,6 +57,11 @@ def method_label(method: str, m: int) -> str | None:
     return {"elsi": f"ELSI m={m}", "elsi-c": f"ELSI-C m={m}", "probe": f"probe m={m}", "eagle2": "EAGLE2"}.get(method)
 
 
+def _differences(rows: pd.DataFrame) -> dict:
+    """{temperature: (diff, low, high)} of paired-difference rows, one row a temperature."""
+    return {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high)) for _, r in rows.iterrows()}
+
+
 def _drafts(table: str, family: str) -> tuple[int, int | None]:
     """(trained drafts, training prompts) of a protocol: its per-question rows at their largest prompt
     count where they exist, else the rows of its accepted-token table at seed 0."""
@@ -90,7 +95,7 @@ def evidence(family: str, method: str, m: int) -> list[Evidence]:
                 label,
                 drafts,
                 prompts,
-                {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high)) for _, r in rows.iterrows()},
+                _differences(rows),
             )
         )
     return found
@@ -179,7 +184,7 @@ def more_data(found: Evidence) -> Evidence | None:
         found.method,
         int(r.drafts),
         int(r.prompts),
-        {float(x.temperature): (float(x["diff"]), float(x.low), float(x.high)) for _, x in best.iterrows()},
+        _differences(best),
     )
 
 
