@@ -66,6 +66,11 @@ STRONG_LEDGER = (
     # ELSI-C m = 2 sets, (10, 29) and (2, 10) on Table 2's calibration, differ from every set above)
     ("elsi-m2", 0),
     ("elsi-c-m2", 0),
+    # the seed-level noise floor of the probe's set against EAGLE3's (issue 54): every trained set trails
+    # EAGLE3 at T = 0 on this family, so its verdict rests on seeds of both
+    ("probe-m3", 1),
+    ("probe-m3", 2),
+    ("eagle3", 2),
 )
 # the strong protocol's data on Qwen2.5-Coder-0.5B (issue 37's memory-bound target): the probe's m = 3
 # set first, the strongest of Table 3's drafts (its T = 0 AVG tau at 60 nodes 0.07-0.09 above EAGLE3's
@@ -74,6 +79,11 @@ QWEN_STRONG_LEDGER = (
     ("probe-m3", 0),
     ("eagle3", 0),
     ("elsi-m3", 0),
+    # the reseeds that say whether the probe's lead over EAGLE3 at this scale is a reseed's worth
+    ("eagle3", 1),
+    ("probe-m3", 1),
+    ("eagle3", 2),
+    ("probe-m3", 2),
 )
 
 
