@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: evidence venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -185,6 +185,14 @@ ledger-status: venv
 	@for p in $$($(BIN)/python -c "from elsi_lib.study.protocols import PROTOCOLS; print(*PROTOCOLS)"); do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
 ledger-%: venv models
 	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET) $(if $(COMMIT),--commit)
+
+# From the drafts' records (data/drafts/): the paper's accepted-token tables in its layout with seed-level
+# intervals (data/results/<protocol>_records_<family>.*), then the one evidence file `elsi select` reads
+# (elsi_lib/evidence.json: the seed-level comparisons, the decision's fits judged leave one protocol out,
+# the pooled criteria test; schema, provenance, checksum). Rerun after a record lands (make ledger-*).
+evidence: venv
+	$(BIN)/python -m elsi_lib.study.paper_tables
+	$(BIN)/python -m elsi_lib.study.decision_model
 
 # JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
 # root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'

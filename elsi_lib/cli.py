@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cli_args import MEASURED, UsageError, _check, build_parser
-from .cli_select import recipe_commands, recipe_line, restriction_lines, stability
+from .cli_select import decision_for, decision_lines, recipe_commands, recipe_line, restriction_lines, stability
 
 if TYPE_CHECKING:
     from .selection.probe import ProbeChoice
@@ -217,11 +217,15 @@ def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) ->
 def cmd_select(args) -> str:
     from . import __version__
     from .common.identity import model_fingerprint
-    from .draft.evidence import criterion_line, evidence_lines
+    from .draft import evidence as ev
     from .selection import select
     from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
     from .selection.entropy import set_entropy
 
+    try:  # read and checked before any capture: an unusable file costs the answer nothing
+        evidence, unavailable = ev.current(), None
+    except ev.EvidenceUnavailable as err:
+        evidence, unavailable = None, str(err)
     job = _Job(args)
     _check_select(args, job)
     stats, described = _stats(args, job)
@@ -265,9 +269,16 @@ def cmd_select(args) -> str:
         result["elsi"] = {"layers": list(paper[0]), "entropy": paper[1]}
     if restricted is not None:
         result["restriction"] = _restricted_choice(Z, args, job, layers, score, restricted)
-    differs = restricted is not None and result["restriction"]["unrestricted"]["layers"] != list(layers)
-    result["evidence"] = evidence_lines(args.model, args.method, len(layers), chosen_differs=differs)
-    result["evidence"] += [line for line in [criterion_line()] if line]
+    decision = decision_for(args, job, Z, layers, evidence)
+    result["decision"] = decision
+    recommended = tuple(decision.get("recommended_layers", layers))
+    if fragment is not None and recommended != tuple(layers):  # an engine's config carries the decision's set
+        fragment = engine_fragment(recommended, N, args.format, job.architecture)
+    if evidence is None:
+        result["evidence"] = [f"evidence: unavailable: {unavailable}"]
+    else:
+        result["evidence"] = ev.comparison_lines(evidence, args.model, args.method, len(layers))
+        result["evidence"] += [line for line in [ev.criterion_line(evidence)] if line]
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:
@@ -283,12 +294,14 @@ def cmd_select(args) -> str:
                 "elsi_provenance": result["provenance"]
                 | {
                     "layers_elsi": list(layers),
+                    "layers_fragment": list(recommended),  # the decision's set: the criterion's, or the default kept
                     "entropy": result["entropy"],
                     "eagle3_entropy": result["eagle3"]["entropy"] if eagle3 else None,
                     "architecture": job.architecture,
                     "ids_for": engine_reading(args.format, job.architecture),
                     **({"restriction": result["restriction"]} if restricted is not None else {}),
                     "evidence": result["evidence"],
+                    "decision": decision,
                 },
             },
             indent=2,
@@ -305,14 +318,16 @@ def cmd_select(args) -> str:
     if eagle3:
         lines.append(f"{'EAGLE3 [2, N//2, N-3]':<28} {str(eagle3):<34} {result['eagle3']['entropy']:.4f}")
     lines += [f"{'exhaustive optimum':<28} {str(optimum.layers):<34} {optimum.entropy:.4f}", ""]
+    lines += [*decision_lines(decision), ""]
     if restricted is not None:
         lines += restriction_lines(result["restriction"])
     lines += [
-        f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {result['vllm_layer_ids']}",
-        recipe_line(engine_fragment(layers, N, "speculators")),
+        f"the decision's set {recommended} in the engines' ids:",
+        f"vLLM / speculators eagle_aux_hidden_state_layer_ids: {list(convert_layer_ids(recommended, 'elsi', 'vllm', N))}",
+        recipe_line(engine_fragment(recommended, N, "speculators")),
     ]
     try:
-        sglang = engine_fragment(layers, N, "sglang", job.architecture)["eagle_config"][
+        sglang = engine_fragment(recommended, N, "sglang", job.architecture)["eagle_config"][
             "eagle_aux_hidden_state_layer_ids"
         ]
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")

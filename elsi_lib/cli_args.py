@@ -8,6 +8,8 @@ import argparse
 import os
 from pathlib import Path
 
+from .draft.evidence import default_method
+
 FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
 METHODS = ("elsi", "elsi-c", "exhaustive", "probe", "eagle3", "eagle2")
 MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set comes from the capture
@@ -78,9 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument(
         "--method",
         choices=METHODS,
-        default="probe",
-        help="default probe: the task probe (ridge map from the set's states to the target's next-token "
-        "state), the default since its error predicted this project's drafts out of sample (notebook 10), "
+        default=default_method(),
+        help=f"default {default_method()} (read from the evidence file): probe: the task probe (ridge map from the set's states to the target's next-token "
+        "state), the default while its error predicts this project's drafts out of sample (notebook 10), "
         "with ELSI's set beside it; elsi: the paper's beam search (Alg. 1)",
     )
     select.add_argument("--k-beam", type=int, help="beam width (default 10; elsi, elsi-c and probe only)")

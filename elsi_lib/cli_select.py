@@ -1,4 +1,5 @@
-"""What `elsi select` prints beside its answer: how often bootstrap resamples of the prompts choose the
+"""What `elsi select` prints beside its answer: the decision (the engine's default set against the
+criterion's, `draft.decision`), how often bootstrap resamples of the prompts choose the
 same set (`--stability`), speculators' recipe as two commands whose ids agree, and what an engine's
 restriction (`--engine`) cost. Called by `cli.cmd_select` only.
 """
@@ -68,3 +69,73 @@ def restriction_lines(info: dict) -> list[str]:
         f"  unrestricted, the choice would be {tuple(free['layers'])} ({info['score']} {free['score']:.4f} "
         f"against {mine['score']:.4f}: the restriction costs {info['costs']:.4f})"
     ]
+
+
+def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
+    """The answer as a decision (`draft.decision`): the engine's default set against the criterion's
+    best feasible set, the predicted difference in tau with its interval, and the verdict."""
+    from .draft import evidence as ev
+    from .selection.conventions import default_set
+    from .selection.entropy import set_entropy
+
+    try:
+        default = tuple(default_set(args.engine, job.n_layers))
+    except ValueError as err:
+        return {"verdict": "no verdict", "reason": f"{err}: nothing to compare the set with", "best_set": list(layers)}
+    head = {"default_set": list(default), "default_is": "EAGLE-3's rule [2, N//2, N-3]", "best_set": list(layers)}
+    head["engine"] = args.engine or "any (no --engine)"
+    if evidence is None:
+        return {**head, "verdict": "no verdict", "reason": "the evidence file is unavailable"}
+    if args.method not in ev.CRITERION_OF:
+        same = tuple(layers) == default
+        why = "the set is the default" if same else f"--method {args.method}'s set is fixed: no criterion predicts it"
+        return {**head, "verdict": "keep the default" if same else "no verdict", "reason": why}
+    if args.method == "probe":
+        from .hidden.probe_capture import cached_probe_error
+
+        model, tokenizer = job.loaded
+        chosen = job.probe
+        if chosen is None or job.max_length is None:
+            raise RuntimeError("the probe's choice is missing: _selection sets it before the decision")
+        score = chosen.error
+        base = cached_probe_error(model, tokenizer, job.conversations, default, chosen.ridge, max_length=job.max_length)
+    else:
+        score, base = set_entropy(Z, layers), set_entropy(Z, default)
+    made = ev.decision(args.method, args.model, score - base, tuple(layers), default, evidence)
+    family = ev.family_of(args.model)
+    return {
+        **head,
+        **made.as_dict(),
+        "criterion": ev.CRITERIA[ev.CRITERION_OF[args.method]],
+        "criterion_difference": score - base,
+        "criterion_best": score,
+        "criterion_default": base,
+        "family": family,
+        "pooled_because": None if made.model != "pooled" else f"{args.model} is not a family the ledger holds",
+        "rests_on": ev.rests_on(evidence, args.method),
+        "recommended_layers": list(layers) if made.verdict == "change" else list(default),
+    }
+
+
+def decision_lines(d: dict) -> list[str]:
+    """The decision in a few lines: the verdict and why, the prediction, what it rests on."""
+    default, best = tuple(d.get("default_set", ())), tuple(d["best_set"])
+    if d["verdict"] == "change":
+        head = f"decision: change to {best}: it is predicted to beat the default {default}"
+    elif d["verdict"] == "keep the default":
+        head = f"decision: keep the default {default} ({d['default_is']}, what {d['engine']} uses with no layers given)"
+    else:
+        head = "decision: none"
+    lines = [f"{head}; why: {d['reason']}"]
+    if d.get("predicted_tau_difference"):
+        cells = "; ".join(
+            f"T = {t}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
+            for t, c in d["predicted_tau_difference"].items()
+        )
+        model = f"the pooled fit ({d['pooled_because']})" if d["pooled_because"] else f"{d['model'].split()[-1]}'s fit"
+        lines.append(
+            f"  {d['criterion']}: {best} {d['criterion_best']:.4f}, the default {d['criterion_default']:.4f}; predicted "
+            f"tau of {best} minus the default's at 60 nodes, by {model}: {cells}"
+        )
+        lines += [f"  {part}" for part in d["rests_on"]]
+    return lines

@@ -84,7 +84,7 @@ def test_methods(capsys, folder, data, method):
 @pytest.mark.parametrize("fmt", ENGINE_FORMATS)
 def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     """Each format's ids, read back by the engine's own rule (tests/test_conventions.py), are the
-    selected set; an engine's format restricts the search to the sets it can feed a draft (before, a
+    decision's set (the selected one, or the engine's default kept); an engine's format restricts the search to the sets it can feed a draft (before, a
     set holding the last layer was refused by SGLang / SpecForge and the user got no set at all), and
     the answer says what the restriction cost."""
     out_file = tmp_path / "fragment.json"
@@ -101,6 +101,10 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
         assert N_LAYERS - 1 not in layers and info["rules"]
     else:
         assert layers == free["layers"] and not info["rules"]
+    # the fragment carries the decision's set: the criterion's where it is predicted to beat the default
+    decision = fragment["elsi_provenance"]["decision"]
+    layers = fragment["elsi_provenance"]["layers_fragment"]
+    assert layers == (decision["best_set"] if decision["verdict"] == "change" else decision["default_set"])
     if fmt in ("vllm", "speculators"):
         assert list(vllm_captured(fragment["eagle_aux_hidden_state_layer_ids"], N_LAYERS)) == layers
     else:
@@ -116,14 +120,41 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
 
 def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
     """--engine restricts a text answer too and says what it cost; every answer ends with the project's
-    evidence for the criterion (none for this random model: said plainly, with the bundled families')."""
+    evidence for the criterion (none for this random model: said plainly), and the decision: the engine's
+    default set, kept or changed, and why (this 8-layer model is a family the ledger does not hold: the
+    pooled fit's prediction, said so)."""
     code, text, _ = run(capsys, "select", *select_base(folder, data), "--engine", "speculators")
     assert code == 0 and "restricted to the sets speculators can feed a draft: no last layer (7)" in text
-    assert "unrestricted" in text and "evidence: none for" in text and "no ELSI m=3 draft was trained on it" in text
+    assert "unrestricted" in text and "evidence: none of this model's own" in text
+    assert "decision: " in text and "the pooled fit" in text
     code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json", "--engine", "sglang")
     result = json.loads(out)
     assert code == 0 and N_LAYERS - 1 not in result["layers"] and result["restriction"]["engine"] == "sglang"
-    assert any("qwen2.5-coder-0.5b" in line for line in result["evidence"])
+    decision = result["decision"]
+    assert (
+        decision["default_set"] == [1, 3, 4] and decision["best_set"] == result["layers"]
+    )  # EAGLE-3's rule on 8 layers
+    assert decision["model"] == "pooled" and decision["pooled_because"]
+    assert decision["verdict"] in ("change", "keep the default") and decision["reason"]
+    for cell in decision["predicted_tau_difference"].values():
+        assert cell["low"] <= cell["diff"] <= cell["high"]
+    assert decision["recommended_layers"] == (decision["best_set"] if decision["verdict"] == "change" else [1, 3, 4])
+
+
+def test_an_unusable_evidence_file_leaves_the_answer_with_one_line(capsys, folder, data, tmp_path, monkeypatch):
+    """An evidence file that is missing or altered: the set still comes, with one line saying why, and
+    no verdict pretending otherwise."""
+    from elsi_lib.draft import evidence as ev
+
+    altered = json.loads(ev.EVIDENCE_PATH.read_text())
+    altered["default_method"] = "elsi"
+    (tmp_path / "altered.json").write_text(json.dumps(altered))
+    for path, why in ((tmp_path / "missing.json", "no evidence file"), (tmp_path / "altered.json", "checksum")):
+        monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
+        code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json")
+        result = json.loads(out)
+        assert code == 0 and result["layers"] and result["evidence"][0].startswith("evidence: unavailable: ")
+        assert why in result["evidence"][0] and result["decision"]["verdict"] == "no verdict"
 
 
 def test_engine_refusals_come_before_the_capture(capsys, folder, data, no_capture):

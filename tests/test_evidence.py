@@ -1,154 +1,132 @@
-"""The evidence line `elsi select` prints (elsi_lib.draft.evidence): read from the committed results,
-it follows their numbers (a changed cell changes the line and, across 0, the verdict), and says
-plainly when no draft of the criterion was trained on the model."""
+"""The evidence file `elsi select` reads (elsi_lib/evidence.json, `make evidence`) and the decision it
+gives: the file is the committed records' (its provenance names each record's sha256), an altered,
+missing or foreign file is refused with its reason, and the verdict never contradicts a family's own
+drafts."""
 
-import shutil
+import hashlib
+import json
 
-import pandas as pd
 import pytest
 
-from elsi_lib.common.results import result_path, results_dir
-from elsi_lib.draft.evidence import NODES, evidence, evidence_lines
+from elsi_lib.draft import evidence as ev
+from elsi_lib.draft.decision import decide, fit, widening
+from elsi_lib.common.cachefiles import REPO_ROOT
 
 
-def test_the_line_quotes_the_committed_paired_difference():
-    paired = pd.read_csv(result_path("table3", "paired", "qwen2.5-coder-0.5b"))
-    row = paired[(paired.method == "ELSI m=3") & (paired.nodes == NODES) & (paired.temperature == 0)].iloc[0]
-    line = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
-    assert f"T = 0: {row['diff']:+.3f} [{row.low:+.3f}, {row.high:+.3f}]" in line and "table3" in line
-    strong = evidence("smollm2-135m", "elsi", 3)[0]
-    assert strong.protocol == "table2_strong" and strong.prompts == 4744 and strong.drafts == 3
+@pytest.fixture(scope="module")
+def evidence():
+    return ev.load()
 
 
-def test_a_changed_number_changes_the_line_and_the_verdict(tmp_path, monkeypatch):
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("ELSI_RESULTS", str(copy))
-    assert "for it" in evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
-    path = result_path("table3", "paired", "qwen2.5-coder-0.5b")
-    paired = pd.read_csv(path)
-    mine = (paired.method == "ELSI m=3") & (paired.nodes == NODES)
-    paired.loc[mine, ["diff", "low", "high"]] = [-0.5, -0.6, -0.4]
-    paired.to_csv(path, index=False)
-    line = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)[0]
-    assert "-0.500 [-0.600, -0.400]" in line and "against it: below EAGLE3 at every temperature" in line
+def test_the_file_is_the_committed_records(evidence):
+    """Its provenance holds every committed record with the sha256 it has now: a record added or changed
+    without `make evidence` fails here."""
+    root = REPO_ROOT / "data" / "drafts"  # the committed records (the tests' own records folder is elsewhere)
+    now = {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.glob("*/*.json"))}
+    assert evidence["provenance"]["records"] == now
 
 
-@pytest.mark.parametrize("method, m", [("elsi-c", 3), ("exhaustive", 3), ("elsi", 2)])
-def test_absent_evidence_is_said_plainly(method, m):
-    lines = evidence_lines("qwen2.5-coder-0.5b", method, m)
-    assert lines[0].startswith("evidence: none for qwen2.5-coder-0.5b")
-    assert len(lines) == 3 and all(line.startswith("  on ") for line in lines[1:])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda d: d["comparisons"][0].update(diff=9.0), "checksum"),
+        (lambda d: d.update(schema=99), "schema 99"),
+        (lambda d: d.pop("checksum"), "checksum"),
+    ],
+)
+def test_an_altered_or_foreign_file_is_refused_with_why(evidence, tmp_path, change, reason):
+    data = json.loads(json.dumps(evidence))
+    change(data)
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ev.EvidenceUnavailable, match=reason):
+        ev.load(path)
+    with pytest.raises(ev.EvidenceUnavailable, match="no evidence file"):
+        ev.load(tmp_path / "missing.json")
+    path.write_text("{not json")
+    with pytest.raises(ev.EvidenceUnavailable, match="not readable JSON"):
+        ev.load(path)
 
 
-def test_a_restricted_set_is_not_passed_off_as_the_trained_one():
-    line = evidence_lines("smollm2-135m", "elsi", 3, chosen_differs=True)[0]
-    assert "not this restricted set" in line
+def test_the_verdict_never_contradicts_a_familys_own_drafts(evidence):
+    """For every draft of a criterion's set that trails EAGLE3's at some temperature (interval below
+    zero), deciding between that set and the default never says "change", whatever the criterion's
+    difference, on both families and with the pooled fit."""
+    trailing = [
+        c for c in evidence["comparisons"] if c["nodes"] == ev.NODES and c["high"] is not None and c["high"] < 0
+    ]
+    assert trailing, "the committed records hold drafts that trail EAGLE3"
+    default = tuple(map(int, trailing[0]["baseline layers"].split()))
+    for c in trailing:
+        best = tuple(map(int, c["layers"].split()))
+        for method in ("probe", "elsi"):
+            for dscore in (-1.0, 0.0, 1.0):
+                made = ev.decision(method, c["family"], dscore, best, default, evidence)
+                assert made.verdict != "change", (c["protocol"], c["method"], made.reason)
 
 
-def test_the_criterion_line_is_the_pooled_test_and_the_default_follows_it(tmp_path, monkeypatch):
+def test_a_strong_enough_prediction_changes_the_set():
+    """The rule itself: intervals above zero at every temperature -> change; one holding zero -> keep."""
+    x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    up = fit(["a"] * 6, x, [0.1 + 0.5 * v + e for v, e in zip(x, (0.01, -0.01, 0.0, 0.01, -0.01, 0.0))], pooled=True)
+    flat = fit(["a"] * 6, x, [0.0, 0.3, -0.3, 0.3, -0.3, 0.0], pooled=True)
+    assert up is not None and flat is not None
+    assert decide({0.0: {"family": None, "pooled": up}}, None, 3.0, (5, 6), (1, 2)).verdict == "change"
+    kept = decide({0.0: {"family": None, "pooled": flat}}, None, 3.0, (5, 6), (1, 2))
+    assert kept.verdict == "keep the default" and "holds zero" in kept.reason
+    trails = [{"temperature": 0.0, "diff": -0.1, "low": -0.2, "high": -0.01}]
+    assert (
+        decide({0.0: {"family": None, "pooled": up}}, None, 3.0, (5, 6), (1, 2), trails).verdict == "keep the default"
+    )
+    assert decide({0.0: {"family": None, "pooled": None}}, None, 3.0, (5, 6), (1, 2)).verdict == "no verdict"
+    assert "is the default" in decide({}, None, 0.0, (1, 2), (1, 2)).reason
+
+
+def test_a_thin_ledger_fits_nothing():
+    assert fit(["a", "a"], [0.0, 1.0], [0.0, 1.0], pooled=True) is None  # no residual degree of freedom
+    assert fit(["a"] * 4, [1.0] * 4, [0.0, 1.0, 2.0, 3.0], pooled=True) is None  # one criterion value
+    assert fit(["a"] * 4, [0.0, 1.0, float("nan"), 3.0], [0.0, 1.0, 2.0, 3.0], pooled=True) is None
+
+
+def test_intervals_are_widened_to_cover_out_of_sample(evidence):
+    assert widening([0.5, 0.5, 2.0]) == 2.0 and widening([0.1] * 10) == 1.0
+    for criterion, by_t in evidence["models"].items():
+        for t, entry in by_t.items():
+            assert entry["coverage widened"] >= 0.9, (criterion, t)
+            ratios = [r["ratio"] for r in entry["out of sample"]]
+            assert entry["coverage"] == pytest.approx(sum(r <= 1 for r in ratios) / len(ratios))
+
+
+@pytest.mark.parametrize(
+    "name, family",
+    [
+        ("smollm2-135m", "smollm2-135m"),
+        ("SmolLM2-135M", "smollm2-135m"),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m"),
+        ("/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),
+        ("gemma3-270m", None),
+    ],
+)
+def test_a_bundled_family_is_matched_as_users_name_it(name, family):
+    assert ev.family_of(name) == family
+
+
+def test_comparison_lines_say_the_seeds(evidence):
+    lines = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3)
+    assert lines[0].startswith("evidence: ELSI m=3 drafts on qwen2.5-coder-0.5b")
+    assert any("3 seeds against EAGLE3's 3" in line for line in lines)
+    assert any("seed variance not measured" in line for line in lines)  # table3's single-seed bf16 drafts
+    assert ev.comparison_lines(evidence, "some/other-model", "probe", 3)[0].startswith(
+        "evidence: none of this model's own"
+    )
+
+
+def test_the_default_method_is_the_files(evidence):
     from elsi_lib.cli_args import build_parser
-    from elsi_lib.draft.evidence import criterion_line
-    from elsi_lib.study.record_tables import verdict
 
-    pooled = pd.read_csv(results_dir() / "criteria_pooled.csv")
-    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")].iloc[0]
-    line = criterion_line()
-    assert f"rho {row['pooled rho']:+.2f}, p = {row['p (stratified permutation)']:.3f}" in line
-    default = build_parser().parse_args(["select", "--model", "x"]).method
-    assert default == verdict(pooled)  # the command recommends what the committed test supports
-    assert ("default stays ELSI" in line) == (default == "elsi")
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("ELSI_RESULTS", str(copy))
-    changed = pooled.copy()
-    mine = (changed.criterion == "probe error") & (changed.outcome == "tau minus EAGLE3")
-    changed.loc[mine, ["pooled rho", "p (stratified permutation)"]] = [0.8, 0.01]
-    changed.to_csv(copy / "criteria_pooled.csv", index=False)
-    assert "rho +0.80, p = 0.010; it predicts the drafts" in criterion_line()
-    assert verdict(changed) == "probe"
-    (copy / "criteria_pooled.csv").unlink()
-    assert criterion_line() is None
-
-
-def test_a_set_two_methods_chose_is_one_draft_for_the_criteria(monkeypatch):
-    """ELSI and ELSI-C chose layers (0, 1) at m = 2 on Qwen (table3_f32): the same draft, trained twice,
-    counts once in the criteria's correlations."""
-    from elsi_lib.common.cachefiles import REPO_ROOT
-    from elsi_lib.study.record_tables import drafts
-
-    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))  # the committed records
-
-    table = drafts(["table3_f32"])
-    assert {"elsi-m2", "elsi-c-m2"} & set(table.id), "the committed records hold both m = 2 drafts"
-    assert len({"elsi-m2", "elsi-c-m2"} & set(table.id)) == 1
-    assert not table.duplicated(["layers", "step 1", "tau"]).any()
-    assert {"eagle2", "elsi-m1-rule"} <= set(table.id)  # one layer, two feature sources: two drafts
-
-
-def test_a_reseeded_criterion_shows_every_seed_beside_its_evidence(tmp_path, monkeypatch):
-    """ELSI m = 3's Qwen lead at seed 0 and its seed-1 draft: `elsi select` prints both and the reseed range."""
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("ELSI_RESULTS", str(copy))
-    rows = [
-        ("table3_f32", T, 60, seed, "ELSI m=3", diff, diff - 0.02, diff + 0.02, 120, 8, spread, "no")
-        for T, spread in ((0.0, 0.019), (1.0, 0.047))
-        for seed, diff in ((0, 0.024), (1, 0.002))
-    ]
-    columns = ["protocol", "temperature", "nodes", "seed", "method", "diff", "low", "high", "questions", "drafts"]
-    pd.DataFrame(rows, columns=[*columns, "reseed range", "beyond the reseed range"]).to_csv(
-        copy / "ledger_findings.csv", index=False
+    assert build_parser().parse_args(["select", "--model", "x"]).method == evidence["default_method"]
+    line = ev.criterion_line(evidence)
+    row = next(
+        r for r in evidence["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
     )
-    lines = evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)
-    assert len(lines) == 2 and lines[0].startswith("evidence: ELSI m=3 drafts on qwen2.5-coder-0.5b (table3")
-    assert lines[1] == (
-        "  across training seeds (table3_f32): seed 0: T = 0 +0.024 [+0.004, +0.044], T = 1 +0.024 [+0.004, +0.044]; "
-        "seed 1: T = 0 +0.002 [-0.018, +0.022], T = 1 +0.002 [-0.018, +0.022]; "
-        "a reseed alone moves AVG tau up to 0.019 at T = 0, 0.047 at T = 1"
-    )
-    assert len(evidence_lines("qwen2.5-coder-0.5b", "probe", 3)) == 1  # one seed: no line
-    pd.DataFrame(rows[:1], columns=[*columns, "reseed range", "beyond the reseed range"]).to_csv(
-        copy / "ledger_findings.csv", index=False
-    )
-    assert len(evidence_lines("qwen2.5-coder-0.5b", "elsi", 3)) == 1
-
-
-def test_the_best_trained_ledger_draft_shows_beside_the_tables_evidence(tmp_path, monkeypatch):
-    """The table3 evidence rests on 936 training prompts; a ledger protocol of the same family whose
-    probe draft trained on 4,744 adds a line (its first seed, its own drafts and verdict, its seeds); one
-    on no more prompts, another family's, or a findings file without prompts adds none."""
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    monkeypatch.setenv("ELSI_RESULTS", str(copy))
-    columns = ["protocol", "family", "prompts", "temperature", "nodes", "seed", "method", "diff", "low", "high"]
-    qwen = "qwen2.5-coder-0.5b"
-    rows = [
-        ("table3_f32", qwen, 936, 0.0, 60, 0, "probe m=3", 0.2, 0.1, 0.3),
-        ("qwen_strong", qwen, 4744, 0.0, 60, 0, "probe m=3", 0.25, 0.15, 0.35),
-        ("qwen_strong", qwen, 4744, 1.0, 60, 0, "probe m=3", -0.01, -0.04, 0.02),
-        ("qwen_strong", qwen, 4744, 0.0, 30, 0, "probe m=3", 0.9, 0.8, 1.0),  # another tree size
-        ("qwen_strong", qwen, 4744, 0.0, 60, 1, "probe m=3", -0.5, -0.6, -0.4),  # a later seed
-        ("big_smol", "smollm2-135m", 9000, 0.0, 60, 0, "probe m=3", 0.5, 0.4, 0.6),  # another family's
-    ]
-    frame = pd.DataFrame(rows, columns=columns).assign(questions=120, drafts=2)
-    frame["reseed range"], frame["beyond the reseed range"] = float("nan"), "no reseeds yet"
-    frame.to_csv(copy / "ledger_findings.csv", index=False)
-    lines = evidence_lines(qwen, "probe", 3)
-    assert lines[0].startswith("evidence: probe m=3 drafts on qwen2.5-coder-0.5b (table3: 936 training prompts")
-    assert lines[-1].startswith("  across training seeds (qwen_strong): seed 0: T = 0 +0.250")
-    assert lines[-1].endswith(
-        "seed 1: T = 0 -0.500 [-0.600, -0.400]; no reseed range yet (it needs two methods with two seeds each)"
-    )
-    assert lines[-2] == (
-        "  with more training data (the ledger's records, seed 0): probe m=3 drafts on qwen2.5-coder-0.5b "
-        "(qwen_strong: 4,744 training prompts, 2 drafts): tau minus EAGLE3's at 60 nodes "
-        "T = 0: +0.250 [+0.150, +0.350]; T = 1: -0.010 [-0.040, +0.020]: "
-        "for it at some temperature, no difference shown at another"
-    )
-    smol = [line for line in evidence_lines("smollm2-135m", "probe", 3) if "with more training data" in line]
-    assert len(smol) == 1 and "(big_smol: 9,000 training prompts, 2 drafts)" in smol[0]  # its own family's
-    frame[frame.protocol != "qwen_strong"].to_csv(copy / "ledger_findings.csv", index=False)
-    assert not any("with more training data" in line for line in evidence_lines(qwen, "probe", 3))
-    frame.drop(columns=["family", "prompts"]).to_csv(copy / "ledger_findings.csv", index=False)
-    assert not any("with more training data" in line for line in evidence_lines(qwen, "probe", 3))
+    assert line is not None and f"rho {row['pooled rho']:+.2f}" in line

@@ -1,10 +1,11 @@
 """The README is a front door: at most 15 KB; the evidence line of its `elsi select` example is the one
-the committed results give today (draft/evidence.py), the notebooks and files it names exist."""
+the evidence file gives today (draft/evidence.py), the numbers of its opening are that file's, the
+notebooks and files it names exist."""
 
 import re
 
 from elsi_lib.common.cachefiles import REPO_ROOT
-from elsi_lib.draft.evidence import evidence_lines
+from elsi_lib.draft import evidence as ev
 
 README = REPO_ROOT / "README.md"
 
@@ -17,7 +18,7 @@ def test_its_evidence_line_is_the_committed_results():
     text = README.read_text()
     quoted = [line for line in text.splitlines() if line.startswith("evidence: ")]
     assert quoted, "the README's example shows no evidence line"
-    assert quoted[0] == evidence_lines("smollm2-135m", "probe", 3, chosen_differs=True)[0]  # the default method's
+    assert quoted[0] == ev.comparison_lines(ev.load(), "smollm2-135m", "probe", 3)[0]  # the default method's
 
 
 def test_what_it_names_exists():
@@ -29,71 +30,60 @@ def test_what_it_names_exists():
 
 
 def test_its_criteria_line_is_the_committed_pooled_test():
-    from elsi_lib.draft.evidence import criterion_line
-
     quoted = [line for line in README.read_text().splitlines() if line.startswith("criteria: ")]
-    assert quoted == [criterion_line()]
+    assert quoted == [ev.criterion_line(ev.load())]
 
 
-def test_its_wall_clock_lines_are_the_committed_benchmarks():
-    from elsi_lib.study import speed
-
-    lines = speed.headline(speed.cost_results())
-    assert lines and all(line in README.read_text().splitlines() for line in lines)
+def _cell(c: dict) -> str:
+    return f"{c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
 
 
-def test_its_cost_model_accuracy_line_is_the_committed_benchmarks():
-    from elsi_lib.study import speed
-
-    line = speed.model_accuracy(speed.cost_results())
-    assert line is not None and line in README.read_text().splitlines()
-
-
-def test_its_lever_line_is_the_committed_benchmarks():
-    from elsi_lib.study import speed
-
-    line = speed.lever_finding()
-    assert line is not None and line in README.read_text().splitlines()
-
-
-def test_its_gpu_line_is_the_committed_device_benchmarks():
-    from elsi_lib.study import speed_device
-
-    line = speed_device.device_line()
-    assert line is not None and any(l.startswith(line) for l in README.read_text().splitlines())
-
-
-def test_its_qwen_sentence_is_the_committed_ledger_findings():
-    """'trained on 936 prompts the probe's set beats EAGLE3's fixed set (one training seed so far), and
-    ELSI's set does at two of three training seeds': in the float32 ledger (936 prompts) at 60 nodes, the
-    probe's draft is above EAGLE3 at every temperature at its one seed, and ELSI m = 3's is above EAGLE3's
-    same seed at every temperature at two of its three seeds."""
-    import pandas as pd
-
-    from elsi_lib.common.results import results_dir
-
+def test_its_opening_numbers_are_the_evidence_files():
+    """Every number the opening quotes is a seed-level comparison in the evidence file, with the seeds
+    it names; "every trained set is below EAGLE3's at T = 0" on SmolLM2 holds for every draft there."""
+    evidence = ev.load()
     text = " ".join(README.read_text().split())
-    assert "(one training seed so far), and ELSI's set does at two of three training seeds" in text
-    found = pd.read_csv(results_dir() / "ledger_findings.csv")
-    mine = found[(found.protocol == "table3_f32") & (found.nodes == 60)]
-    probe = mine[mine.method == "probe m=3"]
-    assert probe.seed.nunique() == 1 and (probe.low > 0).all()
-    elsi = mine[mine.method == "ELSI m=3"]
-    above = [bool((g.low > 0).all()) for _, g in elsi.groupby("seed")]
-    assert (sum(above), len(above)) == (2, 3)
-    assert set(mine.prompts) == {936} and "trained on 936 prompts the probe's set beats" in text
+    rows = [c for c in evidence["comparisons"] if c["nodes"] == 60]
+
+    def one(protocol, method, t):
+        (c,) = [c for c in rows if c["protocol"] == protocol and c["method"] == method and c["temperature"] == t]
+        return c
+
+    probe = one("table3_f32", "probe m=3", 0.0)
+    assert f"probe's set leads at T = 0 ({_cell(probe)}, one seed against EAGLE3's three)" in text
+    assert (probe["seeds"], probe["baseline seeds"], probe["prompts"]) == (1, 3, 936) and probe["low"] > 0
+    assert one("table3_f32", "probe m=3", 1.0)["low"] <= 0  # "but not at T = 1"
+    elsi = one("table3_f32", "ELSI m=3", 0.0)
+    assert f"ELSI's set does not lead at three seeds each ({_cell(elsi)})" in text
+    assert (elsi["seeds"], elsi["baseline seeds"]) == (3, 3) and elsi["low"] <= 0
+    strong = one("qwen_strong", "probe m=3", 0.0)
+    each = {1: "one", 2: "two", 3: "three"}[strong["seeds"]]
+    assert f"on 4,744 prompts the probe's lead is not shown ({_cell(strong)}, {each} seed" in text
+    assert strong["low"] <= 0 and strong["seeds"] == strong["baseline seeds"] and strong["prompts"] == 4744
+    smol = one("table2_strong", "ELSI m=3", 0.0)
+    each = {1: "one", 2: "two", 3: "three"}[smol["seeds"]]
+    assert f"ELSI's with its interval below zero ({_cell(smol)}, {each} seeds each)" in text
+    assert smol["high"] < 0 and smol["seeds"] == smol["baseline seeds"]
+    assert all(c["diff"] < 0 for c in rows if c["family"] == "smollm2-135m" and c["temperature"] == 0.0)
 
 
-def test_its_strong_qwen_clause_is_the_committed_ledger_findings():
-    """'but on 4,744 prompts the probe's lead is not shown (one seed)': in the qwen_strong ledger at 60
-    nodes, the probe's draft (4,744 training prompts, one seed) has an interval holding 0 at some
-    temperature."""
-    import pandas as pd
-
-    from elsi_lib.common.results import results_dir
-
-    assert "but on 4,744 prompts the probe's lead is not shown (one seed)" in " ".join(README.read_text().split())
-    found = pd.read_csv(results_dir() / "ledger_findings.csv")
-    probe = found[(found.protocol == "qwen_strong") & (found.nodes == 60) & (found.method == "probe m=3")]
-    assert set(probe.prompts) == {4744} and probe.seed.nunique() == 1
-    assert not (probe.low > 0).all()
+def test_its_decision_is_the_evidence_files():
+    """The example's decision line: recomputed from the criterion values it prints and the evidence file,
+    the same verdict and predicted cells; and "on both families the command keeps the default" holds for
+    the probe's and ELSI's drafted sets of each family at their recorded criteria."""
+    text = README.read_text()
+    line = next(l for l in text.splitlines() if l.strip().startswith("probe error: ("))
+    m = re.search(r"probe error: \(([\d, ]+)\) ([\d.]+), the default ([\d.]+)", line)
+    best, score, base = tuple(int(v) for v in m.group(1).split(", ")), float(m.group(2)), float(m.group(3))
+    made = ev.decision("probe", "smollm2-135m", score - base, best, (1, 14, 26), ev.load())
+    for t, (d, lo, hi) in made.predicted.items():
+        assert f"T = {t:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" in line
+    assert ("decision: keep the default (1, 14, 26)" in text) == (made.verdict == "keep the default")
+    evidence = ev.load()
+    for c in evidence["comparisons"]:
+        if c["nodes"] == 60 and c["temperature"] == 0.0 and c["method"] in ("probe m=3", "ELSI m=3"):
+            criterion = "probe" if c["method"].startswith("probe") else "elsi"
+            dscore = c["d probe error"] if criterion == "probe" else c["d set entropy"]
+            default = tuple(map(int, c["baseline layers"].split()))
+            chosen = tuple(map(int, c["layers"].split()))
+            assert ev.decision(criterion, c["family"], dscore, chosen, default, evidence).verdict == "keep the default"

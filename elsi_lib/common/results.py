@@ -1,7 +1,5 @@
-"""Where the committed results live and what names their files (the study writes them; `elsi select`
-reads them for its evidence line): `data/results/{table}_{kind}_{model slug}.csv`.
-
-PROTOCOLS lists each family's trained-draft protocols, strongest (most training prompts) first.
+"""Where the committed results live and what names their files (the study writes them):
+`data/results/{table}_{kind}_{model slug}.csv`.
 """
 
 from __future__ import annotations
@@ -10,15 +8,6 @@ import os
 from pathlib import Path
 
 from .cachefiles import REPO_ROOT
-
-# family (model registry name) -> [(table name, what it is)], the strongest protocol first
-PROTOCOLS = {
-    "smollm2-135m": [
-        ("table2_strong", "the strong protocol, vLLM replies to 4,744 prompts"),
-        ("table2", "the paper's Table 2 protocol, 1,000 prompts"),
-    ],
-    "qwen2.5-coder-0.5b": [("table3", "the paper's Table 3 protocol, vLLM replies to 936 prompts")],
-}
 
 
 def results_dir() -> Path:

@@ -1,224 +1,205 @@
-"""What the project's own trained drafts showed for a selection criterion, read from the committed
-results (`common.results`): the paired difference in tau (accepted tokens per target forward) between
-the criterion's draft and EAGLE3's on the same SpecBench questions, with its 95% interval, per
-family and protocol, and, where the ledger's records trained the criterion's draft on more prompts than
-the tables did, that draft's too. `elsi select` prints it beside its answer; where no draft of the
-criterion was trained on the model, it says so and shows the bundled families instead.
+"""What the project's own trained drafts showed, read from the one evidence file the study writes
+(`elsi_lib/evidence.json`, `make evidence`): a schema version, its provenance (the commit and the
+sha256 of every record it rests on) and a checksum over the rest. `elsi select` reads it, and
+nothing else of the study, to print
+
+- the decision (`draft.decision`): keep the engine's default set unless the criterion's best set is
+  predicted to beat it, with the prediction's interval and what it rests on;
+- the family's drafts of the criterion's set against EAGLE3's, at the seed level;
+- the pooled criteria test, and so the default method.
+
+A file that is missing, altered or of another schema version is unavailable: the answer still comes,
+with one line saying why (`EvidenceUnavailable`), never stale numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
 
-import pandas as pd
+from .decision import Decision, Fit, decide
 
-from ..common.results import PROTOCOLS, result_path, results_dir, slug
-
+SCHEMA = 1
+EVIDENCE_PATH = Path(__file__).resolve().parent.parent / "evidence.json"
 NODES = 60  # the larger tree of the tables
+# the criterion each measured method chooses by, as the records name it
+CRITERIA = {"probe": "probe error", "elsi": "set entropy"}
+CRITERION_OF = {"probe": "probe", "elsi": "elsi", "elsi-c": "elsi", "exhaustive": "elsi"}
+LABELS = {"elsi": "ELSI m={m}", "elsi-c": "ELSI-C m={m}", "probe": "probe m={m}", "eagle2": "EAGLE2"}
+FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and folders, in any capitals
+    "smollm2-135m": ("huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
+    "qwen2.5-coder-0.5b": ("qwen/qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+}
 
 
-@dataclass(frozen=True)
-class Evidence:
-    """One criterion's drafts against EAGLE3's on one family and protocol, at NODES nodes."""
-
-    family: str
-    protocol: str
-    about: str
-    method: str  # the tables' label, e.g. "ELSI m=3"
-    drafts: int  # trained drafts the table rests on
-    prompts: int | None
-    differences: dict  # {temperature: (diff, low, high)}
-
-    def verdict(self) -> str:
-        lows, highs = [d[1] for d in self.differences.values()], [d[2] for d in self.differences.values()]
-        if all(low > 0 for low in lows):
-            return "for it: above EAGLE3 at every temperature"
-        if all(high < 0 for high in highs):
-            return "against it: below EAGLE3 at every temperature"
-        if any(high < 0 for high in highs):
-            return "against it at some temperature, no difference shown at another"
-        if any(low > 0 for low in lows):
-            return "for it at some temperature, no difference shown at another"
-        return "no difference from EAGLE3 shown"
-
-    def line(self) -> str:
-        cells = "; ".join(
-            f"T = {t:g}: {d:+.3f} [{lo:+.3f}, {hi:+.3f}]" for t, (d, lo, hi) in sorted(self.differences.items())
-        )
-        prompts = f"{self.prompts:,} training prompts, " if self.prompts else ""
-        return (
-            f"{self.method} drafts on {self.family} ({self.protocol}: {prompts}{self.drafts} drafts): tau minus "
-            f"EAGLE3's at {NODES} nodes {cells}: {self.verdict()}"
-        )
+class EvidenceUnavailable(ValueError):
+    """The evidence file cannot be used; the message says why in one line."""
 
 
-def method_label(method: str, m: int) -> str | None:
-    """The tables' label of a criterion's draft (None: a criterion the study trains no draft of)."""
-    return {"elsi": f"ELSI m={m}", "elsi-c": f"ELSI-C m={m}", "probe": f"probe m={m}", "eagle2": "EAGLE2"}.get(method)
+def canonical(payload: dict) -> bytes:
+    """The bytes the checksum is over: sorted keys, no spaces, NaN refused."""
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _differences(rows: pd.DataFrame) -> dict:
-    """{temperature: (diff, low, high)} of paired-difference rows, one row a temperature."""
-    return {float(r.temperature): (float(r["diff"]), float(r.low), float(r.high)) for _, r in rows.iterrows()}
+def load(path: str | Path | None = None) -> dict:
+    """The evidence file, checked: readable JSON, schema SCHEMA, the checksum its contents give."""
+    path = Path(path or EVIDENCE_PATH)
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise EvidenceUnavailable(f"no evidence file at {path} (make evidence writes it)") from None
+    except (OSError, ValueError) as err:
+        raise EvidenceUnavailable(f"{path} is not readable JSON ({err})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise EvidenceUnavailable(f"{path} has schema {found!r}, this elsi reads schema {SCHEMA}")
+    payload = {k: v for k, v in data.items() if k != "checksum"}
+    try:
+        digest = hashlib.sha256(canonical(payload)).hexdigest()
+    except ValueError as err:
+        raise EvidenceUnavailable(f"{path}: {err}") from None
+    if digest != data.get("checksum"):
+        raise EvidenceUnavailable(f"{path} fails its checksum: it was altered after the study wrote it")
+    return data
 
 
-def _drafts(table: str, family: str) -> tuple[int, int | None]:
-    """(trained drafts, training prompts) of a protocol: its per-question rows at their largest prompt
-    count where they exist, else the rows of its accepted-token table at seed 0."""
-    rows = result_path(table, "question_tau", family)
-    if rows.is_file():
-        frame = pd.read_csv(rows, usecols=["prompts", "method", "seed"])
-        last = frame[frame.prompts == frame.prompts.max()]
-        return int(last[["method", "seed"]].drop_duplicates().shape[0]), int(frame.prompts.max())
-    tau = pd.read_csv(result_path(table, "accepted_tokens", family), usecols=["method"])
-    return int(tau.method.nunique()), None
+@lru_cache(maxsize=4)
+def _cached(path: str, stamp: float) -> dict:
+    return load(path)
 
 
-def evidence(family: str, method: str, m: int) -> list[Evidence]:
-    """Every protocol's evidence on `family` (a registry name) for `method` with m layers, strongest first."""
-    label = method_label(method, m)
-    found = []
-    for table, about in PROTOCOLS.get(slug(family), []):
-        path = result_path(table, "paired", family)
-        if label is None or not path.is_file():
-            continue
-        paired = pd.read_csv(path)
-        rows = paired[(paired.method == label) & (paired.nodes == NODES)]
-        if rows.empty:
-            continue
-        drafts, prompts = _drafts(table, family)
-        found.append(
-            Evidence(
-                family,
-                table,
-                about,
-                label,
-                drafts,
-                prompts,
-                _differences(rows),
+def current() -> dict:
+    """The package's evidence file (cached while it is unchanged)."""
+    try:
+        stamp = EVIDENCE_PATH.stat().st_mtime
+    except OSError:
+        stamp = -1.0
+    return _cached(str(EVIDENCE_PATH), stamp)
+
+
+def family_of(model: str) -> str | None:
+    """The bundled family a model name means (its registry name, hub id or folder name, any capitals),
+    else None."""
+    name = str(model).rstrip("/").lower()
+    for family, aliases in FAMILY_ALIASES.items():
+        if name == family or name in aliases or Path(name).name in (family, *aliases):
+            return family
+    return None
+
+
+def label(method: str, m: int) -> str | None:
+    """The tables' label of a method's draft (None: a method the study trains no draft of)."""
+    return LABELS[method].format(m=m) if method in LABELS else None
+
+
+def default_method(evidence: dict | None = None) -> str:
+    """The method `elsi select` uses when none is given: the probe where its error predicted the
+    drafts out of sample (the pooled test), else ELSI, the paper's method."""
+    try:
+        evidence = evidence or current()
+    except EvidenceUnavailable:
+        return "elsi"
+    return evidence["default_method"]
+
+
+def _fits(evidence: dict, criterion: str) -> dict:
+    out = {}
+    for t, entry in evidence["models"][CRITERIA[criterion]].items():
+        out[float(t)] = {
+            kind: (Fit(**{k: _tuple(v) for k, v in entry[kind].items()}) if entry[kind] else None)
+            for kind in ("family", "pooled")
+        }
+    return out
+
+
+def _tuple(v):
+    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
+
+
+def measured(evidence: dict, family: str | None, layers: tuple, nodes: int = NODES) -> list[dict]:
+    """The family's seed-level differences of drafts of exactly `layers` against EAGLE3's."""
+    text = " ".join(map(str, layers))
+    return [
+        c
+        for c in evidence["comparisons"]
+        if c["family"] == family and c["layers"] == text and c["nodes"] == nodes and c["diff"] is not None
+    ]
+
+
+def decision(method: str, model: str, dscore: float, best: tuple, default: tuple, evidence: dict) -> Decision:
+    """`draft.decision.decide` for `method`'s best set against the engine's `default` on `model`."""
+    family = family_of(model)
+    return decide(
+        _fits(evidence, CRITERION_OF[method]), family, dscore, best, default, measured(evidence, family, best)
+    )
+
+
+def rests_on(evidence: dict, method: str) -> list[str]:
+    """What the prediction rests on: per temperature the drafts, protocols, seeds and the out-of-sample
+    coverage of its intervals (leave one protocol out), and the widening that coverage asked for."""
+    entries = evidence["models"][CRITERIA[CRITERION_OF[method]]]
+    lines = [f"the prediction ({CRITERIA[CRITERION_OF[method]]} difference -> tau difference) rests on:"]
+    for t, e in sorted(entries.items(), key=lambda kv: float(kv[0])):
+        r = e["rests on"]
+        if e["coverage"] is None:
+            cover = "not judged out of sample (one protocol group)"
+        else:
+            cover = (
+                f"its 95% intervals covered {100 * e['coverage']:.0f}% of them out of sample (leave one protocol out)"
             )
+            if e["widen"] and e["widen"] > 1:
+                cover += f", so they are widened {e['widen']:.2f}x (to {100 * e['coverage widened']:.0f}%)"
+        lines.append(
+            f"T = {float(t):g}: {r['drafts']} drafts of {len(r['protocols'])} protocols "
+            f"({', '.join(r['families'])}), up to {r['seeds']} seeds a method; {cover}"
         )
-    return found
+    return lines
 
 
-def evidence_lines(model: str, method: str, m: int, chosen_differs: bool = False) -> list[str]:
-    """What `elsi select` prints beside its answer: the model's own evidence (its strongest protocol), or,
-    where there is none, a plain statement that it is absent and the bundled families' evidence."""
+def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[str]:
+    """The family's drafts of `method`'s set against EAGLE3's, per protocol, seed level, at NODES nodes."""
+    family, name = family_of(model), label(method, m)
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
-    own = evidence(model, method, m)
-    note = (
-        " (the drafts read the criterion's unrestricted choice, not this restricted set)"
-        if chosen_differs and own
-        else ""
-    )
-    if own:
-        more = more_data(own[0])
-        more_lines = [f"  with more training data ({more.about}): {more.line()}", *reseed_lines(more)] if more else []
-        return [f"evidence: {own[0].line()}{note}", *reseed_lines(own[0]), *more_lines]
-    label = method_label(method, m) or f"--method {method}"
-    lines = [f"evidence: none for {model}: no {label} draft was trained on it in this project's results"]
-    for family in PROTOCOLS:
-        others = evidence(family, method, m)
-        lines.append(f"  on {family}: {others[0].line()}" if others else f"  on {family}: no {label} draft trained")
-    return lines
-
-
-LEDGER = "ledger_findings"  # each seed's draft against EAGLE3's same seed, per protocol (notebook 10)
-
-
-def reseed_lines(found: Evidence) -> list[str]:
-    """The same criterion's drafts against EAGLE3's at every training seed, where the records of the
-    protocol or its float32 twin hold more than one (`ledger_findings.csv`), with what a reseed alone
-    moves: a lead at one seed that another seed does not repeat is not a finding. [] without reseeds."""
-    path = results_dir() / f"{LEDGER}.csv"
-    if not path.is_file():
-        return []
-    rows = pd.read_csv(path)
-    if "seed" not in rows:
-        return []
+    rows = [c for c in evidence["comparisons"] if c["method"] == name and c["nodes"] == NODES]
+    if family is None or not [c for c in rows if c["family"] == family]:
+        where = (
+            f"{model} is not a family the ledger holds" if family is None else f"no {name or method} draft on {family}"
+        )
+        return [f"evidence: none of this model's own: {where}"]
     lines = []
-    for protocol in (found.protocol, f"{found.protocol}_f32"):
-        mine = rows[(rows.protocol == protocol) & (rows.method == found.method) & (rows.nodes == NODES)]
-        if mine.seed.nunique() < 2:
-            continue
-        seeds = "; ".join(
-            f"seed {seed}: "
-            + ", ".join(
-                f"T = {r.temperature:g} {r['diff']:+.3f} [{r.low:+.3f}, {r.high:+.3f}]" for _, r in g.iterrows()
-            )
-            for seed, g in mine.sort_values(["seed", "temperature"]).groupby("seed")
+    for protocol in dict.fromkeys(c["protocol"] for c in rows if c["family"] == family):
+        mine = sorted((c for c in rows if c["protocol"] == protocol), key=lambda c: c["temperature"])
+        cells = "; ".join(
+            f"T = {c['temperature']:g}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]" for c in mine
         )
-        ranges = mine.groupby("temperature")["reseed range"].first().dropna()  # NaN: too few reseeded methods
-        spread = (
-            "a reseed alone moves AVG tau up to " + ", ".join(f"{v:.3f} at T = {t:g}" for t, v in ranges.items())
-            if len(ranges)
-            else "no reseed range yet (it needs two methods with two seeds each)"
+        c = mine[0]
+        seeds = f"{c['seeds']} seed{'s' * (c['seeds'] > 1)} against EAGLE3's {c['baseline seeds']}"
+        seeds += "" if c["seed level"] == "yes" else ", seed variance not measured"
+        lines.append(
+            f"{name} drafts (layers {c['layers']}) on {family} ({protocol}: {c['prompts']:,} training prompts, {seeds}): tau minus "
+            f"EAGLE3's at {NODES} nodes {cells}"
         )
-        lines.append(f"  across training seeds ({protocol}): {seeds}; {spread}")
-    return lines
+    return ["evidence: " + lines[0], *("  " + line for line in lines[1:])]
 
 
-def more_data(found: Evidence) -> Evidence | None:
-    """The same criterion's draft against EAGLE3's at its first training seed in the ledger protocol of
-    `found`'s family whose drafts trained on the most prompts (`ledger_findings.csv`), where that is more
-    than `found`'s (the paper-scale tables rest on fewer prompts than the ledger's strong protocols);
-    None without one."""
-    path = results_dir() / f"{LEDGER}.csv"
-    if not path.is_file() or found.prompts is None:
+def criterion_line(evidence: dict) -> str | None:
+    """The pooled criteria test in one line, and the default method it gives; None without it."""
+    rows = [
+        r for r in evidence["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
+    ]
+    if not rows:
         return None
-    rows = pd.read_csv(path)
-    if not {"family", "prompts"} <= set(rows.columns):
-        return None
-    mine = rows[(rows.family == found.family) & (rows.method == found.method) & (rows.nodes == NODES)]
-    mine = mine[mine.prompts > found.prompts]
-    if mine.empty:
-        return None
-    best = mine[mine.prompts == mine.prompts.max()]
-    best = best[(best.protocol == best.protocol.min()) & (best.seed == best.seed.min())]
-    r = best.iloc[0]
-    return Evidence(
-        found.family,
-        str(r.protocol),
-        f"the ledger's records, seed {int(r.seed)}",
-        found.method,
-        int(r.drafts),
-        int(r.prompts),
-        _differences(best),
-    )
-
-
-POOLED = "criteria_pooled"  # the criteria out of sample, pooled over the protocols (notebook 10)
-
-
-def probe_predicts(pooled: pd.DataFrame, alpha: float = 0.05) -> bool:
-    """Whether the probe's error predicts the drafts' tau out of sample: its pooled rho against tau
-    minus EAGLE3's is positive at p < alpha (`criteria_pooled`'s columns). `elsi select` recommends
-    the probe's set by default only then."""
-    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
-    return bool(len(row)) and row["pooled rho"].iloc[0] > 0 and row["p (stratified permutation)"].iloc[0] < alpha
-
-
-def criterion_line() -> str | None:
-    """Whether a criterion has been shown to predict which draft is best: the probe's error against
-    tau minus EAGLE3's, pooled out of sample over the protocols with records (`criteria_pooled.csv`),
-    and what `elsi select` recommends by default because of it; None without that file."""
-    path = results_dir() / f"{POOLED}.csv"
-    if not path.is_file():
-        return None
-    pooled = pd.read_csv(path)
-    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
-    if row.empty:
-        return None
-    r = row.iloc[0]
-    rho, p = float(r["pooled rho"]), float(r["p (stratified permutation)"])
-    held = probe_predicts(pooled)
+    r = rows[0]
+    held = evidence["default_method"] == "probe"
     return (
-        f"criteria: the probe's error against tau minus EAGLE3's, pooled out of sample over {int(r.drafts)} drafts "
-        f"({r.protocols}): rho {rho:+.2f}, p = {p:.3f}; "
+        f"criteria: the probe's error against tau minus EAGLE3's, pooled out of sample over {int(r['drafts'])} drafts "
+        f"({r['protocols']}): rho {r['pooled rho']:+.2f}, p = {r['p (stratified permutation)']:.3f}; "
         + (
-            "it predicts the drafts, so the probe's set is the default"
+            "it tells poor sets from good ones, so the probe's set is the one compared with the default"
             if held
-            else "no criterion has been shown to predict which draft is best, so the default stays ELSI (the paper's method)"
+            else "no criterion has been shown to predict which draft is best, so ELSI's set is the one compared"
         )
     )

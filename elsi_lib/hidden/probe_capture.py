@@ -22,7 +22,7 @@ from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from ..inputs.chat import reply_starts
 from ..inputs.prompts import conversations_hash
-from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats
+from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats, set_errors
 from .forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 
 FORMAT = 1
@@ -186,3 +186,10 @@ FIELDS = (
 def _stats(data) -> ProbeStats:
     scalars = {"heldout_yy": float, "n_train": int, "n_heldout": int, "rank": int}
     return ProbeStats(**{name: scalars[name](data[name]) if name in scalars else data[name] for name in FIELDS})
+
+
+def cached_probe_error(model, tokenizer, conversations, layers, ridge: float, **probe) -> float:
+    """The probe's held-out relative error of one set `layers` at `ridge` (as `probe_choice` scores
+    every set), from the cached statistics (`cached_probe`)."""
+    stats = cached_probe(model, tokenizer, conversations, **probe)
+    return float(set_errors(stats, [tuple(int(l) for l in layers)], ridge)[0])

@@ -247,3 +247,17 @@ def engine_reading(engine: str, architecture: str | None = None) -> str:
         None: "any SGLang model file: the smallest layer is 1, which every reading takes as output ids",
     }[reading]
     return ("SpecForge (pins sglang==0.5.14) captures through " + text) if engine == "specforge" else text
+
+
+# The set each engine's EAGLE-3 path reads when the user names no layers: EAGLE-3's rule [2, N//2, N-3]
+# as input ids (vLLM's and SGLang's model files' get_eagle3_aux_hidden_state_layers default, which
+# speculators' recipe and SpecForge inherit); None: a run without --engine, compared with the same rule.
+DEFAULT_SETS = {None: "eagle3", "vllm": "eagle3", "speculators": "eagle3", "sglang": "eagle3", "specforge": "eagle3"}
+
+
+def default_set(engine: str | None, n_layers: int) -> LayerSet:
+    """The layers `engine` uses when none are given, in elsi's convention; a ValueError for an engine
+    whose default is not known, or a model too shallow for the rule."""
+    if engine not in DEFAULT_SETS:
+        raise ValueError(f"no known default layer set for engine {engine!r}")
+    return {"eagle3": eagle3_layers}[DEFAULT_SETS[engine]](n_layers)

@@ -19,7 +19,8 @@ import pandas as pd
 
 from ..common.cachefiles import REPO_ROOT
 from ..common.results import results_dir
-from ..draft.evidence import NODES, evidence
+from ..draft import evidence as ev
+from ..draft.evidence import NODES
 from . import speed_page, twins
 
 FIGURES = REPO_ROOT / "figures"
@@ -87,12 +88,13 @@ def _selection(folder):
 
 def _drafts(families, methods=("elsi", "probe")):
     def finding(folder):
-        lines = []
+        evidence, lines = ev.load(), []
         for family in families:
             for method in methods:
-                lines += [f"- {e.line()}." for e in evidence(family, method, 3)]
+                found = ev.comparison_lines(evidence, family, method, 3)
+                lines += [f"- {line.removeprefix('evidence: ').strip()}." for line in found if "none of" not in line]
         if not lines:
-            raise MissingResult(f"{folder}: no paired table for {', '.join(families)}")
+            raise MissingResult(f"{folder}: no records' comparison for {', '.join(families)} in {ev.EVIDENCE_PATH}")
         return lines
 
     return finding
@@ -185,7 +187,12 @@ PAGES = (
         "Table 3: accepted tokens on Qwen2.5-Coder-0.5B",
         "06_accepted_tokens.ipynb",
         ("fig08_tau_by_column_qwen2.5-coder-0.5b",),
-        ("table3_accepted_tokens_qwen2.5-coder-0.5b", "table3_paired_qwen2.5-coder-0.5b"),
+        (
+            "table3_f32_records_qwen2.5-coder-0.5b",
+            "table3_records_qwen2.5-coder-0.5b",
+            "table3_accepted_tokens_qwen2.5-coder-0.5b",
+            "table3_paired_qwen2.5-coder-0.5b",
+        ),
         _drafts(("qwen2.5-coder-0.5b",)),
     ),
     Page(
@@ -193,7 +200,11 @@ PAGES = (
         "Strong drafts and the learning curve (Fig. 9)",
         "07_strong_drafts.ipynb",
         ("fig09_learning_curve_smollm2-135m",),
-        ("table2_strong_paired_smollm2-135m", "table2_learning_curve_smollm2-135m"),
+        (
+            "table2_strong_records_smollm2-135m",
+            "table2_strong_paired_smollm2-135m",
+            "table2_learning_curve_smollm2-135m",
+        ),
         _drafts(("smollm2-135m",)),
     ),
     Page(
@@ -217,7 +228,7 @@ PAGES = (
         "The drafts behind the tables: records and the criteria out of sample",
         "10_ledger.ipynb",
         (),
-        ("ledger_findings", "criteria_pooled"),
+        ("comparisons_seed_level", "ledger_findings", "criteria_pooled"),
         _ledger,
     ),
 )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..draft.evidence import probe_predicts
 from .protocols import PROTOCOLS
 from .rank_stats import spearman_rows
 from .records import question_frame, read_records
@@ -179,7 +178,14 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     return pd.DataFrame(out)
 
 
+def probe_predicts(pooled: pd.DataFrame, alpha: float = 0.05) -> bool:
+    """Whether the probe's error predicts the drafts' tau out of sample: its pooled rho against tau
+    minus EAGLE3's is positive at p < alpha (`pooled_criteria`'s columns)."""
+    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
+    return bool(len(row)) and row["pooled rho"].iloc[0] > 0 and row["p (stratified permutation)"].iloc[0] < alpha
+
+
 def verdict(pooled: pd.DataFrame, alpha: float = 0.05) -> str:
     """Which method `elsi select` recommends by default: "probe" if the probe's error predicts the
-    drafts' tau out of sample (`evidence.probe_predicts`), else "elsi" (the paper's method)."""
+    drafts' tau out of sample (`probe_predicts`), else "elsi" (the paper's method)."""
     return "probe" if probe_predicts(pooled, alpha) else "elsi"
