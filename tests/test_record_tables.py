@@ -129,3 +129,30 @@ def test_each_seed_is_compared_with_eagle3s_same_seed(tmp_path, monkeypatch):
     assert at0["beyond the reseed range"].to_dict() == {0: "yes", 1: "no"}
     assert set(found.drafts) == {4}
     assert set(found.family) == {"qwen2.5-coder-0.5b"} and set(found.prompts) == {936}  # what `elsi select` reads
+
+
+def test_a_constant_criterion_is_left_out_of_the_observed_rho_and_the_null_alike():
+    """A protocol whose criterion never varies has no ranking to test: with it left out of both sides,
+    the pooled p-value is the one the other protocols give alone (it was about 60 times too small
+    when the constant protocol's zeros stayed in the null)."""
+    right = _protocol("table3_f32", 6, rank_right=True)
+    flat = _protocol("table2_strong", 8, rank_right=False, error=np.full(8, 0.5))
+    alone = _row(pooled_criteria(right, n_perm=720))
+    both = _row(pooled_criteria(pd.concat([right, flat], ignore_index=True), n_perm=720))
+    assert both["left out"] == "table2_strong (constant)" and both.drafts == 6
+    assert both["p (stratified permutation)"] == alone["p (stratified permutation)"]
+    assert both["pooled rho"] == pytest.approx(1.0)
+
+
+def test_small_nulls_are_enumerated_exactly():
+    """6 drafts ranked perfectly: 2 of the 720 orders reach |rho| = 1, so p = 2/720 exactly."""
+    row = _row(pooled_criteria(_protocol("table3_f32", 6, rank_right=True), n_perm=720))
+    assert row["p exact"] == "yes" and row["p (stratified permutation)"] == pytest.approx(2 / 720)
+    sampled = _row(pooled_criteria(_protocol("table3_f32", 6, rank_right=True), n_perm=500))
+    assert sampled["p exact"] == "no" and sampled["p (stratified permutation)"] >= 1 / 501
+
+
+def test_a_draft_listed_twice_is_refused():
+    table = _protocol("table3_f32", 5, rank_right=True)
+    with pytest.raises(ValueError, match="listed twice"):
+        pooled_criteria(pd.concat([table, table.iloc[:1]], ignore_index=True), n_perm=100)

@@ -12,6 +12,9 @@ are left out: they are the same sets, trained further.
 
 from __future__ import annotations
 
+import itertools
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -138,31 +141,69 @@ def _two_sided_p(draws: np.ndarray, observed: float) -> float:
     return float((1 + np.sum(np.abs(draws) >= abs(observed) - 1e-12)) / (len(draws) + 1))
 
 
+def _shuffles(v: np.ndarray, n_perm: int, rng) -> tuple[np.ndarray, bool]:
+    """(every permutation of v, True) where there are at most n_perm of them, else (n_perm seeded
+    shuffles, False): (draws, len(v))."""
+    if math.factorial(len(v)) <= n_perm:
+        return np.array(list(itertools.permutations(v)), float), True
+    return np.stack([rng.permutation(v) for _ in range(n_perm)]), False
+
+
+def _exact_p(draws: np.ndarray, observed: float) -> float:
+    """The exact two-sided p-value over an enumerated null: the share whose |rho| reaches the observed."""
+    return float(np.mean(np.abs(draws) >= abs(observed) - 1e-12)) if np.isfinite(observed) else np.nan
+
+
+def _check_drafts(table: pd.DataFrame) -> None:
+    """A draft listed twice would count twice in its protocol's rho: refused, naming it."""
+    key = ["protocol", "id"] + (["seed"] if "seed" in table else [])
+    repeated = table.duplicated(key)
+    if repeated.any():
+        r = table[repeated].iloc[0]
+        raise ValueError(f"pooled criteria: draft {r.id} of {r.protocol} is listed twice: one draft is one row")
+
+
 def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
     """Per criterion and outcome: each protocol's rho with its own permutation p-value, and the pooled,
     drafts-weighted rho over the protocols with 3 or more drafts, one of each pair of twins
-    (`one_per_twins`), with its stratified permutation p-value (+1 both sides)."""
+    (`one_per_twins`), with its stratified permutation p-value. A protocol whose criterion or outcome
+    is constant has no rank to test: it is left out of the observed rho and of the null alike, and named
+    in "left out". Where the stratified shuffles number at most n_perm they are all enumerated and the
+    p-value is exact ("p exact" yes); else n_perm seeded shuffles (+1 both sides). A draft listed twice
+    is refused."""
+    _check_drafts(table)
     rng = np.random.default_rng(seed)
     groups = [g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3]
     out = []
     for criterion, sign in CRITERIA.items():
         for outcome in OUTCOMES:
             usable = one_per_twins([g for g in groups if g[criterion].notna().all() and g[outcome].notna().all()])
+            constant = [g for g in usable if g[criterion].nunique() < 2 or g[outcome].nunique() < 2]
+            usable = [g for g in usable if not any(g is c for c in constant)]
             if not usable:
                 continue
             scores = [sign * g[criterion].to_numpy(float) for g in usable]
             values = [g[outcome].to_numpy(float) for g in usable]
             sizes = np.array([len(v) for v in values], float)
             rhos = np.array([spearman_rows(s[None], v[None])[0] for s, v in zip(scores, values)])
-            pooled = float(np.nansum(sizes * rhos) / sizes[np.isfinite(rhos)].sum())
-            draws, each = np.zeros(n_perm), []
-            for s, v, n, rho in zip(scores, values, sizes, rhos):
-                shuffled = np.stack([rng.permutation(v) for _ in range(n_perm)])  # (n_perm, n)
-                mine = np.nan_to_num(spearman_rows(np.broadcast_to(s, shuffled.shape), shuffled))
-                draws += n * mine
-                each.append(_two_sided_p(mine, rho))
-            draws /= sizes.sum()
-            p = _two_sided_p(draws, pooled)
+            pooled = float(np.sum(sizes * rhos) / sizes.sum())
+            total = math.prod(math.factorial(len(v)) for v in values)
+            exact = total <= n_perm
+            each, parts = [], []
+            for s, v, rho in zip(scores, values, rhos):
+                shuffled, enumerated = _shuffles(v, n_perm, rng)  # (draws, n)
+                mine = spearman_rows(np.broadcast_to(s, shuffled.shape), shuffled)
+                each.append(_exact_p(mine, rho) if enumerated else _two_sided_p(mine, rho))
+                parts.append(mine)
+            if exact:  # every combination of the protocols' permutations
+                grid = np.meshgrid(*parts, indexing="ij")
+                draws = sum(n * g.ravel() for n, g in zip(sizes, grid)) / sizes.sum()
+                p = _exact_p(draws, pooled)
+            else:  # the protocols' shuffles drawn together, n_perm of them
+                draws = sum(
+                    n * (m if len(m) == n_perm else m[rng.integers(0, len(m), n_perm)]) for n, m in zip(sizes, parts)
+                )
+                p = _two_sided_p(draws / sizes.sum(), pooled)
             out.append(
                 {
                     "criterion": criterion,
@@ -173,6 +214,8 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                     "per protocol p": " ".join(f"{q:.3f}" for q in each),
                     "pooled rho": pooled,
                     "p (stratified permutation)": p,
+                    "p exact": "yes" if exact else "no",
+                    "left out": " ".join(f"{g.protocol.iloc[0]} (constant)" for g in constant),
                 }
             )
     return pd.DataFrame(out)
