@@ -3,7 +3,7 @@ the target's greedy replies to the run's training prompts, through elsi's reply 
 (`corpus.training_conversations(..., engine="vllm")`, the call the run itself makes, so its cache is
 the run's). For `notebooks/tables_strong.yaml` (the default) that is the whole request its
 `reply_request` names: SmolLM2-135M's replies of up to 256 tokens to every training prompt
-`../shared/data` offers (15,306, disjoint from the whole calibration mix and from SpecBench), of which
+the pinned prompt sets offer (15,306, disjoint from the whole calibration mix and from SpecBench), of which
 the run reads the first n_train. Resumable: rerun to continue from the replies already written, in
 the cache or in the archive.
 

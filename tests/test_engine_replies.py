@@ -1,4 +1,4 @@
-"""Replies through the engine (elsi_lib.hidden.engine_replies and engines/replies.py) without vLLM: the
+"""Replies through the engine (elsi_lib.hidden.engine_replies and hidden/engine_reply_script.py) without vLLM: the
 real engine script runs in a subprocess against a stand-in `vllm` package that writes known ids, so
 the protocol, the cache key, resumption after an interruption and the decoding are tested here; the
 engine's own greedy tokens against Hugging Face's are checked by `make test-engines`."""
@@ -106,7 +106,7 @@ def test_an_interrupted_engine_run_resumes(engine, tiny_model, tiny_tokenizer, m
 def _script():
     sys.path.insert(0, str(E.SCRIPT.parent))
     try:
-        import replies as script
+        import engine_reply_script as script
     finally:
         sys.path.pop(0)
     return script
@@ -126,7 +126,7 @@ def test_a_torn_last_line_is_dropped_and_regenerated(tmp_path, capsys):
 
 
 def test_the_engine_refuses_records_it_cannot_trust_and_repairs_a_repeated_header(tmp_path, capsys):
-    """engines/replies.py reads its own output before it resumes: a repeated header line (what an
+    """hidden/engine_reply_script.py reads its own output before it resumes: a repeated header line (what an
     interrupted first chunk left before) is dropped, saying so; a duplicate, out-of-range, empty or
     altered record stops it naming the line (before, the first bad line silently cut everything after it)."""
     script = _script()
@@ -165,7 +165,7 @@ def test_an_interrupted_first_chunk_resumes(engine, tiny_model, tiny_tokenizer, 
 
 
 def test_a_chunk_below_one_is_refused(engine, tiny_model, tiny_tokenizer, tmp_path):
-    """`engines/replies.py --chunk -1` exited 0 having written nothing; now the command line refuses it."""
+    """`hidden/engine_reply_script.py --chunk -1` exited 0 having written nothing; now the command line refuses it."""
     request = tmp_path / "request.json"
     request.write_text(
         json.dumps({"model": "m", "dtype": "float32", "max_new_tokens": 4, "max_model_len": 64, "prompts": [[1, 2]]})

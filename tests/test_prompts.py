@@ -20,11 +20,8 @@ from elsi_lib.inputs import fetch_data
 
 @pytest.fixture(scope="module")
 def shared():
-    """The data folder (`data_dir`); tests that read it are skipped, not errors, where it is absent."""
-    try:
-        return data_dir()
-    except FileNotFoundError as err:
-        pytest.skip(f"{err} (expected at $ELSI_DATA_DIR when set, else ../shared/data beside the repository)")
+    """The data folder (`data_dir`): the pinned copies inside the package, present in every clone and wheel."""
+    return data_dir()
 
 
 EXPECTED_COUNTS = {

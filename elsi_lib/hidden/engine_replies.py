@@ -3,7 +3,7 @@ real engine with continuous batching (about twice as fast on this CPU, `bench/be
 draft training data.
 
 elsi never imports vLLM: `engine_replies` renders and truncates the prompts itself (the reply step's
-rule), writes them as token ids to a request file, and runs `engines/replies.py` in the engines'
+rule), writes them as token ids to a request file, and runs `hidden/engine_reply_script.py` in the engines'
 environment (`make test-engines` builds `.venv-engines`; `$ELSI_ENGINES_PYTHON` names another
 interpreter), which appends each finished reply to a partial file under the cache. An interrupted
 run resumes from that file; when every reply is there, the replies go to the reply step's own cache
@@ -49,7 +49,7 @@ from .reply_records import (
     vocab_size,
 )
 
-SCRIPT = REPO_ROOT / "engines" / "replies.py"
+SCRIPT = Path(__file__).resolve().parent / "engine_reply_script.py"  # run in the engines' environment, never imported
 
 
 def engine_key(model, tokenizer, conversations, *, max_new_tokens: int, max_length: int, version: str) -> dict:
@@ -91,7 +91,7 @@ def _request(model, tokenizer, conversations, *, max_new_tokens: int, max_length
 
 
 def _header(raw: bytes, version: str) -> dict:
-    """The first line of the engine's output (engines/replies.py writes the same)."""
+    """The first line of the engine's output (hidden/engine_reply_script.py writes the same)."""
     return {"engine": "vllm", "version": version, "request": hashlib.sha256(raw).hexdigest()}
 
 

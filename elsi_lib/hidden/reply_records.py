@@ -1,5 +1,5 @@
 """The records of engine-written replies: the engine's output (JSON lines in the cache, written by
-`engines/replies.py`) and its archive (the same records, gzip, committed under `data/replies/`).
+`hidden/engine_reply_script.py`) and its archive (the same records, gzip, committed under `data/replies/`).
 
 Each record is `{"i": prompt index, "ids": [generated token ids], "sum": checksum}`; the checksum
 (`record_sum`) binds the ids to their prompt index and to the request (the sha256 of the request
@@ -40,7 +40,7 @@ def request_digest(raw: bytes) -> str:
 
 def record_sum(digest: str, i: int | None, ids: list[int]) -> str:
     """A record's checksum: the first 16 hex digits of sha256 over the request digest, the prompt
-    index and the ids (engines/replies.py computes the same). `i` is None only for a format-1 record
+    index and the ids (hidden/engine_reply_script.py computes the same). `i` is None only for a format-1 record
     without an index (`upgrade_records`), which `check_records` then refuses."""
     return hashlib.sha256(f"{digest}|{i}|{','.join(map(str, ids))}".encode()).hexdigest()[:16]
 

@@ -1,8 +1,9 @@
-"""`make data`: fetch the prompt sets from their public repositories at pinned commits and check
-each file against its git blob id (`SOURCES`, which `readers.verify_pinned` also checks before a
-loader parses a file). Used only outside environments that provide ../shared/data.
+"""`make data`: check the pinned prompt sets against their git blob ids (`SOURCES`, which
+`readers.verify_pinned` also checks before a loader parses a file) and refetch any that fail from
+their public repositories at the pinned commits. The copies ship inside the package (PACKAGED,
+`data/prompts` in a checkout), each folder with its source's licence; their README is the sources table.
 
-    python -m elsi_lib.inputs.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else check ../shared/data
+    python -m elsi_lib.inputs.fetch_data [DEST]      # default: $ELSI_DATA_DIR, else the package's copies
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..common.cachefiles import REPO_ROOT, atomic_write_bytes
+from ..common.cachefiles import atomic_write_bytes
+
+PACKAGED = Path(__file__).resolve().parent / "prompt_sets"  # the pinned copies, licences and sources table
 
 
 @dataclass(frozen=True)
@@ -190,24 +193,19 @@ def fetch(dest: str | Path, download=None) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    """`make data`: fetch into DEST, else into $ELSI_DATA_DIR, else check the provided
-    ../shared/data, else fetch into data/raw (set ELSI_DATA_DIR=data/raw for the loaders to read it)."""
-    shared = REPO_ROOT.parent / "shared" / "data"
+    """`make data`: check DEST, else $ELSI_DATA_DIR, else the package's copies, against the pins, and
+    fetch the files that are missing or fail (a network is needed only then)."""
     env = os.environ.get("ELSI_DATA_DIR")
-    if not argv and not env and shared.is_dir():
-        problems = check_data_dir(shared)
-        print(f"using {shared}: " + ("all files match their blob ids" if not problems else "; ".join(problems)))
-        if problems:
-            print(
-                f"{shared} is provided read-only: fetch verified copies with "
-                "`python -m elsi_lib.inputs.fetch_data data/raw` and set ELSI_DATA_DIR=data/raw"
-            )
-        return 1 if problems else 0
-    dest = Path(argv[0]) if argv else Path(env) if env else REPO_ROOT / "data" / "raw"
+    dest = Path(argv[0]) if argv else Path(env) if env else PACKAGED
+    problems = check_data_dir(dest) if dest.is_dir() else ["the folder does not exist"]
+    if not problems:
+        print(f"{dest}: every pinned file matches its blob id")
+        return 0
+    print(f"{dest}: " + "; ".join(problems) + ": fetching")
     written = fetch(dest)
     print(
         f"{dest}: fetched {len(written)} file(s); every pinned file matches its blob id"
-        + ("" if env and not argv else f"; set ELSI_DATA_DIR={dest} to use them")
+        + ("" if dest == PACKAGED or (env and not argv) else f"; set ELSI_DATA_DIR={dest} to use them")
     )
     return 0
 

@@ -1,7 +1,8 @@
-"""Readers of the prompt-set files in a data folder (never copied into the repository).
+"""Readers of the prompt-set files in a data folder.
 
-The folder is the `data_dir` argument, else $ELSI_DATA_DIR, else `../shared/data` next to the
-repository (its README lists sources, licences and uses; `make data` fetches the same files).
+The folder is the `data_dir` argument, else $ELSI_DATA_DIR, else the pinned copies that ship inside
+the package, `elsi_lib/inputs/prompt_sets` (`data/prompts` in a checkout; its README lists sources,
+licences and uses; `make data` verifies them and refetches any that fail).
 Every file read from that folder is pinned (`fetch_data.SOURCES`) and checked against its git
 blob id before it is parsed, once per process; files a user passes by path are not checked.
 A conversation is a list of chat messages `{"role": "system"|"user"|"assistant", "content": str}`.
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from . import fetch_data
-from ..common.cachefiles import REPO_ROOT
 
 Conversation = list[dict]
 
@@ -29,8 +29,8 @@ class DataIntegrityError(ValueError):
 
 
 def data_dir(path: str | os.PathLike | None = None) -> Path:
-    """The folder holding the prompt sets: `path`, $ELSI_DATA_DIR or ../shared/data."""
-    candidate = Path(path or os.environ.get("ELSI_DATA_DIR") or REPO_ROOT.parent / "shared" / "data")
+    """The folder holding the prompt sets: `path`, $ELSI_DATA_DIR or the package's own copies."""
+    candidate = Path(path or os.environ.get("ELSI_DATA_DIR") or fetch_data.PACKAGED)
     if not candidate.is_dir():
         raise FileNotFoundError(
             f"data folder {candidate} not found: pass data_dir=..., set ELSI_DATA_DIR, "

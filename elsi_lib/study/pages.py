@@ -123,7 +123,7 @@ def _ledger(folder):
     lines = [
         f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
         f"[{r.low:+.3f}, {r.high:+.3f}] "
-        f"({r.drafts} drafts; beyond the reseed range: {r['beyond the reseed range']})."
+        f"({r.drafts} drafts; one seed against one: the questions' interval only)."
         for _, r in found[found.temperature == 0].iterrows()
     ]
     lines += [

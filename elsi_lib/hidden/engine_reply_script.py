@@ -9,7 +9,7 @@ vLLM in chunks (continuous batching inside each); the output is flushed and sync
 chunk, so an interrupted run resumes from the prompts its output already holds. An output whose
 header names another request or engine version is refused (elsi discards it).
 
-    .venv-engines/bin/python engines/replies.py REQUEST.json OUTPUT.jsonl [--chunk 512]
+    .venv-engines/bin/python elsi_lib/hidden/engine_reply_script.py REQUEST.json OUTPUT.jsonl [--chunk 512]
 """
 
 from __future__ import annotations
