@@ -20,7 +20,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: evidence venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -139,16 +139,21 @@ lab-check: venv
 
 # notebooks 08 and 09 read the committed results by default; here they read the small run that
 # notebooks 06 and 07 just wrote under nbval (their *_small.yaml parameter files)
+# The tests and the notebooks under test cache into a folder of their own (TEST_CACHE, removed after,
+# pass or fail): the user's cache (~/.cache/elsi) is left as it was.
+TEST_CACHE := $(abspath build/test-cache)
 test: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	rm -rf $(TEST_CACHE); export ELSI_CACHE_DIR=$(TEST_CACHE); \
 	$(BIN)/python -m pytest -q tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider \
-	  --ignore=notebooks/08_selection_criteria.ipynb --ignore=notebooks/09_families.ipynb
+	  --ignore=notebooks/08_selection_criteria.ipynb --ignore=notebooks/09_families.ipynb && \
 	$(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/criteria_small.yaml \
-	  notebooks/08_selection_criteria.ipynb build/08_selection_criteria_small.ipynb
+	  notebooks/08_selection_criteria.ipynb build/08_selection_criteria_small.ipynb && \
 	$(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/families_small.yaml \
-	  notebooks/09_families.ipynb build/09_families_small.ipynb
+	  notebooks/09_families.ipynb build/09_families_small.ipynb; \
+	status=$$?; rm -rf $(TEST_CACHE); exit $$status
 
 # Executes every numbered notebook headless at paper scale (both families); executed copies (with
 # their figures inline) go to build/, figures to figures/, tables to data/results/. ELSI_PROGRESS
@@ -193,6 +198,12 @@ ledger-%: venv models
 evidence: venv
 	$(BIN)/python -m elsi_lib.study.paper_tables
 	$(BIN)/python -m elsi_lib.study.decision_model
+
+# The bundled model's greedy replies to the calibration prompts, shipped in the package so that a cold
+# `elsi select --model smollm2-135m` skips writing them (elsi_lib/hidden/calibration_replies; read only when
+# the model, tokenizer, library versions, prompts and settings all match). Rerun after any of them changes.
+calibration-replies: venv
+	$(BIN)/python -c "from elsi_lib.hidden.calibration import ship_replies; ship_replies()"
 
 # JupyterLab on notebooks/, with --allow-root when run as root (most containers: jupyter refuses
 # root without it); more arguments in LAB_ARGS, e.g. make lab LAB_ARGS='--port 8890 --no-browser'

@@ -54,3 +54,37 @@ def test_a_corrupt_archive_is_never_used(tiny_model, tiny_tokenizer, tmp_path, m
     assert generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS) == first
     assert calls and "corrupt" in capsys.readouterr().out  # regenerated, and said why
     assert gzip.decompress(archived.read_bytes()) == gzip.decompress(good)  # the archive is whole again
+
+
+def test_shipped_replies_are_read_and_never_written(tiny_model, tiny_tokenizer, tmp_path, monkeypatch, capsys):
+    """A read-only folder of archives (the package's calibration replies): a cold cache reads them
+    without generating; replies it does not hold are generated and never written into it; a torn
+    archive there is said and generated over."""
+    prompts, shipped = make_conversations(3), tmp_path / "shipped"
+    first = generate_responses(tiny_model, tiny_tokenizer, prompts, archive=shipped, **SETTINGS)
+    (archived,) = shipped.glob("*.json.gz")
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cold"))
+    calls = counted(tiny_model, monkeypatch)
+    assert generate_responses(tiny_model, tiny_tokenizer, prompts, shipped=shipped, **SETTINGS) == first
+    assert calls == []
+    generate_responses(tiny_model, tiny_tokenizer, make_conversations(2, seed=9), shipped=shipped, **SETTINGS)
+    assert calls and list(shipped.glob("*.json.gz")) == [archived]  # generated, and nothing written there
+    archived.write_bytes(archived.read_bytes()[:20])  # torn
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "colder"))
+    calls.clear()
+    assert generate_responses(tiny_model, tiny_tokenizer, prompts, shipped=shipped, **SETTINGS) == first
+    assert calls and "unreadable archive" in capsys.readouterr().err
+
+
+def test_the_bundled_models_calibration_replies_ship_with_the_package(bundled, monkeypatch):
+    """`elsi select --model smollm2-135m` on a cold cache reads its 200 calibration replies from the
+    package (`make calibration-replies` after a change of model, library or settings makes this fail)."""
+    from elsi_lib.hidden import replies
+    from elsi_lib.hidden.calibration import calibration_conversations
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the shipped calibration replies were not used: run `make calibration-replies`")
+
+    monkeypatch.setattr(replies, "_generate_batch", refuse)
+    conversations = calibration_conversations(200, loaded=bundled, progress=False)
+    assert len(conversations) == 200 and all(c[-1]["role"] == "assistant" for c in conversations)

@@ -5,6 +5,7 @@ forward of a model over them giving every position selection's LayerStats (cache
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..inputs.models import DEFAULT_MODEL, load_model
@@ -24,6 +25,10 @@ SELECTIONS: dict[str, dict[str, Any]] = {
     "entropy_no_template": {"exclude": "template"},
 }
 REPLY_BATCH = 16  # replies per generate call: on 2 CPU cores that halves the time of batches of 8
+# The bundled models' replies to the calibration prompts, shipped in the package (read-only: a cold
+# `elsi select` on a bundled model skips writing them; any other model, version or setting writes its
+# own). `make calibration-replies` writes them (`ship_replies`).
+SHIPPED_REPLIES = Path(__file__).resolve().parent / "calibration_replies"
 
 
 def calibration_conversations(
@@ -47,7 +52,24 @@ def calibration_conversations(
         max_length=max_length,
         batch_size=REPLY_BATCH,
         progress=progress,
+        shipped=SHIPPED_REPLIES,
     )
+
+
+def ship_replies(models=(DEFAULT_MODEL,), n_prompts: int = 200) -> None:
+    """Write the bundled `models`' replies to the default calibration sample into SHIPPED_REPLIES (from
+    the cache when it holds them), as `elsi select` asks for them."""
+    for name in models:
+        model, tokenizer = load_model(name)
+        reply_conversations(
+            model,
+            tokenizer,
+            calibration_prompts(n_prompts, seed=0),
+            max_new_tokens=128,
+            max_length=CaptureSettings.max_length,
+            batch_size=REPLY_BATCH,
+            archive=SHIPPED_REPLIES,
+        )
 
 
 def capture_selections(

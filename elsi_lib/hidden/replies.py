@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
 from pathlib import Path
 
 from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
@@ -34,6 +35,7 @@ def generate_responses(
     seed: int = 0,
     with_ids: bool = False,
     archive: Path | None = None,
+    shipped: Path | None = None,
 ):
     """Replies of `model` to each conversation, rendered with the generation prompt and cut to its
     first `max_length` tokens: greedy at `temperature` 0, otherwise sampled from softmax(logits / T)
@@ -43,7 +45,9 @@ def generate_responses(
     end-of-sequence token). Cached, keyed by the model's weights, the tokenizer and its chat
     template, the library versions, the conversations and every setting. `archive`: a folder (in git)
     the finished cache file is copied to, gzipped under its keyed name, and read from when the cache
-    lacks it, so that a new machine does not write the replies again (checked as the cache is)."""
+    lacks it, so that a new machine does not write the replies again (checked as the cache is).
+    `shipped`: a read-only folder of such archives (the package's `calibration_replies`), read the same
+    way and never written."""
     for name, value in (("max_new_tokens", max_new_tokens), ("max_length", max_length), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -72,10 +76,15 @@ def generate_responses(
     }
     path = keyed_path("responses", key, suffix=".json")
     archived = Path(archive) / f"{path.name}.gz" if archive is not None and cache else None
+    read_only = Path(shipped) / f"{path.name}.gz" if shipped is not None and cache else None
     if cache:
         check_writable(path.parent)
-        if archived is not None and archived.is_file() and not path.is_file():
-            atomic_write_bytes(path, gzip.decompress(archived.read_bytes()))  # read_cache checks it
+        for found in (archived, read_only):
+            if found is not None and found.is_file() and not path.is_file():
+                try:
+                    atomic_write_bytes(path, gzip.decompress(found.read_bytes()))  # read_cache checks it
+                except (OSError, EOFError) as err:  # a torn or flipped archive: written again, said so
+                    print(f"{found}: unreadable archive ({err}): the replies are written again", file=sys.stderr)
     done = read_cache(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
     prompts = [
         truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length) for c in conversations
