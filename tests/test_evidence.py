@@ -113,7 +113,7 @@ def test_a_bundled_family_is_matched_as_users_name_it(name, family):
 
 def test_comparison_lines_say_the_seeds(evidence):
     lines = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3)
-    assert lines[0].startswith("evidence: ELSI m=3 drafts on qwen2.5-coder-0.5b")
+    assert lines[0].startswith("evidence: ELSI m=3 drafts (layers 1 22 23) on qwen2.5-coder-0.5b (table3_f32: 936")
     assert any("3 seeds against EAGLE3's 3" in line for line in lines)
     assert any("seed variance not measured" in line for line in lines)  # table3's single-seed bf16 drafts
     assert ev.comparison_lines(evidence, "some/other-model", "probe", 3)[0].startswith(
@@ -130,3 +130,30 @@ def test_the_default_method_is_the_files(evidence):
         r for r in evidence["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
     )
     assert line is not None and f"rho {row['pooled rho']:+.2f}" in line
+
+
+def _resealed(data: dict) -> dict:
+    payload = {k: v for k, v in data.items() if k != "checksum"}
+    return {**payload, "checksum": hashlib.sha256(ev.canonical(payload)).hexdigest()}
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda d: d["comparisons"][0].update(low=d["comparisons"][0]["high"] + 1), "does not hold its diff"),
+        (lambda d: d["comparisons"].append(dict(d["comparisons"][0])), "listed twice"),
+        (lambda d: d["comparisons"][0].update(seeds="3"), "count of training seeds"),
+        (lambda d: d["pooled_criteria"].append(dict(d["pooled_criteria"][0])), "listed twice"),
+        (lambda d: d.update(default_method="eagle3"), "default_method"),
+        (lambda d: d.pop("models"), "no 'models'"),
+    ],
+)
+def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):
+    """Behind a valid checksum (a study bug, not an edit): swapped intervals, repeated rows, seeds as
+    text, a default that is no criterion's, a missing part: refused, naming the row and the field."""
+    data = json.loads(json.dumps(evidence))
+    change(data)
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(_resealed(data)))
+    with pytest.raises(ev.EvidenceUnavailable, match=reason):
+        ev.load(path)

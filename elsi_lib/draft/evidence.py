@@ -62,7 +62,34 @@ def load(path: str | Path | None = None) -> dict:
         raise EvidenceUnavailable(f"{path}: {err}") from None
     if digest != data.get("checksum"):
         raise EvidenceUnavailable(f"{path} fails its checksum: it was altered after the study wrote it")
+    _check_contents(data, path)
     return data
+
+
+def _check_contents(data: dict, path: Path) -> None:
+    """What the answer reads, checked even behind a valid checksum (a study bug would otherwise reach
+    users): the fields present, each comparison's interval ordered around its difference and its seeds
+    counted, one row per (protocol, method, temperature, nodes), one pooled row per (criterion, outcome),
+    a default method that is a criterion's."""
+    for field in ("comparisons", "models", "pooled_criteria", "default_method"):
+        if field not in data:
+            raise EvidenceUnavailable(f"{path} has no {field!r}")
+    if data["default_method"] not in CRITERIA:
+        raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {sorted(CRITERIA)}")
+    seen: set = set()
+    for i, c in enumerate(data["comparisons"]):
+        where = f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
+        key = (c.get("protocol"), c.get("method"), c.get("temperature"), c.get("nodes"))
+        if key in seen:
+            raise EvidenceUnavailable(f"{where}: listed twice at T = {key[2]}, {key[3]} nodes")
+        seen.add(key)
+        if c.get("diff") is not None and not (c["low"] <= c["diff"] <= c["high"]):
+            raise EvidenceUnavailable(f"{where}: interval [{c['low']}, {c['high']}] does not hold its diff {c['diff']}")
+        if not (isinstance(c.get("seeds"), int) and c["seeds"] >= 1 and isinstance(c.get("baseline seeds"), int)):
+            raise EvidenceUnavailable(f"{where}: seeds {c.get('seeds')!r} is not a count of training seeds")
+    pairs = [(r.get("criterion"), r.get("outcome")) for r in data["pooled_criteria"]]
+    if len(pairs) != len(set(pairs)):
+        raise EvidenceUnavailable(f"{path}: a pooled criteria row is listed twice")
 
 
 @lru_cache(maxsize=4)
@@ -159,7 +186,8 @@ def rests_on(evidence: dict, method: str) -> list[str]:
 
 
 def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[str]:
-    """The family's drafts of `method`'s set against EAGLE3's, per protocol, seed level, at NODES nodes."""
+    """The family's drafts of `method`'s set against EAGLE3's, per protocol (the most training prompts
+    first, then the most seeds), at the seed level, at NODES nodes."""
     family, name = family_of(model), label(method, m)
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
@@ -170,7 +198,9 @@ def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[st
         )
         return [f"evidence: none of this model's own: {where}"]
     lines = []
-    for protocol in dict.fromkeys(c["protocol"] for c in rows if c["family"] == family):
+    mine_rows = [c for c in rows if c["family"] == family]  # the most training prompts first, then the most seeds
+    mine_rows.sort(key=lambda c: (-c["prompts"], -(c["seeds"] + c["baseline seeds"])))
+    for protocol in dict.fromkeys(c["protocol"] for c in mine_rows):
         mine = sorted((c for c in rows if c["protocol"] == protocol), key=lambda c: c["temperature"])
         cells = "; ".join(
             f"T = {c['temperature']:g}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]" for c in mine
