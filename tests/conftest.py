@@ -191,4 +191,5 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ELSI_REPLY_ARCHIVE", str(tmp_path / "replies"))  # never the committed data/replies
     monkeypatch.setenv("ELSI_CONTINUATIONS", str(tmp_path / "continuations"))  # nor data/continuations
+    (tmp_path / "drafts").mkdir(exist_ok=True)
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "drafts"))  # nor data/drafts

@@ -76,7 +76,12 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["unit"].update(family="smollm2-135m"), "table3_f32 is on qwen2.5-coder-0.5b"),
         (lambda r: r.update({"protocol digest": "0" * 16}), "another definition of its protocol"),
         (lambda r: r.update(numeric={"draft matmuls": "bf16", "target features": "x"}), "field 'numeric'"),
-        (lambda r: r["questions"][0].__setitem__(4, 0.5), "tau 0.5 below 1"),
+        (lambda r: r["questions"][0].__setitem__(4, 0.5), "tau 0.5 for question"),
+        (lambda r: r["questions"][0].__setitem__(4, 500.0), r"outside \[1, "),  # far above what the tree allows
+        (lambda r: r["questions"][0].__setitem__(0, "0"), "temperature '0'"),
+        (lambda r: r["step accuracy"].update({"step 1": 1.5}), "not a share in"),
+        (lambda r: r.update(prompts=-5), "count of training prompts"),
+        (lambda r: r.update({"probe error": "low"}), "'probe error' is not a number"),
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
         (lambda r: r["stages"].update(group=["eagle3", "eagle2"]), "lock-step group"),
         (lambda r: r["stages"].update(group=["elsi-m3", "elsi-m3"]), "two or more distinct"),
@@ -285,3 +290,12 @@ def test_a_record_names_the_commit_its_run_started_at(monkeypatch):
         assert units.ran_on()["commit"] == "aaa"  # HEAD is "bbb" by now
     finally:
         units.started_at_commit.cache_clear()
+
+
+def test_a_records_folder_that_does_not_exist_is_refused(tmp_path, monkeypatch):
+    """Read as empty, a ledger run would train every unit again: refused, naming the folder."""
+    from elsi_lib.study.records import RecordError, read_records
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "nowhere"))
+    with pytest.raises(RecordError, match="nowhere does not exist"):
+        read_records("table3_f32")

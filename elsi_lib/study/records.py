@@ -86,14 +86,28 @@ def unit_path(unit: dict, root: Path | None = None) -> Path:
     return Path(root or records_dir()) / unit["protocol"] / f"{unit['method']}-seed{unit['seed']}.json"
 
 
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _questions_ok(rows, where: str) -> None:
+    """Each row [temperature, nodes, question_id, column, tau]: a temperature >= 0, a tree of one node
+    or more, a column name, and tau (accepted tokens per target forward) between 1 and what a tree of
+    that size allows (nodes + 1: every node accepted, plus the target's own token), or NaN."""
     if not isinstance(rows, list) or not rows:
         raise RecordError(f"{where}: no per-question rows")
     for row in rows:
-        if not isinstance(row, list) or len(row) != len(QUESTION_FIELDS) or not isinstance(row[4], (int, float)):
+        if not isinstance(row, list) or len(row) != len(QUESTION_FIELDS) or not _number(row[4]):
             raise RecordError(f"{where}: a row {row!r} is not {list(QUESTION_FIELDS)}")
-        if not (row[4] >= 1 or math.isnan(row[4])):
-            raise RecordError(f"{where}: tau {row[4]} below 1 for question {row[2]}")
+        temperature, nodes, question, column, tau = row
+        if not _number(temperature) or not temperature >= 0:
+            raise RecordError(f"{where}: temperature {temperature!r} for question {question} is not a number >= 0")
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise RecordError(f"{where}: nodes {nodes!r} for question {question} is not a tree size >= 1")
+        if not isinstance(column, str):
+            raise RecordError(f"{where}: column {column!r} for question {question} is not a SpecBench column name")
+        if not (1 <= tau <= nodes + 1 or math.isnan(tau)):
+            raise RecordError(f"{where}: tau {tau} for question {question} is outside [1, {nodes + 1}] ({nodes} nodes)")
 
 
 def check_record(record: dict, where) -> dict:
@@ -127,8 +141,11 @@ def check_record(record: dict, where) -> dict:
     if record["numeric"] != proto.numeric:
         raise RecordError(f"{where}: field 'numeric' {record['numeric']} is not {proto.name}'s {proto.numeric}")
     for name in ("set entropy", "prompts"):
-        if not isinstance(record[name], (int, float)) or isinstance(record[name], bool):
+        if not _number(record[name]):
             raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
+    for name in ("probe error", "probe agreement"):
+        if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):
+            raise RecordError(f"{where}: field {name!r} is not a number >= 0: {record[name]!r}")
     group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
     if group is not None and not (
         isinstance(group, list)
@@ -143,6 +160,11 @@ def check_record(record: dict, where) -> dict:
     for point in [record, *record["curve"]]:
         if sorted(point["step accuracy"]) != list(STEPS):
             raise RecordError(f"{where}: field 'step accuracy' must hold {list(STEPS)}, got {point['step accuracy']}")
+        for step, value in point["step accuracy"].items():
+            if not _number(value) or not (0 <= value <= 1 or math.isnan(value)):
+                raise RecordError(f"{where}: field 'step accuracy' has {step} {value!r}, not a share in [0, 1]")
+        if not isinstance(point["prompts"], int) or isinstance(point["prompts"], bool) or point["prompts"] < 1:
+            raise RecordError(f"{where}: field 'prompts' is {point['prompts']!r}, not a count of training prompts >= 1")
         _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)")
     return record
 
@@ -198,7 +220,10 @@ def write_record(record: dict, root: Path | None = None) -> tuple[Path, bool]:
 
 
 def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
-    """Every record of a protocol, checked, in file-name order."""
+    """Every record of a protocol, checked, in file-name order; a records folder that does not exist is
+    refused (read as empty, a ledger run would train every unit again)."""
+    if not Path(root or records_dir()).is_dir():
+        raise RecordError(f"records folder {Path(root or records_dir())} does not exist (ELSI_DRAFT_RECORDS?)")
     folder = Path(root or records_dir()) / protocol_name
     return [read_record(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
 
