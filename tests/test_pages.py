@@ -23,18 +23,18 @@ def _elsi_row(evidence: dict) -> dict:
 
 
 def test_every_page_is_written_from_the_committed_results(tmp_path):
-    written = pages.build(tmp_path)
+    written = pages.build(tmp_path / "site")
     names = {p.name for p in written}
     assert {f"{p.slug}.md" for p in pages.PAGES} <= names
     assert {"index.md", "api.md", "benchmarks.md", "command-select.md"} <= names
-    table3 = (tmp_path / "docs" / "table3.md").read_text()
+    table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
     row = _elsi_row(ev.load())  # the seed-level comparison, from the evidence file
     assert f"{row['diff']:+.3f} [{row['low']:+.3f}, {row['high']:+.3f}]" in table3
     assert "3 seeds against EAGLE3's 3" in table3
     assert "table3_f32_records_qwen2.5-coder-0.5b" in table3  # Table 3 in the paper's layout, from the records
     assert "](images/fig08_tau_by_column_qwen2.5-coder-0.5b.png)" in table3
-    assert (tmp_path / "docs" / "images" / "fig08_tau_by_column_qwen2.5-coder-0.5b.png").is_file()
-    assert "--engine" in (tmp_path / "docs" / "command-select.md").read_text()
+    assert (tmp_path / "site" / "docs" / "images" / "fig08_tau_by_column_qwen2.5-coder-0.5b.png").is_file()
+    assert "--engine" in (tmp_path / "site" / "docs" / "command-select.md").read_text()
 
 
 def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
@@ -59,3 +59,33 @@ def test_a_missing_results_file_fails_naming_it(tmp_path, stem):
     (copy / stem).unlink()
     with pytest.raises(pages.MissingResult, match=stem):
         pages.build(tmp_path / "site", copy)
+
+
+def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
+    """Pointed at a folder of someone else's files (a checkout, say), it refuses and leaves them; its own
+    earlier site it replaces whole."""
+    theirs = tmp_path / "checkout"
+    (theirs / "docs").mkdir(parents=True)
+    (theirs / "docs" / "notes.md").write_text("mine")
+    (theirs / "mkdocs.yml").write_text("mine")
+    with pytest.raises(FileExistsError, match="did not write"):
+        pages.build(theirs)
+    assert (theirs / "docs" / "notes.md").read_text() == "mine" and (theirs / "mkdocs.yml").read_text() == "mine"
+    site = tmp_path / "site"
+    pages.build(site)
+    (site / "docs" / "stale.md").write_text("from an older build")
+    pages.build(site)
+    assert not (site / "docs" / "stale.md").exists() and (site / "docs" / "index.md").is_file()
+
+
+def test_a_failed_rebuild_leaves_the_previous_site(tmp_path):
+    site = tmp_path / "site"
+    pages.build(site)
+    before = sorted(p.relative_to(site) for p in site.rglob("*"))
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    (copy / "fig04_variance_reduction.csv").unlink()
+    with pytest.raises(pages.MissingResult):
+        pages.build(site, copy)
+    assert sorted(p.relative_to(site) for p in site.rglob("*")) == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []  # no half-written folder left

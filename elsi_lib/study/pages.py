@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import inspect
 import shutil
+import tempfile
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from ..common.cachefiles import REPO_ROOT
+from ..common.cachefiles import REPO_ROOT, replace_folder
 from ..common.results import results_dir
 from ..draft import evidence as ev
 from ..draft.evidence import NODES
@@ -319,12 +320,33 @@ CHECKS_JS = """window.addEventListener("load", function () {
 """
 
 
+MARKER = ".elsi-pages"  # in every folder the builder wrote: the only kind it ever replaces
+
+
 def build(out: Path, folder: Path | None = None) -> list[Path]:
-    """Write the site's source (mkdocs.yml and docs/) under `out`; returns the pages written."""
-    folder = folder or results_dir()
-    docs = Path(out) / "docs"
-    if docs.exists():
-        shutil.rmtree(docs)
+    """Write the site's source (mkdocs.yml and docs/) as the folder `out`; returns the pages written.
+    The site is written into a fresh folder beside `out` and replaces it only once complete: a failed
+    build leaves the previous site as it was. `out` must be new, empty, or a site this builder wrote
+    (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise FileExistsError(
+            f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        names = _write_site(fresh, folder or results_dir())
+        (fresh / MARKER).write_text("written by elsi_lib.study.pages: replaced whole by the next build\n")
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    replace_folder(fresh, out)
+    return [out / "docs" / name for name in names]
+
+
+def _write_site(out: Path, folder: Path) -> list[str]:
+    docs = out / "docs"
     (docs / "images").mkdir(parents=True)
     written = {}
     for page in PAGES:
@@ -341,14 +363,14 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     nav = ["  - Home: index.md", "  - Paper figures and tables:"] + [f"    - '{p.title}': {p.slug}.md" for p in PAGES]
     nav += ["  - Commands:"] + [f"    - elsi {n}: command-{n}.md" for n in ("select", "capture", "report")]
     nav += ["  - Python API: api.md", "  - Wall clock: speed.md", "  - Benchmarks: benchmarks.md"]
-    (Path(out) / "mkdocs.yml").write_text(MKDOCS.format(nav="\n".join(nav)))
-    return [docs / name for name in written]
+    (out / "mkdocs.yml").write_text(MKDOCS.format(nav="\n".join(nav)))
+    return list(written)
 
 
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else REPO_ROOT / "build" / "docs-src")
     try:
         pages = build(target)
-    except MissingResult as err:
+    except (MissingResult, FileExistsError) as err:
         sys.exit(f"make docs: {err}")
     print(f"{len(pages)} pages in {target / 'docs'}")
