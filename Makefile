@@ -13,8 +13,10 @@ STAMP := $(VENV)/.elsi-installed
 MODELS_STAMP := $(VENV)/.elsi-models
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # notebooks 06 and 07 train drafts for hours: `make tables` and `make tables-strong` run them;
-# notebooks 08 and 09 read what they wrote (`make criteria`, `make families`); `make figures` runs the others
-FIGURE_NOTEBOOKS := $(filter-out notebooks/06_% notebooks/07_% notebooks/08_% notebooks/09_%,$(NOTEBOOKS))
+# notebooks 08 and 09 read what they wrote (`make criteria`, `make families`); notebook 10 writes the
+# ledger's tables at full resampling (`make ledger-tables`: run under `make figures`' 100 resamples it
+# would overwrite them with coarser intervals); `make figures` runs the others
+FIGURE_NOTEBOOKS := $(filter-out notebooks/06_% notebooks/07_% notebooks/08_% notebooks/09_% notebooks/10_%,$(NOTEBOOKS))
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,

@@ -39,6 +39,7 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--data",
         nargs="+",
+        action="extend",  # --data A --data B reads both, as --data A B does
         metavar="FILE",
         help="ShareGPT-format JSON/JSONL conversation files or prompt-set "
         "names (default: the clean-licence calibration mix)",

@@ -515,3 +515,15 @@ def test_the_default_is_the_probes_set_with_elsis_beside_it(capsys, folder, data
     assert result["elsi"] == {"layers": elsi["layers"], "entropy": elsi["entropy"]}
     code, text, _ = run(capsys, "select", *base(folder, data))
     assert code == 0 and "probe m=3" in text and "elsi m=3 (the paper's)" in text
+
+
+def test_a_repeated_data_option_reads_every_file(capsys, folder, data, tmp_path):
+    """--data A --data B reads both (it used B alone and dropped A from the provenance), as --data A B does."""
+    other = tmp_path / "more.jsonl"
+    other.write_text(data.read_text())
+    args = ["select", "--model", folder, "--prompts", 40, "--block", 4, "--reply-model", "self", "--method", "elsi"]
+    code, out, err = run(capsys, *args, "--data", data, "--data", other, "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["provenance"]["data"] == [str(data), str(other)]
+    code, out, _ = run(capsys, *args, "--data", data, other, "--format", "json")
+    assert code == 0 and json.loads(out)["provenance"]["data"] == [str(data), str(other)]
