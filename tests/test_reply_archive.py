@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 
 from conftest import make_conversations
 from elsi_lib.hidden.replies import generate_responses
@@ -88,3 +89,41 @@ def test_the_bundled_models_calibration_replies_ship_with_the_package(bundled, m
     monkeypatch.setattr(replies, "_generate_batch", refuse)
     conversations = calibration_conversations(200, loaded=bundled, progress=False)
     assert len(conversations) == 200 and all(c[-1]["role"] == "assistant" for c in conversations)
+
+
+def test_an_archive_made_under_other_library_versions_is_found_and_said(
+    tiny_model, tiny_tokenizer, tmp_path, monkeypatch, capsys
+):
+    """Archives are found by what produced them: one written under another torch build (a local version
+    suffix) is used without generating, and the command says so."""
+    from elsi_lib.hidden import replies
+
+    prompts, archive = make_conversations(3), tmp_path / "archive"
+    first = generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS)
+    real = replies.versions
+    monkeypatch.setattr(replies, "versions", lambda: {**real(), "torch": real()["torch"] + ".local1"})
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "other-build"))
+    calls = counted(tiny_model, monkeypatch)
+    assert generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS) == first
+    assert calls == [] and "made under" in capsys.readouterr().err
+
+
+def test_a_flipped_bit_in_an_archive_is_named_and_written_again(
+    tiny_model, tiny_tokenizer, tmp_path, monkeypatch, capsys
+):
+    prompts, archive = make_conversations(3), tmp_path / "archive"
+    first = generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS)
+    (archived,) = archive.glob("*.json.gz")
+    good = archived.read_bytes()
+    for at in range(12, len(good) - 8, max(1, (len(good) - 20) // 12)):
+        flipped = bytearray(good)
+        flipped[at] ^= 0x10
+        archived.write_bytes(bytes(flipped))
+        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"cold-{at}"))
+        assert generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS) == first
+        captured = capsys.readouterr()
+        try:
+            harmless = gzip.decompress(bytes(flipped)) == gzip.decompress(good)  # a flip in the stream's padding
+        except (OSError, EOFError, zlib.error):
+            harmless = False
+        assert harmless or archived.name in captured.err + captured.out, at  # named, never a bare gzip error

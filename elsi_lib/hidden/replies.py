@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import sys
+import zlib
 from pathlib import Path
 
 from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
@@ -83,9 +84,13 @@ def generate_responses(
             if found is not None and found.is_file() and not path.is_file():
                 try:
                     atomic_write_bytes(path, gzip.decompress(found.read_bytes()))  # read_cache checks it
-                except (OSError, EOFError) as err:  # a torn or flipped archive: written again, said so
+                except (OSError, EOFError, zlib.error) as err:  # a torn or flipped archive: written again, said so
                     print(f"{found}: unreadable archive ({err}): the replies are written again", file=sys.stderr)
     done = read_cache(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
+    foreign = cache and not done
+    if foreign:  # an archive of the same making under other library versions, said so
+        done = same_making(key, [Path(a) for a in (archive, shipped) if a is not None])
+    foreign = foreign and bool(done)
     prompts = [
         truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length) for c in conversations
     ]
@@ -117,7 +122,7 @@ def generate_responses(
             atomic_write_bytes(path, cache_payload(key, entries))
         bar.update(len(batch))
     bar.close()
-    if archived is not None and (todo or not archived.is_file()):
+    if archived is not None and (todo or not (archived.is_file() or foreign)):
         archived.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(archived, gzip.compress(path.read_bytes(), mtime=0))
     texts = [replies[i] for i in range(len(conversations))]
@@ -234,6 +239,39 @@ def read_cache(path: Path, key: dict) -> list[tuple]:
     if payload.get("key") != json.loads(json.dumps(key)):
         return []
     return replies
+
+
+def _without_library(key: dict) -> dict:
+    return {k: v for k, v in json.loads(json.dumps(key)).items() if k != "library"}
+
+
+def same_making(key: dict, folders: list[Path]) -> list[tuple]:
+    """Replies archived in `folders` for `key` made under other library versions (a torch build with a
+    local suffix, a newer transformers): found by what produced them (model, tokenizer, prompts,
+    settings), checked by their own checksum, used, and said so on stderr; [] when none is there. An
+    archive that cannot be read is skipped, naming it."""
+    want = _without_library(key)
+    for folder in folders:
+        for found in sorted(folder.glob("*.json.gz")) if folder.is_dir() else []:
+            try:
+                wrapper = json.loads(gzip.decompress(found.read_bytes()))
+                if sha256_text(wrapper["body"]) != wrapper["sha256"]:
+                    raise ValueError("checksum mismatch")
+                payload = json.loads(wrapper["body"])
+            except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as err:
+                print(f"{found}: unreadable archive ({err}): skipped", file=sys.stderr)
+                continue
+            if _without_library(payload["key"]) != want:
+                continue
+            print(
+                f"replies from {found}: made under {payload['key'].get('library')}, this is {key.get('library')}; "
+                "used (the same model, tokenizer, prompts and settings)",
+                file=sys.stderr,
+            )
+            return [
+                (int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]
+            ]
+    return []
 
 
 def with_replies(conversations: list[list[dict]], replies: list[str]) -> list[list[dict]]:
