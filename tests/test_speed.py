@@ -379,3 +379,30 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
     for ax, result in zip(panels, (results[1], results[0])):
         dots = [l for l in ax.lines if l.get_marker() == "o"]
         assert [round(l.get_xdata()[0], 3) for l in dots] == [round(c["tau measured"], 3) for c in result["chains"]]
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["settings"].__setitem__("per-step acceptance", [0.5, 1.4]), "a_2 = 1.4, not a share"),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x or x.get("shape") == "chain").update(
+                {"tau vLLM": 9.0, "tau measured": 9.0}
+            ),
+            "outside",
+        ),
+    ],
+)
+def test_a_cost_file_out_of_range_is_refused_naming_it(tmp_path, change, reason):
+    """A per-step acceptance above 1 (or a chain's tau above k + 1) would become a plausible-looking
+    speed-up: the file is refused, naming it and the field."""
+    import json
+
+    from elsi_lib.study import speed
+
+    source = sorted(speed.BENCH.glob("cost_vllm_*.json"))[0]
+    result = json.loads(source.read_text())
+    change(result)
+    (tmp_path / source.name).write_text(json.dumps(result))
+    with pytest.raises(ValueError, match=reason):
+        speed.cost_results(tmp_path)

@@ -40,7 +40,11 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
     out = []
     paths = [*Path(folder).glob("cost_elsi_*.json"), *Path(folder).glob("cost_vllm_*.json")]
     for path in sorted(paths):
-        result = json.loads(path.read_text())
+        try:
+            result = json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path}: not readable JSON ({err})") from None
+        _check_result(result, path)
         chains = []
         for row in result["rows"]:
             if "k" in row:  # vLLM's rows
@@ -49,6 +53,25 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
                 chains.append({**row, "k": row["k or nodes"]})
         out.append({**result, "chains": chains})
     return out
+
+
+def _check_result(result: dict, path: Path) -> None:
+    """A cost benchmark's file, checked before any page or line reads it: per-step acceptance rates are
+    shares in [0, 1] (a rate above 1 would predict more tokens than the chain allows), each chain row's
+    tau between 1 and k + 1 and its speed-ups positive; ValueError naming the file, the row and the field."""
+    if not isinstance(result, dict) or "rows" not in result or "settings" not in result:
+        raise ValueError(f"{path}: not a cost benchmark (no 'rows' and 'settings')")
+    for i, a in enumerate(result["settings"].get("per-step acceptance", [])):
+        if not (_number(a) and 0 <= a <= 1):
+            raise ValueError(f"{path}: settings' per-step acceptance a_{i + 1} = {a!r}, not a share in [0, 1]")
+    for i, row in enumerate(result["rows"]):
+        k = row.get("k", row.get("k or nodes") if row.get("shape") == "chain" else None)
+        tau = row.get("tau vLLM", row.get("tau measured"))
+        if k is not None and _number(tau) and not 1 <= tau <= k + 1 + 1e-9:
+            raise ValueError(f"{path}: row {i} (k = {k}): tau {tau} outside [1, {k + 1}]")
+        for field in ("speed-up measured", "speed-up predicted"):
+            if _number(row.get(field)) and not row[field] > 0:
+                raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not positive")
 
 
 def label(result: dict) -> str:
