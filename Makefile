@@ -185,13 +185,16 @@ $(STUDY_RUNS): venv
 # A protocol's ledger of trained drafts (elsi_lib/study/protocols.py): `make ledger-table3_f32` trains
 # its owed units (missing, and not in its bf16 twin once the two agree) in order, consecutive units of one seed
 # in lock-step where they fit, one record each under data/drafts/, within BUDGET minutes (a calibration on
-# this machine estimates each group first); COMMIT=1 commits each record as it lands. `make
+# this machine estimates each group first); COMMIT=1 commits each new record, one commit each, when the run
+# ends (pick a BUDGET that ends before the sitting does). `make
 # ledger-status` lists every protocol's units: present, in its agreeing twin, owed.
 BUDGET ?= 150
 ledger-status: venv
 	@for p in $$($(BIN)/python -c "from elsi_lib.study.protocols import PROTOCOLS; print(*PROTOCOLS)"); do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
 ledger-%: venv models
-	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET) $(if $(COMMIT),--commit)
+	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET); status=$$?; \
+	if [ -n "$(COMMIT)" ]; then for f in $$(git ls-files --others --exclude-standard -- data/drafts/$*); do \
+	  git add -- "$$f" && git commit -q -m "record: $$f" -- "$$f" || exit 1; done; fi; exit $$status
 
 # From the drafts' records (data/drafts/): the paper's accepted-token tables in its layout with seed-level
 # intervals (data/results/<protocol>_records_<family>.*), then the one evidence file `elsi select` reads

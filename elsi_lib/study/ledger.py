@@ -3,8 +3,7 @@ the ledger's order, in lock-step groups of one seed (`ledger_groups`), each writ
 finishes.
 
     python -m elsi_lib.study.ledger PROTOCOL                   the units present, in its twin, and owed
-    python -m elsi_lib.study.ledger PROTOCOL --run --budget 150 [--commit]
-    python -m elsi_lib.study.ledger PROTOCOL --import-committed   records of the committed rows
+    python -m elsi_lib.study.ledger PROTOCOL --run --budget 150
 
 A run refuses a bf16 protocol on a CPU without bf16 matmul instructions (such a machine adds units
 of the float32 twins only). It loads the target, the protocol's layer sets and probe, the evaluation
@@ -16,19 +15,18 @@ names the group (`prepared.unit_draft` finds it in the group's checkpoint). Unit
 has are not trained again once the twins agree within the reseed range (`twins.agreeing_twin`; the
 joined table holds them). A unit killed mid-way leaves no record; its group's training checkpoint
 resumes on a machine that keeps its cache (the same group only: `ledger_groups.next_group` finds it),
-and the plan counts only the part left. `--commit` commits each record as it lands (that file only).
+and the plan counts only the part left. Committing the records is the
+Makefile's (`make ledger-<protocol> COMMIT=1`), never this module's.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 
 import pandas as pd
 
-from ..common.cachefiles import REPO_ROOT
 from ..common.hardware import bf16_matmul_is_slow
 from .protocols import PROTOCOLS, Protocol, protocol
 from .records import lockstep_groups, read_records, unit_path, write_record
@@ -101,12 +99,6 @@ def check_machine(proto: Protocol) -> None:
         )
 
 
-def _commit(path) -> None:
-    rel = path.relative_to(REPO_ROOT)
-    subprocess.run(["git", "-C", str(REPO_ROOT), "add", str(rel)], check=True)
-    subprocess.run(["git", "-C", str(REPO_ROOT), "commit", "-q", "-m", f"record: {rel}", "--", str(rel)], check=True)
-
-
 def trained_before(exp, key: dict, group, device: str = "cpu") -> tuple[float, float]:
     """(share of its batches, training seconds) a unit's drafts already have in this machine's cache:
     its checkpoint from a run that stopped mid-unit (resumed where it stopped); (0.0, 0.0) without
@@ -149,7 +141,7 @@ def recorded_groups(proto: Protocol) -> list:
     return [(ids, seed) for (_, seed), ids in lockstep_groups(proto.name).items()]
 
 
-def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progress: bool = True) -> list:
+def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> list:
     """Train the owed units of `proto` (`status`: neither present nor in an agreeing twin) in ledger
     order, in lock-step groups of one seed (`ledger_groups.next_group`) while each group's estimate
     fits the budget; each unit's record is written (and committed) as it is evaluated. Returns the
@@ -236,35 +228,10 @@ def run(proto: Protocol, budget_minutes: float, *, commit: bool = False, progres
                 f"(the group's training {clock['training'] / 60:.1f} min, its evaluation {rests[-1] / 60:.1f})",
                 flush=True,
             )
-            if commit and new:
-                _commit(path)
             written.append(record)
             owed.remove((method_id, plan.seed))
         cost = cost.measured(len(plan.ids), plan.seconds_before + trained_s, sum(rests) / len(rests))
     return written
-
-
-# the per-question rows notebooks 06 and 07 committed before records existed: (protocol, file)
-COMMITTED_ROWS = (
-    ("table3", "table3_question_tau_qwen2.5-coder-0.5b.csv"),
-    ("table2_strong", "table2_strong_question_tau_smollm2-135m.csv"),
-)
-
-
-def import_committed() -> list:
-    """Records of the units whose per-question rows are committed (COMMITTED_ROWS), their probe scores
-    from `criteria_drafts.csv`; the same numbers, no retraining. Idempotent. Returns (path, written)s."""
-    from ..common.results import results_dir
-    from .units import records_from_rows
-
-    probe = pd.read_csv(results_dir() / "criteria_drafts.csv")
-    out = []
-    for name, csv in COMMITTED_ROWS:
-        proto = protocol(name)
-        rows = pd.read_csv(results_dir() / csv)
-        mine = probe[probe.model == proto.family]
-        out += [write_record(r) for r in records_from_rows(proto, rows, mine, source=f"data/results/{csv}")]
-    return out
 
 
 def main(argv=None) -> int:
@@ -274,15 +241,10 @@ def main(argv=None) -> int:
         "--run", action="store_true", help="train the owed units (missing, and not in an agreeing twin)"
     )
     parser.add_argument("--budget", type=float, default=150.0, help="minutes the run may take (default 150)")
-    parser.add_argument("--commit", action="store_true", help="git-commit each record as it lands")
-    parser.add_argument("--import-committed", action="store_true", help="records of the committed per-question rows")
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
     proto = protocol(args.protocol)
-    if args.import_committed:
-        for path, written in import_committed():
-            print(f"{'written' if written else 'kept'} {path}")
     if not args.run:
         table = status(proto)
         print(table.to_string(index=False))
@@ -293,7 +255,7 @@ def main(argv=None) -> int:
             f"numeric {proto.numeric}"
         )
         return 0
-    run(proto, args.budget, commit=args.commit)
+    run(proto, args.budget)
     return 0
 
 

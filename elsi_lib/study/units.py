@@ -1,7 +1,4 @@
-"""Records made: from one finished unit (`unit_record`), or from the per-question rows a notebook run
-committed before records existed (`records_from_rows`: the same numbers, no retraining), and what a
-unit ran on (`ran_on`: the CPU, whether it has bf16 matmul instructions, torch, elsi, the commit).
-"""
+"""Records made from one finished unit (`unit_record`), and what a unit ran on (`ran_on`: the CPU, whether it has bf16 matmul instructions, torch, elsi, the commit)."""
 
 from __future__ import annotations
 
@@ -96,44 +93,3 @@ def unit_record(
         "stages": {"seconds": stages or {}, **({"group": list(group)} if len(group) > 1 else {})},
         "ran on": machine if machine is not None else ran_on(),
     }
-
-
-def records_from_rows(proto: Protocol, rows: pd.DataFrame, probe: pd.DataFrame, *, source: str) -> list[dict]:
-    """Records of the units in a committed per-question CSV (`validation.question_rows`' columns) of
-    `proto`: the largest `prompts` of each (id, seed) is the unit's point, smaller ones its curve.
-    `probe`: probe error and agreement per layers (text), e.g. `criteria_drafts.csv`'s; `source`
-    names the file (kept under "ran on")."""
-    records = []
-    scores = probe.drop_duplicates("layers").set_index("layers")
-    for (method_id, seed), mine in rows.groupby(["id", "seed"], sort=False):
-        points = sorted(mine.prompts.unique())
-        head = mine.iloc[0]
-        last = mine[mine.prompts == points[-1]]
-        layers = head["layers"]
-        record = unit_record(
-            proto,
-            {
-                "id": method_id,
-                "method": head["method"],
-                "layers": [int(l) for l in str(layers).split()],
-                "entropy": head["set entropy"],
-            },
-            int(seed),
-            prompts=int(points[-1]),
-            accuracy=last.iloc[0][list(STEPS)].to_dict(),
-            rows=last,
-            probe=scores.loc[str(layers), ["probe error", "probe agreement"]].astype(float).to_dict()
-            if str(layers) in scores.index
-            else {},
-            curve=[
-                {
-                    "prompts": p,
-                    "accuracy": mine[mine.prompts == p].iloc[0][list(STEPS)].to_dict(),
-                    "rows": mine[mine.prompts == p],
-                }
-                for p in points[:-1]
-            ],
-            machine={"converted from": source},
-        )
-        records.append(record)
-    return records
