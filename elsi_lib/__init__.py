@@ -52,4 +52,4 @@ from .selection.select import (
     single_layer_entropies,
 )
 
-__version__ = "0.1.1"
+from .common.version import __version__

@@ -129,9 +129,11 @@ def _stats(args, job: _Job):
 
 
 def _fixed_layers(method: str, n_layers: int):
-    from .selection.conventions import eagle2_layers, eagle3_layers
+    from .selection.methods import METHODS
 
-    return {"eagle3": eagle3_layers, "eagle2": eagle2_layers}[method](n_layers)
+    rule = METHODS[method].fixed
+    assert rule is not None, f"--method {method} is not a fixed method"
+    return rule(n_layers)
 
 
 def _restriction(args, job: _Job):
@@ -168,14 +170,14 @@ def _check_select(args, job: _Job) -> None:
 def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
     """(the set --method chooses, its score: set entropy, or the probe's held-out error), among the
     sets `restricted` (a `feasible.Restriction`) allows when given."""
-    from .selection import select
     from .selection.entropy import set_entropy
+    from .selection.methods import METHODS
 
     N = Z.shape[0]
     if args.m > N and args.method in MEASURED:
         raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
     where = {} if restricted is None else {"allowed": restricted.allowed, "required": restricted.required}
-    if args.method == "probe":
+    if METHODS[args.method].reads == "probe":
         from .hidden.probe_capture import cached_probe_choice
 
         model, tokenizer = job.loaded
@@ -185,16 +187,11 @@ def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
         if job.probe is None:  # the answer's choice (asked first), not the comparison's
             job.probe = choice
         return tuple(choice.layers), float(choice.error)
-    if args.method == "elsi":
-        chosen = select.elsi(Z, args.m, args.k_beam, args.k_expand, **where)
-    elif args.method == "elsi-c":
-        chosen = select.elsi_c(Z, args.m, args.k_beam, args.k_expand, **where)
-    elif args.method == "exhaustive":
-        chosen = select.exhaustive(Z, args.m, **where)
-    else:
+    choose = METHODS[args.method].choose
+    if choose is None:  # a fixed method: its set from the layer count
         layers = tuple(_fixed_layers(args.method, N))
         return layers, set_entropy(Z, layers)
-    return tuple(int(l) for l in chosen.layers), float(chosen.entropy)
+    return choose(Z, args.m, args.k_beam, args.k_expand, where)
 
 
 def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) -> dict:
@@ -215,7 +212,7 @@ def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) ->
 
 
 def cmd_select(args) -> str:
-    from . import __version__
+    from .common.version import __version__
     from .common.identity import model_fingerprint
     from .draft import evidence as ev
     from .selection import select

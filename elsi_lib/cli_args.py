@@ -9,21 +9,30 @@ import os
 from pathlib import Path
 
 from .draft.evidence import default_method
+from .selection.engines import ENGINES as ENGINE_ENTRIES
+from .selection.methods import METHODS as REGISTERED, method as method_named
 
-FORMATS = ("text", "json", "vllm", "speculators", "sglang", "specforge")
-METHODS = ("elsi", "elsi-c", "exhaustive", "probe", "eagle3", "eagle2")
-MEASURED = ("elsi", "elsi-c", "exhaustive", "probe")  # the methods whose set comes from the capture
-FIXED_SIZES = {"eagle3": 3, "eagle2": 1}  # the layers in a fixed method's set, whatever the layer count
+# every method and engine as `selection.methods` and `selection.engines` declare them, nothing repeated
+METHODS = tuple(REGISTERED)
+MEASURED = tuple(name for name, m in REGISTERED.items() if m.measured)  # the methods whose set comes from the capture
+FIXED_SIZES = {name: m.size for name, m in REGISTERED.items() if m.size is not None}  # a fixed method's set size
 DEFAULTS = {"m": 3, "k_beam": 10, "k_expand": 5}  # the parser's default is None: an explicit value is told apart
-READ_BY = {"k_beam": ("elsi", "elsi-c", "probe"), "k_expand": ("elsi", "elsi-c")}  # the methods that use each
-ENGINES = ("vllm", "speculators", "sglang", "specforge")
+READ_BY = {o: tuple(n for n, m in REGISTERED.items() if o in m.options) for o in ("k_beam", "k_expand")}
+ENGINES = tuple(ENGINE_ENTRIES)
+FORMATS = ("text", "json", *ENGINES)
 # the versions whose layer-id handling elsi has read (selection/conventions.py says where): another is refused
-ENGINE_VERSIONS = {
-    "vllm": ("0.32.0",),
-    "speculators": ("0.7.0", "0.9.0"),
-    "sglang": ("0.5.14",),
-    "specforge": ("a6b6b023",),
-}
+ENGINE_VERSIONS = {name: e.versions for name, e in ENGINE_ENTRIES.items()}
+
+
+def _method_name(text: str) -> str:
+    """A method's name from any of its declared spellings (`selection.methods`); an unknown one is left
+    as typed, for the parser's choices to refuse."""
+    try:
+        return method_named(text).name
+    except ValueError:
+        return text
+
+
 STABILITY_MIN = 20  # fewer resamples: a share in steps coarser than 5 % (one resample: 0 or 100 %)
 STABILITY_MAX = 10_000  # more: hours of selection, and the resample weights alone fill memory
 
@@ -80,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     select.add_argument(
         "--method",
+        type=_method_name,
         choices=METHODS,
         default=default_method(),
         help=f"default {default_method()} (read from the evidence file): probe: the task probe (ridge map from the set's states to the target's next-token "

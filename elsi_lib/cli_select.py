@@ -6,7 +6,16 @@ restriction (`--engine`) cost. Called by `cli.cmd_select` only.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .cli_args import UsageError
+
+
+class _Chosen(NamedTuple):
+    """A set and its score, as `bootstrap_choices` reads a method's answer (`.layers`, `.entropy`)."""
+
+    layers: tuple
+    entropy: float
 
 
 def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
@@ -14,8 +23,8 @@ def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
     (the others add nothing to resample): refused when fewer than 2 did."""
     import numpy as np
 
+    from .selection.methods import METHODS
     from .selection.stability import bootstrap_choices
-    from .selection import select
 
     if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:
         raise UsageError(
@@ -23,12 +32,13 @@ def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
             f"kept a full block of --block {args.block} tokens, and a bootstrap needs 2 or more: pass "
             "more or longer prompts, or a smaller --block"
         )
-    methods = {
-        "elsi": lambda Z, m: select.elsi(Z, m, args.k_beam, args.k_expand),
-        "elsi-c": lambda Z, m: select.elsi_c(Z, m, args.k_beam, args.k_expand),
-        "exhaustive": select.exhaustive,
-    }
-    choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=methods[args.method])
+    choose = METHODS[args.method].choose  # a capture method (the parser refuses --stability for the others)
+    assert choose is not None, f"--stability needs a method that chooses from the capture, not {args.method}"
+
+    def method(Z, m):
+        return _Chosen(*choose(Z, m, args.k_beam, args.k_expand, {}))
+
+    choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=method)
     wins = choices[choices.layers == layers]["share"].sum()
     return {
         "resamples": args.stability,
@@ -75,7 +85,7 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
     """The answer as a decision (`draft.decision`): the engine's default set against the criterion's
     best feasible set, the predicted difference in tau with its interval, and the verdict."""
     from .draft import evidence as ev
-    from .selection.conventions import default_set
+    from .selection.methods import METHODS, default_set
     from .selection.entropy import set_entropy
 
     try:
@@ -86,11 +96,11 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
     head["engine"] = args.engine or "any (no --engine)"
     if evidence is None:
         return {**head, "verdict": "no verdict", "reason": "the evidence file is unavailable"}
-    if args.method not in ev.CRITERION_OF:
+    if ev.criterion_of(args.method) is None:
         same = tuple(layers) == default
         why = "the set is the default" if same else f"--method {args.method}'s set is fixed: no criterion predicts it"
         return {**head, "verdict": "keep the default" if same else "no verdict", "reason": why}
-    if args.method == "probe":
+    if METHODS[args.method].reads == "probe":
         from .hidden.probe_capture import cached_probe_error
 
         model, tokenizer = job.loaded
@@ -106,7 +116,7 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
     return {
         **head,
         **made.as_dict(),
-        "criterion": ev.CRITERIA[ev.CRITERION_OF[args.method]],
+        "criterion": ev.criterion_of(args.method),
         "criterion_difference": score - base,
         "criterion_best": score,
         "criterion_default": base,

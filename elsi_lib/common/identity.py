@@ -80,7 +80,7 @@ def versions() -> dict:
     import torch
     import transformers
 
-    from .. import __version__
+    from .version import __version__
 
     return {
         "elsi": __version__,

@@ -19,15 +19,14 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
 
 SCHEMA = 1
 EVIDENCE_PATH = Path(__file__).resolve().parent.parent / "evidence.json"
 NODES = 60  # the larger tree of the tables
-# the criterion each measured method chooses by, as the records name it
-CRITERIA = {"probe": "probe error", "elsi": "set entropy"}
-CRITERION_OF = {"probe": "probe", "elsi": "elsi", "elsi-c": "elsi", "exhaustive": "elsi"}
-LABELS = {"elsi": "ELSI m={m}", "elsi-c": "ELSI-C m={m}", "probe": "probe m={m}", "eagle2": "EAGLE2"}
+# the criteria the methods choose by, as the records name them (`selection.methods` declares each method's)
+CRITERIA = tuple(dict.fromkeys(m.criterion for m in METHODS.values() if m.criterion))
 FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and folders, in any capitals
     "smollm2-135m": ("huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
     "qwen2.5-coder-0.5b": ("qwen/qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
@@ -74,8 +73,9 @@ def _check_contents(data: dict, path: Path) -> None:
     for field in ("comparisons", "models", "pooled_criteria", "default_method"):
         if field not in data:
             raise EvidenceUnavailable(f"{path} has no {field!r}")
-    if data["default_method"] not in CRITERIA:
-        raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {sorted(CRITERIA)}")
+    chooses = [name for name, m in METHODS.items() if m.criterion]
+    if data["default_method"] not in chooses:
+        raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {chooses}")
     seen: set = set()
     for i, c in enumerate(data["comparisons"]):
         where = f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
@@ -118,7 +118,10 @@ def family_of(model: str) -> str | None:
 
 def label(method: str, m: int) -> str | None:
     """The tables' label of a method's draft (None: a method the study trains no draft of)."""
-    return LABELS[method].format(m=m) if method in LABELS else None
+    declared = METHODS.get(method)
+    if declared is None or method in ("exhaustive", "eagle3"):  # no draft of either is trained here
+        return None
+    return declared.label.format(m=m)
 
 
 def default_method(evidence: dict | None = None) -> str:
@@ -131,9 +134,14 @@ def default_method(evidence: dict | None = None) -> str:
     return evidence["default_method"]
 
 
+def criterion_of(method: str) -> str | None:
+    """The criterion `method` chooses by ("set entropy", "probe error"), None for a fixed method."""
+    return METHODS[method].criterion
+
+
 def _fits(evidence: dict, criterion: str) -> dict:
     out = {}
-    for t, entry in evidence["models"][CRITERIA[criterion]].items():
+    for t, entry in evidence["models"][criterion].items():
         out[float(t)] = {
             kind: (Fit(**{k: _tuple(v) for k, v in entry[kind].items()}) if entry[kind] else None)
             for kind in ("family", "pooled")
@@ -159,15 +167,16 @@ def decision(method: str, model: str, dscore: float, best: tuple, default: tuple
     """`draft.decision.decide` for `method`'s best set against the engine's `default` on `model`."""
     family = family_of(model)
     return decide(
-        _fits(evidence, CRITERION_OF[method]), family, dscore, best, default, measured(evidence, family, best)
+        _fits(evidence, str(criterion_of(method))), family, dscore, best, default, measured(evidence, family, best)
     )
 
 
 def rests_on(evidence: dict, method: str) -> list[str]:
     """What the prediction rests on: per temperature the drafts, protocols, seeds and the out-of-sample
     coverage of its intervals (leave one protocol out), and the widening that coverage asked for."""
-    entries = evidence["models"][CRITERIA[CRITERION_OF[method]]]
-    lines = [f"the prediction ({CRITERIA[CRITERION_OF[method]]} difference -> tau difference) rests on:"]
+    criterion = str(criterion_of(method))
+    entries = evidence["models"][criterion]
+    lines = [f"the prediction ({criterion} difference -> tau difference) rests on:"]
     for t, e in sorted(entries.items(), key=lambda kv: float(kv[0])):
         r = e["rests on"]
         if e["coverage"] is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..common.checks import LayerSet, check_layers, is_integer
+from .engines import ENGINES
 
 
 def check_n_layers(n_layers) -> int:
@@ -53,11 +54,8 @@ CONVENTIONS = {"output": 0, "input": 1}
 ENGINE_CONVENTIONS = {
     "elsi": "output",
     "paper": "output",
-    "sglang": "output",
-    "specforge": "output",
     "eagle": "input",
-    "vllm": "input",
-    "speculators": "input",
+    **{name: e.convention for name, e in ENGINES.items()},  # each engine's, declared once (`engines`)
 }
 
 
@@ -93,7 +91,7 @@ def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers
     return tuple(l + to_shift for l in as_output)
 
 
-ENGINE_FORMATS = ("vllm", "speculators", "sglang", "specforge")
+ENGINE_FORMATS = tuple(ENGINES)  # the engines declared in `engines`
 
 # How SGLang reads an explicit `eagle_config.eagle_aux_hidden_state_layer_ids` (from the draft's
 # config; the model runner hands it to the target's `set_eagle3_layers_to_capture`). Every reading
@@ -195,8 +193,8 @@ def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None
       OfflineSGLangCaptureBackend; online: its spec-capture patch to SGLang's model runner), so
       the ids are SGLang's, as above.
     """
-    if engine not in ENGINE_FORMATS:
-        raise ValueError(f"unknown engine format {engine!r}; use one of {ENGINE_FORMATS}")
+    if engine not in ENGINES:  # the declared engines (`engines`), read when called
+        raise ValueError(f"unknown engine format {engine!r}; use one of {tuple(ENGINES)}")
     n_layers = check_n_layers(n_layers)
     layers = convert_layer_ids(layers, "elsi", "elsi", n_layers)  # checked, sorted, distinct
     if engine in ("vllm", "speculators"):
@@ -219,6 +217,8 @@ def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None
             "launch_args": ["--target-layer-ids", *map(str, ids + [n_layers])],
             "train_args": ["--target-layer-ids", *map(str, ids)],
         }
+    if engine not in ("sglang", "specforge"):  # declared in `engines`, but no conversion written here yet
+        raise ValueError(f"engine {engine!r} is declared but has no id conversion in conventions.engine_fragment")
     if engine == "specforge" and len(layers) != 3:
         raise ValueError(
             f"SpecForge's aux_hidden_state_layer_ids takes exactly three layers; this set has "
@@ -247,17 +247,3 @@ def engine_reading(engine: str, architecture: str | None = None) -> str:
         None: "any SGLang model file: the smallest layer is 1, which every reading takes as output ids",
     }[reading]
     return ("SpecForge (pins sglang==0.5.14) captures through " + text) if engine == "specforge" else text
-
-
-# The set each engine's EAGLE-3 path reads when the user names no layers: EAGLE-3's rule [2, N//2, N-3]
-# as input ids (vLLM's and SGLang's model files' get_eagle3_aux_hidden_state_layers default, which
-# speculators' recipe and SpecForge inherit); None: a run without --engine, compared with the same rule.
-DEFAULT_SETS = {None: "eagle3", "vllm": "eagle3", "speculators": "eagle3", "sglang": "eagle3", "specforge": "eagle3"}
-
-
-def default_set(engine: str | None, n_layers: int) -> LayerSet:
-    """The layers `engine` uses when none are given, in elsi's convention; a ValueError for an engine
-    whose default is not known, or a model too shallow for the rule."""
-    if engine not in DEFAULT_SETS:
-        raise ValueError(f"no known default layer set for engine {engine!r}")
-    return {"eagle3": eagle3_layers}[DEFAULT_SETS[engine]](n_layers)

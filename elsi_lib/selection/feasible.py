@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .engines import engine as engine_entry
 from .conventions import (
-    ENGINE_FORMATS,
     SGLANG_FIRST_ID,
     SGLANG_PLUS_ONE,
     check_n_layers,
@@ -45,21 +45,13 @@ class Restriction:
 def restriction(engine: str, n_layers: int, architecture: str | None = None) -> Restriction:
     """The restriction `engine` ("vllm", "speculators", "sglang", "specforge") puts on the sets of an
     `n_layers`-layer model of `architecture` (a config's `architectures[0]`, for SGLang's readings)."""
-    if engine not in ENGINE_FORMATS:
-        raise ValueError(f"unknown engine {engine!r}; use one of {ENGINE_FORMATS}")
+    declared = engine_entry(engine)  # an undeclared engine is refused, never given another's rules
     N = check_n_layers(n_layers)
     allowed, required, why = list(range(N)), [], []
-    if engine != "vllm":
+    if declared.no_last_layer is not None:
         allowed.remove(N - 1)
-        why.append(
-            f"no last layer ({N - 1}): "
-            + (
-                "speculators' recipe takes it as the verifier's last hidden state, not a draft feature"
-                if engine == "speculators"
-                else "SGLang captures the input of layers 0..N-1 only"
-            )
-        )
-    if engine in ("sglang", "specforge"):
+        why.append(f"no last layer ({N - 1}): {declared.no_last_layer}")
+    if declared.sglang_ids:
         reading = sglang_reading(architecture)
         if reading == SGLANG_FIRST_ID and 0 in allowed:
             allowed.remove(0)
@@ -74,9 +66,9 @@ def restriction(engine: str, n_layers: int, architecture: str | None = None) -> 
             )
         else:
             assert reading == SGLANG_PLUS_ONE
-    m = 3 if engine == "specforge" else None
+    m = declared.size
     if m is not None:
-        why.append("exactly three layers: SpecForge's aux_hidden_state_layer_ids")
+        why.append(declared.size_why or f"exactly {m} layers")
     return Restriction(engine, tuple(allowed), tuple(r for r in required if r in allowed), m, tuple(why))
 
 

@@ -5,14 +5,17 @@ prompts with replacement and rerun the selection on each resample's block means 
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from ..common.checks import is_integer
 from ..common.progress import progress_bar
-from ..hidden.layerstats import LayerStats
 from .select import elsi
+
+if TYPE_CHECKING:  # a type only: selection never imports the capture's stage
+    from ..hidden.layerstats import LayerStats
 
 MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
 MAX_BOOTSTRAP_RESAMPLES = 100_000  # the resample weights (n_boot x prompts, int64) are drawn at once

@@ -66,7 +66,7 @@ def comparisons(names=tuple(PROTOCOLS)) -> pd.DataFrame:
                             "layers": mine.layers,
                             "baseline layers": base.layers,
                             **d,
-                            **{f"d {c}": float(mine[c]) - float(base[c]) for c in CRITERIA.values()},
+                            **{f"d {c}": float(mine[c]) - float(base[c]) for c in CRITERIA},
                         }
                     )
     return pd.DataFrame(out)
@@ -112,7 +112,7 @@ def out_of_sample(pts: pd.DataFrame, criterion: str) -> pd.DataFrame:
 def criterion_models(table: pd.DataFrame) -> dict:
     """{criterion: {temperature: {family, pooled, coverage, widen, rests on}}} (`draft.decision.Fit`s as dicts)."""
     out: dict = {}
-    for criterion in CRITERIA.values():
+    for criterion in CRITERIA:
         out[criterion] = {}
         for T in TEMPERATURES:
             pts = points(table, T)

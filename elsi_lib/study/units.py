@@ -30,7 +30,7 @@ def ran_on() -> dict:
     `started_at_commit`'s."""
     import torch
 
-    from .. import __version__
+    from ..common.version import __version__
 
     commit = started_at_commit()
     return {
