@@ -62,8 +62,12 @@ def test_its_opening_numbers_are_the_evidence_files():
     assert strong["low"] <= 0 and strong["seeds"] == strong["baseline seeds"] and strong["prompts"] == 4744
     smol = one("table2_strong", "ELSI m=3", 0.0)
     each = {1: "one", 2: "two", 3: "three"}[smol["seeds"]]
-    assert f"ELSI's with its interval below zero ({_cell(smol)}, {each} seeds each)" in text
-    assert smol["high"] < 0 and smol["seeds"] == smol["baseline seeds"]
+    probe = one("table2_strong", "probe m=3", 0.0)
+    assert (
+        f"ELSI's and the probe's with their intervals below zero ({_cell(smol)} and {_cell(probe)}, {each} seeds each)"
+        in text
+    )
+    assert smol["high"] < 0 and probe["high"] < 0 and smol["seeds"] == smol["baseline seeds"] == probe["seeds"]
     assert all(c["diff"] < 0 for c in rows if c["family"] == "smollm2-135m" and c["temperature"] == 0.0)
 
 

@@ -144,7 +144,10 @@ def criterion_models(table: pd.DataFrame) -> dict:
 
 def pooled_criteria_rows() -> list[dict]:
     path = results_dir() / "criteria_pooled.csv"
-    return pd.read_csv(path).to_dict("records") if path.is_file() else []
+    if not path.is_file():
+        return []
+    rows = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell is no value, not NaN in JSON
+    return rows.astype(object).where(rows.notna(), None).to_dict("records")
 
 
 def _commit() -> str | None:
