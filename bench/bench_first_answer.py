@@ -85,7 +85,11 @@ def main() -> None:
             start = time.perf_counter()
             done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             wall = time.perf_counter() - start
-            result = json.loads(done.stdout.strip().splitlines()[-1])
+            answer, _, timing = done.stdout.strip().rpartition("\n")
+            result = json.loads(timing)
+            keep = Path(__file__).resolve().parents[1] / "build" / f"first_answer_{args.model}_{run}.json"
+            keep.parent.mkdir(exist_ok=True)
+            keep.write_text(answer + "\n")  # the command's own answer, for reading beside the timings
             assert result["code"] == 0, done.stderr[-2000:]
             for stage in STAGES.values():
                 if stage in result["times"]:

@@ -191,5 +191,6 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ELSI_REPLY_ARCHIVE", str(tmp_path / "replies"))  # never the committed data/replies
     monkeypatch.setenv("ELSI_CONTINUATIONS", str(tmp_path / "continuations"))  # nor data/continuations
-    (tmp_path / "drafts").mkdir(exist_ok=True)
-    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "drafts"))  # nor data/drafts
+    drafts = tmp_path.parent / f"{tmp_path.name}-drafts"  # beside the test's folder, which stays as the test made it
+    drafts.mkdir(exist_ok=True)
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(drafts))  # nor data/drafts (an empty records folder, as a new protocol's)
