@@ -82,6 +82,19 @@ def replied_conversations(n: int, seed: int = 0, reply_words=(6, 12)):
     ]
 
 
+def write_sharegpt(path, conversations) -> None:
+    """`conversations` as a ShareGPT-format JSONL file at `path` (what `--data` reads)."""
+    import json
+
+    role = {"user": "human", "assistant": "gpt", "system": "system"}
+    path.write_text(
+        "\n".join(
+            json.dumps({"conversations": [{"from": role[m["role"]], "value": m["content"]} for m in c]})
+            for c in conversations
+        )
+    )
+
+
 def module_feature_store(model, tokenizer, tmp_path_factory, n_conversations: int, layers):
     """A FeatureStore of `n_conversations` replied conversations, cached in its own folder (the
     autouse cache fixture is per test; a module-scoped store outlives it)."""
@@ -193,4 +206,6 @@ def isolated_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_CONTINUATIONS", str(tmp_path / "continuations"))  # nor data/continuations
     drafts = tmp_path.parent / f"{tmp_path.name}-drafts"  # beside the test's folder, which stays as the test made it
     drafts.mkdir(exist_ok=True)
-    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(drafts))  # nor data/drafts (an empty records folder, as a new protocol's)
+    monkeypatch.setenv(
+        "ELSI_DRAFT_RECORDS", str(drafts)
+    )  # nor data/drafts (an empty records folder, as a new protocol's)

@@ -15,7 +15,7 @@ from elsi_lib.selection.conventions import engine_fragment
 def test_a_fake_method_is_one_entry(monkeypatch, capsys, tmp_path, tiny_tokenizer):
     """`middle`, the m layers around the middle, chosen from the capture: added as one entry, the
     command takes it (and its spelling), answers with its set and compares it with the default."""
-    from conftest import replied_conversations
+    from conftest import replied_conversations, write_sharegpt
 
     from elsi_lib import random_model
 
@@ -34,18 +34,7 @@ def test_a_fake_method_is_one_entry(monkeypatch, capsys, tmp_path, tiny_tokenize
     random_model(n_layers=8, hidden_size=32, vocab_size=len(tiny_tokenizer), seed=0).save_pretrained(folder)
     tiny_tokenizer.save_pretrained(folder)
     data = tmp_path / "convs.jsonl"
-    data.write_text(
-        "\n".join(
-            json.dumps(
-                {
-                    "conversations": [
-                        {"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]} for m in c
-                    ]
-                }
-            )
-            for c in replied_conversations(12, seed=3, reply_words=(40, 80))
-        )
-    )
+    write_sharegpt(data, replied_conversations(12, seed=3, reply_words=(40, 80)))
     argv = [
         "select",
         "--model",

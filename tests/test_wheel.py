@@ -11,7 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import replied_conversations
+from conftest import replied_conversations, write_sharegpt
 
 from elsi_lib import random_model
 from elsi_lib.common.cachefiles import REPO_ROOT
@@ -67,17 +67,18 @@ def _environment(root: Path) -> dict:
     return {**keep, "ELSI_CACHE_DIR": str(root / "cache"), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
 
 
+def _python(python: Path, root: Path, code: str) -> str:
+    """What `code` prints, run by the installed environment's python in `root`."""
+    done = subprocess.run(
+        [str(python), "-c", code], cwd=root, env=_environment(root), check=True, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
 def test_the_installed_wheel_answers_away_from_the_checkout(installed):
     python, root = installed
     model = root / "model"
-    where = subprocess.run(
-        [str(python), "-c", "import elsi_lib; print(elsi_lib.__file__)"],
-        cwd=root,
-        env=_environment(root),
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    where = _python(python, root, "import elsi_lib; print(elsi_lib.__file__)")
     assert str(root) in where and str(REPO_ROOT) not in where  # the installed copy, not the checkout
     elsi = python.parent / "elsi"
     done = subprocess.run(
@@ -100,32 +101,12 @@ def test_the_installed_wheel_answers_away_from_the_checkout(installed):
 def test_an_altered_evidence_file_in_the_wheel_leaves_the_answer(installed):
     """The installed evidence file altered: the answer comes, with one line saying why."""
     python, root = installed
-    path = Path(
-        subprocess.run(
-            [str(python), "-c", "from elsi_lib.draft import evidence as ev; print(ev.EVIDENCE_PATH)"],
-            cwd=root,
-            env=_environment(root),
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+    path = Path(_python(python, root, "from elsi_lib.draft import evidence as ev; print(ev.EVIDENCE_PATH)"))
     text = path.read_text()
     path.write_text(text.replace('"default_method": "probe"', '"default_method": "elsi"', 1))
     try:
         model, data = root / "model", root / "convs.jsonl"
-        data.write_text(
-            "\n".join(
-                json.dumps(
-                    {
-                        "conversations": [
-                            {"from": "human" if m["role"] == "user" else "gpt", "value": m["content"]} for m in c
-                        ]
-                    }
-                )
-                for c in replied_conversations(12, seed=3, reply_words=(40, 80))
-            )
-        )
+        write_sharegpt(data, replied_conversations(12, seed=3, reply_words=(40, 80)))
         done = subprocess.run(
             [str(python.parent / "elsi"), "select", "--model", str(model), "--data", str(data), "--prompts", "12"]
             + ["--block", "4", "--method", "elsi", "--reply-model", "self"],
