@@ -220,19 +220,23 @@ def cache_payload(key: dict, replies: list) -> bytes:
     return json.dumps({"sha256": sha256_text(body), "body": body}).encode()
 
 
+def _checked(raw: bytes) -> tuple[dict, list[tuple]]:
+    """(payload, replies) of a reply cache file's bytes, its checksum verified (ValueError when it fails)."""
+    wrapper = json.loads(raw)
+    if sha256_text(wrapper["body"]) != wrapper["sha256"]:
+        raise ValueError("checksum mismatch")
+    payload = json.loads(wrapper["body"])
+    replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]]
+    return payload, replies
+
+
 def read_cache(path: Path, key: dict) -> list[tuple]:
     """Replies cached for exactly `key`; a missing, unreadable, corrupt or stale file gives none
     (and says why, unless it is simply missing). The checksum covers every byte that is used."""
     if not path.is_file():
         return []
     try:
-        wrapper = json.loads(path.read_text())
-        if sha256_text(wrapper["body"]) != wrapper["sha256"]:
-            raise ValueError("checksum mismatch")
-        payload = json.loads(wrapper["body"])
-        replies = [
-            (int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]
-        ]
+        payload, replies = _checked(path.read_bytes())
     except (OSError, ValueError, KeyError, TypeError) as err:
         print(f"regenerating replies: {path.name} is unreadable or corrupt ({err})")
         return []
@@ -254,10 +258,7 @@ def same_making(key: dict, folders: list[Path]) -> list[tuple]:
     for folder in folders:
         for found in sorted(folder.glob("*.json.gz")) if folder.is_dir() else []:
             try:
-                wrapper = json.loads(gzip.decompress(found.read_bytes()))
-                if sha256_text(wrapper["body"]) != wrapper["sha256"]:
-                    raise ValueError("checksum mismatch")
-                payload = json.loads(wrapper["body"])
+                payload, replies = _checked(gzip.decompress(found.read_bytes()))
             except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as err:
                 print(f"{found}: unreadable archive ({err}): skipped", file=sys.stderr)
                 continue
@@ -268,9 +269,7 @@ def same_making(key: dict, folders: list[Path]) -> list[tuple]:
                 "used (the same model, tokenizer, prompts and settings)",
                 file=sys.stderr,
             )
-            return [
-                (int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]
-            ]
+            return replies
     return []
 
 

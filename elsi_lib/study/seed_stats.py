@@ -58,6 +58,19 @@ def seed_variance(rows: pd.DataFrame, *, temperature: float, nodes: int) -> tupl
     return (ss / df, df) if df else (np.nan, 0)
 
 
+def _half_width(values: np.ndarray, seed_share: float, s2: float, df_s: int) -> tuple[float, float, float, float]:
+    """(half-width of the 95% interval, the questions' variance, the seeds', the df) of a mean over the questions
+    `values` (questions,) whose seeds add `seed_share` * s2 (pooled between-seed variance on df_s degrees
+    of freedom; none when df_s is 0): t at Welch-Satterthwaite's df times the root of the summed variances."""
+    n = len(values)
+    v_q = float(values.var(ddof=1) / n)
+    v_s = 0.0 if df_s == 0 else s2 * seed_share
+    v = v_q + v_s
+    denominator = v_q**2 / (n - 1) + (v_s**2 / df_s if df_s else 0.0)
+    df = v**2 / denominator if denominator > 0 else float(n - 1)
+    return float(stats.t.ppf(0.5 + LEVEL / 2, df) * np.sqrt(v)), v_q, v_s, float(df)
+
+
 def difference(
     rows: pd.DataFrame, method: str, baseline: str = "EAGLE3", *, temperature: float, nodes: int = 60
 ) -> dict:
@@ -85,12 +98,7 @@ def difference(
     if n < 2:
         return {**out, "diff": np.nan, "low": np.nan, "high": np.nan, "seed level": "no"}
     s2, df_s = seed_variance(rows, temperature=temperature, nodes=nodes)
-    v_q = float(d.var(ddof=1) / n)
-    v_s = 0.0 if df_s == 0 else s2 * (1 / a.shape[1] + 1 / b.shape[1])
-    v = v_q + v_s
-    denominator = v_q**2 / (n - 1) + (v_s**2 / df_s if df_s else 0.0)
-    df = v**2 / denominator if denominator > 0 else float(n - 1)
-    half = float(stats.t.ppf(0.5 + LEVEL / 2, df) * np.sqrt(v))
+    half, v_q, v_s, df = _half_width(d, 1 / a.shape[1] + 1 / b.shape[1], s2, df_s)
     diff = float(d.mean())
     return {
         **out,
@@ -102,16 +110,6 @@ def difference(
         "df": float(df),
         "seed level": "yes" if df_s else "no",
     }
-
-
-def label(row) -> str:
-    """How many seeds a difference rests on, in words: '3 seeds against 3', or 'one seed each: one
-    training run against another' where the interval could not hold the seeds' variance."""
-    if row["seed level"] == "no":
-        return (
-            f"{row['seeds']} seed{'s' * (row['seeds'] > 1)} against {row['baseline seeds']}, seed variance not measured"
-        )
-    return f"{row['seeds']} seed{'s' * (row['seeds'] > 1)} against {row['baseline seeds']}"
 
 
 def level(rows: pd.DataFrame, method: str, *, temperature: float, nodes: int) -> dict:
@@ -131,9 +129,6 @@ def level(rows: pd.DataFrame, method: str, *, temperature: float, nodes: int) ->
             "seed level": "no",
         }
     s2, df_s = seed_variance(rows, temperature=temperature, nodes=nodes)
-    v_q, v_s = float(q.var(ddof=1) / n), (0.0 if df_s == 0 else s2 / seeds)
-    v = v_q + v_s
-    df = v**2 / (v_q**2 / (n - 1) + (v_s**2 / df_s if df_s else 0.0))
-    half = float(stats.t.ppf(0.5 + LEVEL / 2, df) * np.sqrt(v))
+    half = _half_width(q, 1 / seeds, s2, df_s)[0]
     avg = float(q.mean())
     return {"AVG": avg, "low": avg - half, "high": avg + half, "seeds": seeds, "seed level": "yes" if df_s else "no"}
