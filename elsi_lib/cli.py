@@ -87,9 +87,11 @@ class _Job:
         return self._replier
 
 
-def _stats(args, job: _Job):
-    """(the model's LayerStats of the paper's selection, the conversations' description)."""
-    from .hidden.calibration import calibration_conversations, capture_selections
+def _stats(args, job: _Job, *, with_probe: bool = False):
+    """(the model's LayerStats of the paper's selection, the conversations' description); `with_probe`:
+    the probe's statistics of the same conversations from the same forward (`probe_alongside`)."""
+    from .hidden.calibration import SELECTIONS, calibration_conversations, capture_selections
+    from .hidden.probe_capture import probe_alongside
     from .inputs.prompts import conversations_hash
     from .hidden.replies import reply_conversations
     from .hidden.settings import CaptureSettings
@@ -122,7 +124,13 @@ def _stats(args, job: _Job):
         }
     )
     job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
-    stats = capture_selections(args.model, conversations, settings, loaded=job.loaded)["entropy"]
+    paper = {"entropy": SELECTIONS["entropy"]}  # the selection the answer reads, alone: the others cost time
+    probe = probe_alongside(*job.loaded, conversations, max_length=settings.max_length) if with_probe else None
+    with probe or contextlib.nullcontext() as on_batch:
+        captured = capture_selections(
+            args.model, conversations, settings, selections=paper, loaded=job.loaded, on_batch=on_batch
+        )
+    stats = captured["entropy"]
     if stats.Z.shape[0] != job.n_layers:
         raise RuntimeError(f"the capture has {stats.Z.shape[0]} layers, the model {job.n_layers}")
     return stats, described
@@ -218,6 +226,7 @@ def cmd_select(args) -> str:
     from .selection import select
     from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
     from .selection.entropy import set_entropy
+    from .selection.methods import METHODS
 
     try:  # read and checked before any capture: an unusable file costs the answer nothing
         evidence, unavailable = ev.current(), None
@@ -225,7 +234,7 @@ def cmd_select(args) -> str:
         evidence, unavailable = None, str(err)
     job = _Job(args)
     _check_select(args, job)
-    stats, described = _stats(args, job)
+    stats, described = _stats(args, job, with_probe=METHODS[args.method].reads == "probe")
     model = job.loaded[0]
     Z, N = stats.Z, stats.Z.shape[0]
     restricted = _restriction(args, job)

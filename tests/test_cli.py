@@ -258,8 +258,8 @@ def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(ca
 
     real = cli._stats
 
-    def one_prompt_with_a_block(args, job):
-        stats, described = real(args, job)
+    def one_prompt_with_a_block(args, job, **kwargs):
+        stats, described = real(args, job, **kwargs)
         blocks = stats.sample_blocks.copy()
         blocks[1:] = 0
         return stats.__class__(**{**stats.__dict__, "sample_blocks": blocks}), described
@@ -401,22 +401,37 @@ def test_help_has_examples(capsys):
 
 
 def test_probe_selects_by_the_cached_probe(capsys, folder, data, monkeypatch):
-    """--method probe: a set and its held-out error in the JSON and the text; later runs (any m) read the
-    probe's cache; --stability is refused for it (selection itself: tests/test_probe.py)."""
-    from elsi_lib.hidden import probe_capture
+    """--method probe: a set and its held-out error in the JSON and the text, the probe's statistics from
+    the capture's own forward (no second one); later runs (any m) read the probe's cache; --stability is
+    refused for it (selection itself: tests/test_probe.py)."""
+    from elsi_lib.hidden import forward, probe_capture
 
-    code, out, _ = run(capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 2, "--format", "json")
+    forwards = []
+    original = forward.hidden_batches
+
+    def counted(*args, **kwargs):
+        forwards.append(kwargs.get("entropies", True))
+        return original(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        for module in ("elsi_lib.hidden.capture", "elsi_lib.hidden.probe_capture"):
+            patch.setattr(f"{module}.hidden_batches", counted)
+        patch.setattr(probe_capture, "_forward", lambda *a, **k: pytest.fail("the probe ran a forward of its own"))
+        code, out, _ = run(
+            capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 2, "--format", "json"
+        )
+    assert forwards == [True]  # one forward: the capture's, with its entropies
     result = json.loads(out)
     assert code == 0 and result["method"] == "probe" and len(result["layers"]) == 2
     assert 0 < result["probe"]["heldout_relative_error"] and result["probe"]["search"] == "exhaustive"
     with monkeypatch.context() as patch:
-        patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
+        patch.setattr(probe_capture, "_forward", lambda *a, **k: pytest.fail("the probe was recomputed"))
         patch.setattr(probe_capture, "probe_choice", lambda *a, **k: pytest.fail("the choice was recomputed"))
         code, text, _ = run(capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 2)
         assert code == 0 and "probe: held-out relative error" in text
         assert f"{result['probe']['heldout_relative_error']:.4f}" in text  # the cached choice
     with monkeypatch.context() as patch:
-        patch.setattr(probe_capture, "probe_rows", lambda *a, **k: pytest.fail("the probe was recomputed"))
+        patch.setattr(probe_capture, "_forward", lambda *a, **k: pytest.fail("the probe was recomputed"))
         code, out, _ = run(
             capsys, "select", *select_base(folder, data), "--method", "probe", "--m", 3, "--format", "json"
         )

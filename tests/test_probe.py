@@ -185,3 +185,18 @@ def test_non_finite_set_errors_are_never_sorted():
     ):
         with pytest.raises(FloatingPointError, match="not finite"):
             call()
+
+
+def test_statistics_from_chunks_equal_those_of_the_arrays():
+    """`probe_stats_of` reads rows in passes over chunks (spilled rows never all in memory): any chunking
+    gives the statistics of the whole arrays."""
+    x, y, xh, yh = planted()
+    whole, reduction = P.probe_stats(x, y, xh, yh, rank=4)
+    chunked, again = P.probe_stats_of(P.array_chunks(x, y, chunk=7), P.array_chunks(xh, yh, chunk=50), rank=4)
+    for name in ("gram", "cross", "heldout_gram", "heldout_cross", "kept_variance", "heldout_z", "y_mean"):
+        assert getattr(chunked, name) == pytest.approx(getattr(whole, name), rel=1e-9, abs=1e-9), name
+    assert (chunked.n_train, chunked.n_heldout) == (len(x), len(xh))
+    assert again.components == pytest.approx(reduction.components, abs=1e-9)
+    xh[3, 2, 1] = np.nan
+    with pytest.raises(ValueError, match="held-out features .*1 in layer 2"):
+        P.probe_stats_of(P.array_chunks(x, y, chunk=7), P.array_chunks(xh, yh, chunk=50), rank=4)

@@ -49,7 +49,7 @@ def test_cached_probe_is_reused_and_a_corrupt_cache_rebuilt(tiny_model, tiny_tok
         C.probe_rows(tiny_model, tiny_tokenizer, conversations, progress=False)["y"]
     )
     with monkeypatch.context() as patch:
-        patch.setattr(C, "probe_rows", lambda *a, **k: pytest.fail("recomputed"))
+        patch.setattr(C, "_forward", lambda *a, **k: pytest.fail("recomputed"))
         again = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
     assert all(np.array_equal(getattr(stats, f), getattr(again, f)) for f in C.FIELDS)
     path = next((cache_dir() / "probe").iterdir())
@@ -73,3 +73,64 @@ def test_the_probes_choice_is_cached_beside_its_statistics(tiny_model, tiny_toke
         path.write_text("{}")  # foreign content: chosen again, not used
     assert C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 2, rank=4) == choice
     assert len(C.cached_probe_choice(tiny_model, tiny_tokenizer, conversations, 3, rank=4).layers) == 3
+
+
+def _fields_equal(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in C.FIELDS)
+
+
+def test_the_captures_forward_gives_the_probe_what_its_own_forward_would(tiny_model, tiny_tokenizer, monkeypatch):
+    """One forward for both: the statistics `probe_alongside` builds from the capture's batches are, to
+    the bit, those of the probe's own forward at the same batching, and a later `cached_probe` reads them."""
+    from elsi_lib.hidden.capture import capture_variants
+
+    conversations = replied_conversations(10)
+    with C.probe_alongside(tiny_model, tiny_tokenizer, conversations, rank=4) as on_batch:
+        assert on_batch is not None
+        capture_variants(tiny_model, tiny_tokenizer, conversations, {"e": {}}, progress=False, on_batch=on_batch)
+    with monkeypatch.context() as patch:
+        patch.setattr(C, "_forward", lambda *a, **k: pytest.fail("the probe ran its own forward"))
+        shared = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+        with C.probe_alongside(tiny_model, tiny_tokenizer, conversations, rank=4) as on_batch:
+            assert on_batch is None  # cached: nothing to collect
+    assert not list((cache_dir() / "probe").glob("rows-*"))  # the spilled rows are gone
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(cache_dir().parent / "another-cache"))
+    own = C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+    assert _fields_equal(shared, own)
+    n_rows = len(C.probe_rows(tiny_model, tiny_tokenizer, conversations)["y"])
+    assert own.n_train + own.n_heldout == n_rows and own.heldout_z.shape[0] == own.n_heldout
+
+
+def test_a_forward_that_missed_batches_caches_no_probe(tiny_model, tiny_tokenizer, monkeypatch):
+    """A capture resumed from a checkpoint (or sharded) feeds only some batches: the statistics would be
+    of fewer rows, so none are cached and `cached_probe` runs a forward of its own."""
+    from elsi_lib.hidden.forward import hidden_batches, pad_id
+
+    conversations = replied_conversations(10)
+    with C.probe_alongside(tiny_model, tiny_tokenizer, conversations, rank=4) as on_batch:
+        rows = C.ProbeRows(
+            tiny_model,
+            tiny_tokenizer,
+            conversations,
+            cache_dir(),
+            max_length=1024,
+            heldout_share=0.25,
+            seed=0,
+            batching=C.BATCHING,
+        )
+        assert len(rows.plan) > 1
+        for batch in hidden_batches(tiny_model, rows.samples, rows.plan[1:], pad_id(tiny_tokenizer)):
+            on_batch(batch)
+    assert not list((cache_dir() / "probe").glob("*.npz"))
+    calls = []
+    original = C._forward
+    monkeypatch.setattr(C, "_forward", lambda *a, **k: calls.append(1) or original(*a, **k))
+    C.cached_probe(tiny_model, tiny_tokenizer, conversations, rank=4, progress=False)
+    assert calls == [1]
+
+
+def test_the_batching_is_part_of_the_key(tiny_model, tiny_tokenizer):
+    conversations = replied_conversations(6)
+    a = C.probe_key(tiny_model, tiny_tokenizer, conversations, rank=4)
+    b = C.probe_key(tiny_model, tiny_tokenizer, conversations, rank=4, batching=(64, 8192))
+    assert a != b and a["batching"] == list(C.BATCHING)

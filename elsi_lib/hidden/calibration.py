@@ -80,11 +80,12 @@ def capture_selections(
     selections: dict | None = None,
     progress: bool = True,
     loaded: tuple | None = None,
+    on_batch=None,
 ) -> dict[str, LayerStats]:
     """{selection name: LayerStats} for one model, every selection from one forward pass (cached).
     Each selection overrides `settings` (default: the paper's) in the fields it names.
-    `loaded`: the model's (model, tokenizer) when the caller already holds them."""
+    `loaded`: the model's (model, tokenizer) when the caller already holds them; `on_batch`: another
+    consumer of the same forward (`capture.capture_variants`)."""
     model, tokenizer = loaded or load_model(model_name)
-    return capture_variants(
-        model, tokenizer, conversations, SELECTIONS if selections is None else selections, settings, progress=progress
-    )
+    chosen = SELECTIONS if selections is None else selections
+    return capture_variants(model, tokenizer, conversations, chosen, settings, progress=progress, on_batch=on_batch)

@@ -10,12 +10,13 @@ given: to cover the model's own replies, write them first (`replies.reply_conver
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 
 from ..common.cachefiles import check_writable, key_digest, keyed_path
 from ..inputs.prompts import conversations_hash
-from .forward import check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
+from .forward import HiddenBatch, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from .accumulate import Accumulator, accumulate, finish
 from .layerstats import CacheError, LayerStats
@@ -81,6 +82,7 @@ def capture_variants(
     cache: bool = True,
     checkpoint_every: int = 8,
     progress: bool = True,
+    on_batch: Callable[[HiddenBatch], None] | None = None,
     **overrides,
 ) -> dict[str, LayerStats]:
     """Several position selections from one pass over the model: {name: LayerStats}.
@@ -89,7 +91,9 @@ def capture_variants(
     (`CaptureSettings.PER_VARIANT`: rho, select, exclude, keep_samples), e.g.
     {"all": {"rho": 1.0}, "entropy": {}, "random": {"select": "random"}}. Each result equals, and
     is cached exactly as, `capture` with those settings: a variant already cached is not
-    recomputed, and the model runs only when some variant is missing.
+    recomputed, and the model runs only when some variant is missing. `on_batch`, when given, sees
+    every batch the forward yields (after the statistics took theirs), for another use of the same
+    forward (`probe_capture.probe_alongside`); it sees none when every variant is cached.
     """
     import torch.distributed as dist
 
@@ -141,6 +145,8 @@ def capture_variants(
         for row, sample in enumerate(hidden.samples):
             for name in todo:
                 accumulate(accs[name], specs[name], sample, hidden, row)
+        if on_batch is not None:
+            on_batch(hidden)
         for acc in accs.values():
             acc.next_batch = number + 1
         bar.update(sum(len(s.ids) for s in hidden.samples))

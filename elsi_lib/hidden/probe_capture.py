@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,49 +26,118 @@ from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from ..inputs.chat import reply_starts
 from ..inputs.prompts import conversations_hash
-from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats, set_errors
-from .forward import hidden_batches, pad_id, plan_batches, tokenize_samples
+from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats_of, set_errors
+from .forward import HiddenBatch, Sample, hidden_batches, pad_id, plan_batches, tokenize_samples
 
-FORMAT = 1
+FORMAT = 2  # 2: the forward's batching in the key; the statistics from rows spilled to disk, in chunks
 RANK = 64  # principal components kept per block (at most the model's width)
+BATCHING = (8, 4096)  # (samples, padded tokens) per forward: the capture's own (`capture.capture_variants`)
+CHUNK = 1024  # rows per chunk read back from the spilled files
+
+
+def _rows_of(model, batch: HiddenBatch, row: int, sample: Sample, start: int):
+    """(x (n_i, N + 1, d), y (n_i, d)) float32 torch tensors on the CPU for one sample of a forward's
+    batch: its reply rows t = start - 1 .. T - 2 (module docstring); None when it has none."""
+    T, first = len(sample.ids), max(start - 1, 0)
+    t = torch.arange(first, T - 1)  # positions whose next token is a reply token
+    if not len(t):
+        return None
+    embedding = model.get_input_embeddings()
+    ids = torch.tensor(sample.ids)
+    layers = torch.stack([h[row, t].float().cpu() for h in batch.layers], 1)  # (n_i, N, d)
+    following = embedding(ids[t + 1].to(embedding.weight.device)).float().cpu()[:, None]  # (n_i, 1, d)
+    target = batch.final_norm[row, t + 1].float()  # (n_i, d), on the model's device
+    return torch.cat([layers, following], 1), target
+
+
+def _next_tokens(model, target) -> np.ndarray:
+    """The target's own greedy token from its final-norm states (n, d): (n,) int64."""
+    return model.get_output_embeddings()(target).argmax(-1).cpu().numpy()
 
 
 @torch.no_grad()
 def probe_rows(
-    model, tokenizer, conversations, *, max_length: int = 1024, batch_tokens: int = 8192, progress: bool = True
+    model, tokenizer, conversations, *, max_length: int = 1024, batching=BATCHING, progress: bool = True
 ) -> dict:
     """x (n, N + 1, d) float32 (block N the embedding of token t+1), y (n, d) float32, next (n,) int64
-    and conversation (n,) int64 for every reply row of `conversations` (module docstring)."""
+    and conversation (n,) int64 for every reply row of `conversations` (module docstring), in memory."""
     samples, _ = tokenize_samples(tokenizer, conversations, max_length)
     starts = reply_starts(tokenizer, conversations, max_length)
-    embedding, lm_head = model.get_input_embeddings(), model.get_output_embeddings()
     parts: dict[str, list[np.ndarray]] = {"x": [], "y": [], "next": [], "conversation": []}
-    bar = progress_bar(total=len(samples), desc="probe forward", unit="conv", disable=not progress)
-    for batch in hidden_batches(
-        model,
-        samples,
-        plan_batches([len(s.ids) for s in samples], 64, batch_tokens),
-        pad_id(tokenizer),
-        entropies=False,
-    ):
+    plan = plan_batches([len(s.ids) for s in samples], *batching)
+    for batch in hidden_batches(model, samples, plan, pad_id(tokenizer), entropies=False):
         for row, sample in enumerate(batch.samples):
-            T, first = len(sample.ids), max(starts[sample.index] - 1, 0)
-            t = torch.arange(first, T - 1)  # positions whose next token is a reply token
-            if not len(t):
+            rows = _rows_of(model, batch, row, sample, starts[sample.index])
+            if rows is None:
                 continue
-            ids = torch.tensor(sample.ids)
-            layers = torch.stack([h[row, t].float().cpu() for h in batch.layers], 1)  # (n_i, N, d)
-            following = embedding(ids[t + 1].to(embedding.weight.device)).float().cpu()[:, None]  # (n_i, 1, d)
-            target = batch.final_norm[row, t + 1].float()  # (n_i, d)
-            parts["x"].append(torch.cat([layers, following], 1).numpy())
-            parts["y"].append(target.cpu().numpy())
-            parts["next"].append(lm_head(target).argmax(-1).cpu().numpy())
-            parts["conversation"].append(np.full(len(t), sample.index))
-        bar.update(len(batch.samples))
-    bar.close()
+            parts["x"].append(rows[0].numpy())
+            parts["y"].append(rows[1].cpu().numpy())
+            parts["next"].append(_next_tokens(model, rows[1]))
+            parts["conversation"].append(np.full(len(rows[0]), sample.index))
     if not parts["x"]:
         raise ValueError("no conversation has a reply token to probe")
     return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+class ProbeRows:
+    """The probe's rows of `conversations`, taken from a forward's batches as they come (`add`: the
+    capture's own forward, or `_forward`'s) and spilled to files in `folder`, one pair (x, y) per side
+    (training and held-out conversations), so that memory holds the statistics, never the rows. The
+    statistics (`stats`) are those of every row only when every batch of the plan `batching` gives came
+    through in order (`complete`): a resumed or sharded forward is not enough."""
+
+    def __init__(self, model, tokenizer, conversations, folder: Path, *, max_length, heldout_share, seed, batching):
+        self.model = model
+        self.samples, _ = tokenize_samples(tokenizer, conversations, max_length)
+        self.starts = reply_starts(tokenizer, conversations, max_length)
+        self.plan = plan_batches([len(s.ids) for s in self.samples], *batching)
+        self.held = set(heldout_conversations(len(conversations), heldout_share, seed).tolist())
+        self.width = (len(model.get_decoder().layers) + 1, model.config.hidden_size)  # (N + 1, d)
+        self.paths = {(side, a): folder / f"{side}.{a}.f32" for side in ("train", "heldout") for a in "xy"}
+        self.files = {key: open(path, "wb") for key, path in self.paths.items()}
+        self.heldout_next: list[np.ndarray] = []
+        self.seen: list[list[int]] = []
+
+    @torch.no_grad()
+    def add(self, batch: HiddenBatch) -> None:
+        """Write the reply rows of one forward's batch to their side's files."""
+        self.seen.append([s.index for s in batch.samples])
+        for row, sample in enumerate(batch.samples):
+            rows = _rows_of(self.model, batch, row, sample, self.starts[sample.index])
+            if rows is None:
+                continue
+            side = "heldout" if sample.index in self.held else "train"
+            self.files[side, "x"].write(rows[0].numpy().tobytes())
+            self.files[side, "y"].write(rows[1].cpu().numpy().tobytes())
+            if side == "heldout":
+                self.heldout_next.append(_next_tokens(self.model, rows[1]))
+
+    @property
+    def complete(self) -> bool:
+        return self.seen == self.plan
+
+    def stats(self, rank: int) -> ProbeStats:
+        """The probe's statistics from the spilled rows (`selection.probe.probe_stats_of`)."""
+        for file in self.files.values():
+            file.close()
+        if not self.paths["train", "y"].stat().st_size or not self.paths["heldout", "y"].stat().st_size:
+            raise ValueError("no conversation has a reply token to probe on both sides of the split")
+        next_tokens = np.concatenate(self.heldout_next)
+        return probe_stats_of(self._source("train"), self._source("heldout"), rank, next_tokens)[0]
+
+    def _source(self, side: str):
+        (blocks, d), x_path, y_path = self.width, self.paths[side, "x"], self.paths[side, "y"]
+
+        def chunks():
+            with open(x_path, "rb") as fx, open(y_path, "rb") as fy:
+                while True:
+                    x = np.fromfile(fx, np.float32, count=CHUNK * blocks * d)  # (c * (N + 1) * d,)
+                    if not x.size:
+                        return
+                    y = np.fromfile(fy, np.float32, count=x.size // blocks)
+                    yield x.reshape(-1, blocks, d), y.reshape(-1, d)
+
+        return chunks
 
 
 def heldout_conversations(n: int, share: float, seed: int) -> np.ndarray:
@@ -118,6 +191,72 @@ def cached_probe_choice(
     return choice
 
 
+def probe_key(
+    model, tokenizer, conversations, *, rank=None, heldout_share=0.25, seed=0, max_length=1024, batching=BATCHING
+) -> dict:
+    """What the probe's statistics depend on: the model, the conversations and every setting (the
+    forward's batching too: padding changes the last bits of the states)."""
+    return {
+        "format": FORMAT,
+        "model": model_fingerprint(model),
+        "tokenizer": tokenizer_fingerprint(tokenizer),
+        "library": versions(),
+        "conversations": conversations_hash(conversations),
+        "rank": rank or min(RANK, model.config.hidden_size),
+        "heldout_share": heldout_share,
+        "seed": seed,
+        "max_length": max_length,
+        "batching": list(batching),
+    }
+
+
+def _read_cached(path: Path, key: dict) -> ProbeStats | None:
+    """The cached statistics at `path` when they are intact and of exactly `key`, else None."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(io.BytesIO(read_checked(path))) as data:
+            return _stats(data) if json.loads(str(data["key"])) == key else None
+    except (ValueError, KeyError, OSError):
+        return None  # corrupt, truncated or of another layout: rebuilt by the caller
+
+
+def _write_cached(path: Path, key: dict, stats: ProbeStats) -> None:
+    buffer = io.BytesIO()
+    arrays: dict[str, Any] = {name: np.asarray(getattr(stats, name)) for name in FIELDS}  # (Any: savez's **kwds)
+    np.savez(buffer, key=json.dumps(key), **arrays)
+    write_checked(path, buffer.getvalue())
+
+
+@contextmanager
+def _spilled_rows(model, tokenizer, conversations, key: dict) -> Iterator[ProbeRows]:
+    """A `ProbeRows` for `key`'s settings spilling into a temporary folder beside the cache (on its
+    disk, not in memory), removed afterwards."""
+    folder = keyed_path("probe", key).parent
+    with tempfile.TemporaryDirectory(prefix="rows-", dir=folder) as tmp:
+        settings = {name: key[name] for name in ("max_length", "heldout_share", "seed")}
+        yield ProbeRows(model, tokenizer, conversations, Path(tmp), batching=key["batching"], **settings)
+
+
+@contextmanager
+def probe_alongside(model, tokenizer, conversations, **probe) -> Iterator[Callable[[HiddenBatch], None] | None]:
+    """The probe's statistics (`cached_probe(..., **probe)`) from another forward over the same
+    conversations: yields a consumer of that forward's batches (`capture.capture_variants`'s
+    `on_batch`), or None when the statistics are cached already. When the forward fed it every batch of
+    the probe's plan, the statistics are computed and cached on leaving, and a later `cached_probe`
+    reads them without a forward of its own; otherwise nothing is cached (`cached_probe` runs its own)."""
+    key = probe_key(model, tokenizer, conversations, **probe)
+    path = keyed_path("probe", key, suffix=".npz")
+    check_writable(path.parent)
+    if _read_cached(path, key) is not None:
+        yield None
+        return
+    with _spilled_rows(model, tokenizer, conversations, key) as rows:
+        yield rows.add
+        if rows.complete:
+            _write_cached(path, key, rows.stats(key["rank"]))
+
+
 def cached_probe(
     model,
     tokenizer,
@@ -127,44 +266,36 @@ def cached_probe(
     heldout_share: float = 0.25,
     seed: int = 0,
     max_length: int = 1024,
+    batching=BATCHING,
     progress: bool = True,
     with_key: bool = False,
 ):
     """The probe's statistics of `conversations` on `model` (`selection.probe.probe_stats`, `rank`
     components per block, default RANK or the model's width if smaller), from the cache when one of
-    this exact configuration is there and intact (a corrupt or foreign file is rebuilt), else computed
-    and cached. With `with_key`: (stats, its cache key)."""
-    rank = rank or min(RANK, model.config.hidden_size)
-    key = {
-        "format": FORMAT,
-        "model": model_fingerprint(model),
-        "tokenizer": tokenizer_fingerprint(tokenizer),
-        "library": versions(),
-        "conversations": conversations_hash(conversations),
-        "rank": rank,
-        "heldout_share": heldout_share,
-        "seed": seed,
-        "max_length": max_length,
-    }
+    this exact configuration is there and intact (a corrupt or foreign file is rebuilt), else from a
+    forward of its own (`batching`: samples and padded tokens per batch) and cached. With `with_key`:
+    (stats, its cache key)."""
+    settings = {"rank": rank, "heldout_share": heldout_share, "seed": seed, "max_length": max_length}
+    key = probe_key(model, tokenizer, conversations, batching=batching, **settings)
     path = keyed_path("probe", key, suffix=".npz")
     check_writable(path.parent)
-    if path.is_file():
-        try:
-            with np.load(io.BytesIO(read_checked(path))) as data:
-                if json.loads(str(data["key"])) == key:
-                    return (_stats(data), key) if with_key else _stats(data)
-        except (ValueError, KeyError, OSError):
-            pass  # corrupt, truncated or of another layout: rebuilt below
-    rows = probe_rows(model, tokenizer, conversations, max_length=max_length, progress=progress)
-    held = np.isin(rows["conversation"], heldout_conversations(len(conversations), heldout_share, seed))
-    stats, _ = probe_stats(
-        rows["x"][~held], rows["y"][~held], rows["x"][held], rows["y"][held], rank, heldout_next=rows["next"][held]
-    )
-    buffer = io.BytesIO()
-    arrays: dict[str, Any] = {name: np.asarray(getattr(stats, name)) for name in FIELDS}  # (Any: savez's **kwds)
-    np.savez(buffer, key=json.dumps(key), **arrays)
-    write_checked(path, buffer.getvalue())
+    stats = _read_cached(path, key)
+    if stats is None:
+        with _spilled_rows(model, tokenizer, conversations, key) as rows:
+            _forward(model, tokenizer, rows, progress)
+            stats = rows.stats(key["rank"])
+        _write_cached(path, key, stats)
     return (stats, key) if with_key else stats
+
+
+@torch.no_grad()
+def _forward(model, tokenizer, rows: ProbeRows, progress: bool) -> None:
+    """The probe's own teacher-forced forward over the conversations, every batch into `rows`."""
+    bar = progress_bar(total=len(rows.samples), desc="probe forward", unit="conv", disable=not progress)
+    for batch in hidden_batches(model, rows.samples, rows.plan, pad_id(tokenizer), entropies=False):
+        rows.add(batch)
+        bar.update(len(batch.samples))
+    bar.close()
 
 
 FIELDS = (

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,24 +83,47 @@ class Reduction:
         return out
 
 
+Chunks = Callable[[], Iterator[tuple[np.ndarray, np.ndarray]]]  # each call one pass: (x (c, N + 1, d), y (c, d))
+
+
+def array_chunks(x, y, chunk: int = 1024) -> Chunks:
+    """A pass source over arrays x (n, N + 1, d), y (n, d): each call yields them in chunks of rows."""
+    return lambda: ((x[i : i + chunk], y[i : i + chunk]) for i in range(0, len(x), chunk))
+
+
 def fit_reduction(x: np.ndarray, y: np.ndarray, rank: int) -> Reduction:
     """Centring, scaling and top-`rank` principal components of each block of training features
-    x (n, N + 1, d), one block at a time; y (n, d) only gives its mean."""
-    n, blocks, d = x.shape
+    x (n, N + 1, d); y (n, d) only gives its mean (`reduction_of` over the arrays)."""
+    return reduction_of(array_chunks(x, y), rank)
+
+
+def reduction_of(train: Chunks, rank: int) -> Reduction:
+    """`fit_reduction` from a pass source of training rows, in two passes (the means, then each
+    block's centred second moments), so that the rows never need to be in memory at once."""
+    n, sums, y_sum = 0, np.float64(0), np.float64(0)
+    for x, y in train():
+        sums = sums + np.asarray(x, np.float64).sum(0)  # (N + 1, d)
+        y_sum = y_sum + np.asarray(y, np.float64).sum(0)  # (d,)
+        n += len(x)
+    if n == 0:
+        raise ValueError("the probe has no training rows")
+    means: np.ndarray = np.asarray(sums) / n
+    blocks, d = means.shape
     if not 1 <= rank <= d:
         raise ValueError(f"rank must be in 1..{d} (the features' width), got {rank}")
-    means, scales = np.empty((blocks, d)), np.empty(blocks)
-    components, kept = np.empty((blocks, d, rank)), np.empty(blocks)
+    moments = np.zeros((blocks, d, d))
+    for x, _ in train():
+        for b in range(blocks):
+            block = np.asarray(x[:, b], np.float64) - means[b]  # (c, d), a copy: the caller's x stays as it is
+            moments[b] += block.T @ block
+    scales, components, kept = np.empty(blocks), np.empty((blocks, d, rank)), np.empty(blocks)
     for b in range(blocks):
-        block = np.array(x[:, b], np.float64)  # (n, d), a copy: the caller's x stays as it is
-        means[b] = block.mean(0)
-        block -= means[b]
-        values, vectors = np.linalg.eigh(block.T @ block)  # ascending
+        values, vectors = np.linalg.eigh(moments[b])  # ascending
         if values[-1] <= 0:
             raise ValueError(f"block {b} is constant over the training tokens")
         scales[b] = np.sqrt(max(values.sum(), 0.0) / (n * d))  # root mean square per coordinate
         components[b], kept[b] = vectors[:, ::-1][:, :rank], values[::-1][:rank].sum() / values.sum()
-    return Reduction(means, scales, components, kept, np.asarray(y, np.float64).mean(0))
+    return Reduction(means, scales, components, kept, np.asarray(y_sum) / n)
 
 
 def block_name(b: int, n_blocks: int) -> str:
@@ -107,13 +131,13 @@ def block_name(b: int, n_blocks: int) -> str:
     return "the embedding of the next token" if b == n_blocks - 1 else f"layer {b}"
 
 
-def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
-    """ValueError naming `what`, and with `blocks` (array (n, N + 1, d)) each block holding NaN or inf
-    values, with their count; read in chunks of rows (the features may be memory-mapped)."""
-    bad: np.ndarray | int = 0  # with `blocks`, per block (an array); else a count
-    for i in range(0, len(array), chunk):
-        part = ~np.isfinite(np.asarray(array[i : i + chunk]))
-        bad = bad + (part.sum(axis=(0, 2)) if blocks else part.sum())
+def _non_finite(array, blocks: bool):
+    """Per block (array (c, N + 1, d)) the count of NaN or inf values, else their count."""
+    bad = ~np.isfinite(np.asarray(array))
+    return bad.sum(axis=(0, 2)) if blocks else int(bad.sum())
+
+
+def _refuse_non_finite(what: str, bad, blocks: bool) -> None:
     if not np.any(bad):
         return
     if blocks:
@@ -127,6 +151,25 @@ def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
     )
 
 
+def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
+    """ValueError naming `what`, and with `blocks` (array (n, N + 1, d)) each block holding NaN or inf
+    values, with their count; read in chunks of rows (the features may be memory-mapped)."""
+    bad: np.ndarray | int = 0
+    for i in range(0, len(array), chunk):
+        bad = bad + _non_finite(array[i : i + chunk], blocks)
+    _refuse_non_finite(what, bad, blocks)
+
+
+def check_chunks(source: Chunks, side: str) -> None:
+    """`check_finite` of a pass source's features, then of its targets (`side`: "training", "held-out")."""
+    bad_x: np.ndarray | int = 0
+    bad_y = 0
+    for x, y in source():
+        bad_x, bad_y = bad_x + _non_finite(x, True), bad_y + _non_finite(y, False)
+    _refuse_non_finite(f"{side} features", bad_x, True)
+    _refuse_non_finite(f"{side} targets", bad_y, False)
+
+
 def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
     """ProbeStats of training features x (n, N + 1, d) -> targets y (n, d) and held-out ones (with the
     target's own next token at each held-out row, for `agreement`), each block reduced to `rank`
@@ -136,21 +179,48 @@ def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -
         check_finite(what, features, blocks=True)
     for what, targets in (("training targets", y), ("held-out targets", heldout_y)):
         check_finite(what, targets, blocks=False)
-    reduction = fit_reduction(x, y, rank)
-    z, zh = reduction.apply(x), reduction.apply(heldout_x)
-    yc, yhc = np.asarray(y, np.float64) - reduction.y_mean, np.asarray(heldout_y, np.float64) - reduction.y_mean
-    following = np.full(len(zh), -1) if heldout_next is None else np.asarray(heldout_next, np.int64)
+    return probe_stats_of(array_chunks(x, y), array_chunks(heldout_x, heldout_y), rank, heldout_next, checked=True)
+
+
+def probe_stats_of(
+    train: Chunks, heldout: Chunks, rank: int = 64, heldout_next=None, *, checked: bool = False
+) -> tuple[ProbeStats, Reduction]:
+    """`probe_stats` from pass sources of training and held-out rows (`Chunks`): the reduction in two
+    passes over the training rows, then one over each side for the Gram statistics. Memory holds the
+    statistics and one chunk, never all rows (the held-out rows' reduced features excepted: `agreement`
+    reads them). Unless `checked`, a first pass refuses non-finite values (`check_chunks`)."""
+    if not checked:
+        check_chunks(train, "training")
+        check_chunks(heldout, "held-out")
+    reduction = reduction_of(train, rank)
+    K = reduction.components.shape[0] * rank
+    d = len(reduction.y_mean)
+    sides = []
+    for source, keep in ((train, False), (heldout, True)):
+        gram, cross, yy, n, kept = np.zeros((K, K)), np.zeros((K, d)), 0.0, 0, []
+        for x, y in source():
+            z = reduction.apply(x)  # (c, K)
+            yc = np.asarray(y, np.float64) - reduction.y_mean  # (c, d)
+            gram += z.T @ z
+            cross += z.T @ yc
+            yy += float(np.sum(yc**2))
+            n += len(z)
+            if keep:
+                kept.append(z.astype(np.float32))
+        sides.append((gram, cross, yy, n, np.concatenate(kept) if kept else np.zeros((0, K), np.float32)))
+    (gram, cross, _, n_train, _), (heldout_gram, heldout_cross, heldout_yy, n_heldout, heldout_z) = sides
+    following = np.full(n_heldout, -1) if heldout_next is None else np.asarray(heldout_next, np.int64)
     stats = ProbeStats(
-        z.T @ z,
-        z.T @ yc,
-        zh.T @ zh,
-        zh.T @ yhc,
-        float(np.sum(yhc**2)),
-        len(z),
-        len(zh),
+        gram,
+        cross,
+        heldout_gram,
+        heldout_cross,
+        heldout_yy,
+        n_train,
+        n_heldout,
         rank,
         reduction.kept_variance,
-        zh.astype(np.float32),
+        heldout_z,
         following,
         reduction.y_mean,
     )

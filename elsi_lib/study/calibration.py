@@ -83,6 +83,11 @@ def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
     return "\n".join(lines)
 
 
+# The probe forward's batching (samples, padded tokens) the ledger's probe sets were chosen under: padding
+# moves the states' last bits, and a protocol's later seeds must train the set its first ones did.
+PROBE_BATCHING = (64, 8192)
+
+
 def probe_choices(
     model_name: str,
     n_prompts: int,
@@ -102,7 +107,14 @@ def probe_choices(
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return {
         m: cached_probe_choice(
-            model, tokenizer, conversations, m, max_length=CaptureSettings.max_length, rank=rank, progress=progress
+            model,
+            tokenizer,
+            conversations,
+            m,
+            max_length=CaptureSettings.max_length,
+            rank=rank,
+            batching=PROBE_BATCHING,
+            progress=progress,
         )
         for m in set_sizes
     }
@@ -124,7 +136,13 @@ def probe_statistics(
 
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return cached_probe(
-        model, tokenizer, conversations, max_length=CaptureSettings.max_length, rank=rank, progress=progress
+        model,
+        tokenizer,
+        conversations,
+        max_length=CaptureSettings.max_length,
+        rank=rank,
+        batching=PROBE_BATCHING,
+        progress=progress,
     )
 
 
