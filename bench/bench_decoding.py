@@ -29,12 +29,12 @@ import time
 
 import torch
 
-from elsi_lib.study import calibration
+from elsi_lib.study.paper import captures
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate, target_forward
-from elsi_lib.study.experiment import trained_drafts
-from elsi_lib.study.protocol import Experiment
-from elsi_lib.study.methods import draft_methods, run_methods
+from elsi_lib.study.experiments.experiment import trained_drafts
+from elsi_lib.study.experiments.experiment_settings import Experiment
+from elsi_lib.study.experiments.layer_choices import draft_methods, run_methods
 from elsi_lib.draft.export import load_draft
 from record import write
 from timing import sync
@@ -115,7 +115,7 @@ def main() -> None:
     else:
         exp, methods = (
             Experiment(),
-            draft_methods(calibration.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"]),
+            draft_methods(captures.paper_stats(["smollm2-135m"], 200, seed=0)["smollm2-135m"]),
         )
     model, tokenizer = load_model(exp.model)
     if args.draft:

@@ -30,7 +30,7 @@ from elsi_lib.draft import train as training
 from elsi_lib.draft.replay import replay_sequence
 from record import write
 
-TRAIN_VOCAB = 8192  # the experiment's draft vocabulary (elsi_lib.study.experiment.Experiment)
+TRAIN_VOCAB = 8192  # the experiment's draft vocabulary (elsi_lib.study.experiments.experiment.Experiment)
 
 
 def best_time(fn, repeat: int) -> float:

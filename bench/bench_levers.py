@@ -23,7 +23,7 @@ from dataclasses import replace
 import torch
 
 from elsi_lib.draft import corpus
-from elsi_lib.study import experiment
+from elsi_lib.study.experiments import experiment
 from elsi_lib.draft.features import build_features
 from elsi_lib.draft.live import LiveFeatures
 from elsi_lib.draft.train import TrainSettings, step_accuracy, train_drafts

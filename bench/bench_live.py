@@ -21,14 +21,14 @@ import time
 import torch
 
 from elsi_lib.draft import corpus
-from elsi_lib.study import experiment, run_data
+from elsi_lib.study.experiments import experiment, run_data
 from elsi_lib.draft.features import build_features
 from elsi_lib.draft.live import LiveFeatures, read_positions
-from elsi_lib.study.methods import draft_methods, select_methods
+from elsi_lib.study.experiments.layer_choices import draft_methods, select_methods
 from elsi_lib.draft.train import TrainSettings, batch_plan, collate, soft_targets, train_step
 from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.inputs.models import load_model
-from elsi_lib.study.calibration import paper_stats
+from elsi_lib.study.paper.captures import paper_stats
 from record import write
 
 STRONG = ["eagle2", "eagle3", "elsi-m1-rule", "elsi-m3", "elsi-c-m3", "elsi-m3-no-template", "lowest-entropy-m3"]

@@ -34,8 +34,8 @@ from elsi_lib.draft.vocabulary import draft_vocabulary
 from elsi_lib.hidden.forward import hidden_batches
 from elsi_lib.inputs.models import load_model
 from elsi_lib.selection.conventions import eagle3_layers
-from elsi_lib.study import experiment, run_data
-from elsi_lib.study.protocols import PROTOCOLS, protocol
+from elsi_lib.study.experiments import experiment, run_data
+from elsi_lib.study.ledger.protocols import PROTOCOLS, protocol
 from record import write
 
 

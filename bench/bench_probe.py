@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from elsi_lib.study import calibration
+from elsi_lib.study.paper import captures
 from elsi_lib.selection import probe as P
 from record import write
 
@@ -63,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     load_before = [round(x, 2) for x in os.getloadavg()]
     rows = []
-    smol = calibration.probe_statistics("smollm2-135m", 200, rank=64, progress=False)
+    smol = captures.probe_statistics("smollm2-135m", 200, rank=64, progress=False)
     triples = list(itertools.combinations(range(smol.n_layers), 3))
     seconds = timed(smol, triples, 0.1)
     start = time.perf_counter()

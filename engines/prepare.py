@@ -3,7 +3,7 @@ elsi's own numbers to compare against.
 
 SmolLM2-135M: the ELSI m=3 and EAGLE3 layer sets from the calibration statistics (200 prompts, as
 notebooks 05-06), one draft each, trained alike on the target's greedy replies to 240 training
-prompts (notebook 06's own pipeline, `elsi_lib.study.experiment`, at a small scale: the check needs
+prompts (notebook 06's own pipeline, `elsi_lib.study.experiments.experiment`, at a small scale: the check needs
 real acceptance, not the best draft). Each draft is written in both layouts (`elsi_lib.draft.export`). On SpecBench
 questions (`PER_COLUMN` per paper column, first turn) elsi's own loop (`elsi_lib.draft.decode`,
 float32 draft on float32 features, as vLLM runs it with dtype float32) decodes with chains of
@@ -31,15 +31,15 @@ from pathlib import Path
 
 import torch
 
-from elsi_lib.study import calibration
+from elsi_lib.study.paper import captures
 from elsi_lib.draft import corpus
 from elsi_lib.draft.decode import speculative_generate
-from elsi_lib.study.experiment import groups, train_group, trained_drafts
-from elsi_lib.study.run_data import data_key, training_data
-from elsi_lib.study.protocol import Experiment, from_parameters
-from elsi_lib.study.methods import draft_methods, run_methods
-from elsi_lib.study.tables import AVG
-from elsi_lib.study.tau_files import read_tau_csv
+from elsi_lib.study.experiments.experiment import groups, train_group, trained_drafts
+from elsi_lib.study.experiments.run_data import data_key, training_data
+from elsi_lib.study.experiments.experiment_settings import Experiment, from_parameters
+from elsi_lib.study.experiments.layer_choices import draft_methods, run_methods
+from elsi_lib.study.experiments.tables import AVG
+from elsi_lib.study.experiments.tau_files import read_tau_csv
 from elsi_lib.draft.export import save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.hidden.engine_replies import engine_replies
@@ -159,7 +159,7 @@ def main() -> None:
     (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
     model, tokenizer = load_model(target)
     if args.drafts in SMALL:
-        methods = draft_methods(calibration.paper_stats([target], 200, seed=0)[target])
+        methods = draft_methods(captures.paper_stats([target], 200, seed=0)[target])
         drafts = small_drafts(exp, ids, model, tokenizer, methods)
     else:
         try:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from elsi_lib.common.cachefiles import REPO_ROOT
 from elsi_lib.draft import corpus
-from elsi_lib.study.protocol import from_parameters
+from elsi_lib.study.experiments.experiment_settings import from_parameters
 from elsi_lib.hidden.engine_replies import archive_replies, upgrade_archive
 from elsi_lib.hidden.reply_reuse import reuse_archived
 from elsi_lib.inputs.models import load_model

@@ -1,6 +1,6 @@
 import pytest
 
-from elsi_lib.study import calibration
+from elsi_lib.study.paper import captures
 from elsi_lib.hidden.calibration import SELECTIONS
 from elsi_lib.hidden.settings import CaptureSettings
 
@@ -15,13 +15,13 @@ from elsi_lib.hidden.settings import CaptureSettings
     ],
 )
 def test_model_names_accept_lists_and_comma_separated_strings(models, model, expected):
-    assert calibration.model_names(models, model) == expected
+    assert captures.model_names(models, model) == expected
 
 
 @pytest.mark.parametrize("models", ['["smollm2-135m", "qwen2.5-coder-0.5b"]', "['a']", 3, ["a", ""], [], ""])
 def test_model_names_refuse_anything_else_and_show_the_yaml_form(models):
     with pytest.raises(ValueError, match=r"-y 'MODELS: \[") as err:
-        calibration.model_names(models)
+        captures.model_names(models)
     if isinstance(models, str) and "[" in models:  # the papermill -p mistake is named as such
         assert "is a string, not a list" in str(err.value)
 

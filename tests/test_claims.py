@@ -1,4 +1,4 @@
-"""The Findings claims of notebooks 01-05 (`elsi_lib.study.claims`) on hand-made findings tables: two
+"""The Findings claims of notebooks 01-05 (`elsi_lib.study.paper.claims`) on hand-made findings tables: two
 models "a" and "b" for which every claim holds, then variants that change model b's findings so
 that exactly one claim (one row) turns false while every other row, and model a, stays true."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.study import claims
-from elsi_lib.study.layer_sets import EAGLE3_PAPER_READING
+from elsi_lib.study.paper import claims
+from elsi_lib.study.paper.layer_sets import EAGLE3_PAPER_READING
 
 
 def vary(rows: list[dict], changes: dict, **where) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""The learning-curve table (elsi_lib.study.curve.learning_curve) on hand-made per-question rows:
+"""The learning-curve table (elsi_lib.study.experiments.curve.learning_curve) on hand-made per-question rows:
 each point's tau, interval and paired difference are the accepted-token tables' own, and its
 accuracy and token counts are carried from the rows."""
 
@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.study import tables as T
-from elsi_lib.study.curve import learning_curve, snapshot_batches
-from elsi_lib.study import draft_plots
+from elsi_lib.study.experiments import tables as T
+from elsi_lib.study.experiments.curve import learning_curve, snapshot_batches
+from elsi_lib.study.experiments import draft_plots
 
 
 def points(seed: int = 0) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Notebook 06's experiment (elsi_lib.study.experiment): seed groups, time plan and configuration,
+"""Notebook 06's experiment (elsi_lib.study.experiments.experiment): seed groups, time plan and configuration,
 and the drafts `run` trained, read back from their checkpoint (what bench_decoding and an export
 take), refused before the training has finished."""
 
@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from elsi_lib import load_model, random_model
-from elsi_lib.study import budget
-from elsi_lib.study import experiment as E
-from elsi_lib.study import run_data as D
-from elsi_lib.study.curve import snapshot_batches
+from elsi_lib.study.experiments import budget
+from elsi_lib.study.experiments import experiment as E
+from elsi_lib.study.experiments import run_data as D
+from elsi_lib.study.experiments.curve import snapshot_batches
 from elsi_lib.draft.config import FINAL_NORM as FINAL
 from elsi_lib.draft.train import TrainSettings
 
@@ -68,9 +68,10 @@ def test_every_result_records_its_numeric_settings(tiny_experiment, tmp_path):
     """The same parameter file trains in bf16 on one CPU and float32 on another: every frame of a run,
     its per-question rows, its saved tables and its drafts (and so their exports) say which."""
     from elsi_lib.common.hardware import numeric_label
-    from elsi_lib.study.tables import tau_table
-    from elsi_lib.study.tau_files import read_tau_csv, save_tau_tables, tau_long
-    from elsi_lib.study import plots, validation
+    from elsi_lib.study.experiments.tables import tau_table
+    from elsi_lib.study.experiments.tau_files import read_tau_csv, save_tau_tables, tau_long
+    from elsi_lib.study.paper import plots
+    from elsi_lib.study.experiments import criteria_vs_drafts
 
     exp, loaded = tiny_experiment
     ran = E.run(exp, METHODS, loaded=loaded, progress=False)
@@ -80,7 +81,7 @@ def test_every_result_records_its_numeric_settings(tiny_experiment, tmp_path):
         assert (frame[list(want)] == pd.Series(want)).all().all()
     assert all(d.numeric == want for d in ran.drafts.values())
     assert all(d.numeric == want for d in E.trained_drafts(exp, METHODS, loaded=loaded).values())
-    rows = validation.question_rows(
+    rows = criteria_vs_drafts.question_rows(
         ran.results, ran.accuracy, METHODS.assign(entropy=0.0, layers=METHODS.source), protocol="p", prompts=4
     )
     assert (rows[list(want)] == pd.Series(want)).all().all()

@@ -1,4 +1,4 @@
-"""Notebook 06's methods (elsi_lib.study.methods): the layer sets a draft is trained on, each with an
+"""Notebook 06's methods (elsi_lib.study.experiments.layer_choices): the layer sets a draft is trained on, each with an
 id apart from its label, and their entropy ranks and compartments, on small random layer stacks."""
 
 import itertools
@@ -11,9 +11,9 @@ import pytest
 
 from conftest import random_layers
 from elsi_lib import eagle3_layers, elsi, elsi_c, exhaustive, set_entropy
-from elsi_lib.study.methods import beam_overlap, draft_methods, method_row
+from elsi_lib.study.experiments.layer_choices import beam_overlap, draft_methods, method_row
 from elsi_lib.draft.config import FINAL_NORM as FINAL
-from elsi_lib.study.study import regimes
+from elsi_lib.study.paper.layer_measures import regimes
 from elsi_lib.selection.cka import compartments
 
 N = 8
@@ -129,7 +129,7 @@ def test_method_row_finds_a_method_by_id_and_names_the_others():
 
 
 def test_select_methods_keeps_the_order_given_and_names_a_missing_id():
-    from elsi_lib.study.methods import select_methods
+    from elsi_lib.study.experiments.layer_choices import select_methods
 
     methods = pd.DataFrame({"id": ["eagle2", "eagle3", "elsi-m3"], "method": ["EAGLE2", "EAGLE3", "ELSI m=3"]})
     chosen = select_methods(methods, ["elsi-m3", "eagle2"])
@@ -155,8 +155,8 @@ def test_the_probes_sets_join_the_methods_unless_another_method_has_them():
 def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, monkeypatch):
     """A finished run's checkpoint is keyed by all its drafts: run_methods must rebuild its methods from
     the parameter file's calibration size, seed, probe rank and method ids."""
-    from elsi_lib.study import methods as M
-    from elsi_lib.study import calibration
+    from elsi_lib.study.experiments import layer_choices as M
+    from elsi_lib.study.paper import captures
 
     STATS = stats_for(random_layers(N, 6, 10, seed=3), random_layers(N, 6, 10, seed=103))
     fresh = next(s for s in itertools.combinations(range(N), 3) if s not in set(M.draft_methods(STATS).source))
@@ -170,8 +170,8 @@ def test_run_methods_rebuilds_exactly_what_a_parameter_file_trained(tmp_path, mo
         calls["probe"] = (model, n_prompts, tuple(set_sizes), seed, rank)
         return {3: fresh}
 
-    monkeypatch.setattr(calibration, "paper_stats", fake_stats)
-    monkeypatch.setattr(calibration, "probe_choices", fake_probe)
+    monkeypatch.setattr(captures, "paper_stats", fake_stats)
+    monkeypatch.setattr(captures, "probe_choices", fake_probe)
     path = tmp_path / "run.yaml"
     path.write_text(
         'MODEL: "m"\nN_PROMPTS: 40\nSEED: 2\nPROBE_RANK: 16\nMETHOD_IDS: ["probe-m3", "eagle3"]\n'

@@ -1,4 +1,4 @@
-"""Notebook 06's tables (elsi_lib.study.tables: tau per paper column with stratified bootstrap
+"""Notebook 06's tables (elsi_lib.study.experiments.tables: tau per paper column with stratified bootstrap
 intervals, paired differences, seed spread, rank correlation, summary) on small synthetic
 per-question frames with hand-computed values."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.study import tables as T
-from elsi_lib.study import tau_files as F
+from elsi_lib.study.experiments import tables as T
+from elsi_lib.study.experiments import tau_files as F
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -557,7 +557,7 @@ def written_blocks():
 
 def old_markdown(blocks) -> str:
     """The Markdown notebook 06 wrote before the CSV held numbers: the formatted blocks, concatenated."""
-    from elsi_lib.study.plots import markdown_table
+    from elsi_lib.study.paper.plots import markdown_table
 
     return markdown_table(
         pd.concat(

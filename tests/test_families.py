@@ -1,10 +1,10 @@
-"""Interchangeability of a family's layers (elsi_lib.study.families) on layer stacks of known structure."""
+"""Interchangeability of a family's layers (elsi_lib.study.paper.families) on layer stacks of known structure."""
 
 import numpy as np
 import pytest
 
 from conftest import random_layers
-from elsi_lib.study import families
+from elsi_lib.study.paper import families
 from elsi_lib.selection.cka import compartments
 
 

@@ -12,7 +12,7 @@ import torch
 
 from elsi_lib import CacheError, LayerStats, reply_conversations
 from elsi_lib import capture
-from elsi_lib.study import study
+from elsi_lib.study.paper import layer_measures
 from elsi_lib.common.cachefiles import cache_dir
 
 from conftest import interrupted_then_rerun, make_conversations
@@ -216,5 +216,5 @@ def test_a_bootstrap_over_few_prompts_says_so():
         sample_blocks=np.array([1]),
     )
     with pytest.warns(UserWarning, match="rests on 1 prompt"):
-        table = study.bootstrap_choices(stats, 2, n_boot=5, progress=False)
+        table = layer_measures.bootstrap_choices(stats, 2, n_boot=5, progress=False)
     assert table["share"].tolist() == [1.0]

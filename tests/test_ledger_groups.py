@@ -1,4 +1,4 @@
-"""Lock-step groups in a ledger run (elsi_lib.study.ledger_groups, ledger.run, prepared): the largest
+"""Lock-step groups in a ledger run (elsi_lib.study.ledger.unit_groups, owed_units.run, prepared): the largest
 group of one seed's owed units that fits, a started group resumed (and only the same group), records
 that name their group and drafts found in the group's checkpoint, and a calibration split into what a
 group pays once and what each draft adds."""
@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 import torch
 
-from elsi_lib.study import ledger, prepared
-from elsi_lib.study import records as R
-from elsi_lib.study.ledger_groups import GROUP_MARGIN, MAX_GROUP, UnitCost, describe, next_group
-from elsi_lib.study.protocols import protocol
+from elsi_lib.study.ledger import owed_units, prepared
+from elsi_lib.study.ledger import draft_records as R
+from elsi_lib.study.ledger.unit_groups import GROUP_MARGIN, MAX_GROUP, UnitCost, describe, next_group
+from elsi_lib.study.ledger.protocols import protocol
 
 MIN = 60.0
 COST = UnitCost(shared_s=40 * MIN, draft_s=20 * MIN, rest_s=5 * MIN)  # alone 65 min; two 90; three 115
@@ -108,10 +108,10 @@ METHODS = pd.DataFrame(
 
 
 def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, noise=0.0, done=None):
-    """ledger.run on table2_strong with everything heavy faked: training advances the clock by the
+    """owed_units.run on table2_strong with everything heavy faked: training advances the clock by the
     calibration's own estimate, each draft's evaluation by 20 min (the protocol's fallback rest,
     a third of a unit's training, when no record has measured it). Returns the groups trained."""
-    from elsi_lib.study import experiment
+    from elsi_lib.study.experiments import experiment
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     proto = protocol("table2_strong")
@@ -146,8 +146,8 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
             for q in range(3)
         ]
 
-    monkeypatch.setattr(ledger, "time", clock)
-    monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
+    monkeypatch.setattr(owed_units, "time", clock)
+    monkeypatch.setattr(owed_units, "check_machine", lambda proto: None)
     monkeypatch.setattr(prepared.Prepared, "load", classmethod(lambda cls, proto, progress=True: Ready()))
     for name, fn in (
         ("train_group", train_group),
@@ -162,9 +162,9 @@ def test_a_run_trains_a_group_and_each_record_names_it(tmp_path, monkeypatch, ca
     """160 minutes: two drafts in lock-step (40 + 2 x 20 of training, 2 x 20 of evaluation = 120; with
     margin 150) fit, three (160, with margin 200) do not; then the next alone (80) does not fit the 40
     left. Both records name the group; a unit's draft is looked for in that group's checkpoint."""
-    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
+    monkeypatch.setattr(owed_units, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
     proto, trained = fake_run(monkeypatch, tmp_path, Clock())
-    written = ledger.run(proto, 160, progress=False)
+    written = owed_units.run(proto, 160, progress=False)
     out = capsys.readouterr().out
     assert trained == [("eagle3", "elsi-m3")] and [r["unit"]["method"] for r in written] == ["eagle3", "elsi-m3"]
     assert "2 drafts in lock-step (eagle3, elsi-m3) seed 0: about 120 min" in out
@@ -174,7 +174,7 @@ def test_a_run_trains_a_group_and_each_record_names_it(tmp_path, monkeypatch, ca
         assert record["stages"]["seconds"]["training"] == 80 * MIN
     assert prepared.recorded_group(proto, "elsi-m3", 0) == ("eagle3", "elsi-m3")
     assert prepared.recorded_group(proto, "probe-m3", 0) == ("probe-m3",)  # no record: alone
-    assert ledger.recorded_groups(proto) == [(("eagle3", "elsi-m3"), 0)] * 2
+    assert owed_units.recorded_groups(proto) == [(("eagle3", "elsi-m3"), 0)] * 2
     group = prepared.lockstep_group(("eagle3", "elsi-m3"), 0, METHODS)
     assert group.sources == {"eagle3": (2, 15, 27), "elsi-m3": (3, 9, 29)} and group.seed == 0
 
@@ -187,11 +187,11 @@ def test_a_run_resumes_its_started_group_not_a_larger_one(tmp_path, monkeypatch,
     def trained_before(exp, key, group, device):
         return started.get(tuple(group.sources), (0.0, 0.0))
 
-    monkeypatch.setattr(ledger, "trained_before", trained_before)
+    monkeypatch.setattr(owed_units, "trained_before", trained_before)
     proto, trained = fake_run(monkeypatch, tmp_path, Clock())
     for method, seed in (("eagle3", 0), ("elsi-m3", 0), ("probe-m3", 0), ("eagle3", 1), ("elsi-m3", 1)):
         R.write_record(_record(proto, method, seed), tmp_path)
-    ledger.run(proto, 1000, progress=False)
+    owed_units.run(proto, 1000, progress=False)
     assert (
         trained[:2] == [("eagle2",), ("elsi-m1-rule",)] and "eagle2 seed 0, resuming at 50%" in capsys.readouterr().out
     )
@@ -209,11 +209,11 @@ def test_a_run_evaluates_the_rest_of_a_group_its_records_name_training_nothing(t
     def trained_before(exp, key, g, device):
         return (1.0, 4800.0) if tuple(g.sources) == group else (0.0, 0.0)
 
-    monkeypatch.setattr(ledger, "trained_before", trained_before)
+    monkeypatch.setattr(owed_units, "trained_before", trained_before)
     clock = Clock()
     proto, trained = fake_run(monkeypatch, tmp_path, clock, done={group})
     R.write_record({**_record(proto, "eagle3"), "stages": {"seconds": {}, "group": list(group)}}, tmp_path)
-    ledger.run(proto, 25, progress=False)
+    owed_units.run(proto, 25, progress=False)
     out = capsys.readouterr().out
     assert trained == [group] and "2 drafts in lock-step (eagle3, elsi-m3) seed 0, resuming at 100%" in out
     assert ", evaluating elsi-m3: about 20 min" in out and clock.now == 20 * MIN
@@ -226,15 +226,15 @@ def test_a_run_evaluates_the_rest_of_a_group_its_records_name_training_nothing(t
 
 
 def test_under_feature_noise_every_unit_trains_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
+    monkeypatch.setattr(owed_units, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
     proto, trained = fake_run(monkeypatch, tmp_path, Clock(), noise=0.1)
-    ledger.run(proto, 130, progress=False)
+    owed_units.run(proto, 130, progress=False)
     assert trained == [("eagle3",)]
 
 
 def _record(proto, method, seed=0, *, accuracy=None, rows=None, stages=None, group=()):
     """A record of one of METHODS' units (the ledger's own `Prepared.record`, without a model)."""
-    from elsi_lib.study.units import unit_record
+    from elsi_lib.study.ledger.units import unit_record
 
     m = METHODS.loc[method]
     return unit_record(
@@ -258,7 +258,7 @@ def test_the_calibration_times_batches_spread_over_the_plan_in_two_parts(monkeyp
     """One warm-up batch, then CALIBRATION_BATCHES spread evenly over the plan; the batch and its soft
     targets (what a group pays once) apart from the draft's step (what each draft adds), both scaled
     to the plan's batch count."""
-    from elsi_lib.study import experiment
+    from elsi_lib.study.experiments import experiment
 
     clock, seen = Clock(), []
 

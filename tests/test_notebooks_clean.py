@@ -70,7 +70,7 @@ def test_parameter_files_set_only_what_their_notebooks_declare(name):
     import yaml
 
     given = set(yaml.safe_load((ROOT / "notebooks" / name).read_text()))
-    from elsi_lib.study.runs import RUNS
+    from elsi_lib.study.paper.notebook_runs import RUNS
 
     passed = f"-f notebooks/{name}" in (ROOT / "Makefile").read_text() or any(
         r.parameters == name for r in RUNS.values()

@@ -1,4 +1,4 @@
-"""The documentation site's generator (elsi_lib.study.pages): every page is written from the committed
+"""The documentation site's generator (elsi_lib.study.pages.site): every page is written from the committed
 results, a changed number in the data changes the page (and, across 0, its verdict), and a results
 file a page needs that is missing fails the build naming it. (`make docs` builds the site from these
 pages and opens each in headless Chromium: docs/check_site.py.)"""
@@ -11,7 +11,7 @@ import pytest
 
 from elsi_lib.common.results import results_dir
 from elsi_lib.draft import evidence as ev
-from elsi_lib.study import pages
+from elsi_lib.study.pages import site
 
 
 def _elsi_row(evidence: dict) -> dict:
@@ -23,9 +23,9 @@ def _elsi_row(evidence: dict) -> dict:
 
 
 def test_every_page_is_written_from_the_committed_results(tmp_path):
-    written = pages.build(tmp_path / "site")
+    written = site.build(tmp_path / "site")
     names = {p.name for p in written}
-    assert {f"{p.slug}.md" for p in pages.PAGES} <= names
+    assert {f"{p.slug}.md" for p in site.PAGES} <= names
     assert {"index.md", "api.md", "benchmarks.md", "command-select.md"} <= names
     table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
     row = _elsi_row(ev.load())  # the seed-level comparison, from the evidence file
@@ -47,7 +47,7 @@ def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence))
     monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
-    pages.build(tmp_path / "site")
+    site.build(tmp_path / "site")
     table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
     assert "+0.010 [-0.020, +0.040]" in table3
 
@@ -57,8 +57,8 @@ def test_a_missing_results_file_fails_naming_it(tmp_path, stem):
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
     (copy / stem).unlink()
-    with pytest.raises(pages.MissingResult, match=stem):
-        pages.build(tmp_path / "site", copy)
+    with pytest.raises(site.MissingResult, match=stem):
+        site.build(tmp_path / "site", copy)
 
 
 def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
@@ -69,23 +69,23 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
     (theirs / "docs" / "notes.md").write_text("mine")
     (theirs / "mkdocs.yml").write_text("mine")
     with pytest.raises(FileExistsError, match="did not write"):
-        pages.build(theirs)
+        site.build(theirs)
     assert (theirs / "docs" / "notes.md").read_text() == "mine" and (theirs / "mkdocs.yml").read_text() == "mine"
-    site = tmp_path / "site"
-    pages.build(site)
-    (site / "docs" / "stale.md").write_text("from an older build")
-    pages.build(site)
-    assert not (site / "docs" / "stale.md").exists() and (site / "docs" / "index.md").is_file()
+    ours = tmp_path / "site"
+    site.build(ours)
+    (ours / "docs" / "stale.md").write_text("from an older build")
+    site.build(ours)
+    assert not (ours / "docs" / "stale.md").exists() and (ours / "docs" / "index.md").is_file()
 
 
 def test_a_failed_rebuild_leaves_the_previous_site(tmp_path):
-    site = tmp_path / "site"
-    pages.build(site)
-    before = sorted(p.relative_to(site) for p in site.rglob("*"))
+    ours = tmp_path / "site"
+    site.build(ours)
+    before = sorted(p.relative_to(ours) for p in ours.rglob("*"))
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
     (copy / "fig04_variance_reduction.csv").unlink()
-    with pytest.raises(pages.MissingResult):
-        pages.build(site, copy)
-    assert sorted(p.relative_to(site) for p in site.rglob("*")) == before
+    with pytest.raises(site.MissingResult):
+        site.build(ours, copy)
+    assert sorted(p.relative_to(ours) for p in ours.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []  # no half-written folder left

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from elsi_lib import cka_matrix, elsi, elsi_c, transition_scores
-from elsi_lib.study import plots
+from elsi_lib.study.paper import plots
 
 from conftest import random_layers
 
@@ -180,7 +180,7 @@ def _same_segments(ax, expected) -> bool:
 
 
 def test_tau_by_column_draws_a_bar_and_the_given_interval_per_method_and_column():
-    from elsi_lib.study import draft_plots
+    from elsi_lib.study.experiments import draft_plots
 
     methods, columns = ["EAGLE3", "ELSI m=3", "random"], ["MT", "QA", "AVG"]
     rng = np.random.default_rng(5)
@@ -220,7 +220,7 @@ def test_tau_by_column_draws_a_bar_and_the_given_interval_per_method_and_column(
 
 
 def test_family_effects_draw_each_paired_difference_with_its_given_interval():
-    from elsi_lib.study import draft_plots
+    from elsi_lib.study.experiments import draft_plots
 
     families = ["table2: small", "table3: other"]
     rows = []
@@ -280,7 +280,7 @@ def test_the_statistical_figures_leave_the_style_alone_and_seaborn_unimported_un
     import sys
 
     import matplotlib as mpl
-    from elsi_lib.study import draft_plots
+    from elsi_lib.study.experiments import draft_plots
 
     tau = pd.DataFrame([[1.5, 1.6]], index=["EAGLE3"], columns=["MT", "AVG"])
     with mpl.rc_context({"axes.facecolor": "#123456", "font.size": 7.5}):  # a style no seaborn theme sets
@@ -289,5 +289,5 @@ def test_the_statistical_figures_leave_the_style_alone_and_seaborn_unimported_un
         plots.cka_heatmaps({"a": (np.eye(4), np.array([1]))})
         draft_plots.tau_by_column({60: (tau, tau - 0.1, tau + 0.1)}, "t")
         assert dict(mpl.rcParams) == before  # no global seaborn theme as a side effect
-    code = "import sys, elsi_lib.study.plots, elsi_lib.study.draft_plots; sys.exit('seaborn' in sys.modules)"
+    code = "import sys, elsi_lib.study.paper.plots, elsi_lib.study.experiments.draft_plots; sys.exit('seaborn' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -5,8 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from elsi_lib.study.protocols import PROTOCOLS
-from elsi_lib.study.record_tables import one_per_twins, pooled_criteria
+from elsi_lib.study.ledger.protocols import PROTOCOLS
+from elsi_lib.study.ledger.record_tables import one_per_twins, pooled_criteria
 
 
 def _protocol(name: str, n: int, *, rank_right: bool, seed: int = 0, error=None) -> pd.DataFrame:
@@ -103,7 +103,7 @@ def test_protocols_with_fewer_than_three_drafts_are_left_out():
 def test_two_methods_that_chose_one_set_are_one_draft_and_a_reseed_is_another():
     from test_records import a_record
 
-    from elsi_lib.study.record_tables import distinct_drafts
+    from elsi_lib.study.ledger.record_tables import distinct_drafts
 
     elsi, elsi_c = a_record(method="elsi-m3"), a_record(method="elsi-c-m3")  # both layers (1, 22, 23)
     assert distinct_drafts([elsi, elsi_c]) == 1
@@ -115,8 +115,8 @@ def test_two_methods_that_chose_one_set_are_one_draft_and_a_reseed_is_another():
 def test_each_seed_is_compared_with_eagle3s_same_seed(tmp_path, monkeypatch):
     from test_records import a_record
 
-    from elsi_lib.study import records as R
-    from elsi_lib.study.record_tables import findings
+    from elsi_lib.study.ledger import draft_records as R
+    from elsi_lib.study.ledger.record_tables import findings
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     own = {"eagle3": {"label": "EAGLE3", "layers": "1 11 20"}, "elsi-m3": {"label": "ELSI m=3"}}

@@ -1,4 +1,4 @@
-"""Draft records (elsi_lib.study.records, units, protocols, ledger): one unit, one checked record that is
+"""Draft records (elsi_lib.study.ledger.draft_records, units, protocols, ledger): one unit, one checked record that is
 never replaced by other numbers, the committed per-question results as records without retraining, and
 the ledger of units each protocol owes."""
 
@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from elsi_lib.common.results import results_dir
-from elsi_lib.study import ledger
-from elsi_lib.study import records as R
-from elsi_lib.study.protocols import PROTOCOLS, protocol
-from elsi_lib.study.units import unit_record
+from elsi_lib.study.ledger import owed_units
+from elsi_lib.study.ledger import draft_records as R
+from elsi_lib.study.ledger.protocols import PROTOCOLS, protocol
+from elsi_lib.study.ledger.units import unit_record
 
 TABLE3 = "table3_question_tau_qwen2.5-coder-0.5b.csv"
 STRONG = "table2_strong_question_tau_smollm2-135m.csv"
@@ -140,7 +140,7 @@ def test_the_committed_records_are_the_committed_rows(name, csv, monkeypatch):
 def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     R.write_record(a_record(), tmp_path)
-    table = ledger.status(protocol("table3_f32"))
+    table = owed_units.status(protocol("table3_f32"))
     assert list(zip(table.method, table.seed))[:2] == [("eagle3", 0), ("elsi-m3", 0)]
     assert table.present.tolist()[:2] == [False, True] and table.present.sum() == 1
     assert len(table) == len(protocol("table3_f32").ledger) == 16
@@ -149,18 +149,18 @@ def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, mon
 def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     R.write_record(a_record(), tmp_path)
-    both = ledger.table_ledgers("table3")
+    both = owed_units.table_ledgers("table3")
     assert both.groupby("protocol", sort=False).present.agg(["sum", "size"]).values.tolist() == [[0, 16], [1, 16]]
-    assert ledger.table_ledgers("table2").empty  # the small Table 2 keeps no ledger
+    assert owed_units.table_ledgers("table2").empty  # the small Table 2 keeps no ledger
 
 
 def test_a_bf16_protocol_is_refused_where_bf16_is_slow(monkeypatch):
-    monkeypatch.setattr(ledger, "bf16_matmul_is_slow", lambda: True)
+    monkeypatch.setattr(owed_units, "bf16_matmul_is_slow", lambda: True)
     with pytest.raises(SystemExit, match=r"only \(table3_f32, qwen_strong_f32\)"):
-        ledger.check_machine(protocol("table3"))
+        owed_units.check_machine(protocol("table3"))
     with pytest.raises(SystemExit, match=r"only \(qwen_strong_f32, table3_f32\)"):
-        ledger.check_machine(protocol("qwen_strong"))
-    ledger.check_machine(protocol("table3_f32"))  # the float32 twin runs
+        owed_units.check_machine(protocol("qwen_strong"))
+    owed_units.check_machine(protocol("table3_f32"))  # the float32 twin runs
 
 
 def test_every_protocol_has_a_float32_twin_with_its_data():
@@ -181,7 +181,7 @@ def test_every_protocol_has_a_float32_twin_with_its_data():
 
 def test_the_ledger_command_refuses_a_bad_budget(capsys):
     with pytest.raises(SystemExit) as err:
-        ledger.main(["table3_f32", "--run", "--budget", "-1"])
+        owed_units.main(["table3_f32", "--run", "--budget", "-1"])
     assert err.value.code == 2 and "--budget" in capsys.readouterr().err
 
 
@@ -192,7 +192,8 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
 
     import torch
 
-    from elsi_lib.study import experiment, prepared
+    from elsi_lib.study.experiments import experiment
+    from elsi_lib.study.ledger import prepared
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
 
@@ -214,13 +215,13 @@ def test_a_unit_resumed_mid_way_is_planned_by_the_part_left(tmp_path, monkeypatc
     monkeypatch.setattr(prepared.Prepared, "load", classmethod(lambda cls, proto, progress=True: Ready()))
     monkeypatch.setattr(prepared, "lockstep_group", lambda ids, seed, methods: "group")
     monkeypatch.setattr(experiment, "train_group", train_group)
-    monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
-    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.75, 2700.0))
+    monkeypatch.setattr(owed_units, "check_machine", lambda proto: None)
+    monkeypatch.setattr(owed_units, "trained_before", lambda exp, key, group, device: (0.75, 2700.0))
     with pytest.raises(Trained):
-        ledger.run(protocol("table3_f32"), 40, progress=False)
+        owed_units.run(protocol("table3_f32"), 40, progress=False)
     assert "next: eagle3 seed 0, resuming at 75%: about 35 min" in capsys.readouterr().out
-    monkeypatch.setattr(ledger, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
-    assert ledger.run(protocol("table3_f32"), 40, progress=False) == []
+    monkeypatch.setattr(owed_units, "trained_before", lambda exp, key, group, device: (0.0, 0.0))
+    assert owed_units.run(protocol("table3_f32"), 40, progress=False) == []
     assert "stopping before eagle3 seed 0: about 80 min" in capsys.readouterr().out
 
 
@@ -229,29 +230,29 @@ def test_a_units_rest_is_estimated_from_its_familys_records_not_its_training(tmp
     planned with what Qwen's records measured (held-out time scaled from 64 to 256 conversations), its
     own protocol's first; a family without such records falls back on a share of the training."""
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
-    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(1200.0)  # no record yet
+    assert owed_units.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(1200.0)  # no record yet
     for method, replay in (("elsi-m3", 300.0), ("eagle3", 340.0), ("probe-m3", 320.0)):
         stages = {"training": 800.0, "replay": replay, "held-out step accuracy": 16.0}
         R.write_record(a_record("table3_f32", method, stages=stages), tmp_path)
-    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(320.0 + 16.0 * 256 / 64)
-    assert ledger.rest_seconds(protocol("table2_strong"), 3600.0) == pytest.approx(1200.0)  # another family's
+    assert owed_units.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(320.0 + 16.0 * 256 / 64)
+    assert owed_units.rest_seconds(protocol("table2_strong"), 3600.0) == pytest.approx(1200.0)  # another family's
     own = {"training": 9000.0, "replay": 200.0, "held-out step accuracy": 60.0}
     R.write_record(a_record("qwen_strong", "probe-m3", stages=own), tmp_path)
-    assert ledger.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(260.0)
+    assert owed_units.rest_seconds(protocol("qwen_strong"), 3600.0) == pytest.approx(260.0)
 
 
 def test_a_checkpoint_of_another_configuration_counts_as_nothing_trained(monkeypatch):
     from elsi_lib.draft import checkpoints
-    from elsi_lib.study import experiment
+    from elsi_lib.study.experiments import experiment
 
     monkeypatch.setattr(experiment, "group_checkpoint", lambda exp, key, group, device: ("path", {"mine": 1}))
     state = {"key": {"mine": 1}, "done": 30, "total": 120, "seconds": 90.0}
     monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: (state, None))
-    assert ledger.trained_before(None, {}, None) == (0.25, 90.0)
+    assert owed_units.trained_before(None, {}, None) == (0.25, 90.0)
     monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: ({**state, "key": {"other": 1}}, None))
-    assert ledger.trained_before(None, {}, None) == (0.0, 0.0)
+    assert owed_units.trained_before(None, {}, None) == (0.0, 0.0)
     monkeypatch.setattr(checkpoints, "read_checkpoint", lambda path: (None, "no checkpoint"))
-    assert ledger.trained_before(None, {}, None) == (0.0, 0.0)
+    assert owed_units.trained_before(None, {}, None) == (0.0, 0.0)
 
 
 def test_a_record_names_the_commit_its_run_started_at(monkeypatch):
@@ -260,7 +261,7 @@ def test_a_record_names_the_commit_its_run_started_at(monkeypatch):
     import subprocess
     import types
 
-    from elsi_lib.study import units
+    from elsi_lib.study.ledger import units
 
     heads, real_run = iter(["aaa", "bbb"]), subprocess.run
 
@@ -280,7 +281,7 @@ def test_a_record_names_the_commit_its_run_started_at(monkeypatch):
 
 def test_a_records_folder_that_does_not_exist_is_refused(tmp_path, monkeypatch):
     """Read as empty, a ledger run would train every unit again: refused, naming the folder."""
-    from elsi_lib.study.records import RecordError, read_records
+    from elsi_lib.study.ledger.draft_records import RecordError, read_records
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "nowhere"))
     with pytest.raises(RecordError, match="nowhere does not exist"):

@@ -1,10 +1,10 @@
-"""The study's runs are declared once (elsi_lib.study.runs): every notebook and parameter file they
+"""The study's runs are declared once (elsi_lib.study.paper.notebook_runs): every notebook and parameter file they
 name exists, and the Makefile's one papermill rule covers exactly them."""
 
 import re
 
 from elsi_lib.common.cachefiles import REPO_ROOT
-from elsi_lib.study.runs import RUNS, command, main
+from elsi_lib.study.paper.notebook_runs import RUNS, command, main
 
 
 def test_every_run_names_files_that_exist():

@@ -1,4 +1,4 @@
-"""Comparisons at the seed level (elsi_lib.study.seed_stats): the interval holds what a reseed moves,
+"""Comparisons at the seed level (elsi_lib.study.ledger.seed_stats): the interval holds what a reseed moves,
 and says so when it cannot."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from elsi_lib.study.seed_stats import difference, level, seed_variance
+from elsi_lib.study.ledger.seed_stats import difference, level, seed_variance
 
 
 def _rows(shifts: dict, n_questions: int = 40, seed: int = 0) -> pd.DataFrame:
@@ -69,7 +69,7 @@ def test_the_committed_paper_tables_are_the_records(monkeypatch):
     each row's seeds, AVG inside its interval."""
     from elsi_lib.common.cachefiles import REPO_ROOT
     from elsi_lib.common.results import result_path
-    from elsi_lib.study.paper_tables import COLUMNS, TABLES, paper_table
+    from elsi_lib.study.ledger.paper_tables import COLUMNS, TABLES, paper_table
 
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
     for name in TABLES:

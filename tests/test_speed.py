@@ -1,4 +1,4 @@
-"""The cost model's findings (elsi_lib.study.speed), figures (speed_plots) and page (speed_page) from benchmark records: a synthetic record
+"""The cost model's findings (elsi_lib.study.pages.speed), figures (speed_plots) and page (speed_page) from benchmark records: a synthetic record
 of each engine's layout, its finding computed from its rows, its curve through the cost model."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 
 from elsi_lib.draft import cost
-from elsi_lib.study import speed, speed_device, speed_page, speed_plots
+from elsi_lib.study.pages import speed, speed_device, speed_page, speed_plots
 
 MACHINE = {"cpu": "Test CPU", "date": "2026-12-04T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.0, 0.0, 0.0]}
 
@@ -398,7 +398,7 @@ def test_a_cost_file_out_of_range_is_refused_naming_it(tmp_path, change, reason)
     speed-up: the file is refused, naming it and the field."""
     import json
 
-    from elsi_lib.study import speed
+    from elsi_lib.study.pages import speed
 
     source = sorted(speed.BENCH.glob("cost_vllm_*.json"))[0]
     result = json.loads(source.read_text())

@@ -13,7 +13,7 @@ from elsi_lib import (
     set_entropy,
     transition_scores,
 )
-from elsi_lib.study import layer_sets, study
+from elsi_lib.study.paper import layer_measures, layer_sets
 from elsi_lib.selection.select import single_layer_entropies
 
 from conftest import random_layers
@@ -55,19 +55,19 @@ def layer_stats(Z=None, sample_entropy=None, seed=0, **counts) -> LayerStats:
 def test_capture_label_reads_the_metadata():
     stats = layer_stats()
     stats.metadata.update(rho=0.5, block=16)
-    assert study.capture_label(stats) == "rho = 0.5, B = 16"
+    assert layer_measures.capture_label(stats) == "rho = 0.5, B = 16"
 
 
 def test_entropy_wave_and_summary():
     entropies = np.array([[1.0, 0.2, 0.6], [3.0, 0.4, 0.8]])
     Z = random_layers(n_layers=3, rows=5, dim=8, seed=2)
     stats = layer_stats(Z, entropies)
-    wave = study.entropy_wave(stats)
+    wave = layer_measures.entropy_wave(stats)
     assert wave.index.name == "layer" and list(wave.index) == [0, 1, 2]
     assert np.allclose(wave["mean S_1 over prompts"], [2.0, 0.3, 0.7])
     assert np.allclose(wave["std over prompts"], [np.sqrt(2), np.sqrt(0.02), np.sqrt(0.02)])
     assert np.allclose(wave["S_1 of Z (all prompts)"], [set_entropy(Z, [l]) for l in range(3)])
-    summary = study.entropy_summary({"a": {"entropy": stats}})
+    summary = layer_measures.entropy_summary({"a": {"entropy": stats}})
     curve = stats.layer_entropy()
     row = summary.iloc[0]
     assert row["argmax layer"] == np.argmax(curve) and row["argmin layer"] == np.argmin(curve)
@@ -81,18 +81,18 @@ def test_wave_findings():
     prompts = np.stack([shape, 2 * shape, shape + 0.1])  # every prompt follows the shape: corr 1
     paper = layer_stats(curve_Z, prompts)
     plain = layer_stats(random_layers(n_layers=7, rows=5, dim=8, seed=6))
-    row = study.wave_findings({"m": {"entropy": paper, "entropy_no_template": plain}}).iloc[0]
+    row = layer_measures.wave_findings({"m": {"entropy": paper, "entropy_no_template": plain}}).iloc[0]
     curve, flat = paper.layer_entropy(), plain.layer_entropy()
     assert row["argmax layer"] == np.argmax(curve) and row["S_1 last layer"] == pytest.approx(curve[-1])
     assert row["min S_1"] == pytest.approx(curve.min()) and row["argmin layer"] == np.argmin(curve)
-    assert row["layers below 0.1 x max"] == study._runs(np.flatnonzero(curve < 0.1 * curve.max()))
+    assert row["layers below 0.1 x max"] == layer_measures._runs(np.flatnonzero(curve < 0.1 * curve.max()))
     assert row["range S_1, template excluded"] == pytest.approx(flat.max() - flat.min())
     assert row["median corr. prompt vs mean"] == pytest.approx(1.0)
 
 
 def test_runs_of_layers():
-    assert study._runs([2, 3, 4, 7, 9, 10]) == "2-4, 7, 9-10"
-    assert study._runs([]) == "none"
+    assert layer_measures._runs([2, 3, 4, 7, 9, 10]) == "2-4, 7, 9-10"
+    assert layer_measures._runs([]) == "none"
 
 
 # ---------------------------------------------------------------- notebook 02
@@ -100,7 +100,7 @@ def test_runs_of_layers():
 
 def test_pair_entropy_table_is_the_pair_set_entropy():
     Z = random_layers(n_layers=7, rows=6, dim=12, seed=3)
-    seeds, table = study.pair_entropy_table(Z, seeds=3)
+    seeds, table = layer_measures.pair_entropy_table(Z, seeds=3)
     single = single_layer_entropies(Z)
     assert list(seeds) == list(np.argsort(-single)[:3]) and table.shape == (3, 7)
     for row, i in enumerate(seeds):
@@ -113,7 +113,7 @@ def test_pair_gains_by_hand():
     # seed 2 alone: 1.0; companions 0, 1, 3 give 0.5, 2.0, 0.8 -> best 1 (+1.0), median -0.2, 2 lower
     # seed 0 alone: 0.4; companions give 0.3, 0.9, 0.1 -> best 2 (+0.5), median -0.1, 2 lower
     table = np.array([[0.5, 2.0, 1.0, 0.8], [0.4, 0.3, 0.9, 0.1]])
-    gains = study.pair_gains({"m": (np.array([2, 0]), table)})
+    gains = layer_measures.pair_gains({"m": (np.array([2, 0]), table)})
     assert list(gains["seed layer"]) == [2, 0] and list(gains["best companion"]) == [1, 2]
     assert np.allclose(gains["S_1 alone"], [1.0, 0.4]) and np.allclose(gains["S_1 with it"], [2.0, 0.9])
     assert np.allclose(gains["gain"], [1.0, 0.5]) and np.allclose(gains["median gain"], [-0.2, -0.1])
@@ -122,8 +122,8 @@ def test_pair_gains_by_hand():
 
 def test_pair_gains_match_a_naive_loop():
     Z = random_layers(n_layers=6, rows=5, dim=8, seed=7)
-    seeds, table = study.pair_entropy_table(Z, seeds=3)
-    gains = study.pair_gains({"m": (seeds, table)})
+    seeds, table = layer_measures.pair_entropy_table(Z, seeds=3)
+    gains = layer_measures.pair_gains({"m": (seeds, table)})
     for row, i in zip(gains.to_dict("records"), seeds):
         pairs = {j: set_entropy(Z, [i, j]) for j in range(6) if j != i}
         alone = set_entropy(Z, [i])
@@ -135,8 +135,8 @@ def test_pair_gains_match_a_naive_loop():
 
 def test_pair_findings():
     table = np.array([[0.5, 2.0, 1.0, 0.8], [0.4, 0.3, 0.9, 0.1]])  # as in test_pair_gains_by_hand
-    gains = study.pair_gains({"m": (np.array([2, 0]), table)})
-    row = study.pair_findings(gains, {"m": 4}).iloc[0]
+    gains = layer_measures.pair_gains({"m": (np.array([2, 0]), table)})
+    row = layer_measures.pair_findings(gains, {"m": 4}).iloc[0]
     assert (row["top seed"], row["companions lowering it"], row["companions"]) == (2, 2, 3)
     assert row["median change, top seed"] == pytest.approx(-0.2)
     assert row["pairs that lose entropy"] == pytest.approx(4 / 6)
@@ -148,17 +148,19 @@ def test_pair_findings():
 
 def test_compartments_use_one_detector_with_edges():
     Z = compartments(sizes=(1, 5, 4))  # the first layer alone: a boundary at the first score
-    view = study.compartments(Z)
+    view = layer_measures.compartments(Z)
     assert np.allclose(view.cka, cka_matrix(Z)) and np.allclose(view.scores, transition_scores(cka_matrix(Z)))
     assert list(view.boundaries) == [0, 5]
-    expected = find_boundaries(view.scores, relative_prominence=study.COMPARTMENT_PROMINENCE, include_edges=True)
+    expected = find_boundaries(
+        view.scores, relative_prominence=layer_measures.COMPARTMENT_PROMINENCE, include_edges=True
+    )
     assert list(view.boundaries) == list(expected)
 
 
 def test_boundary_table():
     Z = compartments()
-    view = study.compartments(Z)
-    row = study.boundary_table({("m", "entropy"): view}).iloc[0]
+    view = layer_measures.compartments(Z)
+    row = layer_measures.boundary_table({("m", "entropy"): view}).iloc[0]
     n = len(Z)
     assert (row["model"], row["selection"], row["boundaries (after layer)"]) == ("m", "entropy", [3, 8])
     assert row["mean off-diagonal CKA"] == pytest.approx((view.cka.sum() - n) / (n * n - n))
@@ -168,9 +170,9 @@ def test_boundary_table():
 
 def test_compartment_findings_put_both_selections_side_by_side():
     stats = {"m": {"all": layer_stats(compartments(seed=1)), "entropy": layer_stats(compartments(seed=2))}}
-    views = {("m", sel): study.compartments(s.Z) for sel, s in stats["m"].items()}
-    table = study.boundary_table(views)
-    row = study.compartment_findings(stats, table).iloc[0]
+    views = {("m", sel): layer_measures.compartments(s.Z) for sel, s in stats["m"].items()}
+    table = layer_measures.boundary_table(views)
+    row = layer_measures.compartment_findings(stats, table).iloc[0]
     for sel in ("all", "entropy"):
         assert row[f"boundaries, {sel}"] == views["m", sel].boundaries.tolist()
         assert row[f"max delta, {sel}"] == views["m", sel].scores.max()
@@ -182,34 +184,34 @@ def test_compartment_findings_put_both_selections_side_by_side():
 
 
 def test_regimes_follow_the_compartments():
-    labels, how = study.regimes(compartments())
+    labels, how = layer_measures.regimes(compartments())
     assert list(labels) == ["early"] * 4 + ["middle"] * 5 + ["late"] * 3
     assert "after layers 3 and 8" in how
-    edge, _ = study.regimes(compartments(sizes=(1, 5, 4)))  # a boundary at the edge counts too
+    edge, _ = layer_measures.regimes(compartments(sizes=(1, 5, 4)))  # a boundary at the edge counts too
     assert list(edge) == ["early"] + ["middle"] * 5 + ["late"] * 4
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_regimes_take_the_two_most_prominent_boundaries(seed):
     Z = compartments(seed=seed, sizes=(3, 3, 3, 3), overlap=(0, 0.7, 0))  # the middle border is soft
-    assert list(study.compartments(Z).boundaries) == [2, 5, 8]
-    labels, how = study.regimes(Z)
+    assert list(layer_measures.compartments(Z).boundaries) == [2, 5, 8]
+    labels, how = layer_measures.regimes(Z)
     assert list(labels) == ["early"] * 3 + ["middle"] * 6 + ["late"] * 3 and "after layers 2 and 8" in how
 
 
 def test_regimes_fall_back_to_thirds_below_two_boundaries():
     Z = compartments(sizes=(5, 4))  # one border only
-    assert list(study.compartments(Z).boundaries) == [4]
-    labels, how = study.regimes(Z)
+    assert list(layer_measures.compartments(Z).boundaries) == [4]
+    labels, how = layer_measures.regimes(Z)
     assert list(labels) == ["early"] * 3 + ["middle"] * 3 + ["late"] * 3 and "thirds" in how and "[4]" in how
 
 
 def test_variance_statistics():
     entropies = np.array([[1.0, 2.0, 0.5], [3.0, 2.0, 0.7], [2.0, 5.0, 0.6]])
     stats = layer_stats(np.ones((3, 2, 2)), entropies)
-    assert np.allclose(study.cross_prompt_variance(stats), entropies.var(axis=0, ddof=1))
+    assert np.allclose(layer_measures.cross_prompt_variance(stats), entropies.var(axis=0, ddof=1))
     labels = np.array(["early", "middle", "late"])
-    reduction = study.variance_reduction(np.array([2.0, 4.0, 1.0]), np.array([1.0, 1.0, 1.5]), labels)
+    reduction = layer_measures.variance_reduction(np.array([2.0, 4.0, 1.0]), np.array([1.0, 1.0, 1.5]), labels)
     assert reduction == pytest.approx({"early": 0.5, "middle": 0.75, "late": -0.5})
 
 
@@ -226,7 +228,7 @@ def _variance_stats():
 def test_variance_reduction_table():
     stats = _variance_stats()
     labels = np.array(["early", "middle", "middle", "late"])
-    table = study.variance_reduction_table(stats, {"m": (labels, "by hand")})
+    table = layer_measures.variance_reduction_table(stats, {"m": (labels, "by hand")})
     assert list(table.selection) == ["entropy", "random", "all"] and set(table.regimes) == {"by hand"}
     entropy, random_, everything = (table.iloc[i] for i in range(3))
     for regime in ("early", "middle", "late"):
@@ -241,7 +243,7 @@ def test_variance_reduction_table():
 def test_variance_findings():
     stats = _variance_stats()
     labels = np.array(["early", "middle", "middle", "late"])
-    findings = study.variance_findings(stats, {"m": (labels, "by hand")}).set_index("selection")
+    findings = layer_measures.variance_findings(stats, {"m": (labels, "by hand")}).set_index("selection")
     assert list(findings.index) == ["entropy", "random"]
     assert findings.loc["entropy", "variance / all tokens' (whole depth)"] == pytest.approx(0.5)
     assert findings.loc["random", "variance / all tokens' (whole depth)"] == pytest.approx(3.0)
@@ -268,7 +270,7 @@ def test_variance_reduction_vs_paper():
             },
         ]
     )
-    table = study.variance_reduction_vs_paper(reductions)
+    table = layer_measures.variance_reduction_vs_paper(reductions)
     assert list(table.index) == ["paper: Qwen3-4B", "m"]
     assert list(table.loc["paper: Qwen3-4B"]) == [48.4, 45.8, 35.6] and list(table.loc["m"]) == [1.0, 2.0, 3.0]
 
@@ -448,8 +450,8 @@ def _bootstrap_stats(seed=0):
 
 def test_bootstrap_counts_choices_reproducibly():
     stats = _bootstrap_stats()
-    first = study.bootstrap_choices(stats, 2, n_boot=13, seed=1, progress=False)
-    again = study.bootstrap_choices(stats, 2, n_boot=13, seed=1, progress=False)
+    first = layer_measures.bootstrap_choices(stats, 2, n_boot=13, seed=1, progress=False)
+    again = layer_measures.bootstrap_choices(stats, 2, n_boot=13, seed=1, progress=False)
     assert first.equals(again) and first["count"].sum() == 13
     assert first.share.sum() == pytest.approx(1.0) and all(len(l) == 2 for l in first.layers)
     weights = np.random.default_rng(1).multinomial(12, np.full(12, 1 / 12), size=13)
@@ -463,7 +465,7 @@ def test_bootstrap_table_marks_the_full_choice():
     assert list(table.columns) == ["model", "layers", "count", "share", "chosen on all prompts"]
     for name, by_selection in stats.items():
         rows = table[table.model == name]
-        choices = study.bootstrap_choices(by_selection["entropy"], 2, n_boot=11, seed=2, progress=False)
+        choices = layer_measures.bootstrap_choices(by_selection["entropy"], 2, n_boot=11, seed=2, progress=False)
         assert list(rows.layers) == list(choices.layers) and list(rows["count"]) == list(choices["count"])
         full = elsi(by_selection["entropy"].Z, 2).layers
         assert list(rows["chosen on all prompts"]) == [l == full for l in rows.layers]
@@ -475,7 +477,7 @@ def test_wave_findings_give_the_peak_wherever_it_is():
     Z = random_layers(n_layers=6, rows=5, dim=8, seed=8)
     Z[0] = np.outer(np.ones(5), Z[0, 0])  # one direction: S_1 = 0 at the first layer
     paper = layer_stats(Z)
-    row = study.wave_findings({"m": {"entropy": paper, "entropy_no_template": layer_stats(seed=9)}}).iloc[0]
+    row = layer_measures.wave_findings({"m": {"entropy": paper, "entropy_no_template": layer_stats(seed=9)}}).iloc[0]
     curve = paper.layer_entropy()
     assert row["argmax layer"] != 0 and row["S_1 first layer"] < row["max S_1"]
     assert row["max S_1"] == pytest.approx(curve.max()) and row["max S_1"] == curve[row["argmax layer"]]

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from test_records import a_record
 
-from elsi_lib.study import records as R
-from elsi_lib.study import twins
+from elsi_lib.study.ledger import draft_records as R
+from elsi_lib.study.ledger import twins
 
 
 def record(protocol, method, **kw):
@@ -92,7 +92,7 @@ def test_a_verdict_ignores_rows_it_cannot_judge():
 
 
 def test_two_protocols_in_one_twin_slot_are_refused(monkeypatch):
-    from elsi_lib.study import protocols
+    from elsi_lib.study.ledger import protocols
 
     extra = dataclasses.replace(protocols.PROTOCOLS["table3"], name="table3_again")
     monkeypatch.setitem(protocols.PROTOCOLS, "table3_again", extra)
@@ -104,14 +104,14 @@ def test_the_ledger_page_says_the_twins_verdict_and_takes_an_empty_comparison(tm
     import shutil
 
     from elsi_lib.common.results import results_dir
-    from elsi_lib.study import pages
+    from elsi_lib.study.pages import site
 
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
     compared = pd.read_csv(copy / "numeric_twins.csv")
-    assert set(pages._ledger(copy)) >= {f"- {line}." for line in twins.summary(compared)}
+    assert set(site._ledger(copy)) >= {f"- {line}." for line in twins.summary(compared)}
     pd.DataFrame(columns=twins.COLUMNS).to_csv(copy / "numeric_twins.csv", index=False)
-    assert not any("float32 minus bf16" in line for line in pages._ledger(copy))
+    assert not any("float32 minus bf16" in line for line in site._ledger(copy))
 
 
 def agreeing_twins(store):
@@ -132,7 +132,7 @@ def a_probe_record(protocol, tau=1.7):
 
 
 def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(store):
-    from elsi_lib.study import record_tables
+    from elsi_lib.study.ledger import record_tables
 
     compared = agreeing_twins(store)
     assert twins.verdict(compared) == "agree"
@@ -192,29 +192,29 @@ def test_twins_that_do_not_agree_are_never_joined(store):
 
 
 def test_a_ledger_does_not_train_again_the_units_its_agreeing_twin_has(store):
-    from elsi_lib.study import ledger
-    from elsi_lib.study.protocols import protocol
+    from elsi_lib.study.ledger import owed_units
+    from elsi_lib.study.ledger.protocols import protocol
 
     R.write_record(record("table3", "eagle3", tau=1.5), store)
     R.write_record(record("table3_f32", "eagle3", tau=1.52), store)
     R.write_record(a_probe_record("table3"), store)
     assert twins.agreeing_twin("table3_f32") is None  # no reseeds yet: every unit the float32 twin lacks is owed
-    before = ledger.status(protocol("table3_f32"))
+    before = owed_units.status(protocol("table3_f32"))
     assert (before["in twin"] == "").all() and before.owed.sum() == 15
     agreeing_twins(store)  # a reseed range of 0.03 against +0.02: the twins agree
     assert twins.agreeing_twin("table3_f32") == "table3" and twins.agreeing_twin("table3") == "table3_f32"
-    f32 = ledger.status(protocol("table3_f32")).set_index(["method", "seed"])
+    f32 = owed_units.status(protocol("table3_f32")).set_index(["method", "seed"])
     assert f32.loc[("probe-m3", 0), "in twin"] == "table3" and not f32.loc[("probe-m3", 0), "owed"]
     assert f32.owed.sum() == 16 - 4 - 1  # its own four units and the bf16 twin's probe draft
-    bf16 = ledger.status(protocol("table3")).set_index(["method", "seed"])
+    bf16 = owed_units.status(protocol("table3")).set_index(["method", "seed"])
     assert bf16.loc[("elsi-m3", 1), "in twin"] == "table3_f32" and bf16.owed.sum() == 16 - 2 - 3
-    both = ledger.counts(ledger.table_ledgers("table3"))
+    both = owed_units.counts(owed_units.table_ledgers("table3"))
     assert both.loc["table3_f32"].tolist() == [4, 1, 11, 16] and both.loc["table3"].tolist() == [2, 3, 11, 16]
 
 
 def test_a_run_trains_nothing_when_every_unit_is_present_or_in_its_agreeing_twin(store, monkeypatch, capsys):
-    from elsi_lib.study import ledger, prepared
-    from elsi_lib.study.protocols import PROTOCOLS, Protocol
+    from elsi_lib.study.ledger import owed_units, prepared
+    from elsi_lib.study.ledger.protocols import PROTOCOLS, Protocol
 
     agreeing_twins(store)  # table3_f32: EAGLE3 and ELSI m = 3 seeds 0 and 1; table3: EAGLE3 seed 0
     small = Protocol(
@@ -225,9 +225,9 @@ def test_a_run_trains_nothing_when_every_unit_is_present_or_in_its_agreeing_twin
         (("eagle3", 0), ("elsi-m3", 0), ("elsi-m3", 1)),
     )
     monkeypatch.setitem(PROTOCOLS, "table3", small)
-    monkeypatch.setattr(ledger, "check_machine", lambda proto: None)
+    monkeypatch.setattr(owed_units, "check_machine", lambda proto: None)
     monkeypatch.setattr(prepared.Prepared, "load", lambda *a, **k: pytest.fail("prepared a protocol that owes nothing"))
-    table = ledger.status(small)
+    table = owed_units.status(small)
     assert table.owed.sum() == 0 and table["in twin"].tolist() == ["", "table3_f32", "table3_f32"]
-    assert ledger.run(small, 10) == []
+    assert owed_units.run(small, 10) == []
     assert "every unit of the ledger has its record" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""Rank correlations of selection criteria with trained drafts (elsi_lib.study.validation): Spearman
+"""Rank correlations of selection criteria with trained drafts (elsi_lib.study.experiments.criteria_vs_drafts): Spearman
 against scipy, the sign convention of each criterion, intervals that hold their estimate, and the
 refusals."""
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy.stats import spearmanr
 
-from elsi_lib.study import rank_stats
-from elsi_lib.study import validation as V
+from elsi_lib.study.experiments import rank_stats
+from elsi_lib.study.experiments import criteria_vs_drafts as V
 from elsi_lib.selection import probe as P
 
 
@@ -167,7 +167,8 @@ def test_fig10_draws_every_point_with_its_rho(tmp_path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from elsi_lib.study import draft_plots, plots
+    from elsi_lib.study.experiments import draft_plots
+    from elsi_lib.study.paper import plots
 
     rows = pd.concat(
         [

@@ -8,7 +8,7 @@ per target forward, SpecBench, 60 nodes) between drafts trained on them:
     dtau = a_family + b * dscore + e          (a family the ledger holds: its own intercept)
     dtau = a + b * dscore + e                 (any other model: the pooled fit)
 
-fitted by least squares on the ledger's drafts (`study.decision_model` writes the fits into the evidence
+fitted by least squares on the ledger's drafts (`study.ledger.evidence_file` writes the fits into the evidence
 file). A prediction's 95% interval is t(df) * s * sqrt(1 + x0' (X'X)^-1 x0), widened by the factor that
 made the intervals cover 90% or more of the drafts out of sample (leave one protocol out).
 Change the set only where every temperature's interval lies above zero and the family's own drafts of

@@ -1,0 +1,1 @@
+"""The accepted-token experiments: drafts trained on many layer sets, scored by replay, tabulated."""

@@ -1,0 +1,134 @@
+"""The written accepted-token table: `tau_table`'s blocks as long numeric rows (`tau_long`, one row per
+cell), saved as a CSV that reads back to the same floats and a formatted Markdown table
+(`save_tau_tables`, `read_tau_csv`), and turned back into blocks (`tau_blocks`) and readable cells
+(`tau_formatted`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from ..paper.plots import markdown_table, with_numeric
+from .tables import formatted
+
+
+# One row per cell: `column` is the SpecBench column or AVG; tau the cell's estimate, low and high its
+# 95% interval (NaN where it has none), questions the questions behind it (empty where unknown), best
+# whether its tau is the highest of its column in its (temperature, nodes) block: the bold cells.
+TAU_CSV_COLUMNS = ("method", "column", "temperature", "nodes", "tau", "low", "high", "questions", "best")
+
+
+_TAU_DTYPES = {
+    "method": str,
+    "column": str,
+    "temperature": float,
+    "nodes": int,
+    "tau": float,
+    "low": float,
+    "high": float,
+    "questions": "Int64",
+    "best": bool,
+}
+
+
+def tau_long(tau, low, high, *, temperature: float, nodes: int) -> pd.DataFrame:
+    """A block of `tau_table` (at `temperature` and `nodes`) as long rows of TAU_CSV_COLUMNS, methods
+    in the block's order and, within each, the columns in its order; `best` by the rule `formatted`
+    bolds by (the column's highest tau, ties all best)."""
+    counts = tau.attrs.get("questions", {})
+    rows = []
+    for method in tau.index:
+        for col in tau.columns:
+            t, n = tau.loc[method, col], counts.get(method, {}).get(col)
+            rows.append(
+                {
+                    "method": method,
+                    "column": col,
+                    "temperature": temperature,
+                    "nodes": nodes,
+                    "tau": t,
+                    "low": low.loc[method, col],
+                    "high": high.loc[method, col],
+                    "questions": pd.NA if n is None else n,
+                    "best": bool(t == tau[col].max()),
+                }
+            )
+    return _typed(pd.DataFrame(rows, columns=list(TAU_CSV_COLUMNS)))
+
+
+def _typed(long: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in TAU_CSV_COLUMNS if c not in long]
+    if missing:
+        raise ValueError(f"the accepted-token rows lack the column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
+    return long[list(TAU_CSV_COLUMNS)].astype(_TAU_DTYPES)
+
+
+def tau_blocks(long: pd.DataFrame) -> dict:
+    """{(temperature, nodes): (tau, low, high, best)} back from long rows, blocks, methods and columns
+    in the order the rows hold them; tau.attrs["questions"] holds the known counts, as `tau_table`'s."""
+    long = _typed(long)
+    blocks = {}
+    for (temperature, nodes), rows in long.groupby(["temperature", "nodes"], sort=False):
+        twice = rows[rows.duplicated(["method", "column"], keep=False)]
+        if len(twice):
+            raise ValueError(
+                f"method {twice.method.iloc[0]!r} has column {twice.column.iloc[0]!r} more than once "
+                f"at temperature {temperature}, {nodes} nodes"
+            )
+        methods, cols = list(dict.fromkeys(rows.method)), list(dict.fromkeys(rows.column))
+        frames = [
+            rows.pivot(index="method", columns="column", values=v).reindex(index=methods, columns=cols)
+            for v in ("tau", "low", "high", "best")
+        ]
+        tau, low, high = (f.astype(float).rename_axis(index=None, columns=None) for f in frames[:3])
+        best = frames[3].astype("boolean").fillna(False).astype(bool).rename_axis(index=None, columns=None)
+        tau.attrs["questions"] = {
+            m: {c: int(n) for c, n in zip(g.column, g.questions) if not pd.isna(n)}
+            for m, g in rows.groupby("method", sort=False)
+        }
+        blocks[float(temperature), int(nodes)] = (tau, low, high, best)
+    return blocks
+
+
+def tau_formatted(long: pd.DataFrame, *, markdown: bool = True) -> pd.DataFrame:
+    """The long rows as the table readers see: one row per (temperature, nodes, method), its cells
+    formatted (`formatted`, the cells marked best in bold), then the temperature and tree size."""
+    return pd.concat(
+        [
+            formatted(tau, low, high, best=best, markdown=markdown)
+            .rename_axis("method")
+            .reset_index()
+            .assign(temperature=temperature, nodes=nodes)
+            for (temperature, nodes), (tau, low, high, best) in tau_blocks(long).items()
+        ],
+        ignore_index=True,
+    )
+
+
+def tau_markdown(long: pd.DataFrame) -> str:
+    """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals)."""
+    return markdown_table(tau_formatted(long))
+
+
+def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | None = None) -> list[Path]:
+    """Write the long rows as <out_dir>/<name>.csv (numbers only, floats at full precision: pandas
+    reads back the same floats) and their formatted table as <name>.md (`tau_markdown`). `numeric`:
+    the run's numeric settings (`experiment.numeric_settings`), a column each in the CSV and a line
+    under the Markdown table."""
+    long = _typed(long)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
+    with_numeric(long, numeric).to_csv(csv, index=False)
+    settings = "; ".join(f"{k}: {v}" for k, v in (numeric or {}).items())
+    md.write_text(tau_markdown(long) + (f"\nNumeric settings: {settings}.\n" if settings else ""))
+    return [csv, md]
+
+
+def read_tau_csv(path) -> pd.DataFrame:
+    """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
+    count is unknown), and the numeric settings' columns where it has them."""
+    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
+    return pd.concat([_typed(raw), raw[[c for c in raw.columns if c not in TAU_CSV_COLUMNS]]], axis=1)

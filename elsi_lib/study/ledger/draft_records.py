@@ -1,0 +1,266 @@
+"""One trained draft, one record: the durable product of a unit (family, protocol, method id, seed).
+
+A record is a small JSON file under `data/drafts/<protocol>/<method id>-seed<seed>.json` (no weights):
+the unit, its protocol's digest and numeric settings, the draft's layer set with its set entropy and
+probe scores, held-out step-1..3 accuracy, per-question tau (T, tree nodes, SpecBench question), the
+learning-curve points the protocol asks for, and, apart from those numbers, the stage times and what
+it ran on. Written atomically; a second record of the same unit with other numbers is refused
+(`RecordConflict`), never a replacement; a record that lacks a field, names no method, sits under
+another unit's path or was made under another definition of its protocol is refused naming the file
+and the field (`RecordError`). `question_frame` turns records into the per-question rows every
+table of the study is computed from.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
+from ..experiments.experiment_settings import NUMERIC_COLUMNS
+from .protocols import protocol
+
+FORMAT = 1
+STEPS = ("step 1", "step 2", "step 3")
+QUESTION_FIELDS = ("temperature", "nodes", "question_id", "column", "tau")
+# every field of a record; the last two are how it was made, not its numbers
+FIELDS = (
+    "format",
+    "unit",
+    "protocol digest",
+    "label",
+    "layers",
+    "set entropy",
+    "probe error",
+    "probe agreement",
+    "numeric",
+    "prompts",
+    "step accuracy",
+    "questions",
+    "curve",
+    "stages",
+    "ran on",
+)
+NOT_NUMBERS = ("stages", "ran on")
+FIXED_METHODS = {
+    "eagle2",
+    "eagle3",
+    "elsi-m1",
+    "elsi-m1-rule",
+    "elsi-m2",
+    "elsi-m3",
+    "elsi-c-m2",
+    "elsi-c-m3",
+    "lowest-entropy-m3",
+    "elsi-m3-no-template",
+    "elsi-m3-frobenius",
+}
+
+
+class RecordError(ValueError):
+    """A record that cannot be used, named with its file and field."""
+
+
+class RecordConflict(RecordError):
+    """A second record of one unit whose numbers differ from the first's."""
+
+
+def records_dir() -> Path:
+    """Where records live: $ELSI_DRAFT_RECORDS, else `data/drafts` in the repository (committed)."""
+    return Path(os.environ.get("ELSI_DRAFT_RECORDS") or REPO_ROOT / "data" / "drafts")
+
+
+def is_method(method_id) -> bool:
+    """A draft method id of `layer_choices.draft_methods` (the probe's sets are probe-m<m>)."""
+    return isinstance(method_id, str) and (
+        method_id in FIXED_METHODS or re.fullmatch(r"probe-m\d+", method_id) is not None
+    )
+
+
+def unit_path(unit: dict, root: Path | None = None) -> Path:
+    return Path(root or records_dir()) / unit["protocol"] / f"{unit['method']}-seed{unit['seed']}.json"
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _questions_ok(rows, where: str) -> None:
+    """Each row [temperature, nodes, question_id, column, tau]: a temperature >= 0, a tree of one node
+    or more, a column name, and tau (accepted tokens per target forward) between 1 and what a tree of
+    that size allows (nodes + 1: every node accepted, plus the target's own token), or NaN."""
+    if not isinstance(rows, list) or not rows:
+        raise RecordError(f"{where}: no per-question rows")
+    for row in rows:
+        if not isinstance(row, list) or len(row) != len(QUESTION_FIELDS) or not _number(row[4]):
+            raise RecordError(f"{where}: a row {row!r} is not {list(QUESTION_FIELDS)}")
+        temperature, nodes, question, column, tau = row
+        if not _number(temperature) or not temperature >= 0:
+            raise RecordError(f"{where}: temperature {temperature!r} for question {question} is not a number >= 0")
+        if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+            raise RecordError(f"{where}: nodes {nodes!r} for question {question} is not a tree size >= 1")
+        if not isinstance(column, str):
+            raise RecordError(f"{where}: column {column!r} for question {question} is not a SpecBench column name")
+        if not (1 <= tau <= nodes + 1 or math.isnan(tau)):
+            raise RecordError(f"{where}: tau {tau} for question {question} is outside [1, {nodes + 1}] ({nodes} nodes)")
+
+
+def check_record(record: dict, where) -> dict:
+    """`record` if every field is there and well-formed and its unit names a method and a protocol
+    whose current definition made it; RecordError naming `where` and the field otherwise."""
+    if not isinstance(record, dict):
+        raise RecordError(f"{where}: not a record (a JSON object)")
+    missing = [f for f in FIELDS if f not in record]
+    if missing:
+        raise RecordError(f"{where}: missing field(s) {missing}")
+    if record["format"] != FORMAT:
+        raise RecordError(f"{where}: field 'format' is {record['format']!r}, this elsi reads {FORMAT}")
+    unit = record["unit"]
+    if not isinstance(unit, dict) or set(unit) != {"family", "protocol", "method", "seed"}:
+        raise RecordError(f"{where}: field 'unit' must hold family, protocol, method and seed, got {unit!r}")
+    if not is_method(unit["method"]):
+        raise RecordError(f"{where}: field 'unit' names no method: {unit['method']!r}")
+    if not isinstance(unit["seed"], int) or isinstance(unit["seed"], bool) or unit["seed"] < 0:
+        raise RecordError(f"{where}: field 'unit' has seed {unit['seed']!r}, not an integer >= 0")
+    try:
+        proto = protocol(unit["protocol"])
+    except KeyError as err:
+        raise RecordError(f"{where}: field 'unit': {err.args[0]}") from None
+    if unit["family"] != proto.family:
+        raise RecordError(f"{where}: field 'unit' has family {unit['family']!r}; {proto.name} is on {proto.family}")
+    if record["protocol digest"] != proto.digest:
+        raise RecordError(
+            f"{where}: field 'protocol digest' {record['protocol digest']!r} is not {proto.name}'s ({proto.digest}): "
+            "the record was made under another definition of its protocol"
+        )
+    if record["numeric"] != proto.numeric:
+        raise RecordError(f"{where}: field 'numeric' {record['numeric']} is not {proto.name}'s {proto.numeric}")
+    for name in ("set entropy", "prompts"):
+        if not _number(record[name]):
+            raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
+    for name in ("probe error", "probe agreement"):
+        if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):
+            raise RecordError(f"{where}: field {name!r} is not a number >= 0: {record[name]!r}")
+    group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
+    if group is not None and not (
+        isinstance(group, list)
+        and len(set(map(str, group))) == len(group) > 1
+        and unit["method"] in group
+        and all(is_method(m) for m in group)
+    ):
+        raise RecordError(
+            f"{where}: field 'stages' names a lock-step group {group!r}: it must list two or more distinct "
+            "method ids, this unit's among them"
+        )
+    for point in [record, *record["curve"]]:
+        if sorted(point["step accuracy"]) != list(STEPS):
+            raise RecordError(f"{where}: field 'step accuracy' must hold {list(STEPS)}, got {point['step accuracy']}")
+        for step, value in point["step accuracy"].items():
+            if not _number(value) or not (0 <= value <= 1 or math.isnan(value)):
+                raise RecordError(f"{where}: field 'step accuracy' has {step} {value!r}, not a share in [0, 1]")
+        if not isinstance(point["prompts"], int) or isinstance(point["prompts"], bool) or point["prompts"] < 1:
+            raise RecordError(f"{where}: field 'prompts' is {point['prompts']!r}, not a count of training prompts >= 1")
+        _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)")
+    return record
+
+
+def lockstep_groups(name: str, root: Path | None = None) -> dict:
+    """{(method id, seed): the method ids it trained with in lock-step} for the records of protocol
+    `name` that name a group (`units.unit_record`: only groups of two or more are named)."""
+    return {
+        (r["unit"]["method"], r["unit"]["seed"]): tuple(r["stages"]["group"])
+        for r in read_records(name, root)
+        if r["stages"].get("group")
+    }
+
+
+def numbers(record: dict) -> dict:
+    """What a record measured: every field but how it was made (NOT_NUMBERS)."""
+    return {k: v for k, v in record.items() if k not in NOT_NUMBERS}
+
+
+def _dump(record: dict) -> bytes:
+    return (json.dumps(record, indent=1, sort_keys=True, allow_nan=True) + "\n").encode()
+
+
+def read_record(path) -> dict:
+    """The checked record at `path`, which must sit at its own unit's path."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise RecordError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
+    check_record(record, path)
+    if path.name != unit_path(record["unit"], Path(".")).name or path.parent.name != record["unit"]["protocol"]:
+        raise RecordError(f"{path}: field 'unit' {record['unit']} belongs at {unit_path(record['unit'], Path('...'))}")
+    return record
+
+
+def write_record(record: dict, root: Path | None = None) -> tuple[Path, bool]:
+    """Write `record` at its unit's path, atomically; (path, written). The same unit recorded again
+    with the same numbers keeps the first record (written False); with other numbers, RecordConflict
+    naming the file and the fields that differ."""
+    check_record(record, f"the record of {record.get('unit')}")
+    path = unit_path(record["unit"], root)
+    if path.exists():
+        old = read_record(path)
+        mine, theirs = json.loads(_dump(numbers(record))), json.loads(_dump(numbers(old)))
+        if mine != theirs:
+            differ = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise RecordConflict(f"{path}: a record of this unit exists with other numbers in {differ}; not replaced")
+        return path, False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(path, _dump(record))
+    return path, True
+
+
+def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
+    """Every record of a protocol, checked, in file-name order; a records folder that does not exist is
+    refused (read as empty, a ledger run would train every unit again)."""
+    if not Path(root or records_dir()).is_dir():
+        raise RecordError(f"records folder {Path(root or records_dir())} does not exist (ELSI_DRAFT_RECORDS?)")
+    folder = Path(root or records_dir()) / protocol_name
+    return [read_record(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def question_frame(records: list[dict], *, twins: bool = False) -> pd.DataFrame:
+    """Per-question rows of `records` (and of their curve points), as the study's tables read them:
+    protocol, prompts, id, method, seed, layers, set entropy, probe error, probe agreement, step 1-3,
+    temperature, nodes, question_id, column, tau and the numeric settings. Refuses records of two
+    numeric settings (RecordError naming both), unless `twins` (a table over numeric twins that agree,
+    `twins.joined_tables`) and every record's protocol is of one pair of twins."""
+    settings = {json.dumps(r["numeric"], sort_keys=True) for r in records}
+    pairs = {protocol(r["unit"]["protocol"]).twins for r in records}
+    if len(settings) > 1 and not (twins and len(pairs) == 1):
+        raise RecordError(
+            f"records of different numeric settings cannot share a table: {sorted(settings)}"
+            + ("" if twins else " (twins that agree may: twins.joined_tables)")
+        )
+    frames = []
+    for r in records:
+        for point in [r, *r["curve"]]:
+            q = pd.DataFrame(point["questions"], columns=list(QUESTION_FIELDS))
+            head = {
+                "protocol": r["unit"]["protocol"],
+                "prompts": int(point["prompts"]),
+                "id": r["unit"]["method"],
+                "method": r["label"],
+                "seed": r["unit"]["seed"],
+                "layers": r["layers"],
+                "set entropy": r["set entropy"],
+                "probe error": r["probe error"],
+                "probe agreement": r["probe agreement"],
+                **point["step accuracy"],
+            }
+            frames.append(q.assign(**head, **r["numeric"]))
+    columns = ["protocol", "prompts", "id", "method", "seed", "layers", "set entropy", "probe error"]
+    columns += ["probe agreement", *STEPS, *QUESTION_FIELDS, *NUMERIC_COLUMNS]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(frames, ignore_index=True)[columns]
+    return out.astype({"probe error": float, "probe agreement": float})

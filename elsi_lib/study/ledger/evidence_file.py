@@ -1,0 +1,197 @@
+"""The evidence file `elsi select` reads (`draft.evidence`), written from the drafts' records:
+
+- every method's drafts against EAGLE3's on the same questions, per protocol, temperature and tree
+  size, at the seed level (`seed_stats.difference`), with the seeds each side has;
+- per criterion (the probe's held-out error, set entropy) and temperature, the fits that map the
+  criterion's difference between a set and EAGLE3's to the difference in tau at 60 nodes
+  (`draft.decision`), judged leave one protocol out (numeric twins left out together: they train
+  the same sets on the same data), their intervals widened until they cover 90% of the drafts;
+- the pooled criteria test (notebook 10's `criteria_pooled.csv`) and the default method it gives.
+
+    python -m elsi_lib.study.ledger.evidence_file          write elsi_lib/evidence.json (make evidence), and the
+                                                     comparisons as data/results/comparisons_seed_level.*
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+
+from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
+from ...common.results import results_dir
+from ...draft.decision import fit, predict, widening
+from ...draft.evidence import CRITERIA, EVIDENCE_PATH, NODES, SCHEMA, canonical
+from ..paper.plots import save_table
+from .protocols import PROTOCOLS
+from .record_tables import final_rows, verdict
+from .draft_records import read_records, records_dir
+from .seed_stats import difference
+from ..experiments.criteria_vs_drafts import BASELINE
+
+TEMPERATURES = (0.0, 1.0)
+TREES = (30, 60)
+
+
+def comparisons(names=tuple(PROTOCOLS)) -> pd.DataFrame:
+    """One row per (protocol, method other than EAGLE3, temperature, nodes): the seed-level difference
+    from EAGLE3 (`seed_stats.difference`) with the method's layers, the family, the training prompts and
+    each side's criteria (probe error, set entropy)."""
+    out = []
+    for name in names:
+        records = read_records(name)
+        if not records:
+            continue
+        rows = final_rows(records)
+        if BASELINE not in set(rows.method):
+            continue
+        first = rows.drop_duplicates("method").set_index("method")
+        base = first.loc[BASELINE]
+        for method in [m for m in first.index if m != BASELINE]:
+            mine = first.loc[method]
+            for T in TEMPERATURES:
+                for nodes in TREES:
+                    d = difference(rows, method, temperature=T, nodes=nodes)
+                    out.append(
+                        {
+                            "protocol": name,
+                            "group": "/".join(PROTOCOLS[name].twins),
+                            "family": records[0]["unit"]["family"],
+                            "prompts": int(rows.loc[rows.method == method, "prompts"].max()),
+                            "id": mine.id,
+                            "layers": mine.layers,
+                            "baseline layers": base.layers,
+                            **d,
+                            **{f"d {c}": float(mine[c]) - float(base[c]) for c in CRITERIA},
+                        }
+                    )
+    return pd.DataFrame(out)
+
+
+def points(table: pd.DataFrame, temperature: float) -> pd.DataFrame:
+    """The drafts a criterion's model is fitted on: 60 nodes, one row per distinct set of a protocol
+    (two methods that chose the same layers trained one draft), finite outcome only."""
+    mine = table[(table.temperature == temperature) & (table.nodes == NODES)]
+    mine = mine.drop_duplicates(["protocol", "layers"])
+    return mine[np.isfinite(mine["diff"].to_numpy(float))].reset_index(drop=True)
+
+
+def out_of_sample(pts: pd.DataFrame, criterion: str) -> pd.DataFrame:
+    """Leave one protocol group out: each held-out draft's prediction from the others, with the family's
+    fit where the rest hold that family, else the pooled one; its |error| / half-width ("ratio")."""
+    rows = []
+    for group in pts.group.unique():
+        train, test = pts[pts.group != group], pts[pts.group == group]
+        x, y = train[f"d {criterion}"].to_numpy(float), train["diff"].to_numpy(float)
+        own = fit(list(train.family), x, y, pooled=False)
+        pooled = fit(list(train.family), x, y, pooled=True)
+        for _, r in test.iterrows():
+            use = own if own is not None and r.family in own.columns[:-1] else pooled
+            if use is None:
+                continue
+            d, half = predict(use, r.family if use is own else None, r[f"d {criterion}"])
+            rows.append(
+                {
+                    "held out": group,
+                    "protocol": r.protocol,
+                    "layers": r.layers,
+                    "model": "family" if use is own else "pooled",
+                    "predicted": d,
+                    "half": half,
+                    "measured": r["diff"],
+                    "ratio": abs(r["diff"] - d) / half,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def criterion_models(table: pd.DataFrame) -> dict:
+    """{criterion: {temperature: {family, pooled, coverage, widen, rests on}}} (`draft.decision.Fit`s as dicts)."""
+    out: dict = {}
+    for criterion in CRITERIA:
+        out[criterion] = {}
+        for T in TEMPERATURES:
+            pts = points(table, T)
+            pts = pts[np.isfinite(pts[f"d {criterion}"].to_numpy(float))]
+            held = out_of_sample(pts, criterion) if pts.group.nunique() >= 2 else pd.DataFrame()
+            widen = widening(held.ratio) if len(held) else np.nan
+            x, y = pts[f"d {criterion}"].to_numpy(float), pts["diff"].to_numpy(float)
+            fits = {kind: fit(list(pts.family), x, y, pooled=kind == "pooled") for kind in ("family", "pooled")}
+            usable = len(held) > 0 and np.isfinite(widen)
+            out[criterion][f"{T:g}"] = {
+                **{
+                    kind: ({**f.as_dict(), "widen": widen} if (f is not None and usable) else None)
+                    for kind, f in fits.items()
+                },
+                "coverage": float((held.ratio <= 1).mean()) if len(held) else None,
+                "coverage widened": float((held.ratio <= widen).mean()) if len(held) else None,
+                "widen": widen if np.isfinite(widen) else None,
+                "out of sample": held.round(6).to_dict("records"),
+                "rests on": {
+                    "drafts": int(len(pts)),
+                    "protocols": sorted(pts.protocol.unique()),
+                    "groups": int(pts.group.nunique()),
+                    "families": sorted(pts.family.unique()),
+                    "seeds": int(pts[["seeds", "baseline seeds"]].max(axis=1).max()) if len(pts) else 0,
+                },
+            }
+    return out
+
+
+def pooled_criteria_rows() -> list[dict]:
+    path = results_dir() / "criteria_pooled.csv"
+    if not path.is_file():
+        return []
+    rows = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell is no value, not NaN in JSON
+    return rows.astype(object).where(rows.notna(), None).to_dict("records")
+
+
+def _commit() -> str | None:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def build() -> dict:
+    """The evidence file's contents (module docstring), with its provenance and checksum."""
+    table = comparisons()
+    pooled = pooled_criteria_rows()
+    root = records_dir()
+    payload = {
+        "schema": SCHEMA,
+        "provenance": {
+            "commit": _commit(),
+            "records": {
+                str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(root.glob("*/*.json"))
+            },
+        },
+        "nodes": NODES,
+        "default_method": verdict(pd.DataFrame(pooled)) if pooled else "elsi",
+        "pooled_criteria": pooled,
+        "comparisons": table.replace({np.nan: None}).to_dict("records"),
+        "models": criterion_models(table),
+    }
+    return {**payload, "checksum": hashlib.sha256(canonical(payload)).hexdigest()}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(EVIDENCE_PATH), help="where to write it (default: the package's)")
+    args = parser.parse_args(argv)
+    evidence = build()
+    columns = ["protocol", "family", "prompts", "method", "layers", "temperature", "nodes", "diff", "low", "high"]
+    columns += ["seeds", "baseline seeds", "seed level", "questions"]
+    save_table(pd.DataFrame(evidence["comparisons"])[columns], "comparisons_seed_level", results_dir())
+    atomic_write_chunks(args.out, [json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"])
+    print(f"wrote {args.out}: {len(evidence['comparisons'])} comparisons, default method {evidence['default_method']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,377 @@
+"""The documentation site's pages, generated from the committed results (`make docs`): one page per
+paper figure and table (its figures, its tables, and the finding written from the data with its
+interval), one per `elsi` command (its help), the Python API (docstrings) and the benchmarks.
+`build(out)` writes the mkdocs source tree; a file a page needs that is missing fails the
+build naming it (`MissingResult`).
+
+    python -m elsi_lib.study.pages.site build/docs-src     (make docs, then mkdocs build)
+"""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+import tempfile
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ...common.cachefiles import REPO_ROOT, replace_folder
+from ...common.results import results_dir
+from ...draft import evidence as ev
+from ...draft.evidence import NODES
+from . import speed_page
+from ..ledger import twins
+
+FIGURES = REPO_ROOT / "figures"
+BENCH = REPO_ROOT / "bench" / "results"
+FAMILIES = ("smollm2-135m", "qwen2.5-coder-0.5b")
+
+
+class MissingResult(FileNotFoundError):
+    """A results file a page needs is not there."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """One paper figure or table: its notebook, figures (stems in figures/) and tables (stems in data/results/)."""
+
+    slug: str
+    title: str
+    notebook: str
+    figures: tuple = ()
+    tables: tuple = ()
+    finding: object = field(default=None, compare=False)  # (results folder) -> markdown lines
+
+
+def _csv(folder: Path, stem: str) -> pd.DataFrame:
+    path = folder / f"{stem}.csv"
+    if not path.is_file():
+        raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
+    return pd.read_csv(path)
+
+
+def _wave(folder):
+    rows = _csv(folder, "fig02_layer_entropy_summary")
+    return [
+        f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
+        f"falls to {r['min S_1']:.4f} at layer {r['argmin layer']}; the largest block row holds a median "
+        f"{r['top-row energy share, median']:.0%} of Z's energy (an attention sink)."
+        for _, r in rows.iterrows()
+    ]
+
+
+def _filtering(folder):
+    rows = _csv(folder, "fig04_variance_reduction")
+    rows = rows[rows.selection == "entropy"]
+    return [
+        f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
+        f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
+        for _, r in rows.iterrows()
+    ]
+
+
+def _compartments(folder):
+    rows = _csv(folder, "fig05_boundaries")
+    return [
+        f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
+        f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
+        for _, r in rows.iterrows()
+    ]
+
+
+def _selection(folder):
+    rows = _csv(folder, "table1_layer_selection")
+    rows = rows[(rows.setting == "paper") & (rows.m == 3) & rows.method.isin(["ELSI", "EAGLE3", "exhaustive"])]
+    return [f"- {r.model}, {r.method}: {r.layers}, set entropy {r.entropy:.4f}." for _, r in rows.iterrows()]
+
+
+def _drafts(families, methods=("elsi", "probe")):
+    def finding(folder):
+        evidence, lines = ev.load(), []
+        for family in families:
+            for method in methods:
+                found = ev.comparison_lines(evidence, family, method, 3)
+                lines += [f"- {line.removeprefix('evidence: ').strip()}." for line in found if "none of" not in line]
+        if not lines:
+            raise MissingResult(f"{folder}: no records' comparison for {', '.join(families)} in {ev.EVIDENCE_PATH}")
+        return lines
+
+    return finding
+
+
+def _criteria(folder):
+    rows = _csv(folder, "criteria_rank_correlations")
+    rows = rows[(rows.nodes == NODES) & (rows.temperature == 0) & (rows.outcome == "tau minus EAGLE3")]
+    return [
+        f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
+        f"{r.rho:+.2f}, permutation p = {r['p (permutation)']:.3f}."
+        for _, r in rows.iterrows()
+    ]
+
+
+def _families(folder):
+    rows = _csv(folder, "families_compared")
+    rows = rows[rows.effect.str.contains("minus EAGLE3") & (rows.nodes == NODES)]
+    last = [c for c in rows.columns if " minus " in c and not c.startswith(("low", "high", "value"))][0]
+    return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in rows.iterrows()]
+
+
+def _ledger(folder):
+    found = _csv(folder, "ledger_findings")
+    pooled = _csv(folder, "criteria_pooled")
+    lines = [
+        f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
+        f"[{r.low:+.3f}, {r.high:+.3f}] "
+        f"({r.drafts} drafts; one seed against one: the questions' interval only)."
+        for _, r in found[found.temperature == 0].iterrows()
+    ]
+    lines += [
+        f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts: rho {r['pooled rho']:+.2f}, "
+        f"stratified permutation p = {r['p (stratified permutation)']:.3f} (per protocol: "
+        + ", ".join(
+            f"{name} {rho} p = {p}"
+            for name, rho, p in zip(r.protocols.split(), r["per protocol rho"].split(), r["per protocol p"].split())
+        )
+        + ")."
+        for _, r in pooled.iterrows()
+    ]
+    compared = _csv(folder, "numeric_twins") if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
+    return lines + [f"- {line}." for line in twins.summary(compared)]
+
+
+PAGES = (
+    Page(
+        "fig01-02",
+        "Fig. 1-2: the activation wave",
+        "01_activation_wave.ipynb",
+        ("fig01_activation_wave", "fig02_layer_entropy_families"),
+        ("fig02_layer_entropy_summary",),
+        _wave,
+    ),
+    Page("fig03", "Fig. 3: pair entropy", "02_pair_entropy.ipynb", ("fig03_pair_entropy",), ("fig03_pair_gains",)),
+    Page(
+        "fig04",
+        "Fig. 4: token filtering",
+        "03_token_filtering.ipynb",
+        tuple(f"fig04_token_filtering_{f}" for f in FAMILIES),
+        ("fig04_variance_reduction",),
+        _filtering,
+    ),
+    Page(
+        "fig05-06",
+        "Fig. 5-6: CKA compartments",
+        "04_cka_compartments.ipynb",
+        ("fig05_cka_compartments", "fig06_transition_scores"),
+        ("fig05_boundaries",),
+        _compartments,
+    ),
+    Page(
+        "table1",
+        "Table 1 and Fig. 7: layer selection",
+        "05_layer_selection.ipynb",
+        ("fig07_beam_frontier",),
+        ("table1_layer_selection", "table1_bootstrap"),
+        _selection,
+    ),
+    Page(
+        "table2",
+        "Table 2: accepted tokens on SmolLM2-135M",
+        "06_accepted_tokens.ipynb",
+        ("fig08_tau_by_column_smollm2-135m",),
+        ("table2_accepted_tokens_smollm2-135m", "table2_paired_smollm2-135m"),
+        _drafts(("smollm2-135m",), ("elsi", "elsi-c")),
+    ),
+    Page(
+        "table3",
+        "Table 3: accepted tokens on Qwen2.5-Coder-0.5B",
+        "06_accepted_tokens.ipynb",
+        ("fig08_tau_by_column_qwen2.5-coder-0.5b",),
+        (
+            "table3_f32_records_qwen2.5-coder-0.5b",
+            "table3_records_qwen2.5-coder-0.5b",
+            "table3_accepted_tokens_qwen2.5-coder-0.5b",
+            "table3_paired_qwen2.5-coder-0.5b",
+        ),
+        _drafts(("qwen2.5-coder-0.5b",)),
+    ),
+    Page(
+        "strong",
+        "Strong drafts and the learning curve (Fig. 9)",
+        "07_strong_drafts.ipynb",
+        ("fig09_learning_curve_smollm2-135m",),
+        (
+            "table2_strong_records_smollm2-135m",
+            "table2_strong_paired_smollm2-135m",
+            "table2_learning_curve_smollm2-135m",
+        ),
+        _drafts(("smollm2-135m",)),
+    ),
+    Page(
+        "criteria",
+        "Fig. 10: which criterion predicts the drafts",
+        "08_selection_criteria.ipynb",
+        ("fig10_criteria_vs_drafts",),
+        ("criteria_rank_correlations",),
+        _criteria,
+    ),
+    Page(
+        "families",
+        "Fig. 11: the layer choice per family",
+        "09_families.ipynb",
+        ("fig11_families",),
+        ("families_compared", "families_interchangeability"),
+        _families,
+    ),
+    Page(
+        "ledger",
+        "The drafts behind the tables: records and the criteria out of sample",
+        "10_ledger.ipynb",
+        (),
+        ("comparisons_seed_level", "ledger_findings", "criteria_pooled"),
+        _ledger,
+    ),
+)
+
+
+def _table_markdown(folder: Path, stem: str) -> str:
+    path = folder / f"{stem}.md"
+    if not path.is_file():
+        raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
+    return path.read_text()
+
+
+def figure_page(page: Page, folder: Path, images: Path) -> str:
+    """A figure or table page: title, notebook, finding (from the data), figures, tables."""
+    lines = [f"# {page.title}", "", f"Notebook: `notebooks/{page.notebook}`.", ""]
+    if page.finding is not None:
+        lines += ["## Finding", "", *page.finding(folder), ""]
+    for stem in page.figures:
+        source = FIGURES / f"{stem}.png"
+        if not source.is_file():
+            raise MissingResult(f"{source}: the page {page.slug} shows it (run `make figures` or its notebook)")
+        shutil.copy2(source, images / source.name)
+        lines += [f"![{stem}](images/{source.name})", ""]
+    for stem in page.tables:
+        lines += [f"## `{stem}`", "", _table_markdown(folder, stem), ""]
+    return "\n".join(lines)
+
+
+def command_page(name: str) -> str:
+    from ...cli_args import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices[name]
+    return f"# elsi {name}\n\n```\n{sub.format_help()}```\n"
+
+
+def api_page() -> str:
+    import elsi_lib
+
+    lines = [
+        "# Python API",
+        "",
+        "The public names of `elsi_lib` (its `__init__` gathers them), with their docstrings.",
+        "",
+    ]
+    for name in sorted(n for n in dir(elsi_lib) if not n.startswith("_")):
+        obj = getattr(elsi_lib, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            continue
+        try:
+            signature = str(inspect.signature(obj))
+        except (TypeError, ValueError):
+            signature = "(...)"
+        lines += [f"## `{name}{signature}`", "", inspect.getdoc(obj) or "(no docstring)", ""]
+    return "\n".join(lines)
+
+
+def bench_page() -> str:
+    lines = ["# Benchmarks", "", "Each benchmark's last run (`bench/results/`): machine, date, load and rows.", ""]
+    for path in sorted(BENCH.glob("*.md")):
+        lines += [f"## `{path.stem}`", "", path.read_text(), ""]
+    return "\n".join(lines)
+
+
+def home_page(pages) -> str:
+    readme = (REPO_ROOT / "README.md").read_text()
+    index = ["", "## Pages", ""] + [f"- [{p.title}]({p.slug}.md)" for p in pages]
+    return readme + "\n".join(index) + "\n"
+
+
+MKDOCS = """site_name: elsi
+site_description: which hidden layers should your draft model see?
+docs_dir: docs
+theme:
+  name: material
+  features: [navigation.sections]
+extra_javascript: [checks.js]
+nav:
+{nav}
+"""
+# what the browser check reads back: every image decoded (naturalWidth > 0), set on <body> once loaded
+CHECKS_JS = """window.addEventListener("load", function () {
+  var images = Array.prototype.slice.call(document.images);
+  var broken = images.filter(function (i) { return !(i.complete && i.naturalWidth > 0); });
+  document.body.setAttribute("data-images", images.length);
+  document.body.setAttribute("data-broken-images", broken.map(function (i) { return i.src; }).join(" "));
+});
+"""
+
+
+MARKER = ".elsi-pages"  # in every folder the builder wrote: the only kind it ever replaces
+
+
+def build(out: Path, folder: Path | None = None) -> list[Path]:
+    """Write the site's source (mkdocs.yml and docs/) as the folder `out`; returns the pages written.
+    The site is written into a fresh folder beside `out` and replaces it only once complete: a failed
+    build leaves the previous site as it was. `out` must be new, empty, or a site this builder wrote
+    (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
+    out = Path(out)
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
+        raise FileExistsError(
+            f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
+        )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        names = _write_site(fresh, folder or results_dir())
+        (fresh / MARKER).write_text("written by elsi_lib.study.pages.site: replaced whole by the next build\n")
+    except BaseException:
+        shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    replace_folder(fresh, out)
+    return [out / "docs" / name for name in names]
+
+
+def _write_site(out: Path, folder: Path) -> list[str]:
+    docs = out / "docs"
+    (docs / "images").mkdir(parents=True)
+    written = {}
+    for page in PAGES:
+        written[f"{page.slug}.md"] = figure_page(page, folder, docs / "images")
+    for name in ("select", "capture", "report"):
+        written[f"command-{name}.md"] = command_page(name)
+    written["api.md"] = api_page()
+    written["benchmarks.md"] = bench_page()
+    written["speed.md"] = speed_page.page(docs / "images")
+    written["index.md"] = home_page(PAGES)
+    for name, text in written.items():
+        (docs / name).write_text(text)
+    (docs / "checks.js").write_text(CHECKS_JS)
+    nav = ["  - Home: index.md", "  - Paper figures and tables:"] + [f"    - '{p.title}': {p.slug}.md" for p in PAGES]
+    nav += ["  - Commands:"] + [f"    - elsi {n}: command-{n}.md" for n in ("select", "capture", "report")]
+    nav += ["  - Python API: api.md", "  - Wall clock: speed.md", "  - Benchmarks: benchmarks.md"]
+    (out / "mkdocs.yml").write_text(MKDOCS.format(nav="\n".join(nav)))
+    return list(written)
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else REPO_ROOT / "build" / "docs-src")
+    try:
+        pages = build(target)
+    except (MissingResult, FileExistsError) as err:
+        sys.exit(f"make docs: {err}")
+    print(f"{len(pages)} pages in {target / 'docs'}")

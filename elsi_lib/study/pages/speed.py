@@ -1,0 +1,325 @@
+"""Wall clock: the cost model's benchmarks (`bench/bench_cost.py` for elsi's loop, `engines/cost_vllm.py`
+for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, and what they show: each
+run's finding, the model's accuracy over the runs, the levers, the target's dtype and the README's
+headline (`speed_plots` draws them, `speed_page` writes the docs page).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ...common.cachefiles import REPO_ROOT
+from ...draft import cost
+from ...draft.corpus import ONE_PER_COLUMN
+
+BENCH = REPO_ROOT / "bench" / "results"
+TARGET = 1.3  # the speed-up over plain decoding a draft is asked to pay in vLLM
+TOLERANCE = 0.1  # the cost model is asked to predict each measured speed-up within 10%
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float))
+
+
+def predicted_chains(chains: list[dict]) -> list[dict]:
+    """The chains predicted out of sample (a number for error; "calibration" rows are not)."""
+    return [r for r in chains if _number(r.get("error"))]
+
+
+def _explained(row: dict) -> bool:
+    """An out-of-sample error within TOLERANCE or within its repeats' spread (the machine's noise)."""
+    return abs(row["error"]) <= max(TOLERANCE, row["spread"])
+
+
+def cost_results(folder: Path = BENCH) -> list[dict]:
+    """Every cost benchmark's record (name order), each with its chain rows as `chains`:
+    [{k, tau measured, speed-up measured, speed-up predicted, error, round ms predicted}]."""
+    out = []
+    paths = [*Path(folder).glob("cost_elsi_*.json"), *Path(folder).glob("cost_vllm_*.json")]
+    for path in sorted(paths):
+        try:
+            result = json.loads(path.read_text())
+        except ValueError as err:
+            raise ValueError(f"{path}: not readable JSON ({err})") from None
+        _check_result(result, path)
+        chains = []
+        for row in result["rows"]:
+            if "k" in row:  # vLLM's rows
+                chains.append({**row, "tau measured": row["tau vLLM"]})
+            elif row.get("shape") == "chain":
+                chains.append({**row, "k": row["k or nodes"]})
+        out.append({**result, "chains": chains})
+    return out
+
+
+def _check_result(result: dict, path: Path) -> None:
+    """A cost benchmark's file, checked before any page or line reads it: per-step acceptance rates are
+    shares in [0, 1] (a rate above 1 would predict more tokens than the chain allows), each chain row's
+    tau between 1 and k + 1 and its speed-ups positive; ValueError naming the file, the row and the field."""
+    if not isinstance(result, dict) or "rows" not in result or "settings" not in result:
+        raise ValueError(f"{path}: not a cost benchmark (no 'rows' and 'settings')")
+    for i, a in enumerate(result["settings"].get("per-step acceptance", [])):
+        if not (_number(a) and 0 <= a <= 1):
+            raise ValueError(f"{path}: settings' per-step acceptance a_{i + 1} = {a!r}, not a share in [0, 1]")
+    for i, row in enumerate(result["rows"]):
+        k = row.get("k", row.get("k or nodes") if row.get("shape") == "chain" else None)
+        tau = row.get("tau vLLM", row.get("tau measured"))
+        if k is not None and _number(tau) and not 1 <= tau <= k + 1 + 1e-9:
+            raise ValueError(f"{path}: row {i} (k = {k}): tau {tau} outside [1, {k + 1}]")
+        for field in ("speed-up measured", "speed-up predicted"):
+            if _number(row.get(field)) and not row[field] > 0:
+                raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not positive")
+
+
+def label(result: dict) -> str:
+    s = result["settings"]
+    dtype = f", target {s['dtype']}" if s.get("dtype", "float32") != "float32" else ""
+    questions = f", {s['question set']}" if s.get("question set", ONE_PER_COLUMN) != ONE_PER_COLUMN else ""
+    return f"{s['engine']}, {s.get('model') or s.get('family')}{dtype}, draft {s['draft']}{questions}"
+
+
+def curve(settings: dict, round_ms: float, taus) -> np.ndarray:
+    """Speed-up over plain decoding of the benchmark's whole generation as a function of tokens per
+    round, every other cost as measured (`cost.generation_seconds`)."""
+    questions, generated = settings["questions"], settings["generated"]
+    prefill = settings["prefill ms"] / 1000 / questions
+    return np.array(
+        [settings["plain s"] / cost.generation_seconds(generated, questions, t, round_ms / 1000, prefill) for t in taus]
+    )
+
+
+def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
+    """Tokens per round at which the benchmark's generation reaches `speedup` over plain decoding with
+    this round's cost (`curve` solved for tau); None when no tau can (the prefills alone are too slow)."""
+    questions, generated = settings["questions"], settings["generated"]
+    budget = settings["plain s"] / speedup - settings["prefill ms"] / 1000
+    if budget <= 0:
+        return None
+    return (generated - questions) * round_ms / 1000 / budget
+
+
+def best_chain(result: dict) -> dict:
+    """The row of `result`'s chains with the highest measured speed-up."""
+    return max(result["chains"], key=lambda r: r["speed-up measured"])
+
+
+def finding(result: dict) -> list[str]:
+    """What one benchmark shows, from its rows: the best measured speed-up, how far the model's
+    out-of-sample predictions fall from the measurements, and the ceiling and break-even at the best k."""
+    s, chains = result["settings"], result["chains"]
+    best = best_chain(result)
+    errors = [abs(r["error"]) for r in predicted_chains(chains)]
+    plain = s["plain tok/s"]
+    lines = [
+        f"**{label(result)}** ({result['machine']['cpu']}, {result['machine']['date'][:10]}): plain decoding "
+        f"{plain} tokens/s. Best chain k = {best['k']}: {best['speed-up measured']}x measured, "
+        f"{best['speed-up predicted']}x predicted, at tau {best['tau measured']} against a break-even tau of "
+        f"{best['break-even tau']}; with perfect acceptance that chain would reach {best['ceiling']}x."
+    ]
+    need = tau_needed(s, best["round ms predicted"], TARGET)
+    first = s["per-step acceptance"][0]
+    lines[0] += (
+        f" {TARGET}x would need tau {need:.2f} there"
+        if need is not None and need <= best["k"] + 1
+        else f" {TARGET}x is out of that chain's reach"
+    ) + f"; the draft accepts its first token {100 * first:.0f}% of the time."
+    if errors:
+        how = (
+            "the target's forward at each size as measured and each chain's draft side from the other "
+            "chains' rounds (k = 1, vLLM's one-pass proposer, is its own calibration and left out here)"
+            if s["engine"].startswith("vLLM")
+            else "every cost timed alone"
+        )
+        lines.append(
+            f"Predicted from the longest chain's per-step acceptance (its own chain's tau is thus in sample) "
+            f"and {how}, the chains' speed-ups fall within {100 * max(errors):.1f}% of the measured ones "
+            f"(mean {100 * np.mean(errors):.1f}%, {len(errors)} chains)."
+        )
+    noisy = [r for r in predicted_chains(chains) if _number(r.get("spread"))]
+    if noisy:
+        spreads = [100 * r["spread"] for r in noisy]
+        inside = sum(map(_explained, noisy))
+        engines = s.get("engines per chain", 1)
+        engines = f" (a chain's in each of {engines} engines)" if engines > 1 else ""
+        lines[-1] += (
+            f" Each generation ran {s['repeat']} times{engines}: the repeats' spread (a chain's range plus plain's, over "
+            f"their medians) is {min(spreads):.1f}-{max(spreads):.1f}%, and {inside} of {len(noisy)} errors lie "
+            "within 10% or within their spread."
+        )
+    return lines
+
+
+def headline(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[str]:
+    """The README's wall-clock lines: for each question set, the lossless vLLM-CPU run on `family` (the
+    target in float32) whose best chain measured the highest speed-up, its `finding`'s first line; then
+    whether that reaches TARGET on each set; then, where that chain's round took less than a plain decoding
+    step, the two times (part of the speed-up is then the engine's). [] without such a run."""
+    best: dict = {}
+    for result in results:
+        s = result["settings"]
+        if not (
+            s["engine"].startswith("vLLM") and s.get("family") == family and s.get("dtype", "float32") == "float32"
+        ):
+            continue
+        if not all(r.get("lossless") is True for r in result["chains"]):
+            continue
+        questions = s.get("question set", ONE_PER_COLUMN)
+        if (
+            questions not in best
+            or best_chain(result)["speed-up measured"] > best_chain(best[questions])["speed-up measured"]
+        ):
+            best[questions] = result
+    if not best:
+        return []
+    order = sorted(best, key=lambda q: (q != ONE_PER_COLUMN, q))  # SpecBench's columns first
+    chosen = [(q, best[q], best_chain(best[q])) for q in order]
+    lines = [finding(result)[0] for _, result, _ in chosen]
+    verdicts = [
+        f"{'reached' if w['speed-up measured'] >= TARGET else 'not reached'} on {q} ({w['speed-up measured']}x)"
+        for q, _, w in chosen
+    ]
+    lines.append(f"{TARGET}x plain decoding in vLLM-CPU on {family}, lossless: {'; '.join(verdicts)}.")
+    cheaper = [
+        (q, w, result["settings"]["plain decode step ms"])
+        for q, result, w in chosen
+        if w["round ms measured"] < result["settings"]["plain decode step ms"]
+    ]
+    if cheaper:
+        lines.append(
+            "Part of it is the engine's: "
+            + "; ".join(
+                f"on {q} a round of k = {w['k']} took {w['round ms measured']} ms, a plain step {step} ms"
+                for q, w, step in cheaper
+            )
+            + " (in vLLM-CPU a whole speculative round costs less than one plain decoding step)."
+        )
+    return lines
+
+
+def model_accuracy(results: list[dict]) -> str | None:
+    """The README's sentence on the cost model in vLLM-CPU over every committed run: how many out-of-sample
+    chains it predicted within 10% of the measured speed-up, and, in the runs that repeated each generation,
+    how many within 10% or within their repeats' spread; None without a vLLM run."""
+    runs = [r for r in results if r["settings"]["engine"].startswith("vLLM")]
+    chains = [(i, c) for i, r in enumerate(runs) for c in predicted_chains(r["chains"])]
+    if not chains:
+        return None
+    errors = sorted(abs(c["error"]) for _, c in chains)
+    line = (
+        f"The cost model in vLLM-CPU, over {len(runs)} runs: {sum(e <= TOLERANCE for e in errors)} of {len(errors)} "
+        f"out-of-sample chains predicted within 10% of the measured speed-up (median error "
+        f"{100 * float(np.median(errors)):.1f}%, worst {100 * errors[-1]:.1f}%)"
+    )
+    repeated = [(i, c) for i, c in chains if _number(c.get("spread"))]
+    if repeated:
+        inside = sum(_explained(c) for _, c in repeated)
+        line += (
+            f"; in the {len({i for i, _ in repeated})} runs that repeated each generation, {inside} of "
+            f"{len(repeated)} within 10% or within the repeats' spread"
+        )
+    return line + "."
+
+
+def linear_cost(model: str, folder: Path = BENCH) -> str:
+    """ ", where the model's linears over 2-4 rows cost a-b times one row (bench_linears)" from
+    `bench_linears_<model>`, or "" without that record."""
+    path = Path(folder) / f"bench_linears_{model}.json"
+    if not path.is_file():
+        return ""
+    rows = json.loads(path.read_text())["rows"]
+    ratios = [
+        r["F.linear / its one row"] for r in rows if r["weight (out x in)"] == "all linears" and 2 <= r["rows"] <= 4
+    ]
+    if not ratios:
+        return ""
+    return (
+        f", where the model's linears over 2-4 rows cost {min(ratios):.2f}-{max(ratios):.2f}x one row (bench_linears)"
+    )
+
+
+def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | None:
+    """What the linears computed weight first (`elsi_lib.draft.linears`) did to elsi's loop, from the
+    best of `cost_elsi_<ledger>*` records that measured the verification forward both ways in one run
+    (`bench_cost.py --weight-first`: settings "with F.linear"), and vLLM's `cost_vllm_<ledger>` when
+    present: the verification forward over 2 tokens against a plain step each way, and the best chain.
+    None while no such record exists."""
+    results = {r["benchmark"]: r for r in cost_results(folder)}
+    levers = [
+        r
+        for name, r in results.items()
+        if name.startswith(f"cost_elsi_{ledger}")
+        and "with F.linear" in r["settings"]
+        and r["chains"]
+        and r["settings"].get("question set", ONE_PER_COLUMN) == ONE_PER_COLUMN
+    ]
+    if not levers:
+        return None
+    lever = max(levers, key=lambda r: best_chain(r)["speed-up measured"])
+    s, usual = lever["settings"], lever["settings"]["with F.linear"]
+    w = best_chain(lever)
+    rate = w["speed-up measured"] * s["plain tok/s"]
+    line = (
+        f"In elsi's own loop the target's verification forward over 2 tokens costs "
+        f"{usual['target forward ms by tokens']['2'] / usual['plain decode step ms']:.2f}x a plain decoding step"
+        f"{linear_cost(s['model'], folder)}. Computed weight first (`elsi_lib.draft.linears`, "
+        f"`bench_cost.py --weight-first`) it costs "
+        f"{s['target forward ms by tokens']['2'] / s['plain decode step ms']:.2f}x (one run, {lever['benchmark']}), "
+        f"and with the draft {s['draft']} the best chain, k = {w['k']}, runs at {w['speed-up measured']}x plain "
+        f"decoding ({w['speed-up predicted']}x predicted), {rate:.2f} tokens/s"
+        + (", token for token plain greedy's" if w.get("lossless") is True else "")
+    )
+    vllm = results.get(f"cost_vllm_{ledger}")
+    if vllm is not None:
+        v = best_chain(vllm)
+        line += (
+            f", against vLLM-CPU's best {v['speed-up measured'] * vllm['settings']['plain tok/s']:.2f} "
+            f"(draft {vllm['settings']['draft']})"
+        )
+    return line + "."
+
+
+def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
+    """(float32, bfloat16) vLLM records of one family and draft run on one CPU on one day
+    (`engines/cost_vllm.py --dtype`): the target's dtype as a lever, the rest held."""
+    groups: dict = {}
+    for result in results:
+        s, m = result["settings"], result["machine"]
+        if s["engine"].startswith("vLLM"):
+            questions = (s.get("question set", ONE_PER_COLUMN), s.get("questions"), s.get("max_tokens"))
+            key = (s["family"], s["draft"], questions, m["cpu"], m["date"][:10])
+            groups.setdefault(key, {})[s.get("dtype", "float32")] = result
+    return [(g["float32"], g["bfloat16"]) for g in groups.values() if {"float32", "bfloat16"} <= set(g)]
+
+
+def dtype_finding(results: list[dict]) -> list[str]:
+    """What the target in bf16 did in vLLM-CPU, per `dtype_pairs`: plain decoding's rate each way, how the
+    target's forward grows over its tokens (as measured at each size), the draft's side of a round at k = 1, the best
+    chain each way, and the bf16 chain's rate against float32's plain decoding."""
+    lines = []
+    for f32, bf16 in dtype_pairs(results):
+        a, b = f32["settings"], bf16["settings"]
+        wa, wb = best_chain(f32), best_chain(bf16)
+        most = str(max(int(n) for n in a["target forward ms by tokens"]))
+
+        def growth(s):
+            return s["target forward ms by tokens"][most] / s["target forward ms by tokens"]["1"]
+
+        rate_a, rate_b = (w["speed-up measured"] * s["plain tok/s"] for w, s in ((wa, a), (wb, b)))
+        flags = ", ".join(bf16["machine"].get("bf16 matmul flags") or []) or "flags not recorded"
+        questions = a.get("question set", ONE_PER_COLUMN)
+        questions = f", {questions}" if questions != ONE_PER_COLUMN else ""
+        lines.append(
+            f"**The target in bf16 in vLLM-CPU** ({a['family']}, draft {a['draft']}{questions}, {bf16['machine']['cpu']} with "
+            f"{flags}, {bf16['machine']['date'][:10]}): plain decoding {b['plain tok/s']} tokens/s against "
+            f"{a['plain tok/s']} in float32 ({b['plain tok/s'] / a['plain tok/s']:.2f}x). The target's forward "
+            f"over {most} tokens costs {growth(b):.2f}x one token in bf16 against {growth(a):.2f}x in float32; the "
+            f"draft's side of a round at k = 1 {b['draft side ms by k']['1']:.1f} ms against "
+            f"{a['draft side ms by k']['1']:.1f} ms. Best chain in bf16: k = {wb['k']}, {wb['speed-up measured']}x "
+            f"its plain decoding ({rate_b:.2f} tokens/s), against k = {wa['k']}, {wa['speed-up measured']}x in "
+            f"float32 ({rate_a:.2f} tokens/s): speculative decoding with the target in bf16 runs at "
+            f"{rate_b / a['plain tok/s']:.2f}x float32's plain decoding."
+        )
+    return lines
