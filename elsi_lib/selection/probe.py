@@ -24,6 +24,7 @@ so all C(N, m) sets are scored without the model (`set_errors`). Float64 through
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Callable, Iterator
@@ -52,6 +53,16 @@ class ProbeStats:
     heldout_z: np.ndarray  # (n_h, K) float32 held-out reduced features (for `agreement`)
     heldout_next: np.ndarray  # (n_h,) the target's own next token at each held-out row (-1: unknown)
     y_mean: np.ndarray  # (d,) the training targets' mean
+
+    @functools.cached_property
+    def cross_outer(self) -> np.ndarray:
+        """(K, K) C C^T: with `heldout_cross_outer`, what a set's error needs of the d-wide C (`_set_error`)."""
+        return self.cross @ self.cross.T
+
+    @functools.cached_property
+    def heldout_cross_outer(self) -> np.ndarray:
+        """(K, K) C_h C^T."""
+        return self.heldout_cross @ self.cross.T
 
     @property
     def n_layers(self) -> int:
@@ -235,11 +246,16 @@ def fit_set(stats: ProbeStats, layers, ridge: float) -> np.ndarray:
 
 
 def _set_error(stats: ProbeStats, layers, ridge: float) -> float:
+    """The module docstring's error with W = A^-1 C_S never formed (its d columns are the costly part):
+    tr(W^T C_h,S) = <A^-1, (C_h C^T)_SS> and tr(W^T G_h,SS W) = tr(A^-1 G_h,SS A^-1 (C C^T)_SS)."""
     S = stats.columns(layers)
     A = stats.gram[np.ix_(S, S)] + ridge * stats.n_train * np.eye(len(S))
-    W = cho_solve(cho_factor(A), stats.cross[S])  # ((m + 1) r, d)
-    fitted = np.sum(W * (stats.heldout_gram[np.ix_(S, S)] @ W))
-    return (stats.heldout_yy - 2 * np.sum(W * stats.heldout_cross[S]) + fitted) / stats.heldout_yy
+    inverse = cho_solve(cho_factor(A), np.eye(len(S)))  # ((m + 1) r, (m + 1) r)
+    left = inverse @ stats.heldout_gram[np.ix_(S, S)]
+    fitted = np.sum(left * (stats.cross_outer[np.ix_(S, S)] @ inverse))  # tr(left @ (inverse @ CC^T_SS))
+    return (
+        stats.heldout_yy - 2 * np.sum(inverse * stats.heldout_cross_outer[np.ix_(S, S)]) + fitted
+    ) / stats.heldout_yy
 
 
 def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
@@ -248,6 +264,7 @@ def set_errors(stats: ProbeStats, sets, ridge: float) -> np.ndarray:
     if ridge <= 0:
         raise ValueError(f"ridge must be positive, got {ridge}")
     sets = list(sets)
+    stats.cross_outer, stats.heldout_cross_outer  # computed once, before the threads share them
     parts = [sets[i : i + MIN_PARALLEL] for i in range(0, len(sets), MIN_PARALLEL)]
     done = parallel_map(lambda part: [_set_error(stats, layers, ridge) for layers in part], parts)
     errors = np.array([e for part in done for e in part], dtype=np.float64)
