@@ -307,6 +307,9 @@ def test_token_entropy_chunks_and_selection():
         torch.testing.assert_close(
             token_entropy(hidden, head, chunk_elements=chunk).double(), expected, rtol=1e-5, atol=1e-6
         )
+    whole = token_entropy(hidden, head, cache_elements=1 << 24)  # the float64 pass over all rows at once
+    for rows in (1, 3, 10):  # ... and over a few rows at a time (the cache's share): the same bits
+        assert torch.equal(token_entropy(hidden, head, cache_elements=50 * rows), whole)
     entropy = torch.tensor([0.1, 0.9, 0.5, 0.9, 0.2])
     eligible = torch.tensor([True, True, True, False, True])
     assert select_positions(entropy, eligible, 0.5).tolist() == [1, 2]

@@ -136,25 +136,30 @@ def layer_outputs(model) -> Iterator[list]:
             handle.remove()
 
 
-def token_entropy(final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 25):
+def token_entropy(
+    final_hidden, lm_head, softcap: float | None = None, chunk_elements: int = 1 << 25, cache_elements: int = 1 << 18
+):
     """H_t = -sum_v p_t(v) log p_t(v) of the next-token distribution (Eq. 9), (T, d) -> (T,).
 
     Logits are formed `chunk_elements // vocab` positions at a time, so a large vocabulary never
-    materializes a (T x V) tensor.
+    materializes a (T x V) tensor; the float64 entropy then runs over `cache_elements // vocab` rows at
+    a time, which stay in the CPU's cache (each row's entropy is the same whatever the rows beside it).
     """
     import torch
 
     vocab = lm_head.weight.shape[0]
-    step = max(1, chunk_elements // vocab)
+    step, rows = max(1, chunk_elements // vocab), max(1, cache_elements // vocab)
     out = []
     for start in range(0, final_hidden.shape[0], step):
-        # float64 from the logits on: a random or flat model's positions differ in entropy by 1e-9,
-        # far below float32's error (~2e-6), and the top-rho selection must not depend on the CPU's kernels
-        logits = lm_head(final_hidden[start : start + step]).double()  # (c, V)
-        if softcap:
-            logits = softcap * torch.tanh(logits / softcap)
-        logp = torch.log_softmax(logits, dim=-1)
-        out.append(-(logp.exp() * logp).sum(dim=-1))  # (c,)
+        chunk = lm_head(final_hidden[start : start + step])  # (c, V), the model's dtype
+        for first in range(0, chunk.shape[0], rows):
+            # float64 from the logits on: a random or flat model's positions differ in entropy by 1e-9,
+            # far below float32's error (~2e-6), and the top-rho selection must not depend on the CPU's kernels
+            logits = chunk[first : first + rows].double()  # (r, V)
+            if softcap:
+                logits = softcap * torch.tanh(logits / softcap)
+            logp = torch.log_softmax(logits, dim=-1)
+            out.append(-(logp.exp() * logp).sum(dim=-1))  # (r,)
     return torch.cat(out) if out else final_hidden.new_zeros(0, dtype=torch.float64)
 
 
