@@ -143,14 +143,15 @@ lab-check: venv
 # notebooks 06 and 07 just wrote under nbval (their *_small.yaml parameter files)
 # The tests and the notebooks under test cache into a folder of their own (TEST_CACHE, removed after,
 # pass or fail): the user's cache (~/.cache/elsi) is left as it was. pytest runs one worker per core
-# (pytest-xdist), each test file (each notebook's cells) whole on one worker.
+# (pytest-xdist) at one thread each, each test file (a notebook's cells) whole on one worker; two
+# notebooks that build one cached store meanwhile wait for each other (`cachefiles.building`).
 TEST_CACHE := $(abspath build/test-cache)
 test: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	rm -rf $(TEST_CACHE); export ELSI_CACHE_DIR=$(TEST_CACHE); \
-	$(BIN)/python -m pytest -q -n auto --dist loadfile tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile --durations=25 tests notebooks --nbval-lax --nbval-current-env -p no:cacheprovider \
 	  --ignore=notebooks/08_selection_criteria.ipynb --ignore=notebooks/09_families.ipynb && \
 	$(BIN)/papermill --no-progress-bar --cwd notebooks -k elsi -f notebooks/criteria_small.yaml \
 	  notebooks/08_selection_criteria.ipynb build/08_selection_criteria_small.ipynb && \

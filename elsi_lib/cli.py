@@ -20,8 +20,23 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .cli_args import MEASURED, UsageError, _check, build_parser
 from .cli_select import decision_for, decision_lines, recipe_commands, recipe_line, restriction_lines, stability
+from .common.identity import model_fingerprint
+from .common.version import __version__
+from .draft import evidence as ev
+from .hidden import calibration, probe_capture, replies
+from .hidden.settings import CaptureSettings
+from .inputs.models import load_model
+from .inputs.prompts import calibration_prompts, conversations_hash, load_prompts, sample
+from .selection import select
+from .selection.cka import compartments
+from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
+from .selection.entropy import set_entropy
+from .selection.feasible import check_size, feasible, restriction
+from .selection.methods import METHODS
 
 if TYPE_CHECKING:
     from .selection.probe import ProbeChoice
@@ -31,7 +46,6 @@ def _prompts(args) -> list:
     """The sampled conversations, read and checked before any model is loaded: --prompts beyond
     what --data holds is refused, as the calibration mix refuses it; so is a file with no usable
     conversation or one that ends with a system turn (nobody would reply to it)."""
-    from .inputs.prompts import calibration_prompts, load_prompts, sample
 
     if not args.data:
         try:
@@ -65,7 +79,6 @@ class _Job:
     """What a command has read and loaded before its capture: prompts, the model, its shape."""
 
     def __init__(self, args) -> None:
-        from .inputs.models import load_model
 
         self.prompts = _prompts(args)
         self.loaded: tuple[Any, Any] = load_model(args.model)  # (model, tokenizer)
@@ -80,7 +93,6 @@ class _Job:
         self.probe: ProbeChoice | None = None  # set by `_selection` with --method probe: the answer's choice
 
     def replier(self, args) -> tuple[Any, Any]:
-        from .inputs.models import load_model
 
         if self._replier is None:
             self._replier = load_model(args.reply_model)
@@ -90,18 +102,13 @@ class _Job:
 def _stats(args, job: _Job, *, with_probe: bool = False):
     """(the model's LayerStats of the paper's selection, the conversations' description); `with_probe`:
     the probe's statistics of the same conversations from the same forward (`probe_alongside`)."""
-    from .hidden.calibration import SELECTIONS, calibration_conversations, capture_selections
-    from .hidden.probe_capture import probe_alongside
-    from .inputs.prompts import conversations_hash
-    from .hidden.replies import reply_conversations
-    from .hidden.settings import CaptureSettings
 
     settings = CaptureSettings().replace(rho=args.rho, block=args.block)
     if args.data:
         prompts = job.prompts
         needs = [c for c in prompts if c[-1]["role"] == "user"]
         replied = (
-            iter(reply_conversations(*job.replier(args), needs, max_length=settings.max_length, batch_size=16))
+            iter(replies.reply_conversations(*job.replier(args), needs, max_length=settings.max_length, batch_size=16))
             if needs
             else iter(())
         )
@@ -109,11 +116,11 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
         described: dict[str, Any] = {"data": list(args.data)}
     else:
         conversations = (
-            calibration_conversations(
+            calibration.calibration_conversations(
                 args.prompts, seed=args.seed, max_length=settings.max_length, loaded=job.replier(args)
             )
             if args.reply_model != "self"
-            else reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
+            else replies.reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
         )
         described = {"data": "calibration mix"}
     described.update(
@@ -124,10 +131,15 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
         }
     )
     job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
-    paper = {"entropy": SELECTIONS["entropy"]}  # the selection the answer reads, alone: the others cost time
-    probe = probe_alongside(*job.loaded, conversations, max_length=settings.max_length) if with_probe else None
+    # the selection the answer reads, alone: the others cost time
+    paper = {"entropy": calibration.SELECTIONS["entropy"]}
+    probe = (
+        probe_capture.probe_alongside(*job.loaded, conversations, max_length=settings.max_length)
+        if with_probe
+        else None
+    )
     with probe or contextlib.nullcontext() as on_batch:
-        captured = capture_selections(
+        captured = calibration.capture_selections(
             args.model, conversations, settings, selections=paper, loaded=job.loaded, on_batch=on_batch
         )
     stats = captured["entropy"]
@@ -137,7 +149,6 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
 
 
 def _fixed_layers(method: str, n_layers: int):
-    from .selection.methods import METHODS
 
     rule = METHODS[method].fixed
     assert rule is not None, f"--method {method} is not a fixed method"
@@ -146,7 +157,6 @@ def _fixed_layers(method: str, n_layers: int):
 
 def _restriction(args, job: _Job):
     """The sets --engine can feed a draft on this model (`selection.feasible.restriction`), None without --engine."""
-    from .selection.feasible import restriction
 
     return restriction(args.engine, job.n_layers, job.architecture) if args.engine else None
 
@@ -154,7 +164,6 @@ def _restriction(args, job: _Job):
 def _check_select(args, job: _Job) -> None:
     """The checks the model's layer count and architecture allow, before the capture: --m fits the
     model and the engine's restriction; a fixed method's set is one the engine can feed."""
-    from .selection.feasible import check_size, feasible
 
     N, restricted = job.n_layers, _restriction(args, job)
     if args.method in MEASURED:
@@ -178,18 +187,14 @@ def _check_select(args, job: _Job) -> None:
 def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
     """(the set --method chooses, its score: set entropy, or the probe's held-out error), among the
     sets `restricted` (a `feasible.Restriction`) allows when given."""
-    from .selection.entropy import set_entropy
-    from .selection.methods import METHODS
 
     N = Z.shape[0]
     if args.m > N and args.method in MEASURED:
         raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
     where = {} if restricted is None else {"allowed": restricted.allowed, "required": restricted.required}
     if METHODS[args.method].reads == "probe":
-        from .hidden.probe_capture import cached_probe_choice
-
         model, tokenizer = job.loaded
-        choice = cached_probe_choice(
+        choice = probe_capture.cached_probe_choice(
             model, tokenizer, job.conversations, args.m, k_beam=args.k_beam, max_length=job.max_length, **where
         )
         if job.probe is None:  # the answer's choice (asked first), not the comparison's
@@ -220,13 +225,6 @@ def _restricted_choice(Z, args, job, layers: tuple, score: float, restricted) ->
 
 
 def cmd_select(args) -> str:
-    from .common.version import __version__
-    from .common.identity import model_fingerprint
-    from .draft import evidence as ev
-    from .selection import select
-    from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
-    from .selection.entropy import set_entropy
-    from .selection.methods import METHODS
 
     try:  # read and checked before any capture: an unusable file costs the answer nothing
         evidence, unavailable = ev.current(), None
@@ -358,7 +356,6 @@ def cmd_capture(args) -> str:
 
 
 def cmd_report(args) -> str:
-    from .selection.cka import compartments
 
     stats, described = _stats(args, _Job(args))
     Z = stats.Z
@@ -374,7 +371,7 @@ def cmd_report(args) -> str:
         f"{l:>5}  {entropy[l]:7.4f}  {energy[l]:14.3f}  {'----' if l in bounds else ''}" for l in range(Z.shape[0])
     ]
     if args.figures:
-        from .common import figures as plots
+        from .common import figures as plots  # matplotlib: loaded only when figures are asked for
         from .common.results import slug
 
         fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
@@ -385,7 +382,6 @@ def cmd_report(args) -> str:
 
 def _top_row_energy(Z):
     """Per layer, the share of Z_l's squared norm in its largest row (an attention-sink block shows as ~1)."""
-    import numpy as np
 
     rows = (np.asarray(Z, dtype=np.float64) ** 2).sum(axis=2)  # (N, B)
     return rows.max(axis=1) / rows.sum(axis=1)

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from .cli_args import UsageError
+from .draft import evidence as ev
+from .hidden import probe_capture
+from .selection import stability as resampling
+from .selection.conventions import SPECULATORS_RECIPE
+from .selection.entropy import set_entropy
+from .selection.methods import METHODS, default_set
 
 
 class _Chosen(NamedTuple):
@@ -21,10 +29,6 @@ class _Chosen(NamedTuple):
 def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
     """How often `layers` wins over --stability bootstrap resamples of the prompts that filled a block
     (the others add nothing to resample): refused when fewer than 2 did."""
-    import numpy as np
-
-    from .selection.methods import METHODS
-    from .selection.stability import bootstrap_choices
 
     if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:
         raise UsageError(
@@ -38,7 +42,7 @@ def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
     def method(Z, m):
         return _Chosen(*choose(Z, m, args.k_beam, args.k_expand, {}))
 
-    choices = bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=method)
+    choices = resampling.bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=method)
     wins = choices[choices.layers == layers]["share"].sum()
     return {
         "resamples": args.stability,
@@ -48,7 +52,6 @@ def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
 
 
 def recipe_line(fragment: dict) -> str:
-    from .selection.conventions import SPECULATORS_RECIPE
 
     if "recipe_unavailable" in fragment:
         return f"speculators' recipe: {fragment['recipe_unavailable']} (--engine speculators restricts the search to sets it can train)"
@@ -60,7 +63,6 @@ def recipe_line(fragment: dict) -> str:
 
 def recipe_commands(fragment: dict) -> list[str]:
     """speculators' recipe as two commands whose ids agree (launch_vllm.py appends N; train.py takes the ids without it)."""
-    from .selection.conventions import SPECULATORS_RECIPE
 
     return [
         f"python {SPECULATORS_RECIPE[0]} MODEL {' '.join(fragment['launch_args'])}",
@@ -84,9 +86,6 @@ def restriction_lines(info: dict) -> list[str]:
 def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
     """The answer as a decision (`draft.decision`): the engine's default set against the criterion's
     best feasible set, the predicted difference in tau with its interval, and the verdict."""
-    from .draft import evidence as ev
-    from .selection.methods import METHODS, default_set
-    from .selection.entropy import set_entropy
 
     try:
         default = tuple(default_set(args.engine, job.n_layers))
@@ -101,14 +100,14 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
         why = "the set is the default" if same else f"--method {args.method}'s set is fixed: no criterion predicts it"
         return {**head, "verdict": "keep the default" if same else "no verdict", "reason": why}
     if METHODS[args.method].reads == "probe":
-        from .hidden.probe_capture import cached_probe_error
-
         model, tokenizer = job.loaded
         chosen = job.probe
         if chosen is None or job.max_length is None:
             raise RuntimeError("the probe's choice is missing: _selection sets it before the decision")
         score = chosen.error
-        base = cached_probe_error(model, tokenizer, job.conversations, default, chosen.ridge, max_length=job.max_length)
+        base = probe_capture.cached_probe_error(
+            model, tokenizer, job.conversations, default, chosen.ridge, max_length=job.max_length
+        )
     else:
         score, base = set_entropy(Z, layers), set_entropy(Z, default)
     made = ev.decision(args.method, args.model, score - base, tuple(layers), default, evidence)

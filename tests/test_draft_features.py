@@ -186,3 +186,32 @@ def test_a_shard_changed_on_disk_while_open_is_refused(three_shards, change):
     with pytest.raises(RuntimeError, match="shard_00001 changed on disk"):
         store.length(3)
     assert store.sequence(0, (1, 2))["features"].shape == (store.length(0), 64)  # the other shards still read
+
+
+def test_two_builders_of_one_store_wait_for_each_other(tiny_model, tiny_tokenizer, monkeypatch):
+    """Two processes (here two threads, each with its own lock file handle) building the same store: the
+    second waits for the first and reads what it wrote. Without the lock it removed the first's shard in
+    progress as 'unfinished', or rewrote a shard the first had open (two notebooks under one cache)."""
+    import threading
+
+    conversations = replied_conversations(F.SHARD + 2)
+    writes = []
+    original = F._write_shard
+    monkeypatch.setattr(F, "_write_shard", lambda *a, **k: writes.append(a[3]) or original(*a, **k))
+    stores, errors = [], []
+
+    def build():
+        try:
+            stores.append(F.build_features(tiny_model, tiny_tokenizer, conversations, LAYERS, progress=False))
+        except Exception as err:  # noqa: BLE001 (reported below)
+            errors.append(err)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(stores) == 2
+    assert sorted(writes) == [0, 1]  # each shard written once: the second builder found them complete
+    for store in stores:
+        assert len(store) == len(conversations)

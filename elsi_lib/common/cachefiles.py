@@ -14,6 +14,8 @@ import re
 import shutil
 import tempfile
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -147,6 +149,22 @@ def atomic_write_chunks(path: str | os.PathLike, chunks) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def building(entry: Path) -> Iterator[None]:
+    """An exclusive lock on `entry`'s lock file (`.name.lock` beside it) while the body builds it: a
+    second process building the same entry waits, then finds it complete, instead of rewriting (or
+    removing as unfinished) what the first is writing or reading. No lock where there is no flock."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.parent / f".{entry.name}.lock", "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _locked_tmp(path: Path) -> tuple[int, str]:

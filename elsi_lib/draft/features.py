@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..common.cachefiles import (
+    building,
     check_folder_slot,
     check_writable,
     keyed_path,
@@ -233,53 +234,74 @@ def build_features(
     key = _key(model, tokenizer, conversations, layers, max_length)
     root = keyed_path("features", key)
     check_writable(root)
-    starts = reply_starts(tokenizer, conversations, max_length)
-    n_shards = -(-len(conversations) // SHARD)
-    todo = [k for k in range(n_shards) if verify_manifest(root / shard_name(k), {**key, "index": k}) is not None]
-    for k in todo:  # before any forward
-        check_folder_slot(root / shard_name(k))
-    bar = progress_bar(
-        total=len(conversations),
-        initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
-        desc=desc,
-        unit="conv",
-        disable=not progress or not todo,
-    )
-    lm_head = model.get_output_embeddings()
-    for k in todo:
-        part = conversations[k * SHARD : (k + 1) * SHARD]
-        samples, _ = tokenize_samples(tokenizer, part, max_length)
-        batches = plan_batches([len(s.ids) for s in samples], 64, batch_tokens)
-        rows: dict[int, dict] = {}
-        for batch in hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False):
-            for row, sample in enumerate(batch.samples):
-                T = len(sample.ids)
-                final_norm = batch.final_norm[row, :T]  # (T, d)
-                rows[sample.index] = {
-                    "ids": np.asarray(sample.ids, dtype=np.int32),
-                    "hidden": torch.stack([batch.layers[l][row, :T] for l in layers], 1).to(torch.float16).numpy(),
-                    "final": final_norm.to(torch.float16).numpy(),
-                    "argmax": greedy_next(final_norm, lm_head).numpy().astype(np.int32),
-                }
-            bar.update(len(batch.samples))
-        order = [rows[i] for i in range(len(part))]
-        for r, sample_index in zip(order, range(k * SHARD, k * SHARD + len(part))):
-            if not (np.isfinite(r["hidden"]).all() and np.isfinite(r["final"]).all()):
-                raise FloatingPointError(
-                    f"conversation {sample_index}: a hidden state exceeds float16's range "
-                    "(|h| > 65504); these features cannot be stored in float16"
-                )
-        lengths = [len(r["ids"]) for r in order]
-        arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
-        arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        arrays["starts"] = np.asarray(starts[k * SHARD : (k + 1) * SHARD], dtype=np.int64)
-        tmp = fresh_folder(root / f".{shard_name(k)}.tmp")
-        for name, array in arrays.items():
-            np.save(tmp / f"{name}.npy", array)
-        write_manifest(tmp, {**key, "index": k})
-        replace_folder(tmp, root / shard_name(k))
-    bar.close()
+    with building(root):  # another process building the same store: wait for it, then read
+        starts = reply_starts(tokenizer, conversations, max_length)
+        n_shards = -(-len(conversations) // SHARD)
+        todo = [k for k in range(n_shards) if verify_manifest(root / shard_name(k), {**key, "index": k}) is not None]
+        for k in todo:  # before any forward
+            check_folder_slot(root / shard_name(k))
+        bar = progress_bar(
+            total=len(conversations),
+            initial=(n_shards - len(todo)) * SHARD if todo else len(conversations),
+            desc=desc,
+            unit="conv",
+            disable=not progress or not todo,
+        )
+        for k in todo:
+            part = conversations[k * SHARD : (k + 1) * SHARD]
+            _write_shard(
+                model,
+                tokenizer,
+                part,
+                k,
+                starts[k * SHARD : (k + 1) * SHARD],
+                layers,
+                root,
+                key,
+                bar,
+                max_length=max_length,
+                batch_tokens=batch_tokens,
+            )
+        bar.close()
     return open_features(root, key, layers, n_shards)
+
+
+def _write_shard(
+    model, tokenizer, part, k: int, starts, layers, root: Path, key: dict, bar, *, max_length, batch_tokens
+):
+    """Shard k of a store: the target's forward over `part` (its conversations; `starts` their first
+    reply tokens), written under a temporary name with its manifest and renamed into place."""
+    lm_head = model.get_output_embeddings()
+    samples, _ = tokenize_samples(tokenizer, part, max_length)
+    batches = plan_batches([len(s.ids) for s in samples], 64, batch_tokens)
+    rows: dict[int, dict] = {}
+    for batch in hidden_batches(model, samples, batches, pad_id(tokenizer), entropies=False):
+        for row, sample in enumerate(batch.samples):
+            T = len(sample.ids)
+            final_norm = batch.final_norm[row, :T]  # (T, d)
+            rows[sample.index] = {
+                "ids": np.asarray(sample.ids, dtype=np.int32),
+                "hidden": torch.stack([batch.layers[l][row, :T] for l in layers], 1).to(torch.float16).numpy(),
+                "final": final_norm.to(torch.float16).numpy(),
+                "argmax": greedy_next(final_norm, lm_head).numpy().astype(np.int32),
+            }
+        bar.update(len(batch.samples))
+    order = [rows[i] for i in range(len(part))]
+    for r, sample_index in zip(order, range(k * SHARD, k * SHARD + len(part))):
+        if not (np.isfinite(r["hidden"]).all() and np.isfinite(r["final"]).all()):
+            raise FloatingPointError(
+                f"conversation {sample_index}: a hidden state exceeds float16's range "
+                "(|h| > 65504); these features cannot be stored in float16"
+            )
+    lengths = [len(r["ids"]) for r in order]
+    arrays = {name: np.concatenate([r[name] for r in order]) for name in ("ids", "hidden", "final", "argmax")}
+    arrays["offsets"] = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    arrays["starts"] = np.asarray(starts, dtype=np.int64)
+    tmp = fresh_folder(root / f".{shard_name(k)}.tmp")
+    for name, array in arrays.items():
+        np.save(tmp / f"{name}.npy", array)
+    write_manifest(tmp, {**key, "index": k})
+    replace_folder(tmp, root / shard_name(k))
 
 
 def fresh_folder(tmp: Path) -> Path:
