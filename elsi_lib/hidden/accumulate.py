@@ -11,6 +11,10 @@ import math
 from pathlib import Path
 
 import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from safetensors.torch import load, save
 
 from ..common.cachefiles import atomic_write_bytes, content_checksum
 from ..selection.entropy import gram_entropy
@@ -38,7 +42,6 @@ def select_positions(entropy, eligible, rho: float, how: str = "entropy", genera
     Keeps ceil(rho * n) of the n eligible positions: those with the highest entropy (ties to the
     earlier position), or a uniformly random subset of the same size (`how="random"`).
     """
-    import torch
 
     candidates = torch.nonzero(eligible, as_tuple=False).flatten()
     keep = math.ceil(rho * len(candidates) - 1e-9)
@@ -54,7 +57,6 @@ class Accumulator:
     """Running sums of blocks per layer, float64, and the counts that go with them."""
 
     def __init__(self, n_layers: int, block: int, dim: int, keep_samples: bool = False):
-        import torch
 
         self.keep_samples = keep_samples
         self.sample_sums: list = []  # per sample with a block: (N, B, d) float32 block sum, if kept
@@ -69,7 +71,6 @@ class Accumulator:
 
     def add_sample(self, index: int, layers_kept, final_kept, block: int) -> None:
         """layers_kept (N, k, d), final_kept (k, d): one sample's retained hidden states."""
-        import torch
 
         n_layers, kept, dim = layers_kept.shape
         blocks = kept // block
@@ -95,7 +96,6 @@ class Accumulator:
             self.sample_blocks.append(blocks)
 
     def tensors(self) -> dict:
-        import torch
 
         entropies = (
             np.stack([e for _, e in self.sample_rows]) if self.sample_rows else np.zeros((0, self.block_sum.shape[0]))
@@ -117,7 +117,6 @@ class Accumulator:
     def save(self, path: Path, key: str) -> None:
         """Checkpoint the sums, counts and position (`next_batch`) atomically, with a checksum over
         every byte that `restore` reads."""
-        from safetensors.torch import save
 
         tensors = {k: v.contiguous() for k, v in self.tensors().items()}
         header = {"key": key, "counts": json.dumps(self.counts), "next_batch": str(self.next_batch)}
@@ -127,8 +126,6 @@ class Accumulator:
     def restore(self, path: Path, key: str) -> str | None:
         """Load a checkpoint written for `key`: None when restored, else why not ("absent", or the
         reason it is discarded). A checkpoint that fails its checksum is never used."""
-        from safetensors import safe_open
-        from safetensors.torch import load
 
         if not path.is_file():
             return "absent"
@@ -156,7 +153,6 @@ class Accumulator:
 def accumulate(acc: "Accumulator", spec: CaptureSettings, sample: Sample, hidden, row: int) -> None:
     """Step 3: one sample of a forward batch into one variant's sums: eligible positions, the
     top rho of them by entropy (or at random, seeded by the sample), their blocks."""
-    import torch
 
     eligible = torch.tensor(sample.eligible(spec.exclude), dtype=torch.bool)
     generator = torch.Generator().manual_seed(spec.seed * 1_000_003 + sample.index)
@@ -201,8 +197,6 @@ def finish(acc: "Accumulator", distributed: bool, truncated: int, block: int, me
 
 def _reduce(acc: Accumulator, distributed: bool) -> dict:
     """The accumulator's tensors, summed (max for abs_max) over all processes when distributed."""
-    import torch
-    import torch.distributed as dist
 
     tensors = acc.tensors()
     counts = torch.tensor([acc.counts[k] for k in COUNT_KEYS], dtype=torch.float64)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator
+
+import torch
 
 from ..inputs.chat import tokenize_conversation, truncate
-
-if TYPE_CHECKING:
-    import torch
 
 
 @dataclass
@@ -101,7 +100,6 @@ def plan_batches(lengths: list[int], batch_size: int, max_batch_tokens: int) -> 
 
 def pad_batch(samples: list[Sample], pad_id: int):
     """Right-padded (b, T) ids and attention mask."""
-    import torch
 
     width = max(len(s.ids) for s in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
@@ -145,7 +143,6 @@ def token_entropy(
     materializes a (T x V) tensor; the float64 entropy then runs over `cache_elements // vocab` rows at
     a time, which stay in the CPU's cache (each row's entropy is the same whatever the rows beside it).
     """
-    import torch
 
     vocab = lm_head.weight.shape[0]
     step, rows = max(1, chunk_elements // vocab), max(1, cache_elements // vocab)
@@ -165,7 +162,6 @@ def token_entropy(
 
 def check_finite(hidden, layer: str, samples: list[Sample]) -> None:
     """NaN or Inf in a sample's real positions is an error naming the layer and the sample."""
-    import torch
 
     if torch.isfinite(hidden).all():  # padding rows included: finite too in the normal case
         return
@@ -183,7 +179,6 @@ def hidden_batches(
     """One teacher-forced forward per batch (lists of positions in `samples`), hooks on every
     decoder layer; yields each batch's hidden states and, with `entropies`, one LM-head pass over
     its real positions (Eq. 9). Non-finite states are an error naming the layer and the sample."""
-    import torch
 
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     softcap = getattr(model.config, "final_logit_softcapping", None)

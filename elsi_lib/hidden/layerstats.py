@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from safetensors import safe_open
+from safetensors.numpy import load, save
 
 from ..common.cachefiles import atomic_write_bytes, content_checksum
 from ..selection.entropy import gram_entropy, layer_grams
@@ -100,7 +102,6 @@ class LayerStats:
     def save(self, path: str | Path) -> Path:
         """Write `path` (.safetensors) atomically, with counts, metadata and a checksum over both
         and every array."""
-        from safetensors.numpy import save
 
         arrays = {
             name: np.ascontiguousarray(getattr(self, name))
@@ -120,8 +121,6 @@ class LayerStats:
     def load(cls, path: str | Path, expect_metadata: dict | None = None) -> "LayerStats":
         """Read a saved LayerStats; CacheError when it is unreadable, fails its checksum, or its
         metadata differs from `expect_metadata` (a stale cache)."""
-        from safetensors import safe_open
-        from safetensors.numpy import load
 
         path = Path(path)
         try:

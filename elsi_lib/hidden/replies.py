@@ -14,6 +14,8 @@ import sys
 import zlib
 from pathlib import Path
 
+import torch
+
 from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
 from ..inputs.prompts import conversations_hash
 from ..inputs.chat import tokenize_conversation, truncate
@@ -135,7 +137,6 @@ def _generate_batch(
     """`generate` on one batch of prompt ids, left-padded so that every prompt ends where generation
     starts: greedy at temperature 0, else an exact seeded sample per row (`GumbelSampler`). Returns
     the generated ids (b, new tokens), padding included after an end-of-sequence token."""
-    import torch
 
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
@@ -166,7 +167,6 @@ class GumbelSampler:
         self.temperature, self.seeds, self.width = temperature, seeds, prompt_width
 
     def __call__(self, input_ids, scores):
-        import torch
 
         step = input_ids.shape[1] - self.width
         noise = torch.stack(

@@ -6,7 +6,11 @@ rather than the loader's message about something else.
 
 from __future__ import annotations
 
+import json
+import zipfile
 from pathlib import Path
+
+from safetensors import safe_open
 
 
 class ModelNotFoundError(LookupError):
@@ -40,7 +44,6 @@ def check_weights_present(folder: Path) -> None:
 def weights_files(folder: Path) -> list[Path]:
     """The weights files transformers reads from a local model folder: the first of WEIGHTS_FILES
     there, and the shards an index lists after it."""
-    import json
 
     for name in WEIGHTS_FILES:
         path = folder / name
@@ -59,8 +62,6 @@ def weights_problem(path: Path) -> str | None:
     """What makes a weights file unreadable (a safetensors header or a torch zip archive cut short,
     an index that is not JSON with a weight_map), or None when it reads. Run only to explain a failed
     load."""
-    import json
-    import zipfile
 
     if path.name.endswith(".index.json"):
         try:
@@ -69,8 +70,6 @@ def weights_problem(path: Path) -> str | None:
             return f"not a weights index: {type(err).__name__}: {err}"
         return None
     if path.suffix == ".safetensors":
-        from safetensors import safe_open
-
         try:
             with safe_open(path, "pt"):
                 return None

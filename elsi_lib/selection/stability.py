@@ -5,7 +5,8 @@ prompts with replacement and rerun the selection on each resample's block means 
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -14,15 +15,22 @@ from ..common.checks import is_integer
 from ..common.progress import progress_bar
 from .select import elsi
 
-if TYPE_CHECKING:  # a type only: selection never imports the capture's stage
-    from ..hidden.layerstats import LayerStats
+
+class Resamplable(Protocol):
+    """What the bootstrap reads of a capture (`hidden.layerstats.LayerStats` is one): each prompt's
+    blocks, and Z's block means under per-prompt resample weights. Selection never imports the capture."""
+
+    sample_blocks: np.ndarray | None  # (S,) blocks each prompt filled
+
+    def resampled_Z(self, weights: np.ndarray) -> Iterable[np.ndarray]: ...  # (R, S) -> R of (N, B, d)
+
 
 MIN_BOOTSTRAP_PROMPTS = 20  # below this, a bootstrap share says little (one prompt: always 100 %)
 MAX_BOOTSTRAP_RESAMPLES = 100_000  # the resample weights (n_boot x prompts, int64) are drawn at once
 
 
 def bootstrap_choices(
-    stats: LayerStats, m: int = 3, *, n_boot: int = 100, seed: int = 0, method=elsi, progress: bool = True
+    stats: Resamplable, m: int = 3, *, n_boot: int = 100, seed: int = 0, method=elsi, progress: bool = True
 ):
     """Stability of the choice: resample the calibration prompts with replacement `n_boot` times
     and rerun `method`; returns a DataFrame of chosen sets with their counts and shares."""
