@@ -46,7 +46,7 @@ def test_committed_notebook_is_what_the_git_filter_writes(path, tmp_path):
     )
 
 
-# each parameter file and the notebook(s) `make` injects it into (the Makefile's papermill -f lines, study/runs.py)
+# each parameter file and the notebook(s) `make` injects it into (the Makefile's papermill -f lines, study/paper/notebook_runs.py)
 PARAMETER_FILES = {
     "paper_scale.yaml": [p.name for p in NOTEBOOKS if p.name[:2] not in ("06", "07", "08", "09")],
     "tables_scale.yaml": ["06_accepted_tokens.ipynb"],
