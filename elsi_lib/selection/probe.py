@@ -162,17 +162,9 @@ def _refuse_non_finite(what: str, bad, blocks: bool) -> None:
     )
 
 
-def check_finite(what: str, array, *, blocks: bool, chunk: int = 4096) -> None:
-    """ValueError naming `what`, and with `blocks` (array (n, N + 1, d)) each block holding NaN or inf
-    values, with their count; read in chunks of rows (the features may be memory-mapped)."""
-    bad: np.ndarray | int = 0
-    for i in range(0, len(array), chunk):
-        bad = bad + _non_finite(array[i : i + chunk], blocks)
-    _refuse_non_finite(what, bad, blocks)
-
-
 def check_chunks(source: Chunks, side: str) -> None:
-    """`check_finite` of a pass source's features, then of its targets (`side`: "training", "held-out")."""
+    """ValueError naming a pass source's features (each block holding NaN or inf values, with their count),
+    then its targets (`side`: "training", "held-out"), when they hold any."""
     bad_x: np.ndarray | int = 0
     bad_y = 0
     for x, y in source():
@@ -184,25 +176,18 @@ def check_chunks(source: Chunks, side: str) -> None:
 def probe_stats(x, y, heldout_x, heldout_y, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
     """ProbeStats of training features x (n, N + 1, d) -> targets y (n, d) and held-out ones (with the
     target's own next token at each held-out row, for `agreement`), each block reduced to `rank`
-    components (`fit_reduction` on the training tokens). Non-finite values in any of the four arrays
-    are refused (`check_finite`): one would make the error of every set holding its block NaN."""
-    for what, features in (("training features", x), ("held-out features", heldout_x)):
-        check_finite(what, features, blocks=True)
-    for what, targets in (("training targets", y), ("held-out targets", heldout_y)):
-        check_finite(what, targets, blocks=False)
-    return probe_stats_of(array_chunks(x, y), array_chunks(heldout_x, heldout_y), rank, heldout_next, checked=True)
+    components (`fit_reduction` on the training tokens): `probe_stats_of` over the arrays' rows."""
+    return probe_stats_of(array_chunks(x, y), array_chunks(heldout_x, heldout_y), rank, heldout_next)
 
 
-def probe_stats_of(
-    train: Chunks, heldout: Chunks, rank: int = 64, heldout_next=None, *, checked: bool = False
-) -> tuple[ProbeStats, Reduction]:
+def probe_stats_of(train: Chunks, heldout: Chunks, rank: int = 64, heldout_next=None) -> tuple[ProbeStats, Reduction]:
     """`probe_stats` from pass sources of training and held-out rows (`Chunks`): the reduction in two
     passes over the training rows, then one over each side for the Gram statistics. Memory holds the
     statistics and one chunk, never all rows (the held-out rows' reduced features excepted: `agreement`
-    reads them). Unless `checked`, a first pass refuses non-finite values (`check_chunks`)."""
-    if not checked:
-        check_chunks(train, "training")
-        check_chunks(heldout, "held-out")
+    reads them). A first pass refuses non-finite values (`check_chunks`): one would make the error of
+    every set holding its block NaN."""
+    check_chunks(train, "training")
+    check_chunks(heldout, "held-out")
     reduction = reduction_of(train, rank)
     K = reduction.components.shape[0] * rank
     d = len(reduction.y_mean)

@@ -83,9 +83,11 @@ def describe(stats: dict[str, dict[str, LayerStats]]) -> str:
     return "\n".join(lines)
 
 
-# The probe forward's batching (samples, padded tokens) the ledger's probe sets were chosen under: padding
-# moves the states' last bits, and a protocol's later seeds must train the set its first ones did.
+# The probe's settings in every study run; its forward's batching (samples, padded tokens) is the one the
+# ledger's probe sets were chosen under: padding moves the states' last bits, and a protocol's later seeds
+# must train the set its first ones did.
 PROBE_BATCHING = (64, 8192)
+STUDY_PROBE = {"max_length": CaptureSettings.max_length, "batching": PROBE_BATCHING}
 
 
 def probe_choices(
@@ -106,16 +108,7 @@ def probe_choices(
 
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return {
-        m: cached_probe_choice(
-            model,
-            tokenizer,
-            conversations,
-            m,
-            max_length=CaptureSettings.max_length,
-            rank=rank,
-            batching=PROBE_BATCHING,
-            progress=progress,
-        )
+        m: cached_probe_choice(model, tokenizer, conversations, m, rank=rank, progress=progress, **STUDY_PROBE)
         for m in set_sizes
     }
 
@@ -135,15 +128,7 @@ def probe_statistics(
     from ...hidden.probe_capture import cached_probe
 
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
-    return cached_probe(
-        model,
-        tokenizer,
-        conversations,
-        max_length=CaptureSettings.max_length,
-        rank=rank,
-        batching=PROBE_BATCHING,
-        progress=progress,
-    )
+    return cached_probe(model, tokenizer, conversations, rank=rank, progress=progress, **STUDY_PROBE)
 
 
 def _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded):
