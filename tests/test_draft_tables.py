@@ -656,18 +656,83 @@ def test_the_marked_best_is_bolded_where_printed_values_tie():
 
 def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_markdown():
     from elsi_lib.common.cachefiles import REPO_ROOT
+    from elsi_lib.common.hardware import NUMERIC_COLUMNS
 
-    paths = sorted((REPO_ROOT / "data" / "results").glob("table2_accepted_tokens_*.csv"))
-    assert paths
+    paths = sorted((REPO_ROOT / "data" / "results").glob("table*_accepted_tokens_*.csv"))
+    assert len(paths) >= 3
     for path in paths:
         plain = pd.read_csv(path)
-        assert list(plain.columns) == list(F.TAU_CSV_COLUMNS)
+        assert list(plain.columns) == [*F.TAU_CSV_COLUMNS, *NUMERIC_COLUMNS], path.name
         for col in ("temperature", "nodes", "tau", "low", "high"):
             assert pd.api.types.is_numeric_dtype(plain[col]), (path.name, col)
         assert (plain.low <= plain.tau).all() and (plain.tau <= plain.high).all()
         best = plain.groupby(["temperature", "nodes", "column"]).best.sum()
         assert (best >= 1).all()  # every column of every block has its bold cell
         assert F.tau_markdown(F.read_tau_csv(path)) == path.with_suffix(".md").read_text()
+
+
+# The tables notebooks 06 and 07 write with the run's numeric settings (`numeric=run.numeric`), and the
+# protocol whose drafts' records state the settings of each (its name's prefix, but for the learning
+# curve, which notebook 07's strong protocol draws).
+NUMERIC_KINDS = (
+    "accepted_tokens", "paired", "seed_spread", "step_accuracy", "loop_vs_replay", "lever_lm_head", "beam_overlap",
+    "learning_curve",
+)
+PROTOCOL_OF = {"table2_learning_curve": "table2_strong"}
+
+
+def committed_numeric_tables():
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    results = REPO_ROOT / "data" / "results"
+    for path in sorted(results.glob("table*.csv")):
+        for kind in NUMERIC_KINDS:
+            head, sep, _ = path.stem.partition(f"_{kind}_")
+            if sep:
+                yield path, PROTOCOL_OF.get(f"{head}_{kind}", head)
+
+
+def test_every_committed_draft_table_states_its_numeric_settings_and_they_are_its_records():
+    """Each table of drafts' numbers says how they were computed (bf16 or float32 matmuls, the target
+    forward behind the features), one value per table, in the CSV and in its Markdown; where its
+    protocol's drafts have records, the table states what they state."""
+    import json
+
+    from elsi_lib.common.cachefiles import REPO_ROOT
+    from elsi_lib.common.hardware import NUMERIC_COLUMNS
+
+    found = list(committed_numeric_tables())
+    assert len(found) >= 17 and {p for _, p in found} >= {"table2", "table3", "table2_strong"}
+    checked = 0
+    for path, protocol in found:
+        frame = pd.read_csv(path, keep_default_na=False)
+        assert set(NUMERIC_COLUMNS) <= set(frame.columns), path.name
+        if frame.empty:  # a table with no rows (one seed's spread) states nothing
+            continue
+        stated = F.stated_numeric(frame)
+        assert set(stated) == set(NUMERIC_COLUMNS), path.name
+        assert stated["draft matmuls"] in ("bf16", "float32"), path.name
+        assert stated["target features"] in {f"{f} ({m} forward)" for f in ("store", "live") for m in ("bf16", "float32")}
+        md = path.with_suffix(".md")
+        if md.exists():
+            text = md.read_text()
+            assert all(v in text for v in stated.values()), md.name
+        records = sorted((REPO_ROOT / "data" / "drafts" / protocol).glob("*.json"))
+        for record in records:
+            assert json.loads(record.read_text())["numeric"] == stated, (path.name, record.name)
+            checked += 1
+    assert checked > 0
+
+
+def test_a_table_stating_two_numeric_settings_is_refused(tmp_path):
+    long = written_long(written_blocks())
+    csv, _ = F.save_tau_tables(long, "t", tmp_path, numeric={"draft matmuls": "bf16", "target features": "live"})
+    mixed = F.read_tau_csv(csv)
+    mixed.loc[mixed.index[0], "draft matmuls"] = "float32"
+    with pytest.raises(ValueError, match=r"'draft matmuls' holds \['bf16', 'float32'\]"):
+        F.tau_markdown(mixed)
+    assert F.tau_markdown(F.read_tau_csv(csv)) == (tmp_path / "t.md").read_text()
+    assert (tmp_path / "t.md").read_text().endswith("\nNumeric settings: draft matmuls: bf16; target features: live.\n")
 
 
 # ---------------------------------------------------------------- what the tables refuse (issue 34)

@@ -74,6 +74,11 @@ def bf16_autocast_default() -> bool:
     return not bf16_matmul_is_slow(flags)
 
 
+# The numeric settings every draft result states (`study.experiments.experiment_settings.numeric_settings`):
+# how the drafts' matmuls ran, and the target's forward that gave their training features.
+NUMERIC_COLUMNS = ("draft matmuls", "target features")
+
+
 def numeric_label(bf16: bool) -> str:
     """How a result's matmuls ran: "bf16" (autocast, float32 master weights) or "float32"."""
     return "bf16" if bf16 else "float32"

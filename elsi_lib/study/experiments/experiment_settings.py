@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...common.hardware import numeric_label
+from ...common.hardware import NUMERIC_COLUMNS, numeric_label
 from ...draft.train import TrainSettings
 
 # Experiment's count fields and the least value of each; COUNT_TUPLES: (least value, may the tuple be empty).
@@ -131,9 +131,6 @@ def from_parameters(path) -> tuple[Experiment, list | None]:
         {**({"model": params["MODEL"]} if "MODEL" in params else {}), **(params.get("EXPERIMENT") or {})}
     )
     return experiment, params.get("METHOD_IDS")
-
-
-NUMERIC_COLUMNS = ("draft matmuls", "target features")
 
 
 def numeric_settings(exp: Experiment) -> dict:

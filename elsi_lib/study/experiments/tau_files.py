@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ...common.hardware import NUMERIC_COLUMNS
 from ..paper.plots import markdown_table, with_numeric
 from .tables import formatted
 
@@ -107,9 +108,24 @@ def tau_formatted(long: pd.DataFrame, *, markdown: bool = True) -> pd.DataFrame:
     )
 
 
+def stated_numeric(long: pd.DataFrame) -> dict:
+    """The numeric settings a table's rows state (its NUMERIC_COLUMNS present), one value each: a
+    column with two values is refused (one table, one run's settings); a table with no rows states none."""
+    stated = {}
+    for c in (c for c in NUMERIC_COLUMNS if c in long.columns):
+        values = sorted(set(long[c].astype(str)))
+        if len(values) > 1:
+            raise ValueError(f"the table's column {c!r} holds {values}: one table states one run's settings")
+        stated.update({c: v for v in values})
+    return stated
+
+
 def tau_markdown(long: pd.DataFrame) -> str:
-    """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals)."""
-    return markdown_table(tau_formatted(long))
+    """The Markdown table of `tau_formatted` (bold best cells, temperature to 4 decimals), and a line
+    under it with the numeric settings the rows state (`stated_numeric`), if any."""
+    text = markdown_table(tau_formatted(long.drop(columns=[c for c in NUMERIC_COLUMNS if c in long.columns])))
+    settings = "; ".join(f"{k}: {v}" for k, v in stated_numeric(long).items())
+    return text + (f"\nNumeric settings: {settings}.\n" if settings else "")
 
 
 def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | None = None) -> list[Path]:
@@ -121,9 +137,9 @@ def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | N
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    with_numeric(long, numeric).to_csv(csv, index=False)
-    settings = "; ".join(f"{k}: {v}" for k, v in (numeric or {}).items())
-    md.write_text(tau_markdown(long) + (f"\nNumeric settings: {settings}.\n" if settings else ""))
+    long = with_numeric(long, numeric)
+    long.to_csv(csv, index=False)
+    md.write_text(tau_markdown(long))
     return [csv, md]
 
 
