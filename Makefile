@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-openvino test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -68,6 +68,26 @@ $(ENGINES_STAMP): Makefile
 	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q --no-deps speculators==0.9.0
 	$(ENGINES_VENV)/bin/pip install --disable-pip-version-check -q 'datasets>=4,<=5.1.0' hs-connectors $(TORCH_SPEC)
 	touch $@
+
+# OpenVINO GenAI (its EAGLE-3 pipeline, chains and token trees on the CPU) and optimum-intel (the conversion to
+# IR) in their own environment: optimum-intel's draft class is remote code that imports diffusers and einops;
+# its torchvision dependency is dropped (PyPI's fails to import beside this torch, and text models do not need it)
+OPENVINO_VENV ?= .venv-openvino
+OPENVINO_STAMP := $(OPENVINO_VENV)/.elsi-openvino
+$(OPENVINO_STAMP): Makefile
+	test -x $(OPENVINO_VENV)/bin/python || $(PYTHON) -m venv $(OPENVINO_VENV)
+	$(OPENVINO_VENV)/bin/pip install --disable-pip-version-check -q $(TORCH_SPEC) $(TORCH_PIP_ARGS)
+	$(OPENVINO_VENV)/bin/pip install --disable-pip-version-check -q openvino==2026.4.1 openvino-genai==2026.4.1.0 \
+	  openvino-tokenizers==2026.4.1.0 optimum-intel==2.2.0 'transformers>=4.51,<5.6' 'huggingface-hub>=1.5,<1.22' \
+	  'diffusers<0.40' einops $(TORCH_SPEC)
+	$(OPENVINO_VENV)/bin/pip uninstall -y -q torchvision torchaudio
+	touch $@
+
+# elsi's drafts served by OpenVINO GenAI: the two small SmolLM2 drafts of `make test-engines` (trained here,
+# cached), exported in the openvino layout; bench/results/engines_openvino
+test-openvino: venv models $(OPENVINO_STAMP)
+	$(BIN)/python engines/prepare.py --formats openvino,eagle --out build/engines-openvino
+	$(OPENVINO_VENV)/bin/python engines/check_openvino.py --out build/engines-openvino
 
 # elsi's drafts served by a real engine (about 30 minutes from a clean clone; not part of `make test`):
 # engines/prepare.py trains and exports two SmolLM2 drafts, engines/check_engines.py runs vLLM on them.

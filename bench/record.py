@@ -74,14 +74,18 @@ def write(
     notes: str = "",
     folder: Path = RESULTS,
     machine_info: dict | None = None,
+    details: dict | None = None,
 ) -> Path:
     """Write `<folder>/<name>.json` and `.md`; `load_before`: the load averages when the run began
-    (default: now). Returns the JSON file's path."""
+    (default: now); `details`: what the JSON keeps beside the rows and the table leaves out (per-question
+    output digests, say). Returns the JSON file's path."""
     folder.mkdir(parents=True, exist_ok=True)
     info = machine_info or machine()  # machine_info: a record's own, when its rows are recomputed
     if load_before is not None:
         info["load_1_5_15"] = load_before
     record = {"benchmark": name, "machine": info, "settings": settings, "rows": rows, "notes": notes}
+    if details:
+        record["details"] = details
     path = folder / f"{name}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     header = (

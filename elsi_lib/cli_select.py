@@ -16,7 +16,7 @@ from .hidden import probe_capture
 from .selection import stability as resampling
 from .selection.conventions import SPECULATORS_RECIPE
 from .selection.entropy import set_entropy
-from .selection.methods import METHODS, default_set
+from .selection.methods import METHODS, default_rule, default_set
 
 
 class _Chosen(NamedTuple):
@@ -91,7 +91,7 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
         default = tuple(default_set(args.engine, job.n_layers))
     except ValueError as err:
         return {"verdict": "no verdict", "reason": f"{err}: nothing to compare the set with", "best_set": list(layers)}
-    head = {"default_set": list(default), "default_is": "EAGLE-3's rule [2, N//2, N-3]", "best_set": list(layers)}
+    head = {"default_set": list(default), "default_is": default_rule(args.engine), "best_set": list(layers)}
     head["engine"] = args.engine or "any (no --engine)"
     if evidence is None:
         return {**head, "verdict": "no verdict", "reason": "the evidence file is unavailable"}

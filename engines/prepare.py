@@ -40,7 +40,7 @@ from elsi_lib.study.experiments.experiment_settings import Experiment, from_para
 from elsi_lib.study.experiments.layer_choices import draft_methods, run_methods
 from elsi_lib.study.experiments.tables import AVG
 from elsi_lib.study.experiments.tau_files import read_tau_csv
-from elsi_lib.draft.export import save_draft
+from elsi_lib.draft.export import FORMATS, save_draft
 from elsi_lib.draft.train import TrainSettings
 from elsi_lib.hidden.engine_replies import engine_replies
 from elsi_lib.hidden.replies import generate_responses
@@ -148,7 +148,18 @@ def main() -> None:
         action="store_true",
         help="a finished run's drafts: when its checkpoint is not here, say so and write no plan",
     )
+    parser.add_argument(
+        "--formats",
+        default="speculators,eagle",
+        help="the export layouts to write, comma-separated (elsi_lib.draft.export.FORMATS; openvino: "
+        "`make test-openvino`, which writes no reply check)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="the folder for the drafts and plan.json")
     args = parser.parse_args()
+    formats = [f for f in args.formats.split(",") if f]
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown or not formats:
+        parser.error(f"--formats: unknown layouts {unknown}; use some of {FORMATS}")
     torch.manual_seed(0)
     per_column, chains = PER_COLUMN, CHAINS
     if args.drafts in SMALL:
@@ -156,6 +167,7 @@ def main() -> None:
         target = exp.model
     else:
         target, out_dir = from_parameters(Path(FINISHED[args.drafts][0]))[0].model, Path(FINISHED[args.drafts][2])
+    out_dir = args.out or out_dir
     (out_dir / "plan.json").unlink(missing_ok=True)  # no stale plan for check_engines.py to read
     model, tokenizer = load_model(target)
     if args.drafts in SMALL:
@@ -191,7 +203,7 @@ def main() -> None:
                     draft, out_dir / f"{method}-{fmt}", target=model, format=fmt, verifier=plan["target"]
                 ).resolve()
             )
-            for fmt in ("speculators", "eagle")
+            for fmt in formats
         }
         runs = {}
         bar = progress_bar(total=len(chains) * len(prompts), desc=f"elsi loop, {method}", unit="question")
@@ -227,7 +239,9 @@ def main() -> None:
             "folders": folders,
             "elsi": runs,
         }
-    plan["reply_check"] = reply_check(model, tokenizer) if args.drafts == "small" else None
+    # vLLM's replies against transformers': with the vLLM layouts of the small drafts only
+    vllm = args.drafts == "small" and "speculators" in formats
+    plan["reply_check"] = reply_check(model, tokenizer) if vllm else None
     (out_dir / "plan.json").write_text(json.dumps(plan, indent=1))
     for method, entry in plan["drafts"].items():
         print(

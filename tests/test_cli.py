@@ -11,7 +11,7 @@ import torch
 from conftest import replied_conversations
 from elsi_lib import cli, cli_args, random_model
 from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
-from test_conventions import sglang_captured, speculators_recipe, vllm_captured
+from test_conventions import openvino_captured, sglang_captured, speculators_recipe, vllm_captured
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 N_LAYERS = 8
@@ -99,6 +99,10 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     assert info["restricted"]["score"] <= info["unrestricted"]["score"] + 1e-12  # set entropy: higher is better
     if fmt in ("speculators", "sglang", "specforge"):
         assert N_LAYERS - 1 not in layers and info["rules"]
+    elif fmt == "openvino":  # three layers, the last one allowed: the free choice of m = 3 stands
+        assert layers == free["layers"] and info["rules"] == [
+            "exactly three layers: OpenVINO GenAI's hidden_layers_list"
+        ]
     else:
         assert layers == free["layers"] and not info["rules"]
     # the fragment carries the decision's set: the criterion's where it is predicted to beat the default
@@ -107,6 +111,8 @@ def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     assert layers == (decision["best_set"] if decision["verdict"] == "change" else decision["default_set"])
     if fmt in ("vllm", "speculators"):
         assert list(vllm_captured(fragment["eagle_aux_hidden_state_layer_ids"], N_LAYERS)) == layers
+    elif fmt == "openvino":
+        assert list(openvino_captured(fragment["hidden_layers_list"], N_LAYERS)) == layers
     else:
         ids = fragment["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
         assert list(sglang_captured(ids, N_LAYERS, "LlamaForCausalLM")) == layers

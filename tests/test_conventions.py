@@ -79,6 +79,19 @@ def vllm_captured(ids, n_layers):
     return tuple(k - 1 if k else None for k in range(0, n_layers + 1) if k in ids)
 
 
+def openvino_captured(ids, n_layers):
+    """OpenVINO GenAI's eagle3_model_transforms.cpp: for each id k, the first residual Add after an MLP
+    whose node name contains "layers.<k>/" (`find_decoder_layer_hidden_state_outputs`), in the order
+    asked; node names are "model.layers.<i>/...", so k matches layer k's own residual (the "/" keeps
+    "layers.1/" from matching layer 11): the output of decoder layer k."""
+    names = [f"__module.model.layers.{i}/aten::add/Add_1" for i in range(n_layers)]
+    captured = []
+    for k in ids:
+        matches = [i for i, name in enumerate(names) if f"layers.{k}/" in name]
+        captured.append(matches[0] if matches else "not found")
+    return tuple(captured)
+
+
 def speculators_recipe(fragment, n_layers):
     """speculators' recipe on the fragment's flags: (the draft's features, the verifier's last state),
     or None when the trainer's ids are not the features the launch saved.
@@ -232,7 +245,7 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="out of range"):
         engine_fragment((1, 2, 30), 30, "vllm")
     assert conventions.engine_reading("sglang", "LlamaForCausalLM").startswith("SGLang llama.py")
-    assert set(ENGINE_FORMATS) == {"vllm", "speculators", "sglang", "specforge"}
+    assert set(ENGINE_FORMATS) == {"vllm", "speculators", "sglang", "specforge", "openvino"}
 
 
 # ---------------------------------------------------------------- fixed sets and id conversion
@@ -288,3 +301,21 @@ def test_convert_layer_ids_rejects_bad_types(call, error, message):
 def test_convert_layer_ids_accepts_numpy_integers():
     assert convert_layer_ids(np.array([1, 14, 26]), "elsi", "vllm", np.int64(30)) == (2, 15, 27)
     assert eagle3_layers(np.int64(30)) == (1, 14, 26)
+
+
+@pytest.mark.parametrize("layers", [(1, 11, 21), (0, 14, 29), (2, 15, 27)])
+def test_openvino_reads_exactly_the_fragments_layers(layers):
+    fragment = conventions.engine_fragment(layers, 30, "openvino")
+    assert fragment == {"hidden_layers_list": list(layers)}
+    assert openvino_captured(fragment["hidden_layers_list"], 30) == layers
+
+
+def test_openvino_takes_three_layers_and_defaults_one_layer_deeper_than_eagle3():
+    with pytest.raises(ValueError, match="exactly three layers"):
+        conventions.engine_fragment((1, 14), 30, "openvino")
+    from elsi_lib.selection.methods import default_rule, default_set
+
+    # with no hidden_layers_list OpenVINO takes {2, N/2, N-3} as outputs of those layers
+    assert default_set("openvino", 30) == (2, 15, 27) == openvino_captured([2, 30 // 2, 30 - 3], 30)
+    assert default_set("vllm", 30) == (1, 14, 26)  # EAGLE-3's rule read as inputs
+    assert "outputs" in default_rule("openvino") and default_rule("vllm") == "EAGLE-3's rule [2, N//2, N-3]"

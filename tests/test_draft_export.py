@@ -1,6 +1,7 @@
-"""Drafts written in the speculators and EAGLE layouts (elsi_lib.draft.export) and read back: identical
-logits for m = 1..4 on both target families, layer ids in the engines' convention (elsi's l is their
-l + 1), every weight present, and refusals where a layout cannot express the draft."""
+"""Drafts written in the speculators, EAGLE and OpenVINO layouts (elsi_lib.draft.export) and read back:
+identical logits for m = 1..4 on both target families (m = 3 for OpenVINO), layer ids in the engines'
+convention (vLLM's l + 1, OpenVINO's l), every weight present, and refusals where a layout cannot express
+the draft."""
 
 import copy
 import json
@@ -51,7 +52,7 @@ def rewrite(folder, name, text_or_bytes, *, update_record=True):
         (folder / "elsi.json").write_text(json.dumps(record))
 
 
-@pytest.mark.parametrize("fmt", X.FORMATS)
+@pytest.mark.parametrize("fmt", ["speculators", "eagle"])
 @pytest.mark.parametrize("layers", [(4,), (0, 3), (1, 2, 4), (0, 1, 2, 3)])
 def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
     draft = trained_like(target, layers, 24)
@@ -87,6 +88,42 @@ def test_round_trip_gives_identical_logits(target, fmt, layers, tmp_path):
     assert record["draft"]["source"] == list(layers) and record["engine_layer_ids"] == ids_engine
     assert sorted(record["files"]) == ["config.json", "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "elsi.json", "model.safetensors"]
+
+
+@pytest.mark.parametrize("draft_vocab", [24, 70])
+def test_the_openvino_layout_round_trips_under_optimum_intels_names_with_elsis_ids(target, draft_vocab, tmp_path):
+    """optimum-intel's LlamaEagle3ForCausalLM holds every module under `model.` and has buffers d2t / t2d
+    and an embedding of its own; OpenVINO's id k is the output of decoder layer k (elsi's)."""
+    layers = (1, 2, 4)
+    draft = trained_like(target, layers, draft_vocab)
+    X.save_draft(draft, tmp_path, target=target, format="openvino", verifier="local/target")
+    back = X.load_draft(tmp_path, target)
+    ids = torch.randint(0, 70, (2, 9), generator=torch.Generator().manual_seed(0))
+    features = torch.randn(2, 9, 3 * 32, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(draft(ids, features=features)[0], back(ids, features=features)[0])
+    assert torch.equal(back.d2t, draft.d2t) and torch.equal(back.t2d, draft.t2d)
+    layout, config, ids_engine = X.read_layout(tmp_path)
+    assert (layout, ids_engine, config["hidden_layers_list"]) == ("openvino", list(layers), list(layers))
+    assert "eagle_aux_hidden_state_layer_ids" not in config and "eagle_config" not in config  # not vLLM's ids
+    assert config["architectures"] == ["LlamaForCausalLMEagle3"] and config["model_type"] == "llama"
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    assert all(n.startswith("model.") for n in weights)
+    assert {"model.fc.weight", "model.midlayer.hidden_norm.weight", "model.d2t", "model.t2d"} <= set(weights)
+    assert torch.equal(weights["model.embed_tokens.weight"], target.get_input_embeddings().weight)
+    assert json.loads((tmp_path / "elsi.json").read_text())["engine_layer_ids"] == list(layers)
+    tampered = {**weights, "model.embed_tokens.weight": weights["model.embed_tokens.weight"] + 1}
+    save_file(tampered, str(tmp_path / "model.safetensors"))
+    rewrite(tmp_path, "model.safetensors", (tmp_path / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="not the target's embedding"):
+        X.load_draft(tmp_path, target)
+
+
+@pytest.mark.parametrize("layers", [(4,), (0, 3), (0, 1, 2, 3)])
+def test_the_openvino_layout_takes_exactly_three_layers(target, layers, tmp_path):
+    with pytest.raises(ValueError, match="exactly three layers"):
+        X.save_draft(trained_like(target, layers, 24), tmp_path, target=target, format="openvino")
+    assert not tmp_path.joinpath("config.json").exists()
 
 
 def test_full_vocabulary_writes_no_maps(target, tmp_path):

@@ -675,7 +675,13 @@ def test_committed_accepted_token_tables_are_numbers_that_render_the_committed_m
 # protocol whose drafts' records state the settings of each (its name's prefix, but for the learning
 # curve, which notebook 07's strong protocol draws).
 NUMERIC_KINDS = (
-    "accepted_tokens", "paired", "seed_spread", "step_accuracy", "loop_vs_replay", "lever_lm_head", "beam_overlap",
+    "accepted_tokens",
+    "paired",
+    "seed_spread",
+    "step_accuracy",
+    "loop_vs_replay",
+    "lever_lm_head",
+    "beam_overlap",
     "learning_curve",
 )
 PROTOCOL_OF = {"table2_learning_curve": "table2_strong"}
@@ -712,7 +718,9 @@ def test_every_committed_draft_table_states_its_numeric_settings_and_they_are_it
         stated = F.stated_numeric(frame)
         assert set(stated) == set(NUMERIC_COLUMNS), path.name
         assert stated["draft matmuls"] in ("bf16", "float32"), path.name
-        assert stated["target features"] in {f"{f} ({m} forward)" for f in ("store", "live") for m in ("bf16", "float32")}
+        assert stated["target features"] in {
+            f"{f} ({m} forward)" for f in ("store", "live") for m in ("bf16", "float32")
+        }
         md = path.with_suffix(".md")
         if md.exists():
             text = md.read_text()

@@ -1,6 +1,6 @@
 """Trained drafts in the layouts the EAGLE-3 ecosystem loads, and back.
 
-Two layouts, one folder each (config.json + model.safetensors, plus elsi.json with elsi's own
+Three layouts, one folder each (config.json + model.safetensors, plus elsi.json with elsi's own
 provenance, which no engine reads):
 - "speculators" (vLLM's and speculators' format): `speculators_model_type: "eagle3"`, no top-level
   `model_type` (vLLM recognises the format by its absence), `transformer_layer_config` (the draft's
@@ -8,7 +8,18 @@ provenance, which no engine reads):
   and ours is the Llama layer for both target families), weights `layers.0.*`;
 - "eagle" (SafeAILab/EAGLE's own, read by vLLM): `architectures: ["LlamaForCausalLMEagle3"]`,
   `eagle_config.eagle_aux_hidden_state_layer_ids`, weights `midlayer.*`.
-Both: `fc`, `norm`, `lm_head` over the draft vocabulary, `d2t` (target id = draft id + d2t) and
+- "openvino" (OpenVINO GenAI's EAGLE-3 pipeline, through optimum-intel's export, which builds
+  `LlamaEagle3ForCausalLM` for the architecture `LlamaForCausalLMEagle3`: optimum-intel 2.2.0
+  `exporters/openvino/model_patcher.py`): the "eagle" config without vLLM's ids, `hidden_layers_list`
+  instead (OpenVINO's id k is the output of decoder layer k, elsi's own: openvino.genai
+  `speculative_decoding/eagle3_model_transforms.cpp`, `find_decoder_layer_hidden_state_outputs` matches
+  the MLP's residual Add in `layers.<k>/`), weights under that class's `model.` prefix, `d2t` and `t2d`
+  always (its buffers are zeros otherwise: a full vocabulary's d2t is zeros anyway), and the target's
+  embedding as `model.embed_tokens.weight` (the class has one; OpenVINO replaces it with the target's
+  at load, `share_vocabulary`). Exactly three layers: optimum-intel sizes `fc` as 3 x hidden and
+  OpenVINO asserts three ids. `engines/check_openvino.py` converts it to IR and writes the ids into
+  the IR's rt_info, where the pipeline reads them.
+The first two: `fc`, `norm`, `lm_head` over the draft vocabulary, `d2t` (target id = draft id + d2t) and
 `t2d` (omitted when the draft vocabulary is the whole target vocabulary: vLLM then has no map and
 rejects one). The target's embedding is not written (the engines share the target's).
 
@@ -45,7 +56,9 @@ from ..common.identity import model_fingerprint, versions
 from .model import Eagle3Draft
 from .config import DraftConfig
 
-FORMATS = ("speculators", "eagle")
+FORMATS = ("speculators", "eagle", "openvino")
+ENGINE_OF = {"speculators": "speculators", "eagle": "vllm", "openvino": "openvino"}  # whose layer ids each writes
+OPENVINO_PREFIX = "model."  # optimum-intel's LlamaEagle3ForCausalLM holds every module under .model
 SPECULATORS_VERSION = "0.9.0"  # the release whose schema this layout follows
 RECORD = "elsi.json"  # elsi's own record of an export (no engine reads it)
 EXPORT_FORMAT = 2  # the record's layout; 1 (before checksums) is not read
@@ -58,11 +71,28 @@ class ExportError(ValueError):
     config that contradicts elsi's record. The message names the file."""
 
 
-def _weights(draft: Eagle3Draft, prefix: str) -> dict[str, torch.Tensor]:
+def _weights(draft: Eagle3Draft, format: str) -> dict[str, torch.Tensor]:
+    """The draft's state dict under `format`'s names (see the module's docstring)."""
     state = {k: v.detach().contiguous() for k, v in draft.state_dict().items()}
+    if format == "openvino":
+        state["embed_tokens.weight"] = draft.embed_weight.detach().contiguous()
+        return {OPENVINO_PREFIX + k: v for k, v in state.items()}
     if draft.config.draft_vocab_size == draft.config.vocab_size:
         state.pop("d2t"), state.pop("t2d")
+    prefix = "layers.0." if format == "speculators" else "midlayer."
     return {k.replace("midlayer.", prefix, 1): v for k, v in state.items()}
+
+
+def _elsi_names(weights: dict, format: str) -> dict:
+    """`_weights`' names back to the draft's own (the target's embedding dropped: the draft shares it)."""
+    if format == "openvino":
+        return {
+            k.removeprefix(OPENVINO_PREFIX): v
+            for k, v in weights.items()
+            if k != OPENVINO_PREFIX + "embed_tokens.weight"
+        }
+    prefix = "layers.0." if format == "speculators" else "midlayer."
+    return {k.replace(prefix, "midlayer.", 1): v for k, v in weights.items()}
 
 
 def _layer_config(draft: Eagle3Draft) -> dict:
@@ -82,18 +112,26 @@ def _layer_config(draft: Eagle3Draft) -> dict:
     return block
 
 
-def engine_layer_ids(draft: Eagle3Draft) -> list[int]:
-    """The draft's layers in vLLM / speculators ids (input of that decoder layer)."""
-    return list(convert_layer_ids(draft.config.layer_ids, "elsi", "vllm", draft.config.num_hidden_layers))
+def engine_layer_ids(draft: Eagle3Draft, engine: str = "vllm") -> list[int]:
+    """The draft's layers in `engine`'s ids (vLLM / speculators: input of that decoder layer;
+    OpenVINO: output, elsi's own)."""
+    return list(convert_layer_ids(draft.config.layer_ids, "elsi", engine, draft.config.num_hidden_layers))
 
 
 def _engine_config(draft: Eagle3Draft, format: str, target, verifier: str, speculative_tokens: int) -> dict:
-    ids = engine_layer_ids(draft)
+    ids = engine_layer_ids(draft, ENGINE_OF[format])
     common = {
         "draft_vocab_size": draft.config.draft_vocab_size,
         "target_hidden_size": draft.config.hidden_size,
         "norm_before_residual": False,
     }
+    if format == "openvino":
+        return {
+            **_layer_config(draft),
+            "architectures": ["LlamaForCausalLMEagle3"],
+            **common,
+            "hidden_layers_list": ids,
+        }
     if format == "eagle":
         return {
             **_layer_config(draft),
@@ -179,7 +217,7 @@ def save_draft(
     verifier: str | None = None,
     speculative_tokens: int = 3,
 ) -> Path:
-    """Write `draft` to `folder` in `format` ("speculators" or "eagle"). `target` (the transformers
+    """Write `draft` to `folder` in `format` ("speculators", "eagle" or "openvino"). `target` (the transformers
     model the draft was trained on) must fit the draft (`DraftConfig.check_target`) and gives the
     verifier's architecture and weight hash; `verifier` is the path or hub id engines load the target
     from (default: the target's `name_or_path`). A final-norm (EAGLE-2) draft has no engine layer id
@@ -192,6 +230,11 @@ def save_draft(
         raise ValueError(
             "EAGLE2's feature (the last layer after the target's final norm) has no engine layer id: "
             "vLLM's and speculators' last id is the residual before the norm; export a layer-set draft"
+        )
+    if format == "openvino" and draft.config.m != 3:
+        raise ValueError(
+            f"OpenVINO GenAI's EAGLE-3 pipeline takes exactly three layers (its hidden_layers_list; optimum-intel "
+            f"sizes the draft's fc as 3 x hidden), this draft reads {draft.config.m}: {draft.config.layer_ids}"
         )
     if not is_integer(speculative_tokens) or not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
         raise ValueError(
@@ -206,14 +249,13 @@ def save_draft(
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        prefix = "layers.0." if format == "speculators" else "midlayer."
-        save_file(_weights(draft, prefix), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        save_file(_weights(draft, format), str(tmp / "model.safetensors"), metadata={"format": "pt"})
         record = {
             "written_by": "elsi save_draft",
             "export_format": EXPORT_FORMAT,
             "format": format,
             "draft": draft.config.to_dict(),
-            "engine_layer_ids": config["eagle_aux_hidden_state_layer_ids"],
+            "engine_layer_ids": config.get("hidden_layers_list", config.get("eagle_aux_hidden_state_layer_ids")),
             "verifier": str(verifier),
             "target_weights_sha256": model_fingerprint(target)["weights_sha256"],
             "target_dtype": str(next(target.parameters()).dtype),
@@ -247,6 +289,8 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
             )
         return "speculators", config, list(config["eagle_aux_hidden_state_layer_ids"])
     if any("Eagle3" in a for a in config.get("architectures", [])):
+        if "hidden_layers_list" in config:
+            return "openvino", config, list(config["hidden_layers_list"])
         return "eagle", config, list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
     raise ExportError(f"{path}: neither a speculators eagle3 nor an EAGLE-3 config")
 
@@ -279,7 +323,7 @@ def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_co
     expected = {
         "engine layer ids": (
             ids,
-            list(convert_layer_ids(draft_config.layer_ids, "elsi", "vllm", draft_config.num_hidden_layers)),
+            list(convert_layer_ids(draft_config.layer_ids, "elsi", ENGINE_OF[format], draft_config.num_hidden_layers)),
         ),
         "draft_vocab_size": (config.get("draft_vocab_size"), draft_config.draft_vocab_size),
         "target_hidden_size": (config.get("target_hidden_size"), draft_config.hidden_size),
@@ -318,7 +362,7 @@ def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_co
 
 
 def load_draft(folder, target) -> Eagle3Draft:
-    """Read a folder `save_draft` wrote (either layout) back into an `Eagle3Draft` on `target`'s
+    """Read a folder `save_draft` wrote (any layout) back into an `Eagle3Draft` on `target`'s
     embedding, after checking every file's checksum (and that no other file is there), config.json
     against elsi's record, the draft against `target` and `target`'s weights against the ones the
     draft was exported with. Every weight must be present and none unexpected (engines load a
@@ -342,9 +386,15 @@ def load_draft(folder, target) -> Eagle3Draft:
             "another model of the same shape"
         )
     draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
-    prefix = "layers.0." if format == "speculators" else "midlayer."
-    weights = {k.replace(prefix, "midlayer.", 1): v for k, v in load_file(str(folder / "model.safetensors")).items()}
-    expected = set(_weights(draft, "midlayer."))
+    written = load_file(str(folder / "model.safetensors"))
+    if format == "openvino":
+        embed = written.get(OPENVINO_PREFIX + "embed_tokens.weight")
+        if embed is None or not torch.equal(embed, draft.embed_weight):
+            raise ExportError(
+                f"{folder / 'model.safetensors'}: model.embed_tokens.weight is not the target's embedding"
+            )
+    weights = _elsi_names(written, format)
+    expected = set(_elsi_names(_weights(draft, format), format))
     missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or unexpected:
         raise ExportError(f"{folder / 'model.safetensors'}: missing weights {missing}, unexpected weights {unexpected}")

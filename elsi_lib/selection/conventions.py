@@ -47,7 +47,7 @@ def eagle3_paper_layers(n_layers: int) -> LayerSet:
     return (2, n_layers // 2, n_layers - 3)
 
 
-# "output": id l is the output of decoder layer l (0..N-1): the paper, elsi, SGLang/SpecForge.
+# "output": id l is the output of decoder layer l (0..N-1): the paper, elsi, SGLang/SpecForge, OpenVINO GenAI.
 # "input":  id l is the input of decoder layer l (1..N; input of l = output of l-1): EAGLE's code,
 #           vLLM and speculators. Input id 0 would be the embeddings, which no set here contains.
 CONVENTIONS = {"output": 0, "input": 1}
@@ -192,6 +192,10 @@ def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None
       sglang==0.5.14 and captures through SGLang's `set_eagle3_layers_to_capture` (offline:
       OfflineSGLangCaptureBackend; online: its spec-capture patch to SGLang's model runner), so
       the ids are SGLang's, as above.
+    - openvino: `hidden_layers_list`, output-of-layer ids (elsi's own; openvino.genai
+      `eagle3_model_transforms.cpp` matches the MLP's residual Add in the node `layers.<k>/`), exactly
+      three (it asserts three). The pipeline reads them from the draft IR's rt_info or the draft's
+      properties; with none it takes {2, N/2, N-3} as outputs, one layer deeper than EAGLE-3's rule.
     """
     if engine not in ENGINES:  # the declared engines (`engines`), read when called
         raise ValueError(f"unknown engine format {engine!r}; use one of {tuple(ENGINES)}")
@@ -217,6 +221,13 @@ def engine_fragment(layers, n_layers: int, engine: str, architecture: str | None
             "launch_args": ["--target-layer-ids", *map(str, ids + [n_layers])],
             "train_args": ["--target-layer-ids", *map(str, ids)],
         }
+    if engine == "openvino":
+        if len(layers) != 3:
+            raise ValueError(
+                f"OpenVINO GenAI's hidden_layers_list takes exactly three layers; this set has {len(layers)} "
+                f"({layers}): select with --m 3"
+            )
+        return {"hidden_layers_list": list(convert_layer_ids(layers, "elsi", engine, n_layers))}
     if engine not in ("sglang", "specforge"):  # declared in `engines`, but no conversion written here yet
         raise ValueError(f"engine {engine!r} is declared but has no id conversion in conventions.engine_fragment")
     if engine == "specforge" and len(layers) != 3:
@@ -238,6 +249,11 @@ def engine_reading(engine: str, architecture: str | None = None) -> str:
             "; speculators' launch_vllm.py appends N, train.py takes the ids without it"
             if engine == "speculators"
             else ""
+        )
+    if engine == "openvino":
+        return (
+            "OpenVINO GenAI (eagle3_model_transforms.cpp): id k = output of decoder layer k, the MLP's residual Add "
+            "in layers.<k>/"
         )
     reading = sglang_reading(architecture)
     text = {

@@ -57,6 +57,19 @@ ENGINES: dict[str, Engine] = {
             "eagle3",
             "exactly three layers: SpecForge's aux_hidden_state_layer_ids",
         ),
+        # OpenVINO GenAI (openvino.genai src/cpp/src/speculative_decoding/eagle3_model_transforms.cpp): id k is
+        # the residual Add after the MLP in `layers.<k>/`, the output of decoder layer k (elsi's own); with no
+        # hidden_layers_list it takes {2, N/2, N-3} in that convention, one layer deeper than EAGLE-3's rule
+        Engine(
+            "openvino",
+            "output",
+            ("2026.4.1",),
+            None,
+            False,
+            3,
+            "eagle3-outputs",
+            "exactly three layers: OpenVINO GenAI's hidden_layers_list",
+        ),
     )
 }
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import select
-from .conventions import eagle2_layers, eagle3_layers
+from .conventions import eagle2_layers, eagle3_layers, eagle3_paper_layers
 from .engines import engine
 
 
@@ -32,6 +32,7 @@ class Method:
     choose: Callable | None = None
     fixed: Callable | None = None
     size: int | None = None  # a fixed method's set size, whatever the layer count
+    rule: str | None = None  # a fixed method's rule, in words
 
     @property
     def measured(self) -> bool:
@@ -67,8 +68,29 @@ METHODS: dict[str, Method] = {
         ),  # fmt: skip
         Method("exhaustive", (), "capture", "exhaustive m={m}", "set entropy", (), _exhaustive),
         Method("probe", ("task-probe",), "probe", "probe m={m}", "probe error", ("k_beam",)),
-        Method("eagle3", ("EAGLE3", "EAGLE-3"), "fixed", "EAGLE3", None, fixed=eagle3_layers, size=3),
-        Method("eagle2", ("EAGLE2", "EAGLE-2"), "fixed", "EAGLE2", None, fixed=eagle2_layers, size=1),
+        Method(
+            "eagle3",
+            ("EAGLE3", "EAGLE-3"),
+            "fixed",
+            "EAGLE3",
+            None,
+            fixed=eagle3_layers,
+            size=3,
+            rule="EAGLE-3's rule [2, N//2, N-3]",
+        ),
+        Method(
+            "eagle3-outputs",
+            ("EAGLE3, paper's reading",),
+            "fixed",
+            "EAGLE3, paper's reading",
+            None,
+            fixed=eagle3_paper_layers,
+            size=3,
+            rule="EAGLE-3's rule [2, N//2, N-3] read as outputs of those layers",
+        ),
+        Method(
+            "eagle2", ("EAGLE2", "EAGLE-2"), "fixed", "EAGLE2", None, fixed=eagle2_layers, size=1, rule="the last layer"
+        ),
     )
 }
 
@@ -84,6 +106,12 @@ def method(name: str) -> Method:
 
 
 NO_ENGINE_DEFAULT = "eagle3"  # the set an answer without --engine is compared with: EAGLE-3's rule
+
+
+def default_rule(engine_name: str | None) -> str:
+    """In words, the rule behind `default_set(engine_name, ...)`."""
+    name = NO_ENGINE_DEFAULT if engine_name is None else engine(engine_name).default
+    return METHODS[name].rule or METHODS[name].label
 
 
 def default_set(engine_name: str | None, n_layers: int) -> tuple[int, ...]:

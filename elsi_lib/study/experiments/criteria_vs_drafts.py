@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .tables import _check_n_boot, paired_differences
-from .experiment_settings import NUMERIC_COLUMNS
+from ...common.hardware import NUMERIC_COLUMNS
 from .rank_stats import check_n_perm, interval, permutation_p, spearman_rows
 from ...selection.probe import ProbeStats, agreement, set_errors
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
-from ..experiments.experiment_settings import NUMERIC_COLUMNS
+from ...common.hardware import NUMERIC_COLUMNS
 from .protocols import protocol
 
 FORMAT = 1
