@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-openvino test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-openvino bench-openvino-rounds test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -83,11 +83,17 @@ $(OPENVINO_STAMP): Makefile
 	$(OPENVINO_VENV)/bin/pip uninstall -y -q torchvision torchaudio
 	touch $@
 
-# elsi's drafts served by OpenVINO GenAI: the two small SmolLM2 drafts of `make test-engines` (trained here,
-# cached), exported in the openvino layout; bench/results/engines_openvino
+# elsi's drafts served by OpenVINO GenAI: the two small SmolLM2 drafts of `make test-engines`, one epoch (trained
+# here, cached), exported in the openvino layout; bench/results/engines_openvino
 test-openvino: venv models $(OPENVINO_STAMP)
-	$(BIN)/python engines/prepare.py --formats openvino,eagle --out build/engines-openvino
+	$(BIN)/python engines/prepare.py --formats openvino,eagle --out build/engines-openvino --epochs 1
 	$(OPENVINO_VENV)/bin/python engines/check_openvino.py --out build/engines-openvino
+
+# the cost model on OpenVINO GenAI's chains and trees: each shape's round timed with an untrained draft, then
+# (after test-openvino) the small drafts' speed-ups predicted out of sample: bench/results/openvino_rounds_*
+bench-openvino-rounds: venv models $(OPENVINO_STAMP)
+	$(BIN)/python bench/openvino_rounds_plan.py
+	$(OPENVINO_VENV)/bin/python bench/bench_openvino_rounds.py
 
 # elsi's drafts served by a real engine (about 30 minutes from a clean clone; not part of `make test`):
 # engines/prepare.py trains and exports two SmolLM2 drafts, engines/check_engines.py runs vLLM on them.

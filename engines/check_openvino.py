@@ -47,8 +47,6 @@ from record import write  # noqa: E402  (standalone: no elsi import in this envi
 TOLERANCE = 0.05  # |OpenVINO's tokens per target forward - elsi's| on the same chains
 PRECISION = {"INFERENCE_PRECISION_HINT": "f32"}
 TAP_TOLERANCE = 1e-4  # relative: two float32 implementations of one forward; a neighbouring layer differs by O(1)
-# token trees: (tree_depth, branching_factor, num_assistant_tokens = the tree's drafted tokens)
-TREES = ((3, 2, 6), (4, 2, 8), (5, 3, 15))
 OPTIMUM_CLI = Path(sys.executable).parent / "optimum-cli"
 
 
@@ -192,8 +190,8 @@ def pipeline(target_ir: Path, draft_ir: Path | None):
 
 
 def config(max_tokens: int, chain: int | None = None, tree: tuple | None = None):
-    """A greedy GenerationConfig: plain, a chain of `chain` drafted tokens, or a tree (depth, branching,
-    size). A setting the pipeline does not accept is refused naming it (its own `validate`)."""
+    """A greedy GenerationConfig: plain, a chain of `chain` drafted tokens, or an EAGLE-2 tree (depth,
+    top_k, nodes). A setting the pipeline does not accept is refused naming it (its own `validate`)."""
     import openvino_genai as g
 
     gc = g.GenerationConfig()
@@ -219,17 +217,31 @@ def run(pipe, prompts: list[list[int]], gc) -> dict:
         return pipe.generate(g.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), gc)
 
     one(prompts[0])  # warm-up
-    tokens, accepted, seconds = [], 0, 0.0
+    tokens, accepted, seconds, prefill = [], 0, [], []
     for prompt in prompts:
         start = time.perf_counter()
         result = one(prompt)
-        seconds += time.perf_counter() - start
+        seconds.append(time.perf_counter() - start)
+        prefill.append(result.perf_metrics.get_ttft().mean / 1000)  # the prompt's forward and first token (ms)
         tokens.append([int(t) for t in result.tokens[0]])
         metrics = result.extended_perf_metrics
         accepted += int(metrics.get_num_accepted_tokens()) if metrics is not None else 0
     generated = sum(map(len, tokens))
     rounds = generated - len(tokens) - accepted  # each question: the prefill's token, then accepted + 1 a round
-    return {"tokens": tokens, "seconds": seconds, "generated": generated, "accepted": accepted, "rounds": rounds}
+    return {
+        "tokens": tokens,
+        "seconds": sum(seconds),
+        "question_seconds": seconds,
+        "prefill_seconds": prefill,
+        "generated": generated,
+        "accepted": accepted,
+        "rounds": rounds,
+    }
+
+
+def tree_name(tree) -> str:
+    """A tree's key in plan.json (engines/prepare.py's `tree_name`)."""
+    return "tree depth {}, top-{}, {} nodes".format(*tree)
 
 
 def tokens_digest(tokens: list[list[int]]) -> list[str]:
@@ -281,24 +293,24 @@ def main() -> int:
         control_ir = to_ir(folder, args.out / f"{method}-control-ir", shifted)
         pipe = pipeline(target_ir, draft_ir)
         results[method] = {"layers": layers, "taps_max_diff": error}
-        settings = [("chain", k, config(max_tokens, chain=k)) for k in plan["chains"]]
-        settings += [("tree", t, config(max_tokens, tree=t)) for t in TREES]
-        for kind, setting, gc in settings:
+        # chains of k, and plan.json's EAGLE-2 trees (depth, top_k, nodes) as OpenVINO builds them: tree_depth,
+        # branching_factor (each frontier node's top children, the best of them kept), num_assistant_tokens
+        settings = [("chain", k, str(k), config(max_tokens, chain=k)) for k in plan["chains"]]
+        settings += [("tree", tuple(t), tree_name(t), config(max_tokens, tree=tuple(t))) for t in plan.get("trees", [])]
+        for kind, setting, key, gc in settings:
             r = run(pipe, prompts, gc)
             lossless = r["tokens"] == plain["tokens"]
             tau = (r["generated"] - len(prompts)) / max(1, r["rounds"])
-            elsi = entry["elsi"].get(str(setting)) if kind == "chain" else None
+            elsi = entry["elsi"].get(key)
             tau_elsi = None
-            if elsi is not None:
+            if elsi is not None:  # elsi's loop on the same prompts, the same tree: tokens per target forward
                 tau_elsi = sum(len(t) - 1 for t in elsi["tokens"]) / max(1, elsi["rounds"])
                 if abs(tau - tau_elsi) > TOLERANCE:
-                    failures.append(f"{method} chain {setting}: tau OpenVINO {tau:.3f} vs elsi {tau_elsi:.3f}")
+                    failures.append(f"{method} {key}: tau OpenVINO {tau:.3f} vs elsi {tau_elsi:.3f}")
             if not lossless:
                 failures.append(f"{method} {kind} {setting}: output differs from plain greedy decoding")
             rate = r["generated"] / r["seconds"]
-            name = (
-                f"chain k={setting}" if kind == "chain" else "tree depth {}, branching {}, {} tokens".format(*setting)
-            )
+            name = f"chain k={setting}" if kind == "chain" else key
             results[method][name] = {**r, "tau": tau, "tau_elsi": tau_elsi, "lossless": lossless,
                                      "digests": tokens_digest(r["tokens"])}  # fmt: skip
             rows.append(
@@ -333,7 +345,7 @@ def main() -> int:
             "questions": len(prompts),
             "max_tokens": max_tokens,
             "chains": plan["chains"],
-            "trees (depth, branching, tokens)": [list(t) for t in TREES],
+            "trees (depth, top_k, nodes)": plan.get("trees", []),
             "precision": "f32 (weights and inference)",
             "batch": 1,
             "tolerance": TOLERANCE,

@@ -25,6 +25,7 @@ build/engines-strong and build/engines-qwen; the reply check runs with the small
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -81,6 +82,15 @@ QWEN_EXPERIMENT = Experiment(
 )
 PER_COLUMN = 2  # SpecBench questions per paper column
 CHAINS = (1, 2, 3, 4, 5)
+# EAGLE-2 trees (depth, top_k, nodes): elsi's own tables' (depth 6, top-10, 30 nodes) and a smaller one
+TREES = ((6, 10, 30), (4, 4, 12))
+
+
+def tree_name(tree) -> str:
+    """A tree's key in plan.json: "tree depth D, top-K, N nodes"."""
+    return "tree depth {}, top-{}, {} nodes".format(*tree)
+
+
 OUT = Path("build/engines")
 # drafts trained here: (experiment, method ids, output folder, questions per column, chains); the Qwen target's
 # loop costs about a minute per question and chain on 2 cores, so its check is one question per column, k = 1, 3, 5
@@ -155,6 +165,12 @@ def main() -> None:
         "`make test-openvino`, which writes no reply check)",
     )
     parser.add_argument("--out", type=Path, default=None, help="the folder for the drafts and plan.json")
+    parser.add_argument(
+        "--epochs",
+        type=float,
+        default=None,
+        help="the small drafts' training epochs (default: the experiment's); fewer train faster, accept less",
+    )
     args = parser.parse_args()
     formats = [f for f in args.formats.split(",") if f]
     unknown = sorted(set(formats) - set(FORMATS))
@@ -164,6 +180,8 @@ def main() -> None:
     per_column, chains = PER_COLUMN, CHAINS
     if args.drafts in SMALL:
         exp, ids, out_dir, per_column, chains = SMALL[args.drafts]
+        if args.epochs is not None:
+            exp = dataclasses.replace(exp, train=dataclasses.replace(exp.train, epochs=args.epochs))
         target = exp.model
     else:
         target, out_dir = from_parameters(Path(FINISHED[args.drafts][0]))[0].model, Path(FINISHED[args.drafts][2])
@@ -191,6 +209,7 @@ def main() -> None:
         "target": resolve_model_path(target)[0],
         "max_tokens": MAX_TOKENS,
         "chains": list(chains),
+        "trees": [list(t) for t in TREES] if "openvino" in formats else [],
         "questions": questions.question_id.tolist(),
         "prompts": prompts,
         "drafts": {},
@@ -206,8 +225,12 @@ def main() -> None:
             for fmt in formats
         }
         runs = {}
-        bar = progress_bar(total=len(chains) * len(prompts), desc=f"elsi loop, {method}", unit="question")
-        for k in chains:
+        # chains of k (nodes = depth = k, top-1) for every engine; with the openvino layout also EAGLE-2 trees
+        # (depth, top_k, nodes), which OpenVINO GenAI builds alike (tree_depth, branching_factor, num_assistant_tokens)
+        shapes = [(str(k), (k, k, 1)) for k in chains]
+        shapes += [(tree_name(t), t) for t in (TREES if "openvino" in formats else ())]
+        bar = progress_bar(total=len(shapes) * len(prompts), desc=f"elsi loop, {method}", unit="question")
+        for name, (depth, top_k, nodes) in shapes:
             decoded = []
             for prompt in prompts:
                 decoded.append(
@@ -216,9 +239,9 @@ def main() -> None:
                         draft,
                         prompt,
                         max_new_tokens=MAX_TOKENS,
-                        nodes=k,
-                        depth=k,
-                        top_k=1,
+                        nodes=nodes,
+                        depth=depth,
+                        top_k=top_k,
                         autocast=False,
                         round_features=False,
                     )
@@ -226,7 +249,7 @@ def main() -> None:
                 bar.update(1)
             # vLLM counts a round's accepted tokens before it cuts at the end-of-sequence token or the length
             # limit: compare with elsi's counts before those cuts too
-            runs[k] = {
+            runs[name] = {
                 "tokens": [d.tokens for d in decoded],
                 "accepted": sum(sum(d.accepted_full) for d in decoded),
                 "rounds": sum(len(d.accepted) for d in decoded),

@@ -526,7 +526,7 @@ def test_sglang_refuses_the_last_layer(fmt, tiny_model):
 
 
 def test_the_default_is_the_probes_set_with_elsis_beside_it(capsys, folder, data):
-    """The probe's error predicted the drafts out of sample (notebook 10, `evidence.probe_predicts`): a
+    """The probe's error predicted the drafts out of sample (notebook 10, `evidence.default_for`): a
     plain `elsi select` answers with the probe's set and shows ELSI's (the paper's method), chosen under
     the same restriction, as `--method elsi` would."""
     code, text, _ = run(capsys, "select", *base(folder, data), "--format", "json")

@@ -232,6 +232,27 @@ def test_save_draft_never_overwrites_a_foreign_folder(target, tmp_path):
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file", target=target)
 
 
+@pytest.mark.parametrize("fmt", X.FORMATS)
+def test_a_file_the_export_did_not_write_is_never_deleted(target, fmt, tmp_path):
+    """Before: any folder holding an elsi.json of save_draft's was replaced whole, with what the user had
+    put beside the export (a tokenizer, a note) or a folder of theirs holding a copied elsi.json."""
+    draft = trained_like(target, (1, 2, 4), 24)
+    export = X.save_draft(draft, tmp_path / "export", target=target, format=fmt)
+    (export / "tokenizer.json").write_text("{}")
+    with pytest.raises(FileExistsError, match=r"\['tokenizer.json'\], which the earlier export there did not write"):
+        X.save_draft(draft, export, target=target, format=fmt)
+    assert (export / "tokenizer.json").read_text() == "{}"
+    (export / "tokenizer.json").unlink()
+    X.save_draft(draft, export, target=target, format=fmt)  # the export alone: replaced whole, as before
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("years of work")
+    (home / "elsi.json").write_text((export / "elsi.json").read_text())
+    with pytest.raises(FileExistsError, match="thesis.tex"):
+        X.save_draft(draft, home, target=target, format=fmt)
+    assert (home / "thesis.tex").read_text() == "years of work"
+
+
 def test_replacing_an_export_is_atomic_and_leaves_no_stale_file(target, tmp_path, monkeypatch):
     a, b = trained_like(target, (1, 3), 24, seed=0), trained_like(target, (0, 2, 4), 24, seed=5)
     folder = tmp_path / "draft"
@@ -252,6 +273,9 @@ def test_replacing_an_export_is_atomic_and_leaves_no_stale_file(target, tmp_path
     (folder / "model.safetensors.index.json").write_text("{}")  # e.g. a stale index of a sharded save
     with pytest.raises(ValueError, match="model.safetensors.index.json"):
         X.load_draft(folder, target)
+    with pytest.raises(FileExistsError, match="model.safetensors.index.json"):  # not the export's: never deleted
+        X.save_draft(b, folder, target=target)
+    (folder / "model.safetensors.index.json").unlink()
     X.save_draft(b, folder, target=target)
     assert sorted(p.name for p in folder.iterdir()) == ["config.json", "elsi.json", "model.safetensors"]
     assert X.load_draft(folder, target).config.layer_ids == (0, 2, 4)

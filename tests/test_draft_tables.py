@@ -768,3 +768,54 @@ def test_rank_correlation_refuses_too_few_values(n):
     """Before: NaN with a numpy warning (0, 1 values) or a meaningless +-1 (2 values)."""
     with pytest.raises(ValueError, match=rf"{n} values.*at least 3"):
         T.rank_correlation(list(range(n)), list(range(n)))
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda rows: rows[1].update(low=rows[1]["high"], high=rows[1]["low"]), "is not inside its interval"),
+        (lambda rows: rows[1].update(tau="45"), r"tau = '45', not a number in \[1, 31\]"),
+        (lambda rows: rows[1].update(tau="0.2"), r"tau = '0.2'"),
+        (lambda rows: rows[1].update(tau="inf"), r"tau = 'inf'"),
+        (lambda rows: rows[1].update(tau="1.7x"), r"row 3: tau = '1.7x', not a number"),
+        (lambda rows: rows[1].update(nodes="30.7"), r"nodes = '30.7', not an integer"),
+        (lambda rows: rows[1].update(nodes=""), "nodes is empty"),
+        (lambda rows: rows[1].update(temperature="-1"), "temperature = '-1'"),
+        (lambda rows: rows[1].update(questions="-4"), "questions = '-4'"),
+        (lambda rows: rows[1].update(best=""), "best = '', not True or False"),
+        (lambda rows: rows[1].update(best="no"), "best = 'no'"),
+        (lambda rows: rows[1].update(method=rows[1]["method"] + " "), "method = .*, not a name"),
+        (lambda rows: rows.append(dict(rows[1], tau="1.45")), "is also row 3"),
+    ],
+)
+def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row(tmp_path, change, reason):
+    """Before: swapped ends, tau above what a tree allows, an empty or 'no' best read as True, a node count
+    truncated, a method with a trailing space as a second method: all formatted without a word."""
+    import csv
+
+    csv_path, _ = F.save_tau_tables(written_long(written_blocks()), "t", tmp_path)
+    with open(csv_path) as handle:
+        rows = list(csv.DictReader(handle))
+    rows[1].update(tau="1.5", low="1.4", high="1.6", questions="3", best="True")  # a cell with an interval
+    change(rows)
+    with open(csv_path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(ValueError, match=reason) as caught:
+        F.read_tau_csv(csv_path)
+    assert str(csv_path) in str(caught.value)
+
+
+def test_a_best_mark_on_a_lower_tau_and_an_empty_file_are_refused(tmp_path):
+    csv_path, _ = F.save_tau_tables(written_long(written_blocks()), "t", tmp_path)
+    plain = pd.read_csv(csv_path)
+    block = plain[(plain.column == "MT") & (plain.temperature == 0) & (plain.nodes == 30)]
+    low = block.tau.idxmin()
+    plain.loc[block.index, "best"] = plain.loc[block.index].index == low  # the mark moved to the lower tau
+    plain.to_csv(csv_path, index=False)
+    with pytest.raises(ValueError, match=rf"row {low + 2}: best = True but its tau .* below its column's highest"):
+        F.read_tau_csv(csv_path)
+    (tmp_path / "empty.csv").write_text("")
+    with pytest.raises(ValueError, match="empty.csv: not an accepted-token CSV"):
+        F.read_tau_csv(tmp_path / "empty.csv")

@@ -142,18 +142,60 @@ def _resealed(data: dict) -> dict:
     [
         (lambda d: d["comparisons"][0].update(low=d["comparisons"][0]["high"] + 1), "does not hold its diff"),
         (lambda d: d["comparisons"].append(dict(d["comparisons"][0])), "listed twice"),
-        (lambda d: d["comparisons"][0].update(seeds="3"), "count of training seeds"),
+        (lambda d: d["comparisons"][0].update(seeds="3"), r"seeds = '3', not an integer"),
+        (lambda d: d["comparisons"][0].update(seeds=True), r"seeds = True, not an integer"),
+        (lambda d: d["comparisons"][0].update({"baseline seeds": -3}), r"baseline seeds = -3"),
+        (lambda d: d["comparisons"][0].pop("low"), r"comparison 0 .*: low = None, not a number"),
+        (lambda d: d["comparisons"][0].update(diff="0.1"), r"diff = '0.1', not a number"),
+        (lambda d: d["comparisons"][0].update(prompts="4744"), r"prompts = '4744', not an integer"),
+        (lambda d: d["comparisons"][0].update(protocol=d["comparisons"][0]["protocol"] + " "), "not a name"),
+        (lambda d: d["comparisons"][0].update(temperature=-1), "temperature = -1"),
         (lambda d: d["pooled_criteria"].append(dict(d["pooled_criteria"][0])), "listed twice"),
+        (lambda d: d["pooled_criteria"][0].update({"p (stratified permutation)": 7.0}), r"p \(stratified permutation\) = 7.0"),
+        (lambda d: d["pooled_criteria"][0].update({"pooled rho": 3.0}), "pooled rho = 3.0"),
+        (lambda d: d["pooled_criteria"][0].pop("p (stratified permutation)"), r"p \(stratified permutation\) = None"),
+        (lambda d: d.update(pooled_criteria=None), "must be lists"),
         (lambda d: d.update(default_method="eagle3"), "default_method"),
+        (lambda d: d.update(default_method="elsi" if d["default_method"] == "probe" else "probe"), "pooled criteria row gives"),
         (lambda d: d.pop("models"), "no 'models'"),
+        (lambda d: d["models"].update({"probe error": {}}), "no fits for 'probe error'"),
+        (lambda d: d["models"]["probe error"].pop("1"), r"holds temperatures \[0.0\], the comparisons \[0.0, 1.0\]"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(s2=-1.0), "s2 = -1.0"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(df=0), "df = 0"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(widen=0.01), "widen = 0.01"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(beta=[1.0]), "beta has 1 terms"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(extra=1), "must hold exactly"),
+        (lambda d: d["models"]["probe error"]["0"].update(coverage=1.5), "coverage = 1.5"),
+        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=0), "rests on seeds = 0"),
     ],
 )
 def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):
-    """Behind a valid checksum (a study bug, not an edit): swapped intervals, repeated rows, seeds as
-    text, a default that is no criterion's, a missing part: refused, naming the row and the field."""
+    """Behind a valid checksum (a study bug, not an edit): swapped intervals, repeated rows, counts as text
+    or bools or below one, names with stray spaces, p and rho out of range, a default the pooled row does
+    not give, fits missing a temperature or with impossible variances, degrees of freedom or widening, a
+    missing part: refused, naming the row and the field. Before, several of these reached the answer (a
+    fit-less criterion gave "change"), and a missing field ended `elsi --help` with a KeyError."""
     data = json.loads(json.dumps(evidence))
     change(data)
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(_resealed(data)))
     with pytest.raises(ev.EvidenceUnavailable, match=reason):
         ev.load(path)
+
+
+def test_a_malformed_evidence_file_leaves_help_and_the_parser_working(evidence, tmp_path, monkeypatch):
+    """`elsi select --help` reads the default method from the evidence: an unusable file falls back to
+    ELSI's, never a traceback."""
+    from elsi_lib.cli_args import build_parser
+
+    data = json.loads(json.dumps(evidence))
+    data["comparisons"][0].pop("low")
+    path = tmp_path / "evidence.json"
+    path.write_text(json.dumps(_resealed(data)))
+    monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
+    ev._cached.cache_clear()
+    try:
+        assert ev.default_method() == "elsi"
+        assert build_parser().parse_args(["select", "--model", "x"]).method == "elsi"
+    finally:
+        ev._cached.cache_clear()

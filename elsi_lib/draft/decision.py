@@ -121,6 +121,8 @@ def decide(
     measured = list(measured or [])
     if tuple(best) == tuple(default):
         return Decision("keep the default", "the criterion's best set is the default set", default, best)
+    if not fits:
+        return Decision("no verdict", "the evidence holds no fit of the criterion's model", default, best)
     predicted, model = {}, ""
     for t, pair in sorted(fits.items()):
         own = pair.get("family")

