@@ -27,11 +27,14 @@ def rows(n=4, tau=1.5):
     )
 
 
-def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5, stages=None):
+LABELS = {"elsi-m3": "ELSI m=3", "eagle3": "EAGLE3", "probe-m3": "probe m=3", "eagle2": "EAGLE2"}
+
+
+def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5, stages=None, label=None):
     proto = protocol(name)
     return unit_record(
         proto,
-        {"id": method, "method": "ELSI m=3", "layers": (1, 22, 23), "entropy": 0.845},
+        {"id": method, "method": label or LABELS.get(method, method), "layers": (1, 22, 23), "entropy": 0.845},
         seed,
         prompts=936,
         accuracy={"step 1": 0.3, "step 2": 0.25, "step 3": 0.2},
@@ -85,6 +88,15 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
         (lambda r: r["stages"].update(group=["eagle3", "eagle2"]), "lock-step group"),
         (lambda r: r["stages"].update(group=["elsi-m3", "elsi-m3"]), "two or more distinct"),
+        (lambda r: r.update(layers="banana"), "field 'layers' is 'banana'"),
+        (lambda r: r.update(layers="23 1 22"), "ascending distinct"),
+        (lambda r: r.update(label=" ELSI m=3"), "field 'label'"),
+        (lambda r: r.update({"set entropy": float("nan")}), "'set entropy' is nan"),
+        (lambda r: r.update({"set entropy": -3.0}), "'set entropy' is -3.0"),
+        (lambda r: r["questions"][0].__setitem__(2, None), "question id None"),
+        (lambda r: r["questions"][0].__setitem__(3, ""), "column ''"),
+        (lambda r: r["questions"][0].__setitem__(0, float("inf")), "temperature inf"),
+        (lambda r: r.update(curve=[{"prompts": 100, "step accuracy": r["step accuracy"]}]), r"lacks \['questions'\]"),
     ],
 )
 def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):
@@ -286,3 +298,20 @@ def test_a_records_folder_that_does_not_exist_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "nowhere"))
     with pytest.raises(RecordError, match="nowhere does not exist"):
         read_records("table3_f32")
+
+
+def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tmp_path):
+    """Before: a record relabelled as another method's pooled two different sets as one method's seeds, and
+    two seeds of one method with different layers took the first seed's set without a word."""
+    first, _ = R.write_record(a_record(seed=0), tmp_path)
+    second, _ = R.write_record(a_record(seed=1), tmp_path)
+    assert len(R.read_records("table3_f32", tmp_path)) == 2
+    record = json.loads(second.read_text())
+    record["layers"] = "1 21 23"
+    second.write_text(json.dumps(record))
+    with pytest.raises(R.RecordError, match=rf"{second.name}.*layers '1 21 23'.*{first.name}.*'1 22 23'"):
+        R.read_records("table3_f32", tmp_path)
+    second.unlink()
+    other, _ = R.write_record(a_record(method="eagle3", label="ELSI m=3"), tmp_path)
+    with pytest.raises(R.RecordError, match="label 'ELSI m=3' of method .* is also method"):
+        R.read_records("table3_f32", tmp_path)

@@ -330,7 +330,9 @@ def test_each_question_set_reports_the_median_over_its_lossless_float32_runs_wit
         if question_set:
             record["settings"]["question set"] = question_set
         for row, speedup in zip(record["rows"], speedups):
-            row.update({"speed-up measured": speedup, "round ms measured": 40.0 + row["k"], "lossless": lossless})
+            row.update(
+                {"speed-up measured": speedup, "round ms measured": 40.0 + row["k"], "lossless": lossless, "ceiling": 3.0}
+            )
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
 
     run("cost_vllm_a", [0.9, 1.0, 1.1, 1.2], step=30.0)  # one per column: best 1.2x at k = 4, rounds > a step
@@ -393,8 +395,21 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
             lambda r: next(x for x in r["rows"] if "k" in x or x.get("shape") == "chain").update(
                 {"tau vLLM": 9.0, "tau measured": 9.0}
             ),
-            "outside",
+            r"tau 9.0 is not a number in \[1, ",
         ),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x).update({"tau vLLM": "9.0"}),
+            r"tau '9.0' is not a number",
+        ),
+        (lambda r: r["settings"].update({"plain s": -5.0}), "plain s = -5.0, not a positive"),
+        (lambda r: r["settings"].update({"per-step acceptance": [True, 0.5]}), "a_1 = True"),
+        (lambda r: r["rows"].append(dict(next(x for x in r["rows"] if "k" in x))), r"chain k = \d+ is also row"),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x).update({"speed-up measured": 50.0}),
+            "beyond the ceiling",
+        ),
+        (lambda r: r.update(rows=[]), "no machine or no rows"),
+        (lambda r: r.pop("machine"), "no machine or no rows"),
     ],
 )
 def test_a_cost_file_out_of_range_is_refused_naming_it(tmp_path, change, reason):

@@ -126,7 +126,7 @@ def agreeing_twins(store):
 
 def a_probe_record(protocol, tau=1.7):
     """The probe's set, a draft of its own (other layers and step 1 than a_record's)."""
-    r = {**a_record(protocol, "probe-m3", tau=tau), "label": "probe m=3", "layers": "2, 12, 20"}
+    r = {**a_record(protocol, "probe-m3", tau=tau), "label": "probe m=3", "layers": "2 12 20"}
     r["step accuracy"] = {**r["step accuracy"], "step 1": 0.35}
     return r
 

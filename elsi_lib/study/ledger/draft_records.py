@@ -100,11 +100,13 @@ def _questions_ok(rows, where: str) -> None:
         if not isinstance(row, list) or len(row) != len(QUESTION_FIELDS) or not _number(row[4]):
             raise RecordError(f"{where}: a row {row!r} is not {list(QUESTION_FIELDS)}")
         temperature, nodes, question, column, tau = row
-        if not _number(temperature) or not temperature >= 0:
+        if not isinstance(question, int) or isinstance(question, bool) or question < 0:
+            raise RecordError(f"{where}: question id {question!r} is not a SpecBench question id (an integer >= 0)")
+        if not _number(temperature) or not 0 <= temperature < math.inf:
             raise RecordError(f"{where}: temperature {temperature!r} for question {question} is not a number >= 0")
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise RecordError(f"{where}: nodes {nodes!r} for question {question} is not a tree size >= 1")
-        if not isinstance(column, str):
+        if not isinstance(column, str) or not column or column != column.strip():
             raise RecordError(f"{where}: column {column!r} for question {question} is not a SpecBench column name")
         if not (1 <= tau <= nodes + 1 or math.isnan(tau)):
             raise RecordError(f"{where}: tau {tau} for question {question} is outside [1, {nodes + 1}] ({nodes} nodes)")
@@ -143,6 +145,14 @@ def check_record(record: dict, where) -> dict:
     for name in ("set entropy", "prompts"):
         if not _number(record[name]):
             raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
+    if not (math.isfinite(record["set entropy"]) and record["set entropy"] >= 0):
+        raise RecordError(f"{where}: field 'set entropy' is {record['set entropy']!r}, not a matrix entropy >= 0")
+    if not isinstance(record["label"], str) or not record["label"] or record["label"] != record["label"].strip():
+        raise RecordError(f"{where}: field 'label' is {record['label']!r}, not a method's label")
+    layers = record["layers"]
+    ids = [int(x) for x in layers.split()] if isinstance(layers, str) and re.fullmatch(r"\d+( \d+)*", layers) else None
+    if ids is None or ids != sorted(set(ids)):
+        raise RecordError(f"{where}: field 'layers' is {layers!r}, not ascending distinct layer ids such as '1 14 26'")
     for name in ("probe error", "probe agreement"):
         if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):
             raise RecordError(f"{where}: field {name!r} is not a number >= 0: {record[name]!r}")
@@ -157,8 +167,15 @@ def check_record(record: dict, where) -> dict:
             f"{where}: field 'stages' names a lock-step group {group!r}: it must list two or more distinct "
             "method ids, this unit's among them"
         )
+    if not isinstance(record["curve"], list):
+        raise RecordError(f"{where}: field 'curve' is not a list of points")
     for point in [record, *record["curve"]]:
-        if sorted(point["step accuracy"]) != list(STEPS):
+        lacking = [
+            f for f in ("prompts", "questions", "step accuracy") if not isinstance(point, dict) or f not in point
+        ]
+        if lacking:
+            raise RecordError(f"{where}: a point of field 'curve' lacks {lacking}")
+        if not isinstance(point["step accuracy"], dict) or sorted(point["step accuracy"]) != list(STEPS):
             raise RecordError(f"{where}: field 'step accuracy' must hold {list(STEPS)}, got {point['step accuracy']}")
         for step, value in point["step accuracy"].items():
             if not _number(value) or not (0 <= value <= 1 or math.isnan(value)):
@@ -225,7 +242,31 @@ def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
     if not Path(root or records_dir()).is_dir():
         raise RecordError(f"records folder {Path(root or records_dir())} does not exist (ELSI_DRAFT_RECORDS?)")
     folder = Path(root or records_dir()) / protocol_name
-    return [read_record(p) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    records = [read_record(p) for p in paths]
+    _one_label_and_set_per_method(records, paths)
+    return records
+
+
+def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> None:
+    """A protocol's seeds of one method share its label and its layer set, and two methods never share a
+    label (the tables pool seeds by label: a relabelled or re-layered record would pool other drafts)."""
+    first: dict = {}
+    by_label: dict = {}
+    for record, path in zip(records, paths):
+        method = record["unit"]["method"]
+        mine = (record["label"], record["layers"])
+        if first.setdefault(method, (mine, path))[0] != mine:
+            (label, layers), other = first[method]
+            raise RecordError(
+                f"{path}: method {method} has label {mine[0]!r} and layers {mine[1]!r}; {other.name} of the same "
+                f"method has {label!r} and {layers!r}"
+            )
+        owner = by_label.setdefault(record["label"], (method, path))
+        if owner[0] != method:
+            raise RecordError(
+                f"{path}: label {record['label']!r} of method {method} is also method {owner[0]}'s ({owner[1].name})"
+            )
 
 
 def question_frame(records: list[dict], *, twins: bool = False) -> pd.DataFrame:

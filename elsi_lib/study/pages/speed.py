@@ -55,23 +55,64 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
     return out
 
 
+def _positive(value) -> bool:
+    return _number(value) and not isinstance(value, bool) and value > 0 and value < float("inf")
+
+
 def _check_result(result: dict, path: Path) -> None:
-    """A cost benchmark's file, checked before any page or line reads it: per-step acceptance rates are
-    shares in [0, 1] (a rate above 1 would predict more tokens than the chain allows), each chain row's
-    tau between 1 and k + 1 and its speed-ups positive; ValueError naming the file, the row and the field."""
+    """A cost benchmark's file, checked before any page or line reads it, naming the file, the row and the
+    field: a machine and rows; per-step acceptance rates, shares in [0, 1] (a rate above 1 would predict
+    more tokens than the chain allows); times positive; each chain's or tree's tau a number between 1 and
+    k + 1 (nodes + 1); one row per chain length; speed-ups positive and a measured one not beyond its
+    perfect-acceptance ceiling by more than the model's tolerance."""
     if not isinstance(result, dict) or "rows" not in result or "settings" not in result:
         raise ValueError(f"{path}: not a cost benchmark (no 'rows' and 'settings')")
-    for i, a in enumerate(result["settings"].get("per-step acceptance", [])):
-        if not (_number(a) and 0 <= a <= 1):
+    if not isinstance(result.get("machine"), dict) or not result["rows"]:
+        raise ValueError(f"{path}: no machine or no rows: not a finished cost benchmark")
+    rates = result["settings"].get("per-step acceptance", [])
+    if not isinstance(rates, list):
+        raise ValueError(f"{path}: settings' per-step acceptance {rates!r} is not a list of rates")
+    for i, a in enumerate(rates):
+        if not (_number(a) and not isinstance(a, bool) and 0 <= a <= 1):
             raise ValueError(f"{path}: settings' per-step acceptance a_{i + 1} = {a!r}, not a share in [0, 1]")
+    for field in ("plain s", "prefill ms", "plain tok/s", "plain decode step ms"):
+        if field in result["settings"] and not _positive(result["settings"][field]):
+            raise ValueError(f"{path}: settings' {field} = {result['settings'][field]!r}, not a positive time or rate")
+    seen: dict = {}
     for i, row in enumerate(result["rows"]):
-        k = row.get("k", row.get("k or nodes") if row.get("shape") == "chain" else None)
+        k = row.get("k", row.get("k or nodes") if row.get("shape") in ("chain", "tree") else None)
+        if k is None:
+            continue
+        if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+            raise ValueError(f"{path}: row {i}: k {k!r} is not a chain length or tree size >= 1")
+        shape = row.get("shape", "chain")
+        if (shape, k) in seen and "k" in row:
+            raise ValueError(f"{path}: row {i}: chain k = {k} is also row {seen[shape, k]}")
+        seen[shape, k] = i
         tau = row.get("tau vLLM", row.get("tau measured"))
-        if k is not None and _number(tau) and not 1 <= tau <= k + 1 + 1e-9:
-            raise ValueError(f"{path}: row {i} (k = {k}): tau {tau} outside [1, {k + 1}]")
-        for field in ("speed-up measured", "speed-up predicted"):
-            if _number(row.get(field)) and not row[field] > 0:
-                raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not positive")
+        if (
+            tau is not None
+            and tau != ""
+            and not (_number(tau) and not isinstance(tau, bool) and 1 <= tau <= k + 1 + 1e-9)
+        ):
+            raise ValueError(f"{path}: row {i} ({shape} {k}): tau {tau!r} is not a number in [1, {k + 1}]")
+        for field in ("round ms measured", "round ms predicted"):
+            if _number(row.get(field)) and not _positive(row[field]):
+                raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive time")
+        for field in ("speed-up measured", "speed-up predicted", "ceiling"):
+            if (
+                field in row
+                and row[field] is not None
+                and not isinstance(row[field], str)
+                and not _positive(row[field])
+            ):
+                raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive number")
+        if _number(row.get("speed-up measured")) and _number(row.get("ceiling")):
+            if row["speed-up measured"] > row["ceiling"] * (1 + TOLERANCE):
+                raise ValueError(
+                    f"{path}: row {i}: speed-up measured {row['speed-up measured']} is beyond the ceiling "
+                    f"{row['ceiling']} (perfect acceptance) by more than {100 * TOLERANCE:.0f}%"
+                )
 
 
 def label(result: dict) -> str:
