@@ -356,3 +356,34 @@ def test_the_export_records_the_numeric_settings(target, tmp_path):
     X.save_draft(draft, tmp_path / "b", target=target, verifier="local/target")
     assert json.loads((tmp_path / "b" / "elsi.json").read_text())["numeric"] == draft.numeric
     assert X.load_draft(tmp_path / "b", target).numeric == draft.numeric
+
+
+def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(target, tmp_path):
+    """Behind valid checksums (rewrite updates elsi.json): the ids vLLM's V2 runner reads apart from
+    eagle_config's, the aux states switched off, a record whose engine ids differ, an openvino config
+    without its ids, a truncated weights file: each refused, naming the file."""
+    draft = trained_like(target, (1, 2, 4), 24)
+    eagle = X.save_draft(draft, tmp_path / "eagle", target=target, format="eagle")
+    config = json.loads((eagle / "config.json").read_text())
+    for change, reason in (
+        ({"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}, "must be one set"),
+        ({"eagle_config": {**config["eagle_config"], "use_aux_hidden_state": False}}, "must be one set, used"),
+    ):
+        rewrite(eagle, "config.json", json.dumps({**config, **change}))
+        with pytest.raises(X.ExportError, match=reason) as err:
+            X.load_draft(eagle, target)
+        assert "config.json" in str(err.value)
+    rewrite(eagle, "config.json", json.dumps(config))
+    record = json.loads((eagle / "elsi.json").read_text())
+    (eagle / "elsi.json").write_text(json.dumps({**record, "engine_layer_ids": [9, 9, 9]}))
+    with pytest.raises(X.ExportError, match=r"elsi.json: engine_layer_ids \[9, 9, 9\]"):
+        X.load_draft(eagle, target)
+    ov = X.save_draft(draft, tmp_path / "openvino", target=target, format="openvino")
+    ov_config = json.loads((ov / "config.json").read_text())
+    rewrite(ov, "config.json", json.dumps({k: v for k, v in ov_config.items() if k != "hidden_layers_list"}))
+    with pytest.raises(X.ExportError, match="config.json: malformed"):
+        X.load_draft(ov, target)
+    rewrite(ov, "config.json", json.dumps(ov_config))
+    rewrite(ov, "model.safetensors", (ov / "model.safetensors").read_bytes()[:100])
+    with pytest.raises(X.ExportError, match="model.safetensors: unreadable"):
+        X.load_draft(ov, target)

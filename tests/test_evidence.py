@@ -105,6 +105,9 @@ def test_intervals_are_widened_to_cover_out_of_sample(evidence):
         ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m"),
         ("/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),
         ("gemma3-270m", None),
+        ("HuggingFaceTB/SmolLM2-135M", None),  # the base model: before, matched as the instruct family
+        ("Qwen/Qwen2.5-Coder-0.5B", None),
+        ("/models/smollm2-135m", None),
     ],
 )
 def test_a_bundled_family_is_matched_as_users_name_it(name, family):

@@ -246,11 +246,13 @@ def current() -> dict:
 
 
 def family_of(model: str) -> str | None:
-    """The bundled family a model name means (its registry name, hub id or folder name, any capitals),
-    else None."""
+    """The bundled family a model name means, any capitals: its registry name, its hub id, or a folder
+    named as the hub id's last part (where a hub download lands); else None. A folder or hub id that ends
+    in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not the instruct one the
+    evidence was measured on) is not the family."""
     name = str(model).rstrip("/").lower()
     for family, aliases in FAMILY_ALIASES.items():
-        if name == family or name in aliases or Path(name).name in (family, *aliases):
+        if name == family or name in aliases or Path(name).name in aliases[1:]:
             return family
     return None
 

@@ -288,6 +288,15 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as err:
         raise ExportError(f"{path}: unreadable ({err})") from err
+    try:
+        return _layout(path, config)
+    except (KeyError, TypeError, AttributeError) as err:
+        raise ExportError(f"{path}: malformed ({type(err).__name__}: {err})") from None
+
+
+def _layout(path: Path, config: dict) -> tuple[str, dict, list[int]]:
+    if not isinstance(config, dict):
+        raise ExportError(f"{path}: not a config (a JSON object)")
     if config.get("speculators_model_type") == "eagle3":
         if "model_type" in config:
             raise ExportError(
@@ -298,7 +307,17 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
     if any("Eagle3" in a for a in config.get("architectures", [])):
         if "hidden_layers_list" in config:
             return "openvino", config, list(config["hidden_layers_list"])
-        return "eagle", config, list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+        ids = list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
+        if (
+            config.get("eagle_aux_hidden_state_layer_ids", ids) != ids
+            or config["eagle_config"].get("use_aux_hidden_state", True) is not True
+        ):
+            raise ExportError(
+                f"{path}: eagle_aux_hidden_state_layer_ids {config.get('eagle_aux_hidden_state_layer_ids')} (vLLM's V2 "
+                f"runner reads these) and eagle_config's {ids} (use_aux_hidden_state "
+                f"{config['eagle_config'].get('use_aux_hidden_state')}) must be one set, used"
+            )
+        return "eagle", config, ids
     raise ExportError(f"{path}: neither a speculators eagle3 nor an EAGLE-3 config")
 
 
@@ -383,8 +402,15 @@ def load_draft(folder, target) -> Eagle3Draft:
     format, config, ids = read_layout(folder)
     if format != record["format"]:
         raise ExportError(f"{folder / 'config.json'}: a {format} layout, elsi's record says {record['format']}")
-    draft_config = DraftConfig.from_dict(record["draft"])
+    try:
+        draft_config = DraftConfig.from_dict(record["draft"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ExportError(f"{folder / RECORD}: its draft config is unusable ({err})") from None
     _cross_check(folder / "config.json", format, config, ids, draft_config)
+    if record.get("engine_layer_ids") != ids:
+        raise ExportError(
+            f"{folder / RECORD}: engine_layer_ids {record.get('engine_layer_ids')} but config.json says {ids}"
+        )
     draft_config.check_target(target)
     if model_fingerprint(target)["weights_sha256"] != record["target_weights_sha256"]:
         raise ExportError(
@@ -393,7 +419,10 @@ def load_draft(folder, target) -> Eagle3Draft:
             "another model of the same shape"
         )
     draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
-    written = load_file(str(folder / "model.safetensors"))
+    try:
+        written = load_file(str(folder / "model.safetensors"))
+    except Exception as err:  # noqa: BLE001 (safetensors' own error types: a header or a file it cannot read)
+        raise ExportError(f"{folder / 'model.safetensors'}: unreadable ({type(err).__name__}: {err})") from None
     if format == "openvino":
         embed = written.get(OPENVINO_PREFIX + "embed_tokens.weight")
         if embed is None or not torch.equal(embed, draft.embed_weight):

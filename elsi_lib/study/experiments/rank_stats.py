@@ -24,6 +24,7 @@ def permutation_p(score: np.ndarray, value: np.ndarray, n_perm: int, rng) -> flo
     """Two-sided Monte Carlo permutation p-value of Spearman's rho of `score` with `value` (S,): the
     share of `n_perm` seeded shuffles of `value` whose |rho| reaches the observed one (+1 both sides,
     so never 0). It needs no population of sets: it asks only whether the ranking could be chance."""
+    check_n_perm(n_perm)
     observed = abs(spearman_rows(score[None], value[None])[0])
     if not np.isfinite(observed):
         return np.nan

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from .protocols import PROTOCOLS
-from ..experiments.rank_stats import spearman_rows
+from ..experiments.rank_stats import check_n_perm, spearman_rows
 from .draft_records import question_frame, read_records
 from ..experiments.tables import paired_differences, seed_spread
 from ..experiments.criteria_vs_drafts import BASELINE, CRITERIA, OUTCOMES, draft_table
@@ -157,12 +157,20 @@ def _exact_p(draws: np.ndarray, observed: float) -> float:
 
 
 def _check_drafts(table: pd.DataFrame) -> None:
-    """A draft listed twice would count twice in its protocol's rho: refused, naming it."""
-    key = ["protocol", "id"] + (["seed"] if "seed" in table else [])
-    repeated = table.duplicated(key)
-    if repeated.any():
-        r = table[repeated].iloc[0]
-        raise ValueError(f"pooled criteria: draft {r.id} of {r.protocol} is listed twice: one draft is one row")
+    """A draft listed twice would count twice in its protocol's rho: refused, naming it, whether under its
+    own id again or under another id with the same layer set and seed (one set trained once per seed)."""
+    seed = ["seed"] if "seed" in table else []
+    for key, how in ((["protocol", "id"] + seed, "is listed twice"), (["protocol", "layers"] + seed, None)):
+        if not set(key) <= set(table.columns):
+            continue
+        repeated = table.duplicated(key, keep=False)
+        if repeated.any():
+            rows = table[repeated]
+            r = rows.iloc[0]
+            again = (
+                how or f"and {sorted(set(rows[rows.layers == r.layers].id) - {r.id})} are one draft (layers {r.layers})"
+            )
+            raise ValueError(f"pooled criteria: draft {r.id} of {r.protocol} {again}: one draft is one row")
 
 
 def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
@@ -172,17 +180,35 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     is constant has no rank to test: it is left out of the observed rho and of the null alike, and named
     in "left out". Where the stratified shuffles number at most n_perm they are all enumerated and the
     p-value is exact ("p exact" yes); else n_perm seeded shuffles (+1 both sides). A draft listed twice
-    is refused."""
+    is refused. Every protocol left out is named in "left out" with why: fewer than 3 drafts, a draft
+    without the criterion or the outcome, or a constant one. With no protocol left to test at all,
+    ValueError naming why each was left out."""
     _check_drafts(table)
+    check_n_perm(n_perm)
     rng = np.random.default_rng(seed)
-    groups = [g for _, g in table.groupby("protocol", sort=False) if len(g) >= 3]
-    out = []
+    by_protocol = [g for _, g in table.groupby("protocol", sort=False)]
+    groups = [g for g in by_protocol if len(g) >= 3]
+    few = [
+        f"{g.protocol.iloc[0]} ({len(g)} draft{'s' * (len(g) > 1)}, fewer than 3)" for g in by_protocol if len(g) < 3
+    ]
+    out, reasons = [], []
     for criterion, sign in CRITERIA.items():
         for outcome in OUTCOMES:
-            usable = one_per_twins([g for g in groups if g[criterion].notna().all() and g[outcome].notna().all()])
+            complete = [g for g in groups if g[criterion].notna().all() and g[outcome].notna().all()]
+            usable = one_per_twins(complete)
+            kept = {g.protocol.iloc[0] for g in usable}
+            twins_kept = {PROTOCOLS[p].twins for p in kept if p in PROTOCOLS}
+            missing = [
+                f"{g.protocol.iloc[0]} (a draft without {criterion if g[criterion].isna().any() else outcome})"
+                for g in groups
+                if not any(g is c for c in complete)
+                and not (g.protocol.iloc[0] in PROTOCOLS and PROTOCOLS[g.protocol.iloc[0]].twins in twins_kept)
+            ]
             constant = [g for g in usable if g[criterion].nunique() < 2 or g[outcome].nunique() < 2]
             usable = [g for g in usable if not any(g is c for c in constant)]
+            left_out = few + missing + [f"{g.protocol.iloc[0]} (constant)" for g in constant]
             if not usable:
+                reasons.append(f"{criterion} / {outcome}: " + ("; ".join(left_out) or "no protocol"))
                 continue
             scores = [sign * g[criterion].to_numpy(float) for g in usable]
             values = [g[outcome].to_numpy(float) for g in usable]
@@ -217,9 +243,11 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                     "pooled rho": pooled,
                     "p (stratified permutation)": p,
                     "p exact": "yes" if exact else "no",
-                    "left out": " ".join(f"{g.protocol.iloc[0]} (constant)" for g in constant),
+                    "left out": "; ".join(left_out),
                 }
             )
+    if not out:
+        raise ValueError("pooled criteria: no protocol can be tested: " + " | ".join(reasons))
     return pd.DataFrame(out)
 
 
