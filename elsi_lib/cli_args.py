@@ -103,15 +103,18 @@ def build_parser() -> argparse.ArgumentParser:
         choices=FORMATS,
         default="text",
         help="default text; an engine's format "
-        "(vllm, speculators, sglang, specforge) also restricts the search to the sets it can feed a "
-        "draft, as --engine does",
+        f"({', '.join(ENGINES)}) also restricts the search to the sets it can feed a draft, as --engine does",
     )
     select.add_argument(
         "--engine",
         choices=ENGINES,
-        help="restrict the search to the sets this engine or training "
-        "recipe can feed a draft (speculators' recipe, SGLang, SpecForge: never the last layer; "
-        "SpecForge: exactly 3 layers) and say what the restriction cost (default: the --format's engine)",
+        help="restrict the search to the sets this engine or training recipe can feed a draft ("
+        + "; ".join(
+            f"{name}: " + ", ".join(filter(None, [e.no_last_layer and "never the last layer", e.size_why]))
+            for name, e in ENGINE_ENTRIES.items()
+            if e.no_last_layer or e.size_why
+        )
+        + ") and say what the restriction cost (default: the --format's engine)",
     )
     select.add_argument(
         "--engine-version",
@@ -188,11 +191,21 @@ def _check_engine(args) -> None:
                 f"{' and '.join(ENGINE_VERSIONS[args.engine])} name layers, not this version; its ids "
                 "may name other layers (selection/conventions.py says what was read)"
             )
-    if args.engine == "specforge" and args.method in MEASURED and args.m != 3:
-        raise UsageError(
-            f"--engine specforge: SpecForge's aux_hidden_state_layer_ids takes exactly three layers, "
-            f"got --m {args.m}: select with --m 3, or use the vllm / speculators / sglang format"
-        )
+    size = ENGINE_ENTRIES[args.engine].size if args.engine else None
+    if size is not None:  # an engine that fixes the set size (its registry entry says why)
+        why = ENGINE_ENTRIES[args.engine].size_why or f"exactly {size} layers"
+        free = ", ".join(e for e, entry in ENGINE_ENTRIES.items() if entry.size is None)
+        if args.method in FIXED_SIZES and FIXED_SIZES[args.method] != size:
+            raise UsageError(
+                f"--engine {args.engine} ({why}) with --method {args.method}, whose set has "
+                f"{FIXED_SIZES[args.method]} layer{'s' * (FIXED_SIZES[args.method] > 1)}: choose a measured method "
+                f"({', '.join(MEASURED)}) or another engine ({free})"
+            )
+        if args.method in MEASURED and args.m is not None and args.m != size:
+            raise UsageError(
+                f"--engine {args.engine} ({why}), got --m {args.m}: select with --m {size}, or use another "
+                f"engine's format ({free})"
+            )
 
 
 def _check_method_options(args) -> None:
@@ -245,22 +258,26 @@ def _check_stability(args) -> None:
 
 
 def _check_data(data: list) -> None:
-    """Each --data is a file or a prompt set, and none is given twice (a file however spelt: by its
-    resolved path), which would count its conversations twice."""
+    """Each --data is a file or a prompt set, and none is given twice (a file however spelt or linked: by
+    its device and inode), which would count its conversations twice."""
     from .inputs.prompts import PROMPT_SETS
 
-    seen: dict[str | Path, str] = {}  # a prompt set's name or a file's resolved path -> the --data given
+    seen: dict = {}  # a prompt set's name or a file's (device, inode) -> the --data given
     for prompt_set in data:
         if prompt_set not in PROMPT_SETS and not Path(prompt_set).is_file():
             raise UsageError(
                 f"--data {prompt_set!r} is neither a file nor a prompt set ({', '.join(sorted(PROMPT_SETS))})"
             )
-        key = prompt_set if prompt_set in PROMPT_SETS else Path(prompt_set).resolve()
+        if prompt_set in PROMPT_SETS:
+            key = prompt_set
+        else:
+            stat = Path(prompt_set).stat()  # a hard link or a symlink to one file is that file
+            key = (stat.st_dev, stat.st_ino)
         if key in seen and prompt_set in PROMPT_SETS:
             raise UsageError(f"--data {prompt_set} is given twice: pass each prompt set once")
         if key in seen:
             raise UsageError(
-                f"--data {seen[key]} and {prompt_set} are the same file ({key}): pass it once, or "
+                f"--data {seen[key]} and {prompt_set} are the same file ({Path(prompt_set).resolve()}): pass it once, or "
                 "its conversations count twice"
             )
         seen[key] = prompt_set

@@ -4,6 +4,7 @@ provenance and the cache (a second run prints the same answer), every engine for
 elsi's convention, and each engine's ids pointing at the very tensor elsi measured."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -167,6 +168,8 @@ def test_engine_refusals_come_before_the_capture(capsys, folder, data, no_captur
     cases = [
         (["--engine", "speculators", "--method", "eagle2"], "cannot feed a draft --method eagle2's set (7,)"),
         (["--engine", "specforge", "--m", 2], "exactly three"),
+        (["--format", "openvino", "--m", 2], "select with --m 3"),
+        (["--format", "openvino", "--method", "eagle2"], "with --method eagle2, whose set has 1 layer"),
         (["--format", "sglang", "--engine", "vllm"], "--engine vllm with --format sglang"),
         (["--engine", "sglang", "--engine-version", "0.3.0"], "--engine-version 0.3.0: elsi has read"),
         (["--engine-version", "0.32.0"], "--engine-version needs --engine"),
@@ -305,7 +308,9 @@ def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_
     """The same --data file twice (however spelt) counted its conversations twice: refused, naming it."""
     link = tmp_path / "link.jsonl"
     link.symlink_to(data)
-    for again in (data, data.parent / "." / data.name, link):
+    hard = tmp_path / "hard.jsonl"
+    os.link(data, hard)  # a hard link: before, another path, so the same conversations counted twice
+    for again in (data, data.parent / "." / data.name, link, hard):
         code, out, err = run(capsys, "select", *select_base(folder, data)[:4], again, *base(folder, data)[4:])
         assert code == 2 and f"--data {data}" in err and "same file" in err and not out, (again, err)
     code, out, err = run(

@@ -303,6 +303,8 @@ def test_an_archive_header_names_what_produced_the_replies(engine, tiny_model, t
         ("vocabulary", "outside the vocabulary"),
         ("model", "header differs in model"),
         ("format1", "format 1"),
+        ("list header", "line 1: not a reply archive's header"),
+        ("nothing", "an empty archive"),
         ("flip", "not a readable gzip archive"),
     ],
 )
@@ -330,7 +332,11 @@ def test_an_archive_that_cannot_be_trusted_is_refused(
         header = {**header, "model": {**header["model"], "weights_sha256": "0" * 64}}
     elif tamper == "format1":
         header = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
-    if tamper == "flip":
+    if tamper == "nothing":  # an empty gzip stream: before, taken for a format-1 archive to upgrade
+        archived.write_bytes(gzip.compress(b"", mtime=0))
+    elif tamper == "list header":
+        _tampered(archived, [header], rows)
+    elif tamper == "flip":
         good = archived.read_bytes()
         archived.write_bytes(good[: len(good) // 2] + bytes([good[len(good) // 2] ^ 0xFF]) + good[len(good) // 2 + 1 :])
     else:

@@ -78,6 +78,21 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
     assert not (ours / "docs" / "stale.md").exists() and (ours / "docs" / "index.md").is_file()
 
 
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_a_link_or_a_file_where_the_site_goes_is_refused_before_any_work(tmp_path, kind):
+    """Before: a link to an empty folder was replaced by the site and the link left behind under a temporary
+    name, with a raw OSError; a file got a whole build first, then NotADirectoryError and a leaked folder."""
+    out = tmp_path / "site"
+    if kind == "link":
+        (tmp_path / "elsewhere").mkdir()
+        out.symlink_to(tmp_path / "elsewhere")
+    else:
+        out.write_text("a file")
+    with pytest.raises(FileExistsError, match=f"site is a {kind}, not a folder"):
+        site.build(out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["site"] + (["elsewhere"] if kind == "link" else []))
+
+
 def test_a_failed_rebuild_leaves_the_previous_site(tmp_path):
     ours = tmp_path / "site"
     site.build(ours)

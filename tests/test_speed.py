@@ -331,7 +331,12 @@ def test_each_question_set_reports_the_median_over_its_lossless_float32_runs_wit
             record["settings"]["question set"] = question_set
         for row, speedup in zip(record["rows"], speedups):
             row.update(
-                {"speed-up measured": speedup, "round ms measured": 40.0 + row["k"], "lossless": lossless, "ceiling": 3.0}
+                {
+                    "speed-up measured": speedup,
+                    "round ms measured": 40.0 + row["k"],
+                    "lossless": lossless,
+                    "ceiling": 3.0,
+                }
             )
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
 

@@ -128,11 +128,20 @@ def read_archive(path: Path, header: dict) -> dict[int, list[int]]:
     if not path.is_file():
         return {}
     lines = _lines(path)
+    if not lines:
+        raise ReplyRecordError(
+            f"{path}: an empty archive (no header, no replies): move it away to write the replies anew"
+        )
     found = next(_parsed(path, lines[:1], 1), (1, None))[1]
-    if not isinstance(found, dict) or found.get("format") != FORMAT:
+    if isinstance(found, dict) and set(found) == {"engine", "version", "request without the model path"}:
         raise ReplyRecordError(
             f"{path}: an archive of format 1 (no header naming the model, no checksums); "
             "upgrade it once with `engines/training_replies.py --upgrade-archive`"
+        )
+    if not isinstance(found, dict) or found.get("format") != FORMAT:
+        shown = found.get("format") if isinstance(found, dict) else type(found).__name__
+        raise ReplyRecordError(
+            f"{path}, line 1: not a reply archive's header (format {shown!r}; this elsi reads format {FORMAT})"
         )
     differ = sorted(k for k in set(found) | set(header) if found.get(k) != header.get(k))
     if differ:

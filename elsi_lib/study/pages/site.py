@@ -330,6 +330,11 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     build leaves the previous site as it was. `out` must be new, empty, or a site this builder wrote
     (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
     out = Path(out)
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise FileExistsError(
+            f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
+            "there and replaces only a folder it wrote (give it a new or empty folder)"
+        )
     if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
         raise FileExistsError(
             f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
