@@ -30,6 +30,7 @@ from .draft import evidence as ev
 from .hidden import calibration, probe_capture, replies
 from .hidden.settings import CaptureSettings
 from .inputs.models import load_model
+from .inputs.weights import ModelNotFoundError
 from .inputs.prompts import calibration_prompts, conversations_hash, load_prompts, sample
 from .selection import select
 from .selection.cka import compartments
@@ -400,8 +401,10 @@ def main(argv=None) -> int:
     except UsageError as err:
         print(f"elsi: error: {err}", file=sys.stderr)
         return 2
-    except (ValueError, TypeError, FileNotFoundError) as err:
-        kind = 2 if isinstance(err, (ValueError, TypeError)) else 1
+    except (ValueError, TypeError, FileNotFoundError, ModelNotFoundError) as err:
+        kind = (
+            2 if isinstance(err, (ValueError, TypeError, ModelNotFoundError)) else 1
+        )  # a model no name resolves: usage
         print(f"elsi: {'error' if kind == 2 else 'failed'}: {err}", file=sys.stderr)
         return kind
     except Exception as err:  # a failure while running: one line, no traceback

@@ -97,6 +97,7 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["questions"][0].__setitem__(3, ""), "column ''"),
         (lambda r: r["questions"][0].__setitem__(0, float("inf")), "temperature inf"),
         (lambda r: r.update(curve=[{"prompts": 100, "step accuracy": r["step accuracy"]}]), r"lacks \['questions'\]"),
+        (lambda r: r["questions"].append(list(r["questions"][0])), "listed twice at T = 0"),
     ],
 )
 def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):

@@ -110,6 +110,10 @@ def _questions_ok(rows, where: str) -> None:
             raise RecordError(f"{where}: column {column!r} for question {question} is not a SpecBench column name")
         if not (1 <= tau <= nodes + 1 or math.isnan(tau)):
             raise RecordError(f"{where}: tau {tau} for question {question} is outside [1, {nodes + 1}] ({nodes} nodes)")
+    keys = [(row[0], row[1], row[2]) for row in rows]
+    if len(set(keys)) != len(keys):
+        t, n, q = next(k for k in keys if keys.count(k) > 1)
+        raise RecordError(f"{where}: question {q} is listed twice at T = {t:g}, {n} nodes (each question counts once)")
 
 
 def check_record(record: dict, where) -> dict:
