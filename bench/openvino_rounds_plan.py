@@ -28,7 +28,7 @@ OUT = Path("build/openvino-rounds")
 DRAFT_VOCAB = 8192  # the draft vocabulary of every protocol's drafts (Experiment.draft_vocab)
 PER_COLUMN = 2  # mixed questions per paper column (6 columns)
 CODING = 6  # MT-bench's coding questions (SpecBench's "coding" category holds ten)
-CHAINS = (1, 2, 3, 4, 5)
+CHAINS = (1, 3, 5)
 TREES = ((4, 4, 12), (6, 10, 30), (6, 10, 60))  # EAGLE-2 trees (depth, top_k, nodes), as engines/prepare.py's
 
 

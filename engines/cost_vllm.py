@@ -41,6 +41,7 @@ Results: bench/results/<--out>.json and .md. Never run it beside another job: it
 from __future__ import annotations
 
 import argparse
+import hashlib
 import datetime
 import json
 import os
@@ -447,7 +448,15 @@ def main() -> None:
         "runs": {str(k): {**r, "seconds": round(r["seconds"], 3)} for k, r in runs_measured.items()},
         **model,
     }
-    write(args.out, settings, rows, load_before=load_before)
+    digests = {"plain": output_digests(base["reference"])}
+    digests.update({f"k={k}": output_digests(r["tokens"]) for k, r in runs.items()})
+    write(args.out, settings, rows, load_before=load_before, details={"output digests": digests})
+
+
+def output_digests(tokens: list[list[int]]) -> list[str]:
+    """Each question's output as the first 16 hex digits of the sha256 of its token ids (JSON): "lossless"
+    is checkable from the file, a run's digests beside plain decoding's."""
+    return [hashlib.sha256(json.dumps([int(t) for t in ids]).encode()).hexdigest()[:16] for ids in tokens]
 
 
 if __name__ == "__main__":

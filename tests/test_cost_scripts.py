@@ -364,3 +364,12 @@ def test_export_only_takes_elsis_tau_from_the_matching_committed_result(monkeypa
     with pytest.raises(SystemExit) as err:
         bench_cost.main()
     assert err.value.code == 2
+
+
+def test_a_runs_output_digests_tell_equal_outputs_from_different_ones():
+    """Each question's output hashed (sha256 of its token ids): a run's file shows its outputs are plain
+    decoding's, question by question, without the tokens."""
+    digests = cost_vllm().output_digests
+    plain = digests([[1, 2, 3], [4, 5]])
+    assert digests([[1, 2, 3], [4, 5]]) == plain and all(len(d) == 16 for d in plain)
+    assert digests([[1, 2, 3], [4, 6]])[1] != plain[1] and digests([[1, 2, 3], [4, 6]])[0] == plain[0]
