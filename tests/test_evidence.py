@@ -101,7 +101,7 @@ def test_intervals_are_widened_to_cover_out_of_sample(evidence):
     "name, family",
     [
         ("smollm2-135m", "smollm2-135m"),
-        ("SmolLM2-135M", "smollm2-135m"),
+        ("SmolLM2-135M", None),  # the registry's name is exact (its loader refuses these capitals too)
         ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m"),
         ("/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),
         ("gemma3-270m", None),
@@ -176,6 +176,18 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["models"]["probe error"]["0"]["family"].update(extra=1), "must hold exactly"),
         (lambda d: d["models"]["probe error"]["0"].update(coverage=1.5), "coverage = 1.5"),
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=0), "rests on seeds = 0"),
+        (lambda d: d["models"]["probe error"].update({"0.0": d["models"]["probe error"]["0"]}), "one temperature twice"),
+        (
+            lambda d: d["models"]["probe error"]["0"]["family"].update(
+                xtx_inv=[[0.0 if i == j else -100.0 for j in range(3)] for i in range(3)]
+            ),
+            "not a symmetric positive definite",
+        ),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(columns=[1, 2, "slope"]), "distinct group names"),
+        (lambda d: d["models"]["probe error"]["0"]["family"].update(widen=5.0), "the entry says"),
+        (lambda d: d["comparisons"][0].update(family="Qwen2.5-Coder-0.5B"), "not one of the ledger's"),
+        (lambda d: d["comparisons"][0].update({"seed level": "yes", "seeds": 1, "baseline seeds": 1}), "seed level 'yes'"),
+        (lambda d: d["pooled_criteria"][0].pop("protocols"), "protocols = None"),
     ],
 )
 def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):

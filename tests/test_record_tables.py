@@ -21,6 +21,8 @@ def _protocol(name: str, n: int, *, rank_right: bool, seed: int = 0, error=None)
         {
             "protocol": name,
             "id": [f"d{i}" for i in range(n)],
+            "seed": 0,
+            "layers": [f"{i} {i + 1} 29" for i in range(n)],
             "set entropy": rng.normal(size=n),
             "probe error": error,
             "probe agreement": rng.normal(size=n),
@@ -156,3 +158,33 @@ def test_a_draft_listed_twice_is_refused():
     table = _protocol("table3_f32", 5, rank_right=True)
     with pytest.raises(ValueError, match="listed twice"):
         pooled_criteria(pd.concat([table, table.iloc[:1]], ignore_index=True), n_perm=100)
+
+
+@pytest.mark.parametrize("written", ["1  2 29", "29 1 2", "1,2,29"])
+def test_one_set_under_another_id_however_written_is_one_draft(written):
+    """Before: a draft copied under another id (its layers written another way) counted twice, p 0.047 to 0.013."""
+    table = _protocol("table3_f32", 6, rank_right=True)
+    copy = table.iloc[[1]].assign(id="copy", layers=written)
+    with pytest.raises(ValueError, match=r"draft d1 of table3_f32 and \['copy'\] are one draft \(layers \[1, 2, 29\]"):
+        pooled_criteria(pd.concat([table, copy], ignore_index=True), n_perm=100)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda t: t.drop(columns="layers"), r"lacks the column\(s\) \['layers'\]"),
+        (lambda t: t.assign(protocol=[None] + list(t.protocol[1:])), "row 0 has no protocol"),
+        (lambda t: t.assign(**{"probe error": ["n/a"] + list(t["probe error"][1:])}), "row 0, probe error = 'n/a'"),
+    ],
+)
+def test_a_drafts_table_that_cannot_be_pooled_is_refused_naming_the_row(change, reason):
+    with pytest.raises(ValueError, match=reason):
+        pooled_criteria(change(_protocol("table3_f32", 6, rank_right=True)), n_perm=100)
+
+
+def test_a_twin_left_out_is_named():
+    table = pd.concat(
+        [_protocol("table3_f32", 6, rank_right=True), _protocol("table3", 4, rank_right=True)], ignore_index=True
+    )
+    row = _row(pooled_criteria(table, n_perm=720))
+    assert row["protocols"] == "table3_f32" and "table3 (its numeric twin table3_f32 has more drafts)" in row["left out"]

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+
+import numpy as np
 from functools import lru_cache
 from pathlib import Path
 
@@ -105,8 +107,14 @@ def _check_fit(where: str, fit) -> None:
     if not isinstance(fit, dict) or sorted(fit) != sorted(FIT_FIELDS):
         raise EvidenceUnavailable(f"{where}: a fit must hold exactly {list(FIT_FIELDS)}")
     columns, beta, inv = fit["columns"], fit["beta"], fit["xtx_inv"]
-    if not (isinstance(columns, list) and len(columns) >= 2 and columns[-1] == "slope"):
-        raise EvidenceUnavailable(f"{where}: columns {columns!r} must be the groups, then 'slope'")
+    if not (
+        isinstance(columns, list)
+        and len(columns) >= 2
+        and columns[-1] == "slope"
+        and all(isinstance(c, str) and c for c in columns)
+        and len(set(columns)) == len(columns)
+    ):
+        raise EvidenceUnavailable(f"{where}: columns {columns!r} must be distinct group names, then 'slope'")
     if not (isinstance(beta, list) and len(beta) == len(columns)):
         raise EvidenceUnavailable(
             f"{where}: beta has {len(beta) if isinstance(beta, list) else beta!r} terms, columns {len(columns)}"
@@ -123,6 +131,9 @@ def _check_fit(where: str, fit) -> None:
         for j, x in enumerate(row):
             _number(where, f"xtx_inv[{i}][{j}]", x)
         _number(where, f"xtx_inv[{i}][{i}]", row[i], 0)
+    matrix = np.array(inv, dtype=float)
+    if not np.allclose(matrix, matrix.T, rtol=1e-9, atol=1e-12) or np.linalg.eigvalsh(matrix).min() <= 0:
+        raise EvidenceUnavailable(f"{where}: xtx_inv is not a symmetric positive definite matrix ((X'X)^-1 is one)")
     _number(where, "s2", fit["s2"], 1e-300)
     _number(where, "df", fit["df"], 1, integer=True)
     _number(where, "widen", fit["widen"], 1)
@@ -155,12 +166,18 @@ def _check_contents(data: dict, path: Path) -> None:
             _text(where, field, c.get(field))
         if c["seed level"] not in ("yes", "no"):
             raise EvidenceUnavailable(f"{where}: seed level = {c['seed level']!r}, not 'yes' or 'no'")
+        if c["family"] not in FAMILY_ALIASES:
+            raise EvidenceUnavailable(
+                f"{where}: family {c['family']!r} is not one of the ledger's {sorted(FAMILY_ALIASES)}"
+            )
         _number(where, "temperature", c.get("temperature"), 0)
         _number(where, "nodes", c.get("nodes"), 1, integer=True)
         _number(where, "prompts", c.get("prompts"), 1, integer=True)
         _number(where, "questions", c.get("questions"), 0, integer=True)
         for field in ("seeds", "baseline seeds"):
             _number(where, field, c.get(field), 1, integer=True)
+        if c["seed level"] == "yes" and max(c["seeds"], c["baseline seeds"]) < 2:
+            raise EvidenceUnavailable(f"{where}: seed level 'yes' with one seed a side: no seed variance was measured")
         if c.get("diff") is not None:
             for field in ("diff", "low", "high"):
                 _number(where, field, c.get(field))
@@ -181,6 +198,8 @@ def _check_contents(data: dict, path: Path) -> None:
             held = {float(t) for t in entries}
         except (TypeError, ValueError):
             raise EvidenceUnavailable(f"{path}: models[{criterion!r}] has a temperature that is not a number") from None
+        if len(held) != len(entries):
+            raise EvidenceUnavailable(f"{path}: models[{criterion!r}] holds one temperature twice ({sorted(entries)})")
         if held != temperatures:
             raise EvidenceUnavailable(
                 f"{path}: models[{criterion!r}] holds temperatures {sorted(held)}, the comparisons {sorted(temperatures)}"
@@ -192,6 +211,25 @@ def _check_contents(data: dict, path: Path) -> None:
             for kind in ("family", "pooled"):
                 if entry[kind] is not None:
                     _check_fit(f"{where}[{kind!r}]", entry[kind])
+                    if entry["widen"] is not None and entry[kind]["widen"] != entry["widen"]:
+                        raise EvidenceUnavailable(
+                            f"{where}: its {kind} fit is widened {entry[kind]['widen']}x, the entry says {entry['widen']}x"
+                        )
+            if entry["pooled"] is not None and entry["pooled"]["columns"] != ["pooled", "slope"]:
+                raise EvidenceUnavailable(
+                    f"{where}: the pooled fit's columns are {entry['pooled']['columns']}, not ['pooled', 'slope']"
+                )
+            if entry["family"] is not None and not set(entry["family"]["columns"][:-1]) <= set(FAMILY_ALIASES):
+                raise EvidenceUnavailable(
+                    f"{where}: the family fit's columns {entry['family']['columns']} name no ledger family"
+                )
+            if (
+                entry["coverage"] is not None
+                and entry["widen"] is not None
+                and entry["widen"] > 1
+                and "coverage widened" not in entry
+            ):
+                raise EvidenceUnavailable(f"{where}: widened {entry['widen']}x but no 'coverage widened'")
             for field in ("coverage", "coverage widened"):
                 if entry.get(field) is not None:
                     _number(where, field, entry[field], 0, 1)
@@ -214,6 +252,7 @@ def _check_contents(data: dict, path: Path) -> None:
             raise EvidenceUnavailable(f"{where}: not a row")
         _text(where, "criterion", r.get("criterion"))
         _text(where, "outcome", r.get("outcome"))
+        _text(where, "protocols", r.get("protocols"))
         _number(where, "pooled rho", r.get("pooled rho"), -1, 1)
         _number(where, "p (stratified permutation)", r.get("p (stratified permutation)"), 1e-300, 1)
         _number(where, "drafts", r.get("drafts"), 3, integer=True)
@@ -246,13 +285,14 @@ def current() -> dict:
 
 
 def family_of(model: str) -> str | None:
-    """The bundled family a model name means, any capitals: its registry name, its hub id, or a folder
-    named as the hub id's last part (where a hub download lands); else None. A folder or hub id that ends
+    """The bundled family a model name means, as the registry matches it: its registry name exactly, its
+    hub id or a folder named as the hub id's last part (where a hub download lands) in any capitals;
+    else None. A folder or hub id that ends
     in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not the instruct one the
     evidence was measured on) is not the family."""
-    name = str(model).rstrip("/").lower()
+    name = str(model).rstrip("/")
     for family, aliases in FAMILY_ALIASES.items():
-        if name == family or name in aliases or Path(name).name in aliases[1:]:
+        if name == family or name.lower() in aliases or Path(name.lower()).name in aliases[1:]:
             return family
     return None
 
@@ -341,7 +381,11 @@ def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[st
     family, name = family_of(model), label(method, m)
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
-    rows = [c for c in evidence["comparisons"] if c["method"] == name and c["nodes"] == NODES and c["family"] == family]
+    rows = [
+        c
+        for c in evidence["comparisons"]
+        if c["method"] == name and c["nodes"] == NODES and c["family"] == family and c["diff"] is not None
+    ]
     if family is None or not rows:
         where = (
             f"{model} is not a family the ledger holds" if family is None else f"no {name or method} draft on {family}"

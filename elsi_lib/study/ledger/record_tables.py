@@ -157,18 +157,41 @@ def _exact_p(draws: np.ndarray, observed: float) -> float:
 
 
 def _check_drafts(table: pd.DataFrame) -> None:
-    """A draft listed twice would count twice in its protocol's rho: refused, naming it, whether under its
-    own id again or under another id with the same layer set and seed (one set trained once per seed)."""
-    seed = ["seed"] if "seed" in table else []
-    for key, how in ((["protocol", "id"] + seed, "is listed twice"), (["protocol", "layers"] + seed, None)):
-        if not set(key) <= set(table.columns):
-            continue
-        repeated = table.duplicated(key, keep=False)
+    """The pooled test's table: its columns present, every draft with a protocol, an id, a seed and a layer
+    set; a draft listed twice (under its own id again, or under another id with the same set and seed,
+    however the set is written: one set trained once per seed) would count twice in its protocol's rho:
+    refused, naming it."""
+    needed = ["protocol", "id", "seed", "layers", *CRITERIA, *OUTCOMES]
+    missing = [c for c in needed if c not in table.columns]
+    if missing:
+        raise ValueError(f"pooled criteria: the drafts' table lacks the column(s) {missing}")
+    for column in ("protocol", "id", "seed", "layers"):
+        if table[column].isna().any():
+            i = table.index[table[column].isna()][0]
+            raise ValueError(f"pooled criteria: row {i} has no {column}")
+    for column in [*CRITERIA, *OUTCOMES]:
+        if not pd.api.types.is_numeric_dtype(table[column]):
+            bad = pd.to_numeric(table[column], errors="coerce").isna() & table[column].notna()
+            i = table.index[bad][0] if bad.any() else table.index[0]
+            raise ValueError(f"pooled criteria: row {i}, {column} = {table[column].loc[i]!r} is not a number")
+
+    def layer_set(value) -> tuple:
+        try:
+            return tuple(sorted({int(x) for x in str(value).replace(",", " ").split()}))
+        except ValueError:
+            raise ValueError(f"pooled criteria: layers {value!r} are not layer ids") from None
+
+    keyed = table.assign(_set=table["layers"].map(layer_set))
+    for key, what in ((["protocol", "id", "seed"], None), (["protocol", "_set", "seed"], "set")):
+        repeated = keyed.duplicated(key, keep=False)
         if repeated.any():
-            rows = table[repeated]
+            rows = keyed[repeated]
             r = rows.iloc[0]
+            same = rows[(rows.protocol == r.protocol) & (rows._set == r._set) & (rows.seed == r.seed)]
             again = (
-                how or f"and {sorted(set(rows[rows.layers == r.layers].id) - {r.id})} are one draft (layers {r.layers})"
+                "is listed twice"
+                if what is None
+                else f"and {sorted(set(same.id) - {r.id})} are one draft (layers {list(r._set)}, seed {r.seed})"
             )
             raise ValueError(f"pooled criteria: draft {r.id} of {r.protocol} {again}: one draft is one row")
 
@@ -204,9 +227,15 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                 if not any(g is c for c in complete)
                 and not (g.protocol.iloc[0] in PROTOCOLS and PROTOCOLS[g.protocol.iloc[0]].twins in twins_kept)
             ]
+            kept_names = {g.protocol.iloc[0] for g in usable}
+            twins = [
+                f"{g.protocol.iloc[0]} (its numeric twin {next(k for k in kept_names if PROTOCOLS.get(k) and PROTOCOLS[k].twins == PROTOCOLS[g.protocol.iloc[0]].twins)} has more drafts)"
+                for g in complete
+                if g.protocol.iloc[0] not in kept_names and g.protocol.iloc[0] in PROTOCOLS
+            ]
             constant = [g for g in usable if g[criterion].nunique() < 2 or g[outcome].nunique() < 2]
             usable = [g for g in usable if not any(g is c for c in constant)]
-            left_out = few + missing + [f"{g.protocol.iloc[0]} (constant)" for g in constant]
+            left_out = few + missing + twins + [f"{g.protocol.iloc[0]} (constant)" for g in constant]
             if not usable:
                 reasons.append(f"{criterion} / {outcome}: " + ("; ".join(left_out) or "no protocol"))
                 continue
