@@ -128,8 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"rerun the selection on N bootstrap resamples of the prompts and report how often it "
         f"wins: N at least {STABILITY_MIN} (a share in steps of 5 %% or finer) and at most "
-        f"{STABILITY_MAX}; needs --prompts 2 or more (below 20 the shares overstate the stability, "
-        f"and a warning says so)",
+        f"{STABILITY_MAX}; needs --prompts 2 or more",
     )
     select.add_argument("--out", help="also write the output to this file")
     capture = commands.add_parser(
@@ -168,6 +167,15 @@ def _check(args) -> None:
     _check_data(args.data or [])
     if getattr(args, "out", None) is not None:
         _check_writable_file(args.out, "--out")
+        out = Path(args.out)
+        if out.exists():
+            mine = out.stat()
+            for given in args.data or []:
+                if Path(given).is_file() and (Path(given).stat().st_dev, Path(given).stat().st_ino) == (
+                    mine.st_dev,
+                    mine.st_ino,
+                ):
+                    raise UsageError(f"--out {args.out} is --data {given}: the answer would overwrite its own input")
     if getattr(args, "figures", None) is not None:
         _check_writable_folder(args.figures, "--figures")
 

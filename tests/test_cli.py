@@ -310,6 +310,8 @@ def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_
     link.symlink_to(data)
     hard = tmp_path / "hard.jsonl"
     os.link(data, hard)  # a hard link: before, another path, so the same conversations counted twice
+    code, out, err = run(capsys, "select", *select_base(folder, data), "--out", hard)
+    assert code == 2 and "would overwrite its own input" in err and not out, err  # --out naming a --data file
     for again in (data, data.parent / "." / data.name, link, hard):
         code, out, err = run(capsys, "select", *select_base(folder, data)[:4], again, *base(folder, data)[4:])
         assert code == 2 and f"--data {data}" in err and "same file" in err and not out, (again, err)

@@ -387,3 +387,43 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
     rewrite(ov, "model.safetensors", (ov / "model.safetensors").read_bytes()[:100])
     with pytest.raises(X.ExportError, match="model.safetensors: unreadable"):
         X.load_draft(ov, target)
+
+
+@pytest.mark.parametrize(
+    "fmt, change, reason",
+    [
+        ("eagle", lambda c, w: c.update(attention_bias=True), "attention_bias = True"),
+        ("openvino", lambda c, w: c.update(tie_word_embeddings=True), "tie_word_embeddings = True"),
+        (
+            "speculators",
+            lambda c, w: c["speculators_config"]["proposal_methods"][0].update(speculative_tokens=500),
+            "speculative_tokens = 500",
+        ),
+        ("speculators", lambda c, w: c["speculators_config"].update(algorithm="eagle"), "algorithm = 'eagle'"),
+        ("speculators", lambda c, w: c["speculators_config"]["verifier"].update(name_or_path=""), "no target"),
+        ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"] * float("nan")}), "non-finite values"),
+        ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"].half()}), "torch.float16"),
+        ("eagle", lambda c, w: w.update({"d2t": w["d2t"].float()}), "not int64"),
+        ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"][:, :8]}), "weights of the wrong shape"),
+    ],
+)
+def test_a_resealed_export_that_builds_another_model_is_refused(target, tmp_path, fmt, change, reason):
+    """Before: config fields that change what an engine builds, and weights that are not elsi's (NaN, fp16, a
+    float offset table, a wrong shape), loaded once elsi.json was re-signed (or raised torch's error)."""
+    folder = X.save_draft(trained_like(target, (1, 2, 4), 24), tmp_path / "d", target=target, format=fmt)
+    config = json.loads((folder / "config.json").read_text())
+    weights = load_file(str(folder / "model.safetensors"))
+    change(config, weights)
+    rewrite(folder, "config.json", json.dumps(config))
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(folder / "model.safetensors"))
+    rewrite(folder, "model.safetensors", (folder / "model.safetensors").read_bytes())
+    with pytest.raises(X.ExportError, match=reason):
+        X.load_draft(folder, target)
+
+
+def test_an_export_record_listing_a_path_outside_its_folder_is_refused(target, tmp_path):
+    folder = X.save_draft(trained_like(target, (1, 2, 4), 24), tmp_path / "d", target=target)
+    record = json.loads((folder / "elsi.json").read_text())
+    (folder / "elsi.json").write_text(json.dumps({**record, "files": {**record["files"], "../outside.txt": "0"}}))
+    with pytest.raises(X.ExportError, match="plain file names"):
+        X.load_draft(folder, target)

@@ -786,6 +786,9 @@ def test_rank_correlation_refuses_too_few_values(n):
         (lambda rows: rows[1].update(best="no"), "best = 'no'"),
         (lambda rows: rows[1].update(method=rows[1]["method"] + " "), "method = .*, not a name"),
         (lambda rows: rows.append(dict(rows[1], tau="1.45")), "is also row 3"),
+        (lambda rows: rows[1].update(tau="1_5"), "tau = '1_5', not a number"),
+        (lambda rows: rows[1].update(method="ELSI | m=1"), "method = .*, not a name"),
+        (lambda rows: rows[3].update(questions="999"), "AVG counts 999 questions, its columns"),
     ],
 )
 def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row(tmp_path, change, reason):
@@ -796,7 +799,7 @@ def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row
     csv_path, _ = F.save_tau_tables(written_long(written_blocks()), "t", tmp_path)
     with open(csv_path) as handle:
         rows = list(csv.DictReader(handle))
-    rows[1].update(tau="1.5", low="1.4", high="1.6", questions="3", best="True")  # a cell with an interval
+    rows[1].update(tau="1.5", low="1.4", high="1.6", best="True")  # a cell with an interval
     change(rows)
     with open(csv_path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))

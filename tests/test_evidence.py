@@ -176,7 +176,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["models"]["probe error"]["0"]["family"].update(extra=1), "must hold exactly"),
         (lambda d: d["models"]["probe error"]["0"].update(coverage=1.5), "coverage = 1.5"),
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=0), "rests on seeds = 0"),
-        (lambda d: d["models"]["probe error"].update({"0.0": d["models"]["probe error"]["0"]}), "one temperature twice"),
+        (
+            lambda d: d["models"]["probe error"].update({"0.0": d["models"]["probe error"]["0"]}),
+            "one temperature twice",
+        ),
         (
             lambda d: d["models"]["probe error"]["0"]["family"].update(
                 xtx_inv=[[0.0 if i == j else -100.0 for j in range(3)] for i in range(3)]
@@ -186,7 +189,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["models"]["probe error"]["0"]["family"].update(columns=[1, 2, "slope"]), "distinct group names"),
         (lambda d: d["models"]["probe error"]["0"]["family"].update(widen=5.0), "the entry says"),
         (lambda d: d["comparisons"][0].update(family="Qwen2.5-Coder-0.5B"), "not one of the ledger's"),
-        (lambda d: d["comparisons"][0].update({"seed level": "yes", "seeds": 1, "baseline seeds": 1}), "seed level 'yes'"),
+        (
+            lambda d: d["comparisons"][0].update({"seed level": "yes", "seeds": 1, "baseline seeds": 1}),
+            "seed level 'yes'",
+        ),
         (lambda d: d["pooled_criteria"][0].pop("protocols"), "protocols = None"),
     ],
 )

@@ -73,9 +73,18 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
     assert (theirs / "docs" / "notes.md").read_text() == "mine" and (theirs / "mkdocs.yml").read_text() == "mine"
     ours = tmp_path / "site"
     site.build(ours)
-    (ours / "docs" / "stale.md").write_text("from an older build")
+    (ours / "docs" / "stale.md").write_text("from an older build")  # a page an older build wrote, in its list
+    marker = ours / site.MARKER
+    marker.write_text(marker.read_text() + "docs/stale.md\n")
     site.build(ours)
     assert not (ours / "docs" / "stale.md").exists() and (ours / "docs" / "index.md").is_file()
+    for mine in ("CNAME", "docs/extra.md", ".git/config"):  # before: deleted with the old site, without a word
+        (ours / mine).parent.mkdir(parents=True, exist_ok=True)
+        (ours / mine).write_text("mine")
+        with pytest.raises(FileExistsError, match=f"holds \\['{mine}'\\], which the pages builder did not write"):
+            site.build(ours)
+        assert (ours / mine).read_text() == "mine"
+        (ours / mine).unlink()
 
 
 @pytest.mark.parametrize("kind", ["link", "file"])

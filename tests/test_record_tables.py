@@ -187,4 +187,6 @@ def test_a_twin_left_out_is_named():
         [_protocol("table3_f32", 6, rank_right=True), _protocol("table3", 4, rank_right=True)], ignore_index=True
     )
     row = _row(pooled_criteria(table, n_perm=720))
-    assert row["protocols"] == "table3_f32" and "table3 (its numeric twin table3_f32 has more drafts)" in row["left out"]
+    assert (
+        row["protocols"] == "table3_f32" and "table3 (its numeric twin table3_f32 has more drafts)" in row["left out"]
+    )

@@ -95,7 +95,7 @@ def vllm_record():
             "round ms predicted": 30.0 + 5 * k,
             "break-even tau": 1.3,
             "speed-up measured": 0.9 + 0.02 * k,
-            "speed-up predicted": 0.9,
+            "speed-up predicted": 0.9 if k < 3 else (0.9 + 0.02 * k) * (1 - 0.08 * (k - 2)),  # the error's own
             "ceiling": 1.4,
             "error": "calibration" if k < 3 else -0.08 * (k - 2),
             "lossless": True,
@@ -196,6 +196,8 @@ def test_the_lever_finding_reads_the_one_run_comparison(folder):
     other["benchmark"] = "cost_elsi_tiny_other_weight_first"
     for row in other["rows"]:
         row["speed-up measured"] = 0.5
+        if isinstance(row.get("error"), float):
+            row["speed-up predicted"] = 0.5 * (1 + row["error"])
     for record in (lever, other):
         (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
     text = speed.lever_finding("tiny", folder)
@@ -338,6 +340,8 @@ def test_each_question_set_reports_the_median_over_its_lossless_float32_runs_wit
                     "ceiling": 3.0,
                 }
             )
+            if isinstance(row["error"], float):  # the error stays the predicted speed-up's own
+                row["speed-up predicted"] = speedup * (1 + row["error"])
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
 
     run("cost_vllm_a", [0.9, 1.0, 1.1, 1.2], step=30.0)  # one per column: best 1.2x at k = 4, rounds > a step
@@ -371,7 +375,7 @@ def test_the_accuracy_figure_draws_each_out_of_sample_chain_once(folder):
     points = sorted(
         (round(l.get_xdata()[0], 3), round(l.get_ydata()[0], 3)) for l in ax.lines if len(l.get_xdata()) == 1
     )
-    assert points == [(0.9, 0.96), (0.9, 0.98), (1.05, 1.1), (1.26, 1.2)]
+    assert points == [(0.823, 0.98), (0.883, 0.96), (1.05, 1.1), (1.26, 1.2)]
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert sorted(labels) == ["measured = predicted", "tiny, elsi's loop", "tiny, vLLM, target float32", "within 10%"]
     assert len([c for c in ax.collections if c.__class__.__name__ == "LineCollection"]) == 1  # one bar
@@ -414,6 +418,15 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
             "beyond the ceiling",
         ),
         (lambda r: r.update(rows=[]), "no machine or no rows"),
+        (
+            lambda r: next(x for x in r["rows"] if isinstance(x.get("error"), float)).update(error=-50.0),
+            "is not \\(predicted - measured\\) / measured",
+        ),
+        (lambda r: next(x for x in r["rows"] if "k" in x).update(spread=-1.0), "spread -1.0 is negative"),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x and "ceiling" in x).update({"speed-up predicted": 99.0}),
+            "speed-up predicted 99.0 is beyond its ceiling",
+        ),
         (lambda r: r.pop("machine"), "no machine or no rows"),
     ],
 )
@@ -489,3 +502,34 @@ def test_the_openvino_lines_say_what_its_records_hold(tmp_path):
     with pytest.raises(ValueError, match=r"openvino_rounds_tiny.json: row 1 lacks \['round / step'\]"):
         speed_openvino.round_costs(tmp_path)
     assert speed_openvino.engine_check(tmp_path / "none") == [] == speed_openvino.round_costs(tmp_path / "none")
+
+
+@pytest.mark.parametrize(
+    "which, change, reason",
+    [
+        ("check", lambda c, r: c["rows"][1].update({"vs plain": -4}), "vs plain = -4, not a positive speed-up"),
+        ("check", lambda c, r: c["rows"][1].update(lossless="true"), "lossless = 'true', not true or false"),
+        ("check", lambda c, r: c["rows"][3].update({"vs plain": 1.5}), "a lossy run with a speed-up"),
+        ("check", lambda c, r: c["rows"][1].update({"tau OpenVINO": "2"}), "tau OpenVINO = '2'"),
+        ("check", lambda c, r: c["settings"].pop("openvino-genai"), "no openvino-genai version"),
+        ("check", lambda c, r: c.update(rows=None), "rows must be a list"),
+        ("rounds", lambda c, r: r["rows"][1].update({"round / step": -1.6}), "round / step = -1.6"),
+        (
+            "rounds",
+            lambda c, r: r["details"]["out_of_sample"][0].update(error="nan%"),
+            "error 'nan%' is not a percentage",
+        ),
+        ("rounds", lambda c, r: r["details"]["strong_predictions"][0].pop("replay tau"), "strong prediction row 0"),
+    ],
+)
+def test_an_openvino_record_with_an_impossible_value_is_refused_naming_it(tmp_path, which, change, reason):
+    """Before: only the fields' presence was checked: -4x, "nanx", a text lossless counted as lossy."""
+    from elsi_lib.study.pages import speed_openvino
+
+    check, rounds = openvino_records(tmp_path)
+    change(check, rounds)
+    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+    (tmp_path / "openvino_rounds_tiny.json").write_text(json.dumps(rounds))
+    read = speed_openvino.engine_check if which == "check" else speed_openvino.round_costs
+    with pytest.raises(ValueError, match=reason):
+        read(tmp_path)

@@ -332,6 +332,8 @@ def _read_record(folder: Path) -> dict:
     if not isinstance(record, dict) or record.get("export_format") != EXPORT_FORMAT:
         raise ExportError(f"{path}: not an elsi export of format {EXPORT_FORMAT} (export the draft again)")
     listed = record.get("files", {})
+    if not isinstance(listed, dict) or not all(isinstance(n, str) and n and Path(n).name == n for n in listed):
+        raise ExportError(f"{path}: its 'files' must map plain file names in the folder to checksums, got {listed!r}")
     extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name != RECORD)
     if extra:
         raise ExportError(f"{folder}: files {extra} are not part of the export (an engine could read them)")
@@ -383,6 +385,20 @@ def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_co
             f"{variants}: elsi's draft has none of these variants (a missing norm_before_residual "
             "means true in the speculators layout)"
         )
+    for name in ("attention_bias", "mlp_bias", "tie_word_embeddings"):  # elsi's draft has neither bias nor tying
+        if layer.get(name, False) is not False:
+            differ.append(f"{name} = {layer.get(name)!r}, elsi's draft has none")
+    if format == "speculators":
+        proposal = config.get("speculators_config", {})
+        methods = proposal.get("proposal_methods") or [{}]
+        tokens = methods[0].get("speculative_tokens")
+        if proposal.get("algorithm") != "eagle3":
+            differ.append(f"speculators_config.algorithm = {proposal.get('algorithm')!r}, not 'eagle3'")
+        if not (is_integer(tokens) and 1 <= tokens <= MAX_SPECULATIVE_TOKENS):
+            differ.append(f"speculative_tokens = {tokens!r}, not in 1..{MAX_SPECULATIVE_TOKENS}")
+        verifier = proposal.get("verifier", {}).get("name_or_path")
+        if not (isinstance(verifier, str) and verifier.strip()):
+            differ.append(f"the verifier's name_or_path = {verifier!r}: engines would have no target")
     if differ:
         raise ExportError(f"{path}: " + "; ".join(differ))
 
@@ -412,7 +428,7 @@ def load_draft(folder, target) -> Eagle3Draft:
             f"{folder / RECORD}: engine_layer_ids {record.get('engine_layer_ids')} but config.json says {ids}"
         )
     draft_config.check_target(target)
-    if model_fingerprint(target)["weights_sha256"] != record["target_weights_sha256"]:
+    if model_fingerprint(target)["weights_sha256"] != record.get("target_weights_sha256"):
         raise ExportError(
             f"{folder / RECORD}: the target's weights differ from those the draft was exported "
             f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
@@ -429,11 +445,30 @@ def load_draft(folder, target) -> Eagle3Draft:
             raise ExportError(
                 f"{folder / 'model.safetensors'}: model.embed_tokens.weight is not the target's embedding"
             )
+    for name, tensor in written.items():
+        if name.endswith(("d2t",)) and tensor.dtype != torch.int64:
+            raise ExportError(f"{folder / 'model.safetensors'}: {name} is {tensor.dtype}, not int64 (a token offset)")
+        if name.endswith("t2d") and tensor.dtype != torch.bool:
+            raise ExportError(f"{folder / 'model.safetensors'}: {name} is {tensor.dtype}, not bool")
+        if tensor.is_floating_point() and (tensor.dtype != torch.float32 or not torch.isfinite(tensor).all()):
+            raise ExportError(
+                f"{folder / 'model.safetensors'}: {name} is {tensor.dtype}"
+                + ("" if tensor.dtype != torch.float32 else " with non-finite values")
+                + ": elsi exports finite float32 weights"
+            )
     weights = _elsi_names(written, format)
     expected = set(_elsi_names(_weights(draft, format), format))
     missing, unexpected = sorted(expected - set(weights)), sorted(set(weights) - expected)
     if missing or unexpected:
         raise ExportError(f"{folder / 'model.safetensors'}: missing weights {missing}, unexpected weights {unexpected}")
+    expected_shapes = {k: v.shape for k, v in draft.state_dict().items()}
+    wrong = [
+        f"{k} {tuple(v.shape)} (expected {tuple(expected_shapes[k])})"
+        for k, v in weights.items()
+        if v.shape != expected_shapes[k]
+    ]
+    if wrong:
+        raise ExportError(f"{folder / 'model.safetensors'}: weights of the wrong shape: {', '.join(wrong)}")
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
         draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency

@@ -7,13 +7,14 @@ cell), saved as a CSV that reads back to the same floats and a formatted Markdow
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from ...common.hardware import NUMERIC_COLUMNS
 from ..paper.plots import markdown_table, with_numeric
-from .tables import formatted
+from .tables import AVG, formatted
 
 
 # One row per cell: `column` is the SpecBench column or AVG; tau the cell's estimate, low and high its
@@ -144,6 +145,9 @@ def save_tau_tables(long: pd.DataFrame, name: str, out_dir, *, numeric: dict | N
     return [csv, md]
 
 
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(inf|nan)", re.IGNORECASE)
+
+
 def _cell(
     where: str,
     field: str,
@@ -160,10 +164,9 @@ def _cell(
         if empty:
             return math.nan
         raise ValueError(f"{where}: {field} is empty")
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{where}: {field} = {text!r}, not a number") from None
+    if not NUMBER.fullmatch(text):  # Python's float() also takes "1_8" and " 2 "
+        raise ValueError(f"{where}: {field} = {text!r}, not a number")
+    value = float(text)
     if not (math.isfinite(value) and lo <= value <= hi) or (integer and not value.is_integer()):
         kind = "an integer" if integer else "a number"
         raise ValueError(f"{where}: {field} = {text!r}, not {kind} in [{lo:g}, {hi:g}]")
@@ -190,7 +193,7 @@ def read_tau_csv(path) -> pd.DataFrame:
     for i, r in enumerate(raw.to_dict("records")):
         where = f"{path}, row {i + 2}"  # the CSV's line: the header is line 1
         for field in ("method", "column"):
-            if not r[field] or r[field] != r[field].strip():
+            if not r[field] or r[field] != r[field].strip() or "|" in r[field] or "\n" in r[field]:
                 raise ValueError(f"{where}: {field} = {r[field]!r}, not a name (text without surrounding spaces)")
         temperature = _cell(where, "temperature", r["temperature"], lo=0)
         nodes = _cell(where, "nodes", r["nodes"], integer=True, lo=1)
@@ -215,6 +218,15 @@ def read_tau_csv(path) -> pd.DataFrame:
                      "questions": pd.NA if math.isnan(questions) else int(questions), "best": r["best"] == "True"})  # fmt: skip
     frame = pd.DataFrame(rows, columns=list(raw.columns))
     typed = _typed(frame)
+    # AVG counts every question of the columns it averages (where the counts are known)
+    for (temperature, nodes, method), rows_ in typed.groupby(["temperature", "nodes", "method"], sort=False):
+        counts = rows_.set_index("column").questions
+        if AVG in counts.index and counts.notna().all() and len(counts) > 1:
+            if int(counts[AVG]) != int(counts.drop(AVG).sum()):
+                raise ValueError(
+                    f"{path}: {method} at T = {temperature:g}, {nodes} nodes: AVG counts {int(counts[AVG])} questions, "
+                    f"its columns {int(counts.drop(AVG).sum())}"
+                )
     # a best cell holds its column's highest tau; every column with a tau has one (a cell that ties it only
     # once rounded, as in a table read back from two decimals, may stay unmarked: the CSV's best decides)
     block = typed.groupby(["temperature", "nodes", "column"])

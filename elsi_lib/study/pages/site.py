@@ -335,15 +335,30 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
             f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
             "there and replaces only a folder it wrote (give it a new or empty folder)"
         )
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file():
-        raise FileExistsError(
-            f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
-        )
+    marker = out / MARKER
+    if out.is_dir() and any(out.iterdir()):
+        if marker.is_symlink() or not marker.is_file():
+            raise FileExistsError(
+                f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
+            )
+        written = [line for line in marker.read_text().splitlines()[1:] if line]
+        if written:  # the files its last build wrote (a marker of an older builder lists none)
+            present = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() or p.is_symlink()}
+            foreign = sorted(present - set(written) - {MARKER})
+            if foreign:
+                raise FileExistsError(
+                    f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder did not "
+                    "write: move them out (the builder replaces its folder whole), or give it another folder"
+                )
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         names = _write_site(fresh, folder or results_dir())
-        (fresh / MARKER).write_text("written by elsi_lib.study.pages.site: replaced whole by the next build\n")
+        files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
+        (fresh / MARKER).write_text(
+            "written by elsi_lib.study.pages.site: replaced whole by the next build; the files it wrote:\n"
+            + "".join(f"{f}\n" for f in files)
+        )
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
         raise

@@ -86,8 +86,8 @@ def _check_result(result: dict, path: Path) -> None:
         if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
             raise ValueError(f"{path}: row {i}: k {k!r} is not a chain length or tree size >= 1")
         shape = row.get("shape", "chain")
-        if (shape, k) in seen and "k" in row:
-            raise ValueError(f"{path}: row {i}: chain k = {k} is also row {seen[shape, k]}")
+        if (shape, k) in seen:
+            raise ValueError(f"{path}: row {i}: {shape} k = {k} is also row {seen[shape, k]}")
         seen[shape, k] = i
         tau = row.get("tau vLLM", row.get("tau measured"))
         if (
@@ -107,6 +107,17 @@ def _check_result(result: dict, path: Path) -> None:
                 and not _positive(row[field])
             ):
                 raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive number")
+        if _number(row.get("spread")) and not row["spread"] >= 0:
+            raise ValueError(f"{path}: row {i}: spread {row['spread']!r} is negative (a range over a median)")
+        measured, predicted = row.get("speed-up measured"), row.get("speed-up predicted")
+        if _number(row.get("error")) and _number(measured) and _number(predicted):
+            if abs(row["error"] - (predicted - measured) / measured) > 0.01:
+                raise ValueError(
+                    f"{path}: row {i}: error {row['error']} is not (predicted - measured) / measured "
+                    f"= {(predicted - measured) / measured:.4f}"
+                )
+        if _number(predicted) and _number(row.get("ceiling")) and predicted > row["ceiling"] + 1e-6:
+            raise ValueError(f"{path}: row {i}: speed-up predicted {predicted} is beyond its ceiling {row['ceiling']}")
         if _number(row.get("speed-up measured")) and _number(row.get("ceiling")):
             if row["speed-up measured"] > row["ceiling"] * (1 + TOLERANCE):
                 raise ValueError(

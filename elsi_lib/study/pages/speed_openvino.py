@@ -9,24 +9,90 @@ from those files; a file that lacks a field it should have is refused naming the
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from .speed import BENCH, MIN_QUESTIONS, TOLERANCE
 
 
+def _positive(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
 def _read(path: Path, fields: tuple[str, ...]) -> dict:
     try:
         record = json.loads(path.read_text())
-    except ValueError as err:
+    except (OSError, ValueError) as err:
         raise ValueError(f"{path}: not readable JSON ({err})") from None
-    missing = [f for f in ("settings", "rows", "machine") if f not in record]
-    if missing:
-        raise ValueError(f"{path}: no {missing} (not a benchmark record)")
+    if not isinstance(record, dict) or [f for f in ("settings", "rows", "machine") if f not in record]:
+        raise ValueError(f"{path}: not a benchmark record (settings, rows, machine)")
+    if not isinstance(record["rows"], list) or not isinstance(record["settings"], dict):
+        raise ValueError(f"{path}: rows must be a list and settings a mapping")
+    for field in ("cpu", "date"):
+        if not isinstance(record["machine"].get(field) if isinstance(record["machine"], dict) else None, str):
+            raise ValueError(f"{path}: the machine's {field} is missing")
     for i, row in enumerate(record["rows"]):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {i} is not a row")
         lacking = [f for f in fields if f not in row]
         if lacking:
             raise ValueError(f"{path}: row {i} lacks {lacking}")
     return record
+
+
+def _check_check(path: Path, record: dict) -> None:
+    """engines_openvino: counts and versions in the settings; per draft run a tau >= 1 (and elsi's, where
+    given), lossless a bool, tokens/s positive, and a speed-up only where the run was lossless."""
+    s = record["settings"]
+    for field in ("questions", "max_tokens"):
+        if not (isinstance(s.get(field), int) and not isinstance(s.get(field), bool) and s[field] >= 1):
+            raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not a count >= 1")
+    if not isinstance(s.get("openvino-genai"), str):
+        raise ValueError(f"{path}: settings name no openvino-genai version")
+    for i, r in enumerate(record["rows"]):
+        if r["draft"] == "plain decoding":
+            continue
+        where = f"{path}: row {i}"
+        if not (_positive(r["tau OpenVINO"]) and r["tau OpenVINO"] >= 1):
+            raise ValueError(f"{where}: tau OpenVINO = {r['tau OpenVINO']!r}, not a number >= 1")
+        if r["tau elsi"] != "" and not (_positive(r["tau elsi"]) and r["tau elsi"] >= 1):
+            raise ValueError(f"{where}: tau elsi = {r['tau elsi']!r}, not a number >= 1")
+        if not isinstance(r["lossless"], bool):
+            raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
+        if not _positive(r["tok/s"]):
+            raise ValueError(f"{where}: tok/s = {r['tok/s']!r}, not a positive rate")
+        if r["lossless"] and not _positive(r["vs plain"]):
+            raise ValueError(f"{where}: vs plain = {r['vs plain']!r}, not a positive speed-up")
+        if not r["lossless"] and _positive(r["vs plain"]):
+            raise ValueError(f"{where}: a lossy run with a speed-up ({r['vs plain']}): none is reported for one")
+
+
+def _check_rounds(path: Path, record: dict) -> None:
+    """openvino_rounds: positive costs and needs, errors that are percentages."""
+    if not isinstance(record["settings"].get("target"), str):
+        raise ValueError(f"{path}: settings name no target")
+    for i, r in enumerate(record["rows"]):
+        for field in [f for f in r if f in ("round ms", "round / step") or f.startswith("tau for ")]:
+            if not _positive(r[field]):
+                raise ValueError(f"{path}: row {i}: {field} = {r[field]!r}, not a positive number")
+    details = record.get("details") or {}
+    for i, r in enumerate(details.get("out_of_sample") or []):
+        try:
+            value = float(str(r["error"]).rstrip("%"))
+        except (KeyError, ValueError, TypeError):
+            value = math.nan
+        if not math.isfinite(value):
+            raise ValueError(
+                f"{path}: out-of-sample row {i}: error {r.get('error') if isinstance(r, dict) else r!r} is not a percentage"
+            )
+    for i, r in enumerate(details.get("strong_predictions") or []):
+        fields = ("replay tau", "predicted speed-up (decode)", "tau for 1.3x", "questions")
+        if (
+            not isinstance(r, dict)
+            or not all(_positive(r.get(f)) for f in fields)
+            or not isinstance(r.get("draft"), str)
+        ):
+            raise ValueError(f"{path}: strong prediction row {i} lacks a positive {', '.join(fields)} or its draft")
 
 
 def engine_check(folder: Path = BENCH) -> list[str]:
@@ -36,6 +102,7 @@ def engine_check(folder: Path = BENCH) -> list[str]:
     if not path.is_file():
         return []
     record = _read(path, ("draft", "decoding", "tau OpenVINO", "tau elsi", "lossless", "tok/s", "vs plain"))
+    _check_check(path, record)
     s, m = record["settings"], record["machine"]
     runs = [r for r in record["rows"] if r["draft"] != "plain decoding"]
     if not runs:
@@ -71,6 +138,7 @@ def round_costs(folder: Path = BENCH) -> list[str]:
     lines = []
     for path in sorted(Path(folder).glob("openvino_rounds_*.json")):
         record = _read(path, ("questions", "decoding", "round ms", "round / step"))
+        _check_rounds(path, record)
         s, m = record["settings"], record["machine"]
         for kind in dict.fromkeys(r["questions"] for r in record["rows"]):
             rows = [r for r in record["rows"] if r["questions"] == kind]
