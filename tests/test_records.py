@@ -305,7 +305,7 @@ def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tm
     """Before: a record relabelled as another method's pooled two different sets as one method's seeds, and
     two seeds of one method with different layers took the first seed's set without a word."""
     first, _ = R.write_record(a_record(seed=0), tmp_path)
-    second, _ = R.write_record(a_record(seed=1), tmp_path)
+    second, _ = R.write_record(a_record(seed=1, tau=1.6), tmp_path)
     assert len(R.read_records("table3_f32", tmp_path)) == 2
     record = json.loads(second.read_text())
     record["layers"] = "1 21 23"
@@ -315,4 +315,37 @@ def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tm
     second.unlink()
     other, _ = R.write_record(a_record(method="eagle3", label="ELSI m=3"), tmp_path)
     with pytest.raises(R.RecordError, match="label 'ELSI m=3' of method .* is also method"):
+        R.read_records("table3_f32", tmp_path)
+
+
+def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copied(tmp_path):
+    """Before: a record with 5 of the protocol's questions, or seed 0's numbers recorded as seed 1, passed."""
+    R.write_record(a_record(seed=0), tmp_path)
+    copied, _ = R.write_record(a_record(seed=1), tmp_path)  # the very same taus
+    with pytest.raises(R.RecordError, match="every tau is elsi-m3-seed0.json's"):
+        R.read_records("table3_f32", tmp_path)
+    copied.unlink()
+    fewer = a_record(seed=1, tau=1.6)
+    fewer["questions"] = fewer["questions"][:2]
+    path, _ = R.write_record(fewer, tmp_path)
+    with pytest.raises(R.RecordError, match="are not elsi-m3-seed0.json's: 2 rows against"):
+        R.read_records("table3_f32", tmp_path)
+    path.unlink()
+    with pytest.raises(R.RecordError, match="table 3"):
+        R.read_records("table 3", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda r: r.update(layers="22 23"), "holds 2 layers; method elsi-m3 has 3"),
+        (lambda r: r.update(curve=[dict(r, curve=[]), dict(r, curve=[])]), "each point once"),
+    ],
+)
+def test_a_records_set_and_curve_fit_its_method(tmp_path, change, message):
+    path, _ = R.write_record(a_record(), tmp_path)
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(R.RecordError, match=message):
         R.read_records("table3_f32", tmp_path)

@@ -189,6 +189,12 @@ def read_tau_csv(path) -> pd.DataFrame:
     missing = [c for c in TAU_CSV_COLUMNS if c not in raw.columns]
     if missing:
         raise ValueError(f"{path}: no column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
+    if raw.empty:
+        raise ValueError(f"{path}: a header and no rows: no accepted-token cell")
+    try:
+        stated_numeric(raw)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     rows, seen = [], {}
     for i, r in enumerate(raw.to_dict("records")):
         where = f"{path}, row {i + 2}"  # the CSV's line: the header is line 1

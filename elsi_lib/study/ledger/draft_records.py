@@ -157,6 +157,12 @@ def check_record(record: dict, where) -> dict:
     ids = [int(x) for x in layers.split()] if isinstance(layers, str) and re.fullmatch(r"\d+( \d+)*", layers) else None
     if ids is None or ids != sorted(set(ids)):
         raise RecordError(f"{where}: field 'layers' is {layers!r}, not ascending distinct layer ids such as '1 14 26'")
+    size = re.search(r"-m(\d+)", unit["method"])
+    m = int(size.group(1)) if size else {"eagle3": 3, "eagle2": 1}.get(unit["method"])
+    if m is not None and len(ids) != m:
+        raise RecordError(
+            f"{where}: field 'layers' {layers!r} holds {len(ids)} layers; method {unit['method']} has {m}"
+        )
     for name in ("probe error", "probe agreement"):
         if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):
             raise RecordError(f"{where}: field {name!r} is not a number >= 0: {record[name]!r}")
@@ -173,6 +179,11 @@ def check_record(record: dict, where) -> dict:
         )
     if not isinstance(record["curve"], list):
         raise RecordError(f"{where}: field 'curve' is not a list of points")
+    points = [p.get("prompts") for p in record["curve"] if isinstance(p, dict)]
+    if len(set(points)) != len(points) or any(not isinstance(n, int) or n >= record["prompts"] for n in points):
+        raise RecordError(
+            f"{where}: field 'curve' has points at {points} prompts: each point once, below the draft's {record['prompts']}"
+        )
     for point in [record, *record["curve"]]:
         lacking = [
             f for f in ("prompts", "questions", "step accuracy") if not isinstance(point, dict) or f not in point
@@ -245,6 +256,10 @@ def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
     refused (read as empty, a ledger run would train every unit again)."""
     if not Path(root or records_dir()).is_dir():
         raise RecordError(f"records folder {Path(root or records_dir())} does not exist (ELSI_DRAFT_RECORDS?)")
+    try:
+        protocol(protocol_name)  # a name no protocol has reads as nothing, which a run would retrain
+    except KeyError as err:
+        raise RecordError(err.args[0]) from None
     folder = Path(root or records_dir()) / protocol_name
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
     records = [read_record(p) for p in paths]
@@ -257,7 +272,21 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
     label (the tables pool seeds by label: a relabelled or re-layered record would pool other drafts)."""
     first: dict = {}
     by_label: dict = {}
+    questions: dict = {}
+    numbers_of: dict = {}
     for record, path in zip(records, paths):
+        asked = sorted((t, n, q, c) for t, n, q, c, _ in record["questions"])
+        reference = questions.setdefault("rows", (asked, path))
+        if asked != reference[0]:
+            raise RecordError(
+                f"{path}: its questions (temperature, nodes, question, column) are not {reference[1].name}'s: "
+                f"{len(asked)} rows against {len(reference[0])}; one protocol asks its drafts the same questions"
+            )
+        method = record["unit"]["method"]
+        taus = json.dumps([row[4] for row in record["questions"]])
+        twin = numbers_of.setdefault((method, taus), path)
+        if twin != path:
+            raise RecordError(f"{path}: every tau is {twin.name}'s: one seed's draft recorded again as another seed")
         method = record["unit"]["method"]
         mine = (record["label"], record["layers"])
         if first.setdefault(method, (mine, path))[0] != mine:
