@@ -298,7 +298,12 @@ def main() -> int:
         settings = [("chain", k, str(k), config(max_tokens, chain=k)) for k in plan["chains"]]
         settings += [("tree", tuple(t), tree_name(t), config(max_tokens, tree=tuple(t))) for t in plan.get("trees", [])]
         for kind, setting, key, gc in settings:
-            r = run(pipe, prompts, gc)
+            try:
+                r = run(pipe, prompts, gc)
+            except Exception as err:  # noqa: BLE001 (the engine's own refusal or failure, recorded and named)
+                failures.append(f"{method} {key}: OpenVINO GenAI failed: {type(err).__name__}: {err}")
+                print(failures[-1], flush=True)
+                continue
             lossless = r["tokens"] == plain["tokens"]
             tau = (r["generated"] - len(prompts)) / max(1, r["rounds"])
             elsi = entry["elsi"].get(key)
@@ -326,9 +331,13 @@ def main() -> int:
             )
             print(rows[-1], flush=True)
         del pipe
+        longest = results[method].get(f"chain k={plan['chains'][-1]}")
+        if longest is None:
+            failures.append(f"{method}: no control: its longest chain did not run")
+            continue
         control = run(pipeline(target_ir, control_ir), prompts, config(max_tokens, chain=plan["chains"][-1]))
         tau_control = (control["generated"] - len(prompts)) / max(1, control["rounds"])
-        chain_tau = results[method][f"chain k={plan['chains'][-1]}"]["tau"]
+        chain_tau = longest["tau"]
         results[method]["control"] = {
             "layers": shifted,
             "tau": tau_control,
