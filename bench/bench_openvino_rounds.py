@@ -80,20 +80,26 @@ def measure(target: dict, plan: dict, out: Path, name: str) -> dict:
     return costs
 
 
-def predicted_vs_measured(costs: dict, name: str) -> list[dict]:
+def predicted_vs_measured(costs: dict, name: str, prompts: list | None = None) -> list[dict]:
     """Each trained draft's run in engines/check_openvino.py (mixed questions), predicted from its tokens
-    per round and this run's costs: speed-up = (plain's prefill + decode) / (prefill + rounds x round)."""
+    per round and this run's costs: speed-up = (plain's prefill + decode) / (prefill + rounds x round).
+    The check must have run the same questions: the same plain tokens, or (re-analysed from a record,
+    `prompts`) the same prompts in its plan."""
     check = ROOT / "build" / "engines-openvino" / "results.json"
     if not check.is_file():
         return []
     results = json.loads(check.read_text())
-    if results["plain"]["tokens"] != costs["mixed"]["plain"]["tokens"]:
+    checked = json.loads((check.parent / "plan.json").read_text())["prompts"]
+    same = (
+        checked == prompts if prompts is not None else results["plain"]["tokens"] == costs["mixed"]["plain"]["tokens"]
+    )
+    if not same:
         print(f"{name}: engines/check_openvino.py ran other questions or tokens: no out-of-sample comparison")
         return []
     plain = results["plain"]
     rows = []
     for method, runs in results.items():
-        if method == "plain":
+        if method == "plain" or not isinstance(runs, dict):
             continue
         for label, r in runs.items():
             if not isinstance(r, dict) or "tau" not in r or label not in costs["mixed"]:
@@ -138,7 +144,7 @@ def strong_predictions(costs: dict) -> list[dict]:
             step = costs["mixed"]["plain"]["step_s"]
             rows.append(
                 {
-                    "draft": f"{protocol} {unit} {tuple(record['layers'])}",
+                    "draft": f"{protocol} {unit} (layers {record['layers']})",
                     "tree": label,
                     "questions": len(taus),
                     "replay tau": round(tau, 3),
@@ -149,11 +155,53 @@ def strong_predictions(costs: dict) -> list[dict]:
     return rows
 
 
+def reanalyse(name: str, plan: dict) -> None:
+    """The out-of-sample comparison and the strong drafts' predictions of bench/results/openvino_rounds_<name>
+    again, from its recorded round costs against engines/check_openvino.py's latest results (no timing);
+    the record rewritten with its own machine and date."""
+    path = ROOT / "bench" / "results" / f"openvino_rounds_{name}.json"
+    record = json.loads(path.read_text())
+    costs = {"mixed": {}}
+    for r in record["rows"]:
+        if r["questions"] == "mixed":
+            costs["mixed"][r["decoding"]] = {"round_s": r["round ms"] / 1000, "step_s": r["round ms"] / 1000}
+    oos = (
+        predicted_vs_measured(costs, name, plan["targets"][name]["prompts"]["mixed"]) if name == "smollm2-135m" else []
+    )
+    strong = strong_predictions(costs) if name == STRONG[1] else []
+    rows = [{**{k: "" for k in record["rows"][1]}, **r} if r["decoding"] == "plain" else r for r in record["rows"]]
+    notes = [oos_note(oos, len(plan["targets"][name]["prompts"]["mixed"]))] if oos else []
+    notes += [strong_note(strong)] if strong else []
+    write(path.stem, record["settings"], rows, load_before=record["machine"]["load_1_5_15"], notes="\n\n".join(notes),
+          machine_info=record["machine"], details={"out_of_sample": oos, "strong_predictions": strong})  # fmt: skip
+    print(path.with_suffix(".md").read_text())
+
+
+def strong_note(strong: list[dict]) -> str:
+    return "Predicted, not measured (the strong drafts are not on this machine):\n\n" + "\n".join(
+        f"- {r}" for r in strong
+    )
+
+
+def oos_note(oos: list[dict], questions: int) -> str:
+    errors = [abs(float(r["error"].rstrip("%"))) for r in oos]
+    return (
+        f"Out of sample (engines_openvino's trained drafts, the same {questions} mixed questions, lossless runs): "
+        f"predicted against measured speed-up, |error| median {statistics.median(errors):.1f}%, max "
+        f"{max(errors):.1f}%, within 10% on {sum(e <= 10 for e in errors)} of {len(errors)}.\n\n"
+        + "\n".join(f"- {r}" for r in oos)
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--plan", type=Path, default=ROOT / "build" / "openvino-rounds" / "plan.json")
+    parser.add_argument("--reanalyse", metavar="TARGET", help="redo TARGET's out-of-sample comparison, no timing")
     args = parser.parse_args()
     plan = json.loads(args.plan.read_text())
+    if args.reanalyse:
+        reanalyse(args.reanalyse, plan)
+        return 0
     out = args.plan.parent
     for name, target in plan["targets"].items():
         load_before = [round(x, 2) for x in os.getloadavg()]
@@ -161,9 +209,11 @@ def main() -> int:
         rows = []
         for kind, by_shape in costs.items():
             step = by_shape["plain"]["step_s"]
-            rows.append(
-                {"questions": kind, "decoding": "plain", "round ms": round(step * 1000, 2), "round / step": 1.0}
-            )
+            plain_row = {"questions": kind, "decoding": "plain", "round ms": round(step * 1000, 2), "round / step": 1.0}
+            plain_row.update(
+                {f"tau for {x:g}x": "" for x in SPEEDUPS}, lossless=""
+            )  # the table's columns: its first row's
+            rows.append(plain_row)
             for label, c in by_shape.items():
                 if label == "plain":
                     continue
@@ -182,18 +232,9 @@ def main() -> int:
         strong = strong_predictions(costs) if name == STRONG[1] else []
         notes = []
         if oos:
-            errors = [abs(float(r["error"].rstrip("%"))) for r in oos]
-            notes.append(
-                f"Out of sample (engines_openvino's trained drafts, the same {len(target['prompts']['mixed'])} mixed "
-                f"questions): predicted against measured speed-up, |error| median {statistics.median(errors):.1f}%, "
-                f"max {max(errors):.1f}%, within 10% on {sum(e <= 10 for e in errors)} of {len(errors)}.\n\n"
-                + "\n".join(f"- {r}" for r in oos)
-            )
+            notes.append(oos_note(oos, len(target["prompts"]["mixed"])))
         if strong:
-            notes.append(
-                "Predicted, not measured (the strong drafts are not on this machine):\n\n"
-                + "\n".join(f"- {r}" for r in strong)
-            )
+            notes.append(strong_note(strong))
         write(
             f"openvino_rounds_{name}",
             {
