@@ -139,8 +139,14 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
 
     def replay_draft(exp, draft, evaluation, key, *, label, seed, progress=True):
         clock.now += 20 * MIN
-        return [
-            {"temperature": t, "nodes": n, "question_id": q, "column": "MT", "tau": 1.5}
+        return [  # each draft's own numbers (a seed's taus copied to another seed would be refused)
+            {
+                "temperature": t,
+                "nodes": n,
+                "question_id": q,
+                "column": "MT",
+                "tau": 1.5 + 0.01 * seed + 0.001 * len(label),
+            }
             for t in (0.0, 1.0)
             for n in (30, 60)
             for q in range(3)
@@ -243,7 +249,17 @@ def _record(proto, method, seed=0, *, accuracy=None, rows=None, stages=None, gro
         seed,
         prompts=4744,
         accuracy=accuracy or {"step 1": 0.5, "step 2": 0.4, "step 3": 0.3},
-        rows=pd.DataFrame([[0.0, 30, 0, "MT", 1.5]], columns=list(R.QUESTION_FIELDS)) if rows is None else rows,
+        rows=pd.DataFrame(
+            [
+                [t, n, q, "MT", 1.5 + 0.01 * seed + 0.001 * len(method)]
+                for t in (0.0, 1.0)
+                for n in (30, 60)
+                for q in range(3)
+            ],
+            columns=list(R.QUESTION_FIELDS),
+        )  # the questions the fake replay asks
+        if rows is None
+        else rows,
         probe={"probe error": 0.5, "probe agreement": 0.3},
         stages=stages,
         group=group,

@@ -181,7 +181,9 @@ def _check_drafts(table: pd.DataFrame) -> None:
         except ValueError:
             raise ValueError(f"pooled criteria: layers {value!r} are not layer ids") from None
 
-    keyed = table.assign(_set=table["layers"].map(layer_set))
+    # EAGLE2 reads the last layer after the final norm: its "layers" name that layer, but not its feature
+    sets = [("after the final norm",) if i == "eagle2" else layer_set(v) for i, v in zip(table["id"], table["layers"])]
+    keyed = table.assign(_set=sets)
     for key, what in ((["protocol", "id", "seed"], None), (["protocol", "_set", "seed"], "set")):
         repeated = keyed.duplicated(key, keep=False)
         if repeated.any():
@@ -204,8 +206,8 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     in "left out". Where the stratified shuffles number at most n_perm they are all enumerated and the
     p-value is exact ("p exact" yes); else n_perm seeded shuffles (+1 both sides). A draft listed twice
     is refused. Every protocol left out is named in "left out" with why: fewer than 3 drafts, a draft
-    without the criterion or the outcome, or a constant one. With no protocol left to test at all,
-    ValueError naming why each was left out."""
+    without the criterion or the outcome, or a constant one; a criterion and outcome with no protocol
+    left is not a row, and attrs["not tested"] says why."""
     _check_drafts(table)
     check_n_perm(n_perm)
     rng = np.random.default_rng(seed)
@@ -275,9 +277,9 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                     "left out": "; ".join(left_out),
                 }
             )
-    if not out:
-        raise ValueError("pooled criteria: no protocol can be tested: " + " | ".join(reasons))
-    return pd.DataFrame(out)
+    table_out = pd.DataFrame(out)
+    table_out.attrs["not tested"] = reasons  # each (criterion, outcome) with no protocol to test, and why
+    return table_out
 
 
 def verdict(pooled: pd.DataFrame) -> str:
