@@ -12,11 +12,7 @@ import json
 import math
 from pathlib import Path
 
-from .speed import BENCH, MIN_QUESTIONS, TOLERANCE
-
-
-def _positive(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+from .speed import BENCH, MIN_QUESTIONS, TOLERANCE, _positive
 
 
 def _read(path: Path, fields: tuple[str, ...]) -> dict:
