@@ -230,6 +230,9 @@ def test_save_draft_never_overwrites_a_foreign_folder(target, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError):
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file", target=target)
+    with pytest.raises(NotADirectoryError, match="file is a file, not a folder"):  # before: "[Errno 17]" alone
+        X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file" / "draft", target=target)
+    assert (tmp_path / "file").read_text() == "x"
 
 
 @pytest.mark.parametrize("fmt", X.FORMATS)
@@ -401,6 +404,16 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
         ),
         ("speculators", lambda c, w: c["speculators_config"].update(algorithm="eagle"), "algorithm = 'eagle'"),
         ("speculators", lambda c, w: c["speculators_config"]["verifier"].update(name_or_path=""), "no target"),
+        (
+            "speculators",
+            lambda c, w: c["speculators_config"]["verifier"].update(architectures=["Qwen2ForCausalLM"]),
+            r"verifier's architectures \['Qwen2ForCausalLM'\], the target's",
+        ),
+        (
+            "speculators",
+            lambda c, w: c["speculators_config"]["verifier"].update(name_or_path="another/model"),
+            "name_or_path 'another/model', elsi's record 'local/random-target'",
+        ),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"] * float("nan")}), "non-finite values"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"].half()}), "torch.float16"),
         ("eagle", lambda c, w: w.update({"d2t": w["d2t"].float()}), "not int64"),

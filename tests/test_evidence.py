@@ -194,13 +194,31 @@ def _resealed(data: dict) -> dict:
             "seed level 'yes'",
         ),
         (lambda d: d["pooled_criteria"][0].pop("protocols"), "protocols = None"),
+        (lambda d: d["pooled_criteria"][0].update({"per protocol rho": "+0.5"}), "not one value for each"),
+        (lambda d: d["pooled_criteria"][0].update(drafts=4), "fewer than the 3 a rank test needs"),
+        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(drafts=19), "rests on 19 drafts"),
+        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(groups=7), "it rests on 7"),
+        (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(ratio=0.0), r"not \|measured"),
+        (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(protocol="table9"), "not one it rests on"),
+        (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].pop("half"), "half = None"),
+        (lambda d: d["models"]["set entropy"]["1"].update(coverage=0.95), "coverage = 0.95, its out-of-sample rows"),
+        (
+            lambda d: d["models"]["set entropy"]["0"].update({"coverage widened": 1.0}),
+            "coverage widened = 1.0, its out-of-sample rows",
+        ),
+        (
+            lambda d: d["models"]["probe error"]["0"]["rests on"].update(families=["smollm2-135m"]),
+            "not among the families it rests on",
+        ),
+        (lambda d: d["models"]["probe error"]["0"].update({"out of sample": []}), "no out-of-sample rows"),
     ],
 )
 def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):
     """Behind a valid checksum (a study bug, not an edit): swapped intervals, repeated rows, counts as text
     or bools or below one, names with stray spaces, p and rho out of range, a default the pooled row does
     not give, fits missing a temperature or with impossible variances, degrees of freedom or widening, a
-    missing part: refused, naming the row and the field. Before, several of these reached the answer (a
+    missing part, out-of-sample rows, coverage or draft counts that disagree with what the fit states:
+    refused, naming the row and the field. Before, several of these reached the answer (a
     fit-less criterion gave "change"), and a missing field ended `elsi --help` with a KeyError."""
     data = json.loads(json.dumps(evidence))
     change(data)

@@ -87,6 +87,14 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
         (ours / mine).unlink()
 
 
+def test_a_site_under_a_file_is_refused_naming_the_file(tmp_path):
+    """Before: "[Errno 17] File exists" without the path that is a file."""
+    (tmp_path / "notes").write_text("mine")
+    with pytest.raises(NotADirectoryError, match="notes is a file, not a folder"):
+        site.build(tmp_path / "notes" / "deeper" / "site")
+    assert (tmp_path / "notes").read_text() == "mine"
+
+
 @pytest.mark.parametrize("kind", ["link", "file"])
 def test_a_link_or_a_file_where_the_site_goes_is_refused_before_any_work(tmp_path, kind):
     """Before: a link to an empty folder was replaced by the site and the link left behind under a temporary

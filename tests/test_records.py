@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from elsi_lib.common.results import results_dir
+from elsi_lib.inputs.models import REGISTRY
+from elsi_lib.selection.methods import METHODS
 from elsi_lib.study.ledger import owed_units
 from elsi_lib.study.ledger import draft_records as R
 from elsi_lib.study.ledger.protocols import PROTOCOLS, protocol
@@ -32,9 +34,11 @@ LABELS = {"elsi-m3": "ELSI m=3", "eagle3": "EAGLE3", "probe-m3": "probe m=3", "e
 
 def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5, stages=None, label=None):
     proto = protocol(name)
+    fixed = METHODS[method].fixed if method in METHODS else None  # a fixed method's set is its rule's
+    layers = fixed(REGISTRY[proto.family].n_layers) if fixed else (1, 22, 23)
     return unit_record(
         proto,
-        {"id": method, "method": label or LABELS.get(method, method), "layers": (1, 22, 23), "entropy": 0.845},
+        {"id": method, "method": label or LABELS.get(method, method), "layers": layers, "entropy": 0.845},
         seed,
         prompts=936,
         accuracy={"step 1": 0.3, "step 2": 0.25, "step 3": 0.2},
@@ -339,6 +343,11 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     "change, message",
     [
         (lambda r: r.update(layers="22 23"), "holds 2 layers; method elsi-m3 has 3"),
+        (lambda r: r.update(layers="1 22 24"), "names layer 24; qwen2.5-coder-0.5b has 24"),
+        (
+            lambda r: r.update(layers="1 12 20", unit=dict(r["unit"], method="eagle3"), label="EAGLE3"),
+            r"not eagle3's set on qwen2.5-coder-0.5b \(EAGLE-3's rule \[2, N//2, N-3\], 24 layers: 1 11 20\)",
+        ),
         (lambda r: r.update(curve=[dict(r, curve=[]), dict(r, curve=[])]), "each point once"),
     ],
 )

@@ -322,3 +322,13 @@ def check_folder_slot(final: str | os.PathLike) -> None:
     final = Path(final)
     if final.exists() and not final.is_dir():
         raise NotADirectoryError(f"{final} is a file, not a folder (elsi writes a folder there): remove it and rerun")
+
+
+def check_parents(path: str | os.PathLike) -> None:
+    """NotADirectoryError naming the file when a parent of `path` is a file, not a folder (mkdir would
+    say only "[Errno 17] File exists")."""
+    for parent in Path(path).absolute().parents:
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                raise NotADirectoryError(f"{parent} is a file, not a folder: {path} cannot be written under it")
+            return

@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..selection.methods import METHODS
-from .decision import Decision, Fit, decide
+from .decision import Decision, Fit, decide, widening
 
 SCHEMA = 1
 EVIDENCE_PATH = Path(__file__).resolve().parent.parent / "evidence.json"
@@ -139,6 +139,57 @@ def _check_fit(where: str, fit) -> None:
     _number(where, "widen", fit["widen"], 1)
 
 
+def _check_held_out(where: str, entry: dict) -> None:
+    """A fit entry's out-of-sample rows agree with what it states: each row's ratio is |measured -
+    predicted| / half; coverage, coverage widened and the widening are what those ratios give
+    (`decision.widening`); the rows are the drafts it rests on (one per draft, of its protocols and
+    held-out groups), and its family fit names only families it rests on. No rows, no fit."""
+    held, rests = entry.get("out of sample"), entry["rests on"]
+    if not isinstance(held, list):
+        raise EvidenceUnavailable(f"{where}: 'out of sample' = {held!r}, not a list of rows")
+    if not held:
+        if any(entry[k] is not None for k in ("family", "pooled", "coverage", "widen")):
+            raise EvidenceUnavailable(f"{where}: a fit or coverage with no out-of-sample rows to judge it by")
+        return
+    ratios = []
+    for i, row in enumerate(held):
+        at = f"{where}, out of sample row {i}"
+        if not isinstance(row, dict):
+            raise EvidenceUnavailable(f"{at}: not a row")
+        for field in ("held out", "protocol", "layers"):
+            _text(at, field, row.get(field))
+        _number(at, "half", row.get("half"), 1e-12)
+        for field in ("measured", "predicted"):
+            _number(at, field, row.get(field))
+        _number(at, "ratio", row.get("ratio"), 0)
+        ratio = abs(row["measured"] - row["predicted"]) / row["half"]
+        if not math.isclose(row["ratio"], ratio, rel_tol=1e-3, abs_tol=1e-3):
+            raise EvidenceUnavailable(
+                f"{at}: ratio {row['ratio']} is not |measured - predicted| / half = {ratio:.6f}"
+            )
+        if row["protocol"] not in rests["protocols"]:
+            raise EvidenceUnavailable(f"{at}: protocol {row['protocol']!r} is not one it rests on {rests['protocols']}")
+        ratios.append(row["ratio"])
+    r = np.array(ratios)
+    if len(held) != rests["drafts"]:
+        raise EvidenceUnavailable(f"{where}: {len(held)} out-of-sample rows, but it rests on {rests['drafts']} drafts")
+    groups = len({row["held out"] for row in held})
+    if groups != rests.get("groups"):
+        raise EvidenceUnavailable(f"{where}: its rows hold out {groups} groups, it rests on {rests.get('groups')!r}")
+    slack = 1e-6  # the rows' ratios are rounded to 6 decimals
+    expect = {"coverage": float((r <= 1 + slack).mean()), "widen": widening(r)}
+    if entry["widen"] is not None:
+        expect["coverage widened"] = float((r <= entry["widen"] + slack).mean())
+    for field, value in expect.items():
+        if entry.get(field) is None or not math.isclose(entry[field], value, rel_tol=1e-4, abs_tol=1e-4):
+            raise EvidenceUnavailable(f"{where}: {field} = {entry.get(field)!r}, its out-of-sample rows give {value:.6g}")
+    if entry["family"] is not None and not set(entry["family"]["columns"][:-1]) <= set(rests["families"]):
+        raise EvidenceUnavailable(
+            f"{where}: the family fit's columns {entry['family']['columns'][:-1]} are not among the families it "
+            f"rests on {rests['families']}"
+        )
+
+
 def _check_contents(data: dict, path: Path) -> None:
     """What the answer reads, checked even behind a valid checksum (a study bug would otherwise reach
     users), every field by type and range, naming the row and the field: each comparison's names, counts,
@@ -245,6 +296,7 @@ def _check_contents(data: dict, path: Path) -> None:
                     raise EvidenceUnavailable(f"{where}: rests on {field} = {rests.get(field)!r}, not a list of names")
                 for name in rests[field]:
                     _text(where, f"rests on {field}", name)
+            _check_held_out(where, entry)
     pairs = set()
     for i, r in enumerate(data["pooled_criteria"]):
         where = f"{path}, pooled criteria row {i}"
@@ -256,6 +308,16 @@ def _check_contents(data: dict, path: Path) -> None:
         _number(where, "pooled rho", r.get("pooled rho"), -1, 1)
         _number(where, "p (stratified permutation)", r.get("p (stratified permutation)"), 1e-300, 1)
         _number(where, "drafts", r.get("drafts"), 3, integer=True)
+        protocols = r["protocols"].split()
+        for field in ("per protocol rho", "per protocol p"):
+            if r.get(field) is not None and len(str(r[field]).split()) != len(protocols):
+                raise EvidenceUnavailable(
+                    f"{where}: {field} {r[field]!r} has not one value for each of its protocols {protocols}"
+                )
+        if r["drafts"] < 3 * len(protocols):
+            raise EvidenceUnavailable(
+                f"{where}: {r['drafts']} drafts over {len(protocols)} protocols, fewer than the 3 a rank test needs in each"
+            )
         pair = (r["criterion"], r["outcome"])
         if pair in pairs:
             raise EvidenceUnavailable(f"{where}: a pooled criteria row listed twice ({pair})")

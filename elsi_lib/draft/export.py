@@ -49,7 +49,7 @@ from pathlib import Path
 
 import torch
 
-from ..common.cachefiles import replace_folder, sha256_file
+from ..common.cachefiles import check_parents, replace_folder, sha256_file
 from ..common.checks import is_integer
 from ..selection.conventions import convert_layer_ids
 from ..common.identity import model_fingerprint, versions
@@ -173,6 +173,7 @@ def _check_destination(folder: Path) -> None:
     """Refuse to replace anything but an earlier elsi export (or an empty folder): a folder whose record
     is elsi's and which holds exactly the files that record lists (an export replaced whole never takes
     a file of the user's with it: a tokenizer or a note added beside an export is refused, named)."""
+    check_parents(folder)
     if not folder.exists():
         return
     if folder.is_symlink() or not folder.is_dir():
@@ -403,6 +404,22 @@ def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_co
         raise ExportError(f"{path}: " + "; ".join(differ))
 
 
+def _check_verifier(folder: Path, verifier: dict, record: dict, target) -> None:
+    """The speculators layout's verifier (what vLLM and speculators build the target from) is the one
+    elsi's record names and of `target`'s architecture."""
+    have = list(target.config.architectures or ["LlamaForCausalLM"])
+    if verifier.get("architectures") != have:
+        raise ExportError(
+            f"{folder / 'config.json'}: the verifier's architectures {verifier.get('architectures')!r}, "
+            f"the target's {have}: engines would build another target than the draft was trained on"
+        )
+    if verifier.get("name_or_path") != record.get("verifier"):
+        raise ExportError(
+            f"{folder / 'config.json'}: the verifier's name_or_path {verifier.get('name_or_path')!r}, "
+            f"elsi's record {record.get('verifier')!r}"
+        )
+
+
 def load_draft(folder, target) -> Eagle3Draft:
     """Read a folder `save_draft` wrote (any layout) back into an `Eagle3Draft` on `target`'s
     embedding, after checking every file's checksum (and that no other file is there), config.json
@@ -428,6 +445,8 @@ def load_draft(folder, target) -> Eagle3Draft:
             f"{folder / RECORD}: engine_layer_ids {record.get('engine_layer_ids')} but config.json says {ids}"
         )
     draft_config.check_target(target)
+    if format == "speculators":
+        _check_verifier(folder, config["speculators_config"].get("verifier", {}), record, target)
     if model_fingerprint(target)["weights_sha256"] != record.get("target_weights_sha256"):
         raise ExportError(
             f"{folder / RECORD}: the target's weights differ from those the draft was exported "

@@ -23,6 +23,8 @@ import pandas as pd
 
 from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
 from ...common.hardware import NUMERIC_COLUMNS
+from ...inputs.models import REGISTRY
+from ...selection.methods import METHODS
 from .protocols import protocol
 
 FORMAT = 1
@@ -162,6 +164,15 @@ def check_record(record: dict, where) -> dict:
     if m is not None and len(ids) != m:
         raise RecordError(
             f"{where}: field 'layers' {layers!r} holds {len(ids)} layers; method {unit['method']} has {m}"
+        )
+    n_layers = REGISTRY[proto.family].n_layers if proto.family in REGISTRY else None
+    if n_layers is not None and ids[-1] >= n_layers:
+        raise RecordError(f"{where}: field 'layers' {layers!r} names layer {ids[-1]}; {proto.family} has {n_layers}")
+    rule = METHODS[unit["method"]].fixed if unit["method"] in METHODS else None
+    if rule is not None and n_layers is not None and tuple(ids) != tuple(rule(n_layers)):
+        raise RecordError(
+            f"{where}: field 'layers' {layers!r} is not {unit['method']}'s set on {proto.family} "
+            f"({METHODS[unit['method']].rule}, {n_layers} layers: {' '.join(map(str, rule(n_layers)))})"
         )
     for name in ("probe error", "probe agreement"):
         if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):

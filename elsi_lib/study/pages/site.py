@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ...common.cachefiles import REPO_ROOT, replace_folder
+from ...common.cachefiles import REPO_ROOT, check_parents, replace_folder
 from ...common.results import results_dir
 from ...draft import evidence as ev
 from ...draft.evidence import NODES
@@ -330,6 +330,7 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     build leaves the previous site as it was. `out` must be new, empty, or a site this builder wrote
     (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
     out = Path(out)
+    check_parents(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(
             f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
