@@ -156,7 +156,7 @@ def test_twins_that_agree_make_one_table_each_row_keeping_its_numeric_setting(st
     assert set(rows.loc[rows.id != "probe-m3", "draft matmuls"]) == {"float32"}
     found = record_tables.findings("table3+table3_f32", records=records, n_boot=200)
     assert set(found.protocol) == {"table3+table3_f32"} and set(found.method) == {"ELSI m=3", "probe m=3"}
-    assert set(found.drafts) == {3}  # EAGLE3 and ELSI m = 3 share a_record's set and step 1: one draft a seed
+    assert set(found.drafts) == {5}  # EAGLE3's two seeds (its rule's set), ELSI m = 3's two, the probe's one
     table = record_tables.drafts(["table3", "table3_f32"], joined=joined)
     assert set(table.protocol) == {"table3+table3_f32"} and "probe-m3" in set(table.id)
     assert set(record_tables.drafts(["table3", "table3_f32"]).protocol) == {"table3", "table3_f32"}
