@@ -25,6 +25,7 @@ import numpy as np
 from .cli_args import MEASURED, UsageError, _check, build_parser
 from .cli_select import decision_for, decision_lines, recipe_commands, recipe_line, restriction_lines, stability
 from .common.identity import model_fingerprint
+from .common.results import slug
 from .common.version import __version__
 from .draft import evidence as ev
 from .hidden import calibration, probe_capture, replies
@@ -373,7 +374,6 @@ def cmd_report(args) -> str:
     ]
     if args.figures:
         from .common import figures as plots  # matplotlib: loaded only when figures are asked for
-        from .common.results import slug
 
         fig = plots.layer_profile(entropy, energy, sorted(bounds), f"{args.model}: depth profile")
         paths = plots.save_figure(fig, f"profile_{slug(args.model)}", args.figures)

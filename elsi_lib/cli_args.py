@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from .draft.evidence import default_method
+from .inputs.prompts import PROMPT_SETS
 from .selection.engines import ENGINES as ENGINE_ENTRIES
 from .selection.methods import METHODS as REGISTERED, method as method_named
 
@@ -268,7 +269,6 @@ def _check_stability(args) -> None:
 def _check_data(data: list) -> None:
     """Each --data is a file or a prompt set, and none is given twice (a file however spelt or linked: by
     its device and inode), which would count its conversations twice."""
-    from .inputs.prompts import PROMPT_SETS
 
     seen: dict = {}  # a prompt set's name or a file's (device, inode) -> the --data given
     for prompt_set in data:

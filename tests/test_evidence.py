@@ -199,7 +199,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(drafts=19), "rests on 19 drafts"),
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(groups=7), "it rests on 7"),
         (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(ratio=0.0), r"not \|measured"),
-        (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(protocol="table9"), "not one it rests on"),
+        (
+            lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(protocol="table9"),
+            "not one it rests on",
+        ),
         (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].pop("half"), "half = None"),
         (lambda d: d["models"]["set entropy"]["1"].update(coverage=0.95), "coverage = 0.95, its out-of-sample rows"),
         (

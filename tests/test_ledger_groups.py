@@ -101,7 +101,13 @@ METHODS = pd.DataFrame(
         "method": ["EAGLE3", "ELSI m=3", "probe m=3", "EAGLE2", "ELSI m=1"],
         "m": [3, 3, 3, 1, 1],
         "source": [(2, 15, 27), (3, 9, 29), (5, 9, 20), "final_norm", (29,)],
-        "layers": [(1, 14, 26), (3, 9, 29), (5, 9, 20), (29,), (29,)],  # records hold elsi's ids (EAGLE3: its rule on 30 layers)
+        "layers": [
+            (1, 14, 26),
+            (3, 9, 29),
+            (5, 9, 20),
+            (29,),
+            (29,),
+        ],  # records hold elsi's ids (EAGLE3: its rule on 30 layers)
         "entropy": [0.8, 0.9, 0.7, 0.5, 0.6],
     }
 ).set_index("id", drop=False)

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
+
 fcntl: ModuleType | None  # the module, or None where there is none
 try:
     import fcntl
@@ -112,7 +114,6 @@ def sha256_text(text: str) -> str:
 def content_checksum(header: dict[str, str], arrays: dict) -> str:
     """sha256 over a saved file's header fields (all but "checksum") and every array's name, dtype,
     shape and bytes: everything a reader uses. arrays: numpy arrays (or anything np.asarray takes)."""
-    import numpy as np
 
     fields = json.dumps({k: v for k, v in header.items() if k != "checksum"}, sort_keys=True)
     parts = [fields]

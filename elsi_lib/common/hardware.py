@@ -12,6 +12,7 @@ setting on a CPU without them warns."""
 from __future__ import annotations
 
 import functools
+import platform
 import warnings
 from pathlib import Path
 
@@ -32,7 +33,6 @@ def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
 
 def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     """The CPU's model name (Linux: /proc/cpuinfo), else what the platform module says."""
-    import platform
 
     try:
         for line in cpuinfo.read_text().splitlines():

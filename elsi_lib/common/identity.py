@@ -12,6 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 
+import tokenizers
+import torch
+import transformers
+
+from .version import __version__
+
 # config entries that say where a model was loaded from, not what it computes
 PATH_KEYS = ("_name_or_path", "_model_name_or_path", "name_or_path", "_commit_hash")
 
@@ -30,7 +36,6 @@ def _state(model) -> tuple:
 
 def weights_sha256(model) -> str:
     """sha256 over the name, shape, dtype and bytes of every parameter and buffer of `model`."""
-    import torch
 
     digest = hashlib.sha256()
     with torch.no_grad():
@@ -76,11 +81,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 def versions() -> dict:
     """The versions of elsi and of the libraries that compute a result."""
-    import tokenizers
-    import torch
-    import transformers
-
-    from .version import __version__
 
     return {
         "elsi": __version__,

@@ -13,6 +13,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import pandas as pd
+
 
 def progress_bar(*, disable: bool = False, **kwargs):
     """A tqdm bar (total=, desc=, unit=, initial= as tqdm takes them)."""
@@ -59,7 +61,6 @@ class StageClock:
 
     def frame(self):
         """A DataFrame: stage, seconds, and a total row."""
-        import pandas as pd
 
         rows = [{"stage": s, "seconds": round(v, 1)} for s, v in self.seconds.items()]
         return pd.DataFrame(rows + [{"stage": "total", "seconds": round(sum(self.seconds.values()), 1)}])
@@ -69,7 +70,6 @@ def stage_history(log):
     """The stage times a `StageClock(log)` appended, over every run that wrote them: a DataFrame of
     stage, seconds (summed), runs (how many times the stage ran) and interrupted (of those, how many
     ended early), in first-run order, and a total row. A torn last line (a run killed mid-write) is skipped."""
-    import pandas as pd
 
     entries = []
     for line in Path(log).read_text().splitlines() if Path(log).is_file() else []:

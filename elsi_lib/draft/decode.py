@@ -22,6 +22,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import torch
 from transformers.cache_utils import DynamicLayer
 
@@ -268,8 +270,6 @@ def check_generate_args(
     if isinstance(prompt_ids, torch.Tensor):
         prompt = prompt_ids.detach().cpu()
     else:
-        import numpy as np
-
         array = np.asarray(prompt_ids)
         if array.dtype == object or not (np.issubdtype(array.dtype, np.integer) or array.size == 0):
             raise TypeError(f"prompt_ids must be integer token ids, got dtype {array.dtype}")

@@ -164,9 +164,7 @@ def _check_held_out(where: str, entry: dict) -> None:
         _number(at, "ratio", row.get("ratio"), 0)
         ratio = abs(row["measured"] - row["predicted"]) / row["half"]
         if not math.isclose(row["ratio"], ratio, rel_tol=1e-3, abs_tol=1e-3):
-            raise EvidenceUnavailable(
-                f"{at}: ratio {row['ratio']} is not |measured - predicted| / half = {ratio:.6f}"
-            )
+            raise EvidenceUnavailable(f"{at}: ratio {row['ratio']} is not |measured - predicted| / half = {ratio:.6f}")
         if row["protocol"] not in rests["protocols"]:
             raise EvidenceUnavailable(f"{at}: protocol {row['protocol']!r} is not one it rests on {rests['protocols']}")
         ratios.append(row["ratio"])
@@ -182,7 +180,9 @@ def _check_held_out(where: str, entry: dict) -> None:
         expect["coverage widened"] = float((r <= entry["widen"] + slack).mean())
     for field, value in expect.items():
         if entry.get(field) is None or not math.isclose(entry[field], value, rel_tol=1e-4, abs_tol=1e-4):
-            raise EvidenceUnavailable(f"{where}: {field} = {entry.get(field)!r}, its out-of-sample rows give {value:.6g}")
+            raise EvidenceUnavailable(
+                f"{where}: {field} = {entry.get(field)!r}, its out-of-sample rows give {value:.6g}"
+            )
     if entry["family"] is not None and not set(entry["family"]["columns"][:-1]) <= set(rests["families"]):
         raise EvidenceUnavailable(
             f"{where}: the family fit's columns {entry['family']['columns'][:-1]} are not among the families it "

@@ -48,6 +48,7 @@ import tempfile
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from ..common.cachefiles import check_parents, replace_folder, sha256_file
 from ..common.checks import is_integer
@@ -230,7 +231,6 @@ def save_draft(
     verifier's architecture and weight hash; `verifier` is the path or hub id engines load the target
     from (default: the target's `name_or_path`). A final-norm (EAGLE-2) draft has no engine layer id
     and is refused. `folder` must be new, empty or an earlier elsi export, which is replaced whole."""
-    from safetensors.torch import save_file
 
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; use one of {FORMATS}")
@@ -426,7 +426,6 @@ def load_draft(folder, target) -> Eagle3Draft:
     against elsi's record, the draft against `target` and `target`'s weights against the ones the
     draft was exported with. Every weight must be present and none unexpected (engines load a
     checkpoint with missing weights silently, so this is where it is caught)."""
-    from safetensors.torch import load_file
 
     folder = Path(folder)
     if not folder.is_dir():

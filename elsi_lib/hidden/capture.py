@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import torch.distributed as dist
+
 
 from ..common.cachefiles import check_writable, key_digest, keyed_path
 from ..inputs.prompts import conversations_hash
@@ -95,7 +97,6 @@ def capture_variants(
     every batch the forward yields (after the statistics took theirs), for another use of the same
     forward (`probe_capture.probe_alongside`); it sees none when every variant is cached.
     """
-    import torch.distributed as dist
 
     specs = _variant_settings(variants, _settings(settings, overrides))
     check_conversations(conversations)

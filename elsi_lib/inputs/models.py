@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+import gguf
+import torch
+import transformers
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
 from ..common.cachefiles import (
     atomic_write_chunks,
     cache_dir,
@@ -140,7 +145,6 @@ def bundled_weights_path(name: str) -> tuple[Path, str | None]:
 
 
 def _torch_dtype(dtype):
-    import torch
 
     if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
         return dtype
@@ -159,7 +163,6 @@ def converted_gguf_folder(
     it) and the transformers version. A folder whose manifest does not match (interrupted write,
     corrupt file, other inputs) is rebuilt.
     """
-    import transformers
 
     gguf_path = Path(gguf_path)
     if not gguf_path.is_file():
@@ -185,7 +188,6 @@ def gguf_problem(gguf_path: str | os.PathLike) -> str | None:
     """What makes a GGUF file unreadable (bad magic, a header or tensor table cut short, tensor
     data past the end of the file), or None when its structure is whole. Parses the file (about
     2 s for the bundled 98 MB GGUF), so it runs only to explain a failed conversion."""
-    import gguf
 
     size = Path(gguf_path).stat().st_size
     try:
@@ -199,8 +201,6 @@ def gguf_problem(gguf_path: str | os.PathLike) -> str | None:
 
 
 def _load_gguf(gguf_path: Path):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = dict(gguf_file=gguf_path.name, local_files_only=True)
     try:
@@ -279,7 +279,6 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     Returns (model in eval mode, tokenizer).
     """
     _check_model_name(name)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path, is_local = resolve_model_path(name)
     local_only = is_local or os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false")
@@ -317,8 +316,6 @@ def random_model(
     **config_overrides,
 ):
     """A randomly initialised causal LM built from a config (for tests and benchmarks), in eval mode."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     settings = dict(
         num_hidden_layers=n_layers,

@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable
 
+import pandas as pd
+
 from .readers import (
     Conversation,
     DataFormatError,
@@ -224,7 +226,6 @@ def load_specbench(path: str | os.PathLike | None = None, data_dir_path: str | o
     """SpecBench questions as a DataFrame with columns question_id, category, turns. Each
     question_id must be a JSON integer (not true, 1.5 or "7") and appear once: the tables count
     questions by id, so a repeated or ill-typed id would count a question twice."""
-    import pandas as pd
 
     path = Path(path) if path else verify_pinned(data_dir(data_dir_path), "spec_bench/question.jsonl")
     rows: list[dict] = []

@@ -34,6 +34,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from .threads import MIN_PARALLEL, parallel_map
+from .select import restriction  # the same checks as the entropy searches' restriction
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,6 @@ def choose_ridge(stats: ProbeStats, sets, grid=(1e-4, 1e-3, 1e-2, 1e-1, 1.0)) ->
 
 def _candidate_sets(N: int, m: int, allowed, required) -> tuple[list, tuple]:
     """The m-sets of `allowed` layers (default all N) holding every `required` one, and the free layers."""
-    from .select import restriction  # the same checks as the entropy searches' restriction
 
     allowed, required = restriction(N, m, allowed, required)
     free = [l for l in allowed if l not in required]

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
 from ..common.checks import LayerSet, as_layer_stack, check_alpha, is_integer
 from .entropy import scaled_layer_grams, spectrum_entropy
@@ -55,7 +56,6 @@ class Selection:
 
     def frontier(self):
         """The beams as a DataFrame: depth, layers, entropy, parent, on_path (leads to the choice)."""
-        import pandas as pd
 
         path = set(self.path())
         rows = [

@@ -9,6 +9,8 @@ import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from ...common.hardware import NUMERIC_COLUMNS, numeric_label
 from ...draft.train import TrainSettings
 
@@ -124,7 +126,6 @@ class Experiment:
 def from_parameters(path) -> tuple[Experiment, list | None]:
     """The experiment of a notebook parameter file (the YAML `make tables` / `make tables-strong` pass
     to papermill: MODEL, EXPERIMENT and, for notebook 07, METHOD_IDS): (Experiment, method ids or None)."""
-    import yaml
 
     params = yaml.safe_load(Path(path).read_text()) or {}
     experiment = Experiment.from_dict(

@@ -8,16 +8,20 @@ its `method` column is the label tables and figures show (e.g. "ELSI m=3"), free
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
+from ..paper import captures
 from ..paper.layer_sets import SINGLE_LAYER_RULE, TABLE1_SETTINGS, selection_table
 from ...selection.cka import compartments
 from ...selection.conventions import eagle3_layers
 from ...selection.entropy import set_entropy
 from ...selection.scorer import SetScorer
 from ...draft.config import FINAL_NORM
+from .experiment_settings import from_parameters
 
 # how notebook 05's settings are named in method ids and labels
 VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("frobenius", "Frobenius")}
@@ -148,11 +152,6 @@ def run_methods(parameters, *, loaded: tuple | None = None):
     set only when PROBE_RANK is set; notebook 07 (METHOD_IDS) always adds it, PROBE_RANK null meaning
     the probe's default rank, as the notebooks do. `loaded`: the run's (model, tokenizer), when the
     caller holds them."""
-    import yaml
-    from pathlib import Path
-
-    from ..paper import captures
-    from .experiment_settings import from_parameters
 
     exp, method_ids = from_parameters(parameters)
     params = yaml.safe_load(Path(parameters).read_text()) or {}

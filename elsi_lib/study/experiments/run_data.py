@@ -26,6 +26,8 @@ from ...draft.config import FINAL_NORM
 from ...draft.vocabulary import draft_vocabulary
 from .experiment_settings import Experiment
 from ...common.cachefiles import REPO_ROOT
+from ...common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ...inputs.prompts import conversations_hash
 
 
 def continuations_dir() -> Path:
@@ -40,8 +42,6 @@ def data_key(exp: Experiment, model, tokenizer) -> dict:
     features are made, and the draft vocabulary. Known before any reply or feature exists (so
     `trained_drafts` finds a checkpoint without rebuilding the data); the evaluation settings are
     left out, so that changing them never retrains a draft."""
-    from ...common.identity import model_fingerprint, tokenizer_fingerprint, versions
-    from ...inputs.prompts import conversations_hash
 
     data = {
         name: getattr(exp, name)

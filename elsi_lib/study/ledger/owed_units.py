@@ -28,8 +28,13 @@ import time
 import pandas as pd
 
 from ...common.hardware import bf16_matmul_is_slow
-from .protocols import PROTOCOLS, Protocol, protocol
+from ...draft import checkpoints
+from ..experiments import experiment
+from . import prepared
 from .draft_records import lockstep_groups, read_records, unit_path, write_record
+from .protocols import PROTOCOLS, Protocol, protocol
+from .twins import agreeing_twin
+from .unit_groups import MAX_GROUP, UnitCost, describe, next_group
 from .units import started_at_commit
 
 COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
@@ -41,7 +46,6 @@ def status(proto: Protocol) -> pd.DataFrame:
     (the numeric twin's protocol when the twins agree and it has this unit and this protocol not,
     `twins.agreeing_twin`; else ""), owed (neither: a run trains it), its record's file; then any record of the protocol outside
     the ledger."""
-    from .twins import agreeing_twin
 
     present = {(r["unit"]["method"], r["unit"]["seed"]) for r in read_records(proto.name)}
     twin = agreeing_twin(proto.name)
@@ -103,11 +107,9 @@ def trained_before(exp, key: dict, group, device: str = "cpu") -> tuple[float, f
     """(share of its batches, training seconds) a unit's drafts already have in this machine's cache:
     its checkpoint from a run that stopped mid-unit (resumed where it stopped); (0.0, 0.0) without
     one, or with one of another configuration or that does not read back."""
-    from ...draft.checkpoints import read_checkpoint
-    from ..experiments.experiment import group_checkpoint
 
-    path, full_key = group_checkpoint(exp, key, group, device)
-    state, _ = read_checkpoint(path)
+    path, full_key = experiment.group_checkpoint(exp, key, group, device)
+    state, _ = checkpoints.read_checkpoint(path)
     if state is None or state["key"] != full_key or not state["total"]:
         return 0.0, 0.0
     return state["done"] / state["total"], float(state.get("seconds", 0.0))
@@ -146,9 +148,6 @@ def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> lis
     order, in lock-step groups of one seed (`unit_groups.next_group`) while each group's estimate
     fits the budget; each unit's record is written (and committed) as it is evaluated. Returns the
     records written."""
-    from ..experiments.experiment import heldout_accuracy, replay_draft, train_group
-    from .unit_groups import MAX_GROUP, UnitCost, describe, next_group
-    from .prepared import Prepared, lockstep_group
 
     started = time.monotonic()
     started_at_commit()  # the code this run trains with, named in each of its records
@@ -164,7 +163,7 @@ def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> lis
         "machine's cache lacks is computed first, which on a new machine can take over an hour; the budget counts it)",
         flush=True,
     )
-    ready = Prepared.load(proto, progress=progress)
+    ready = prepared.Prepared.load(proto, progress=progress)
     print(f"prepared in {(time.monotonic() - started) / 60:.1f} min (cached now: a rerun here reads it)", flush=True)
     for method_id, seed in [u for u in owed if u[0] not in ready.methods.index]:
         print(f"{method_id}: not among this family's methods (its set is another method's): skipped")
@@ -183,7 +182,7 @@ def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> lis
     max_group = 1 if getattr(ready.exp.train, "feature_noise", 0.0) else MAX_GROUP
 
     def trained(ids, seed):
-        return trained_before(ready.exp, ready.key, lockstep_group(ids, seed, ready.methods), device)
+        return trained_before(ready.exp, ready.key, prepared.lockstep_group(ids, seed, ready.methods), device)
 
     written = []
     while owed:
@@ -197,9 +196,9 @@ def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> lis
             )
             break
         print(f"next: {describe(plan)} ({left / 60:.0f} min left)", flush=True)
-        group = lockstep_group(plan.ids, plan.seed, ready.methods)
+        group = prepared.lockstep_group(plan.ids, plan.seed, ready.methods)
         t = time.monotonic()
-        drafts, out = train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)
+        drafts, out = experiment.train_group(ready.exp, ready.model, ready.key, ready.data, group, progress=progress)
         if out["done"] < out["total"]:
             raise RuntimeError(f"training of {', '.join(plan.ids)} stopped at batch {out['done']} of {out['total']}")
         trained_s = time.monotonic() - t
@@ -207,10 +206,10 @@ def run(proto: Protocol, budget_minutes: float, *, progress: bool = True) -> lis
         for method_id in plan.owed:
             clock = {"training": plan.seconds_before + trained_s}  # the group's, every sitting's
             t = time.monotonic()
-            accuracy = heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
+            accuracy = experiment.heldout_accuracy(ready.exp, drafts[method_id], ready.heldout)
             clock["held-out step accuracy"] = time.monotonic() - t
             t = time.monotonic()
-            rows = replay_draft(
+            rows = experiment.replay_draft(
                 ready.exp,
                 drafts[method_id],
                 ready.evaluation,

@@ -11,8 +11,15 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from ...draft import checkpoints
 from ...draft.train import batch_plan, collate, soft_targets, train_step
 from ...inputs.models import load_model
+from ..experiments import experiment
+from ..experiments.criteria_vs_drafts import probe_scores
+from ..experiments.experiment_settings import numeric_settings
+from ..experiments.layer_choices import draft_methods
+from ..paper import captures
+from .draft_records import lockstep_groups
 from .protocols import Protocol
 from ..experiments.run_data import (
     continuations_dir,
@@ -30,8 +37,6 @@ CALIBRATION_BATCHES = 8  # training batches timed, spread over the plan (after o
 def protocol_methods(proto: Protocol, loaded: tuple) -> tuple[pd.DataFrame, dict]:
     """The protocol's methods table (`draft_methods`: its calibration statistics and its probe's m = 3
     set) and the probe's choices."""
-    from ..paper import captures
-    from ..experiments.layer_choices import draft_methods
 
     n = proto.calibration_prompts
     stats = captures.paper_stats([proto.family], n, seed=0)[proto.family]
@@ -42,16 +47,14 @@ def protocol_methods(proto: Protocol, loaded: tuple) -> tuple[pd.DataFrame, dict
 def lockstep_group(ids, seed: int, methods: pd.DataFrame):
     """The lock-step group ledger units `ids` (method ids, ledger order) train in: its checkpoint's
     key. A unit trained alone is a group of one."""
-    from ..experiments.experiment import Group
 
     rows = methods.set_index("id", drop=False).loc[list(ids)]
-    return Group(seed, True, dict(zip(rows.id, rows.source)), dict(zip(rows.id, rows.method)))
+    return experiment.Group(seed, True, dict(zip(rows.id, rows.source)), dict(zip(rows.id, rows.method)))
 
 
 def recorded_group(proto: Protocol, method_id: str, seed: int = 0) -> tuple:
     """The method ids a unit trained with in lock-step, as its record names them (`units.unit_record`);
     (method_id,) for a unit trained alone, a record from before groups, or no record yet."""
-    from .draft_records import lockstep_groups
 
     return lockstep_groups(proto.name).get((method_id, seed), (method_id,))
 
@@ -60,9 +63,6 @@ def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | N
     """A finished ledger unit's draft, read from its group's checkpoint alone (`recorded_group`; never
     trained here: a missing or unfinished checkpoint raises RuntimeError naming the command that
     trains it); for decoding, benchmarks and export. Returns (model, tokenizer, draft)."""
-    from ...draft.checkpoints import finished_drafts
-    from ..experiments.experiment import group_checkpoint
-    from ..experiments.experiment_settings import numeric_settings
 
     model, tokenizer = loaded or load_model(proto.family)
     methods, _ = protocol_methods(proto, (model, tokenizer))
@@ -70,9 +70,9 @@ def unit_draft(proto: Protocol, method_id: str, seed: int = 0, loaded: tuple | N
         raise ValueError(f"{method_id!r} is not a method of {proto.name}; its methods: {', '.join(methods.id)}")
     exp = proto.experiment()
     group = lockstep_group(recorded_group(proto, method_id, seed), seed, methods)
-    path, full_key = group_checkpoint(exp, data_key(exp, model, tokenizer), group)
+    path, full_key = experiment.group_checkpoint(exp, data_key(exp, model, tokenizer), group)
     try:
-        draft = finished_drafts(path, full_key, model)[method_id]
+        draft = checkpoints.finished_drafts(path, full_key, model)[method_id]
     except RuntimeError as error:
         raise RuntimeError(f"{proto.name} {method_id} seed {seed}: {error} (make ledger-{proto.name})") from None
     draft.numeric = numeric_settings(exp)
@@ -96,7 +96,6 @@ class Prepared:
 
     @classmethod
     def load(cls, proto: Protocol, progress: bool = True) -> "Prepared":
-        from ..paper import captures
 
         exp = proto.experiment()
         model, tokenizer = load_model(proto.family)
@@ -129,10 +128,9 @@ class Prepared:
         targets) and what each draft adds (its training step). Timed on CALIBRATION_BATCHES batches
         spread evenly over the plan (their lengths vary), after one untimed warm-up, with a throwaway
         draft of the protocol's widest set (not saved)."""
-        from ..experiments.experiment import make_draft
 
         widest = self.methods.loc[self.methods.m.idxmax()]
-        draft = make_draft(self.model, widest.source, self.data.d2t, self.data.t2d, seed)
+        draft = experiment.make_draft(self.model, widest.source, self.data.d2t, self.data.t2d, seed)
         drafts, optimisers = {"x": draft}, {"x": torch.optim.AdamW(draft.parameters(), lr=1e-4)}
         store, settings = self.data.store, self.exp.train
         plan = batch_plan([store.length(i) for i in range(len(store))], settings.batch_tokens, settings.epochs, seed)
@@ -155,7 +153,6 @@ class Prepared:
     def record(
         self, method_id: str, seed: int, accuracy: dict, rows: pd.DataFrame, stages: dict, group: tuple = ()
     ) -> dict:
-        from ..experiments.criteria_vs_drafts import probe_scores
 
         method = self.methods.loc[method_id]
         scores = probe_scores([method.layers], self.probe, self.ridge, self.lm_head).iloc[0]

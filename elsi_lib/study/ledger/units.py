@@ -6,9 +6,12 @@ import functools
 import subprocess
 
 import pandas as pd
+import torch
 
 from ...common.cachefiles import REPO_ROOT
 from ...common.hardware import bf16_matmul_is_slow, cpu_model
+from ...common.version import __version__
+from ..experiments.criteria_vs_drafts import layers_text
 from .protocols import Protocol
 from .draft_records import FORMAT, QUESTION_FIELDS, STEPS
 
@@ -28,9 +31,6 @@ def started_at_commit() -> str | None:
 def ran_on() -> dict:
     """The machine and software a unit ran on (kept beside its numbers, never compared); the commit is
     `started_at_commit`'s."""
-    import torch
-
-    from ...common.version import __version__
 
     commit = started_at_commit()
     return {
@@ -76,7 +76,6 @@ def unit_record(
     {"probe error", "probe agreement"} of its set, `curve` earlier points ({prompts, accuracy, rows}),
     `stages` seconds per stage (a group's training is the whole group's), `group` the method ids it
     trained with in lock-step when more than itself."""
-    from ..experiments.criteria_vs_drafts import layers_text
 
     return {
         "format": FORMAT,

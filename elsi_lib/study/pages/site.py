@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
+import elsi_lib
+
 from ...common.cachefiles import REPO_ROOT, check_parents, replace_folder
+from ...cli_args import build_parser
 from ...common.results import results_dir
 from ...draft import evidence as ev
 from ...draft.evidence import NODES
@@ -260,7 +263,6 @@ def figure_page(page: Page, folder: Path, images: Path) -> str:
 
 
 def command_page(name: str) -> str:
-    from ...cli_args import build_parser
 
     parser = build_parser()
     sub = next(a for a in parser._subparsers._group_actions if a.dest == "command").choices[name]
@@ -268,7 +270,6 @@ def command_page(name: str) -> str:
 
 
 def api_page() -> str:
-    import elsi_lib
 
     lines = [
         "# Python API",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...hidden.calibration import calibration_conversations, capture_selections
 from ...hidden.layerstats import LayerStats
+from ...hidden.probe_capture import cached_probe, cached_probe_choice
 from ...hidden.settings import CaptureSettings
 from ...inputs.models import DEFAULT_MODEL, load_model
 
@@ -104,7 +105,6 @@ def probe_choices(
     """{m: `selection.probe.ProbeChoice`}: the task probe's sets for one model on the same calibration
     conversations as `paper_stats` (statistics and choices cached, `hidden.probe_capture`); `rank`
     components per block (default `probe_capture.RANK`)."""
-    from ...hidden.probe_capture import cached_probe_choice
 
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return {
@@ -125,7 +125,6 @@ def probe_statistics(
 ):
     """The task probe's statistics (`selection.probe.ProbeStats`, cached) of one model on the calibration
     conversations `probe_choices` chooses from: what scores any set without the model."""
-    from ...hidden.probe_capture import cached_probe
 
     model, tokenizer, conversations = _probe_inputs(model_name, n_prompts, seed, reply_model, progress, loaded)
     return cached_probe(model, tokenizer, conversations, rank=rank, progress=progress, **STUDY_PROBE)
