@@ -5,6 +5,7 @@ drafts."""
 
 import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -103,14 +104,19 @@ def test_intervals_are_widened_to_cover_out_of_sample(evidence):
         ("smollm2-135m", "smollm2-135m"),
         ("SmolLM2-135M", None),  # the registry's name is exact (its loader refuses these capitals too)
         ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m"),
-        ("/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),
+        ("{tmp}/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),  # a download's folder
         ("gemma3-270m", None),
         ("HuggingFaceTB/SmolLM2-135M", None),  # the base model: before, matched as the instruct family
         ("Qwen/Qwen2.5-Coder-0.5B", None),
-        ("/models/smollm2-135m", None),
+        ("{tmp}/models/smollm2-135m", None),
+        ("someone/SmolLM2-135M-Instruct", None),  # another owner's model (a fine-tune): before, the family
+        ("{tmp}/nowhere/Qwen2.5-Coder-0.5B-Instruct", None),  # no such folder: a hub id, of another owner
     ],
 )
-def test_a_bundled_family_is_matched_as_users_name_it(name, family):
+def test_a_bundled_family_is_matched_as_users_name_it(name, family, tmp_path):
+    name = name.format(tmp=tmp_path)
+    if "nowhere" not in name and name.startswith(str(tmp_path)):
+        Path(name).mkdir(parents=True)
     assert ev.family_of(name) == family
 
 
@@ -133,6 +139,21 @@ def test_the_default_method_is_the_files(evidence):
         r for r in evidence["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
     )
     assert line is not None and f"rho {row['pooled rho']:+.2f}" in line
+
+
+def _every_fit(data: dict, **change) -> None:
+    for entries in data["models"].values():
+        for entry in entries.values():
+            for kind in ("family", "pooled"):
+                if entry[kind] is not None:
+                    entry[kind].update(change)
+
+
+def _rows(data: dict, label: str | None, **change) -> None:
+    """Change every comparison of the method `label` (every one when None)."""
+    for c in data["comparisons"]:
+        if label is None or c["method"] == label:
+            c.update(change)
 
 
 def _resealed(data: dict) -> dict:
@@ -196,8 +217,14 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["pooled_criteria"][0].pop("protocols"), "protocols = None"),
         (lambda d: d["pooled_criteria"][0].update({"per protocol rho": "+0.5"}), "not one value for each"),
         (lambda d: d["pooled_criteria"][0].update(drafts=4), "fewer than the 3 a rank test needs"),
-        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(drafts=19), "rests on 19 drafts"),
-        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(groups=7), "it rests on 7"),
+        (
+            lambda d: d["models"]["probe error"]["0"]["rests on"].update(drafts=19),
+            "rests on drafts 19, its comparisons give 20",
+        ),
+        (
+            lambda d: d["models"]["probe error"]["0"]["rests on"].update(groups=7),
+            "rests on groups 7, its comparisons give 3",
+        ),
         (lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(ratio=0.0), r"not \|measured"),
         (
             lambda d: d["models"]["probe error"]["0"]["out of sample"][0].update(protocol="table9"),
@@ -211,9 +238,33 @@ def _resealed(data: dict) -> dict:
         ),
         (
             lambda d: d["models"]["probe error"]["0"]["rests on"].update(families=["smollm2-135m"]),
-            "not among the families it rests on",
+            r"rests on families \['smollm2-135m'\], its comparisons give",
         ),
         (lambda d: d["models"]["probe error"]["0"].update({"out of sample": []}), "no out-of-sample rows"),
+        # the third hostile probe's classes: a fit that is not its comparisons', sets and baselines that are
+        # not what the labels and the rule say, counts and intervals that contradict each other
+        (lambda d: _every_fit(d, s2=1e-300), r"\['family'\]: not the fit its 20 comparisons"),
+        (lambda d: _every_fit(d, df=100000), "not the fit its 20 comparisons"),
+        (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=1000), "rests on seeds 1000"),
+        (lambda d: _rows(d, "probe m=3", layers="19"), "a label says its set's size"),
+        (lambda d: _rows(d, "probe m=3", layers="abc"), "layers = 'abc', not ascending distinct layer ids"),
+        (lambda d: _rows(d, "probe m=3", layers="21 28 31"), "not ascending distinct layer ids of the family's"),
+        (lambda d: _rows(d, None, baseline="ELSI m=1"), "every comparison is against EAGLE3's rule's set"),
+        (lambda d: _rows(d, None, **{"baseline layers": "5 6 7"}), "every comparison is against EAGLE3's"),
+        (lambda d: _rows(d, "probe m=3", **{"method": "FOO m=4"}), "a label says its set's size"),
+        (lambda d: d["comparisons"][0].update(temperature=50.0), "temperature = 50.0"),
+        (lambda d: d["comparisons"][0].update(questions=0), r"questions = 0, not an integer in \[2"),
+        (lambda d: d["comparisons"][0].update(seeds=50), "seed level 'no' with 50"),
+        (
+            lambda d: d["comparisons"][0].update(low=d["comparisons"][0]["diff"], high=d["comparisons"][0]["diff"]),
+            "half-width",
+        ),
+        (lambda d: d["comparisons"][0].update(prompts=5), r"\(family, group, prompts\)"),
+        (lambda d: d["comparisons"][0].update(family="smollm2-135m"), "rule's set on smollm2-135m"),
+        (lambda d: d["pooled_criteria"][0].update({"drafts": 6, "p (stratified permutation)": 1e-200}), "below"),
+        (lambda d: d["pooled_criteria"][0].update({"per protocol rho": "x y"}), "per protocol rho 'x y'"),
+        (lambda d: d["pooled_criteria"][0].update({"per protocol p": "nan 7"}), "per protocol p 'nan 7'"),
+        (lambda d: d.update(schema=True), "schema True"),
     ],
 )
 def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):
@@ -247,3 +298,17 @@ def test_a_malformed_evidence_file_leaves_help_and_the_parser_working(evidence, 
         assert build_parser().parse_args(["select", "--model", "x"]).method == "elsi"
     finally:
         ev._cached.cache_clear()
+
+
+def test_drafts_measured_against_eagle3s_set_never_speak_for_another_default(evidence):
+    """OpenVINO's default reads the rule's layers as outputs (another set than EAGLE3's): the family's
+    drafts, all measured against EAGLE3's set, say nothing of it. Before, "this family's own drafts of
+    that set trail the default" quoted them against OpenVINO's set."""
+    from elsi_lib.selection.methods import default_set
+
+    best = (9, 10, 29)
+    against_eagle3 = ev.decision("elsi", "smollm2-135m", -0.5, best, default_set("speculators", 30), evidence)
+    assert against_eagle3.measured and "trail the default" in against_eagle3.reason
+    against_openvino = ev.decision("elsi", "smollm2-135m", -0.5, best, default_set("openvino", 30), evidence)
+    assert default_set("openvino", 30) != default_set("speculators", 30)
+    assert against_openvino.measured == [] and "trail" not in against_openvino.reason

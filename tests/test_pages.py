@@ -7,6 +7,7 @@ import hashlib
 import json
 import shutil
 
+import pandas as pd
 import pytest
 
 from elsi_lib.common.results import results_dir
@@ -38,10 +39,15 @@ def test_every_page_is_written_from_the_committed_results(tmp_path):
 
 
 def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
-    """The findings are the evidence file's: a changed comparison (its checksum rewritten, as `make
-    evidence` would) changes the page."""
+    """The findings are the evidence file's: a changed comparison (its fits and checksum rewritten, as
+    `make evidence` would) changes the page."""
+    from elsi_lib.study.ledger.evidence_file import criterion_models
+
     evidence = json.loads(ev.EVIDENCE_PATH.read_text())
-    _elsi_row(evidence).update(diff=0.01, low=-0.02, high=0.04)
+    row = _elsi_row(evidence)
+    half = row["high"] - row["diff"]
+    row.update(diff=0.01, low=0.01 - half, high=0.01 + half)  # the same interval's width, moved
+    evidence["models"] = json.loads(json.dumps(criterion_models(pd.DataFrame(evidence["comparisons"]))))
     payload = {k: v for k, v in evidence.items() if k != "checksum"}
     evidence["checksum"] = hashlib.sha256(ev.canonical(payload)).hexdigest()
     path = tmp_path / "evidence.json"
@@ -49,7 +55,7 @@ def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
     monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
     site.build(tmp_path / "site")
     table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
-    assert "+0.010 [-0.020, +0.040]" in table3
+    assert f"+0.010 [{0.01 - half:+.3f}, {0.01 + half:+.3f}]" in table3
 
 
 @pytest.mark.parametrize("stem", ["fig04_variance_reduction.csv", "table1_layer_selection.md"])

@@ -25,7 +25,9 @@ import pandas as pd
 from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
 from ...common.results import results_dir
 from ...draft.decision import fit, predict, widening
-from ...draft.evidence import CRITERIA, EVIDENCE_PATH, NODES, SCHEMA, canonical
+from ...draft.evidence import EVIDENCE_PATH, SCHEMA, canonical
+from ...draft.evidence_checks import CRITERIA, NODES
+from ...draft.evidence_checks import points as fit_points
 from ..paper.plots import save_table
 from .protocols import PROTOCOLS
 from .record_tables import final_rows, verdict
@@ -73,11 +75,10 @@ def comparisons(names=tuple(PROTOCOLS)) -> pd.DataFrame:
 
 
 def points(table: pd.DataFrame, temperature: float) -> pd.DataFrame:
-    """The drafts a criterion's model is fitted on: 60 nodes, one row per distinct set of a protocol
-    (two methods that chose the same layers trained one draft), finite outcome only."""
-    mine = table[(table.temperature == temperature) & (table.nodes == NODES)]
-    mine = mine.drop_duplicates(["protocol", "layers"])
-    return mine[np.isfinite(mine["diff"].to_numpy(float))].reset_index(drop=True)
+    """The drafts a criterion's model is fitted on (`draft.evidence_checks.points`, which the reader
+    refits them from): 60 nodes, one row per distinct set of a protocol, finite outcome only."""
+    rows = fit_points(table.astype(object).where(table.notna(), None).to_dict("records"), temperature)
+    return pd.DataFrame(rows, columns=table.columns).reset_index(drop=True)
 
 
 def out_of_sample(pts: pd.DataFrame, criterion: str) -> pd.DataFrame:

@@ -23,7 +23,7 @@ from ..experiments.rank_stats import check_n_perm, spearman_rows
 from .draft_records import question_frame, read_records
 from ..experiments.tables import paired_differences, seed_spread
 from ..experiments.criteria_vs_drafts import BASELINE, CRITERIA, OUTCOMES, draft_table
-from ...draft.evidence import default_for
+from ...draft.evidence_checks import default_for
 
 NODES = 60
 COMPARED = ("ELSI m=3", "probe m=3")

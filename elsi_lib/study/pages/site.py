@@ -24,7 +24,7 @@ from ...common.cachefiles import REPO_ROOT, check_parents, replace_folder
 from ...cli_args import build_parser
 from ...common.results import results_dir
 from ...draft import evidence as ev
-from ...draft.evidence import NODES
+from ...draft.evidence_checks import NODES
 from . import speed_page
 from ..ledger import twins
 

@@ -1,0 +1,434 @@
+"""What the evidence file (`draft.evidence`) must hold, checked field by field even behind a valid
+checksum (a study bug would otherwise reach users): every comparison's names, layer sets (of its
+family's layer count, EAGLE3's the baseline), counts, temperature and an interval that is the
+seed-level half-width its variances give; each fit is the least-squares fit its comparisons give
+(`draft.decision.fit` on `points`), judged by out-of-sample rows that give its coverage; each pooled
+criteria row's p within what a permutation test on its drafts can give. Any malformation is an
+`EvidenceUnavailable` naming the row and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+from scipy import stats
+
+from ..inputs.models import REGISTRY
+from ..selection.conventions import eagle3_layers
+from ..selection.methods import METHODS
+from . import decision
+from .decision import LEVEL, widening
+
+NODES = 60  # the larger tree of the tables: the fits' outcome
+MAX_TEMPERATURE = 2.0  # sampling temperatures the tables use are 0 and 1
+BASELINE = "EAGLE3"  # every comparison is a draft against EAGLE3's, on EAGLE3's rule's set
+# the criteria the methods choose by, as the records name them (`selection.methods` declares each method's)
+CRITERIA = tuple(dict.fromkeys(m.criterion for m in METHODS.values() if m.criterion))
+FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and folders, in any capitals
+    "smollm2-135m": ("huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
+    "qwen2.5-coder-0.5b": ("qwen/qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
+}
+FIT_TOLERANCE = 1e-6  # relative: a stored fit against the refit of its comparisons
+
+
+class EvidenceUnavailable(ValueError):
+    """The evidence file cannot be used; the message says why in one line."""
+
+
+def points(comparisons: list[dict], temperature: float) -> list[dict]:
+    """The drafts a criterion's model is fitted on: the comparisons at NODES nodes and `temperature`,
+    one per distinct set of a protocol (two methods that chose the same layers trained one draft),
+    with a measured difference."""
+    out, seen = [], set()
+    for c in comparisons:
+        if float(c["temperature"]) != float(temperature) or c["nodes"] != NODES:
+            continue
+        key = (c["protocol"], c["layers"])
+        if key in seen:
+            continue
+        seen.add(key)
+        if c.get("diff") is not None and math.isfinite(c["diff"]):
+            out.append(c)
+    return out
+
+
+ALPHA = 0.05  # the pooled test's level: the probe is the default method when its rho > 0 at p < ALPHA
+TEXT_FIELDS = ("protocol", "group", "family", "method", "layers", "baseline layers", "baseline", "seed level")
+FIT_FIELDS = ("columns", "beta", "xtx_inv", "s2", "df", "widen")
+
+
+def default_for(pooled: list[dict]) -> str:
+    """The method `elsi select` uses by default, from the pooled criteria rows: "probe" when the probe's
+    error predicts tau minus EAGLE3's out of sample (pooled rho > 0 at p < ALPHA), else "elsi"."""
+    rows = [r for r in pooled if r.get("criterion") == "probe error" and r.get("outcome") == "tau minus EAGLE3"]
+    return "probe" if rows and rows[0]["pooled rho"] > 0 and rows[0]["p (stratified permutation)"] < ALPHA else "elsi"
+
+
+def _number(where: str, field: str, v, lo: float = -math.inf, hi: float = math.inf, *, integer: bool = False) -> None:
+    """EvidenceUnavailable naming `where` and `field` unless `v` is a finite number (an integer if asked:
+    never a bool or text) within [lo, hi]."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
+    if ok and integer:
+        ok = float(v).is_integer()
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise EvidenceUnavailable(f"{where}: {field} = {v!r}, not {kind} in [{lo:g}, {hi:g}]")
+
+
+def _text(where: str, field: str, v) -> None:
+    if not (isinstance(v, str) and v and v == v.strip()):
+        raise EvidenceUnavailable(f"{where}: {field} = {v!r}, not a name (text without surrounding spaces)")
+
+
+def _check_fit(where: str, fit) -> None:
+    """A least-squares fit as `decision.Fit` holds it: columns (the groups, then "slope"), beta and the
+    square (X'X)^-1 of that size, s2 > 0 on df >= 1 degrees of freedom, a widening >= 1."""
+    if not isinstance(fit, dict) or sorted(fit) != sorted(FIT_FIELDS):
+        raise EvidenceUnavailable(f"{where}: a fit must hold exactly {list(FIT_FIELDS)}")
+    columns, beta, inv = fit["columns"], fit["beta"], fit["xtx_inv"]
+    if not (
+        isinstance(columns, list)
+        and len(columns) >= 2
+        and columns[-1] == "slope"
+        and all(isinstance(c, str) and c for c in columns)
+        and len(set(columns)) == len(columns)
+    ):
+        raise EvidenceUnavailable(f"{where}: columns {columns!r} must be distinct group names, then 'slope'")
+    if not (isinstance(beta, list) and len(beta) == len(columns)):
+        raise EvidenceUnavailable(
+            f"{where}: beta has {len(beta) if isinstance(beta, list) else beta!r} terms, columns {len(columns)}"
+        )
+    for i, b in enumerate(beta):
+        _number(where, f"beta[{i}]", b)
+    if not (
+        isinstance(inv, list)
+        and len(inv) == len(columns)
+        and all(isinstance(r, list) and len(r) == len(columns) for r in inv)
+    ):
+        raise EvidenceUnavailable(f"{where}: xtx_inv is not {len(columns)} x {len(columns)}")
+    for i, row in enumerate(inv):
+        for j, x in enumerate(row):
+            _number(where, f"xtx_inv[{i}][{j}]", x)
+        _number(where, f"xtx_inv[{i}][{i}]", row[i], 0)
+    matrix = np.array(inv, dtype=float)
+    if not np.allclose(matrix, matrix.T, rtol=1e-9, atol=1e-12) or np.linalg.eigvalsh(matrix).min() <= 0:
+        raise EvidenceUnavailable(f"{where}: xtx_inv is not a symmetric positive definite matrix ((X'X)^-1 is one)")
+    _number(where, "s2", fit["s2"], 1e-300)
+    _number(where, "df", fit["df"], 1, integer=True)
+    _number(where, "widen", fit["widen"], 1)
+
+
+def _check_held_out(where: str, entry: dict) -> None:
+    """A fit entry's out-of-sample rows agree with what it states: each row's ratio is |measured -
+    predicted| / half; coverage, coverage widened and the widening are what those ratios give
+    (`decision.widening`); the rows are the drafts it rests on (one per draft, of its protocols and
+    held-out groups), and its family fit names only families it rests on. No rows, no fit."""
+    held, rests = entry.get("out of sample"), entry["rests on"]
+    if not isinstance(held, list):
+        raise EvidenceUnavailable(f"{where}: 'out of sample' = {held!r}, not a list of rows")
+    if not held:
+        if any(entry[k] is not None for k in ("family", "pooled", "coverage", "widen")):
+            raise EvidenceUnavailable(f"{where}: a fit or coverage with no out-of-sample rows to judge it by")
+        return
+    ratios = []
+    for i, row in enumerate(held):
+        at = f"{where}, out of sample row {i}"
+        if not isinstance(row, dict):
+            raise EvidenceUnavailable(f"{at}: not a row")
+        for field in ("held out", "protocol", "layers"):
+            _text(at, field, row.get(field))
+        _number(at, "half", row.get("half"), 1e-12)
+        for field in ("measured", "predicted"):
+            _number(at, field, row.get(field))
+        _number(at, "ratio", row.get("ratio"), 0)
+        ratio = abs(row["measured"] - row["predicted"]) / row["half"]
+        if not math.isclose(row["ratio"], ratio, rel_tol=1e-3, abs_tol=1e-3):
+            raise EvidenceUnavailable(f"{at}: ratio {row['ratio']} is not |measured - predicted| / half = {ratio:.6f}")
+        if row["protocol"] not in rests["protocols"]:
+            raise EvidenceUnavailable(f"{at}: protocol {row['protocol']!r} is not one it rests on {rests['protocols']}")
+        ratios.append(row["ratio"])
+    r = np.array(ratios)
+    if len(held) != rests["drafts"]:
+        raise EvidenceUnavailable(f"{where}: {len(held)} out-of-sample rows, but it rests on {rests['drafts']} drafts")
+    groups = len({row["held out"] for row in held})
+    if groups != rests.get("groups"):
+        raise EvidenceUnavailable(f"{where}: its rows hold out {groups} groups, it rests on {rests.get('groups')!r}")
+    slack = 1e-6  # the rows' ratios are rounded to 6 decimals
+    expect = {"coverage": float((r <= 1 + slack).mean()), "widen": widening(r)}
+    if entry["widen"] is not None:
+        expect["coverage widened"] = float((r <= entry["widen"] + slack).mean())
+    for field, value in expect.items():
+        if entry.get(field) is None or not math.isclose(entry[field], value, rel_tol=1e-4, abs_tol=1e-4):
+            raise EvidenceUnavailable(
+                f"{where}: {field} = {entry.get(field)!r}, its out-of-sample rows give {value:.6g}"
+            )
+    if entry["family"] is not None and not set(entry["family"]["columns"][:-1]) <= set(rests["families"]):
+        raise EvidenceUnavailable(
+            f"{where}: the family fit's columns {entry['family']['columns'][:-1]} are not among the families it "
+            f"rests on {rests['families']}"
+        )
+
+
+def check_contents(data: dict, path) -> None:
+    """What the answer reads, checked even behind a valid checksum (a study bug would otherwise reach
+    users), every field by type and range, naming the row and the field: each comparison's names, counts,
+    temperature and interval (ordered around its difference), one row per (protocol, family, method,
+    temperature, nodes); each criterion's fits at the comparisons' temperatures; one pooled row per
+    (criterion, outcome) with rho in [-1, 1] and p in (0, 1]; and a default method that is the one the
+    pooled test gives (`default_for`)."""
+    for field in ("comparisons", "models", "pooled_criteria", "default_method"):
+        if field not in data:
+            raise EvidenceUnavailable(f"{path} has no {field!r}")
+    if not all(isinstance(data[f], list) for f in ("comparisons", "pooled_criteria")) or not isinstance(
+        data["models"], dict
+    ):
+        raise EvidenceUnavailable(f"{path}: comparisons and pooled_criteria must be lists, models a mapping")
+    seen: set = set()
+    protocols: dict = {}  # protocol -> (family, group, prompts): one of each a protocol
+    for i, c in enumerate(data["comparisons"]):
+        where = (
+            f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
+            if isinstance(c, dict)
+            else f"{path}, comparison {i}"
+        )
+        if not isinstance(c, dict):
+            raise EvidenceUnavailable(f"{where}: not a row")
+        for field in TEXT_FIELDS:
+            _text(where, field, c.get(field))
+        if c["seed level"] not in ("yes", "no"):
+            raise EvidenceUnavailable(f"{where}: seed level = {c['seed level']!r}, not 'yes' or 'no'")
+        if c["family"] not in FAMILY_ALIASES:
+            raise EvidenceUnavailable(
+                f"{where}: family {c['family']!r} is not one of the ledger's {sorted(FAMILY_ALIASES)}"
+            )
+        _number(where, "temperature", c.get("temperature"), 0, MAX_TEMPERATURE)
+        _number(where, "nodes", c.get("nodes"), 1, integer=True)
+        _number(where, "prompts", c.get("prompts"), 1, integer=True)
+        _number(where, "questions", c.get("questions"), 0, integer=True)
+        for field in ("seeds", "baseline seeds"):
+            _number(where, field, c.get(field), 1, integer=True)
+        if c["seed level"] == "yes" and max(c["seeds"], c["baseline seeds"]) < 2:
+            raise EvidenceUnavailable(f"{where}: seed level 'yes' with one seed a side: no seed variance was measured")
+        if c.get("diff") is not None:
+            for field in ("diff", "low", "high"):
+                _number(where, field, c.get(field))
+            if not c["low"] <= c["diff"] <= c["high"]:
+                raise EvidenceUnavailable(
+                    f"{where}: interval [{c['low']}, {c['high']}] does not hold its diff {c['diff']}"
+                )
+        key = (c["protocol"], c["family"], c["method"], float(c["temperature"]), c["nodes"])
+        if key in seen:
+            raise EvidenceUnavailable(f"{where}: listed twice at T = {key[3]:g}, {key[4]} nodes")
+        seen.add(key)
+        _check_comparison(where, c, protocols)
+    temperatures = {float(c["temperature"]) for c in data["comparisons"]}
+    for criterion in CRITERIA:
+        entries = data["models"].get(criterion)
+        if not isinstance(entries, dict) or not entries:
+            raise EvidenceUnavailable(f"{path}: models has no fits for {criterion!r}")
+        try:
+            held = {float(t) for t in entries}
+        except (TypeError, ValueError):
+            raise EvidenceUnavailable(f"{path}: models[{criterion!r}] has a temperature that is not a number") from None
+        if len(held) != len(entries):
+            raise EvidenceUnavailable(f"{path}: models[{criterion!r}] holds one temperature twice ({sorted(entries)})")
+        if held != temperatures:
+            raise EvidenceUnavailable(
+                f"{path}: models[{criterion!r}] holds temperatures {sorted(held)}, the comparisons {sorted(temperatures)}"
+            )
+        for t, entry in entries.items():
+            where = f"{path}, models[{criterion!r}][{t!r}]"
+            if not isinstance(entry, dict) or not all(k in entry for k in ("family", "pooled", "coverage", "widen")):
+                raise EvidenceUnavailable(f"{where}: not a fit entry (family, pooled, coverage, widen)")
+            for kind in ("family", "pooled"):
+                if entry[kind] is not None:
+                    _check_fit(f"{where}[{kind!r}]", entry[kind])
+                    if entry["widen"] is not None and entry[kind]["widen"] != entry["widen"]:
+                        raise EvidenceUnavailable(
+                            f"{where}: its {kind} fit is widened {entry[kind]['widen']}x, the entry says {entry['widen']}x"
+                        )
+            if entry["pooled"] is not None and entry["pooled"]["columns"] != ["pooled", "slope"]:
+                raise EvidenceUnavailable(
+                    f"{where}: the pooled fit's columns are {entry['pooled']['columns']}, not ['pooled', 'slope']"
+                )
+            if entry["family"] is not None and not set(entry["family"]["columns"][:-1]) <= set(FAMILY_ALIASES):
+                raise EvidenceUnavailable(
+                    f"{where}: the family fit's columns {entry['family']['columns']} name no ledger family"
+                )
+            if (
+                entry["coverage"] is not None
+                and entry["widen"] is not None
+                and entry["widen"] > 1
+                and "coverage widened" not in entry
+            ):
+                raise EvidenceUnavailable(f"{where}: widened {entry['widen']}x but no 'coverage widened'")
+            for field in ("coverage", "coverage widened"):
+                if entry.get(field) is not None:
+                    _number(where, field, entry[field], 0, 1)
+            if entry["widen"] is not None:
+                _number(where, "widen", entry["widen"], 1)
+            rests = entry.get("rests on")
+            if not isinstance(rests, dict):
+                raise EvidenceUnavailable(f"{where}: no 'rests on' (the drafts, protocols, families, seeds behind it)")
+            _number(where, "rests on drafts", rests.get("drafts"), 1, integer=True)
+            _number(where, "rests on seeds", rests.get("seeds"), 1, integer=True)
+            for field in ("protocols", "families"):
+                if not (isinstance(rests.get(field), list) and rests[field]):
+                    raise EvidenceUnavailable(f"{where}: rests on {field} = {rests.get(field)!r}, not a list of names")
+                for name in rests[field]:
+                    _text(where, f"rests on {field}", name)
+            _check_refit(where, entry, criterion, points(data["comparisons"], float(t)))
+            _check_held_out(where, entry)
+    pairs = set()
+    for i, r in enumerate(data["pooled_criteria"]):
+        where = f"{path}, pooled criteria row {i}"
+        if not isinstance(r, dict):
+            raise EvidenceUnavailable(f"{where}: not a row")
+        _text(where, "criterion", r.get("criterion"))
+        _text(where, "outcome", r.get("outcome"))
+        _text(where, "protocols", r.get("protocols"))
+        _number(where, "pooled rho", r.get("pooled rho"), -1, 1)
+        _number(where, "p (stratified permutation)", r.get("p (stratified permutation)"), 1e-300, 1)
+        _number(where, "drafts", r.get("drafts"), 3, integer=True)
+        protocols = r["protocols"].split()
+        for field in ("per protocol rho", "per protocol p"):
+            if r.get(field) is not None and len(str(r[field]).split()) != len(protocols):
+                raise EvidenceUnavailable(
+                    f"{where}: {field} {r[field]!r} has not one value for each of its protocols {protocols}"
+                )
+        if r["drafts"] < 3 * len(protocols):
+            raise EvidenceUnavailable(
+                f"{where}: {r['drafts']} drafts over {len(protocols)} protocols, fewer than the 3 a rank test needs in each"
+            )
+        pair = (r["criterion"], r["outcome"])
+        if pair in pairs:
+            raise EvidenceUnavailable(f"{where}: a pooled criteria row listed twice ({pair})")
+        pairs.add(pair)
+        _check_pooled(where, r)
+    chooses = [name for name, m in METHODS.items() if m.criterion]
+    if data["default_method"] not in chooses:
+        raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {chooses}")
+    if data["default_method"] != default_for(data["pooled_criteria"]):
+        raise EvidenceUnavailable(
+            f"{path}: default_method {data['default_method']!r}, but its pooled criteria row gives "
+            f"{default_for(data['pooled_criteria'])!r} (the probe is the default when its rho > 0 at p < {ALPHA})"
+        )
+
+
+def _layer_ids(where: str, field: str, text, n_layers: int) -> tuple:
+    """The ascending distinct layer ids `text` ("1 14 26") names, each one of the family's `n_layers`."""
+    ids = tuple(int(x) for x in text.split()) if isinstance(text, str) and re.fullmatch(r"\d+( \d+)*", text) else None
+    if ids is None or list(ids) != sorted(set(ids)) or ids[-1] >= n_layers:
+        raise EvidenceUnavailable(
+            f"{where}: {field} = {text!r}, not ascending distinct layer ids of the family's {n_layers} layers"
+        )
+    return ids
+
+
+def _check_comparison(where: str, c: dict, protocols: dict) -> None:
+    """One comparison's sets, counts and interval agree with each other and with its protocol's other rows."""
+    family, n_layers = c["family"], REGISTRY[c["family"]].n_layers
+    ids = _layer_ids(where, "layers", c["layers"], n_layers)
+    base = _layer_ids(where, "baseline layers", c["baseline layers"], n_layers)
+    rule = tuple(eagle3_layers(n_layers))
+    if c["baseline"] != BASELINE or base != rule:
+        raise EvidenceUnavailable(
+            f"{where}: baseline {c['baseline']!r} on layers {c['baseline layers']!r}: every comparison is against "
+            f"{BASELINE}'s rule's set on {family} ({' '.join(map(str, rule))})"
+        )
+    size = re.search(r"\bm=(\d+)\b", c["method"])
+    want = int(size.group(1)) if size else {"EAGLE2": 1}.get(c["method"])
+    if want is None or len(ids) != want:
+        raise EvidenceUnavailable(
+            f"{where}: method {c['method']!r} with layers {c['layers']!r}: a label says its set's size "
+            "(m=K, or EAGLE2's one layer) and the set must have it"
+        )
+    if not c["group"].startswith(family + "/"):
+        raise EvidenceUnavailable(f"{where}: group {c['group']!r} is not one of {family}'s parameter files")
+    for criterion in CRITERIA:
+        if c.get(f"d {criterion}") is not None:
+            _number(where, f"d {criterion}", c[f"d {criterion}"])
+    mine = (family, c["group"], c["prompts"])
+    if protocols.setdefault(c["protocol"], mine) != mine:
+        raise EvidenceUnavailable(
+            f"{where}: (family, group, prompts) {mine}, its protocol's other rows {protocols[c['protocol']]}"
+        )
+    if c.get("diff") is None:
+        return
+    _number(where, "questions", c["questions"], 2, integer=True)
+    for field in ("questions variance", "seed variance"):
+        _number(where, field, c.get(field), 0)
+    _number(where, "df", c.get("df"), 1)
+    if c["seed level"] == "no" and (max(c["seeds"], c["baseline seeds"]) > 1 or c["seed variance"] != 0):
+        raise EvidenceUnavailable(
+            f"{where}: seed level 'no' with {c['seeds']} and {c['baseline seeds']} seeds and seed variance "
+            f"{c['seed variance']}: a side with two seeds measures the seed variance"
+        )
+    half = float(stats.t.ppf(0.5 + LEVEL / 2, c["df"]) * math.sqrt(c["questions variance"] + c["seed variance"]))
+    for end, width in (("low", c["diff"] - c["low"]), ("high", c["high"] - c["diff"])):
+        if not math.isclose(width, half, rel_tol=1e-6, abs_tol=1e-12):
+            raise EvidenceUnavailable(
+                f"{where}: {end} {c[end]} is {width:.6g} from the difference, its variances and df give a "
+                f"95% half-width of {half:.6g}"
+            )
+
+
+def _close(a, b) -> bool:
+    return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), rtol=FIT_TOLERANCE, atol=1e-12))
+
+
+def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> None:
+    """A fit entry is what its comparisons give: the fit refitted on its points (the same least squares the
+    study ran), and it rests on exactly those drafts, protocols, groups, families and seeds."""
+    pts = [c for c in pts if c.get(f"d {criterion}") is not None]
+    x = np.array([c[f"d {criterion}"] for c in pts], float)
+    y = np.array([c["diff"] for c in pts], float)
+    for kind in ("family", "pooled"):
+        stored = entry[kind]
+        if stored is None:
+            continue
+        refit = decision.fit([c["family"] for c in pts], x, y, pooled=kind == "pooled")
+        differs = (
+            refit is None
+            or list(refit.columns) != stored["columns"]
+            or refit.df != stored["df"]
+            or not all(_close(getattr(refit, k), stored[k]) for k in ("beta", "xtx_inv", "s2"))
+        )
+        if differs:
+            raise EvidenceUnavailable(
+                f"{where}[{kind!r}]: not the fit its {len(pts)} comparisons at {NODES} nodes give"
+                + ("" if refit is None else f" (columns {list(refit.columns)}, df {refit.df}, s2 {refit.s2:.6g})")
+            )
+    rests = entry["rests on"]
+    given = {
+        "drafts": len(pts),
+        "protocols": sorted({c["protocol"] for c in pts}),
+        "groups": len({c["group"] for c in pts}),
+        "families": sorted({c["family"] for c in pts}),
+        "seeds": max((max(c["seeds"], c["baseline seeds"]) for c in pts), default=0),
+    }
+    for field, value in given.items():
+        if rests.get(field) != value:
+            raise EvidenceUnavailable(f"{where}: rests on {field} {rests.get(field)!r}, its comparisons give {value!r}")
+
+
+def _check_pooled(where: str, r: dict) -> None:
+    """A pooled criteria row's per-protocol values parse and lie in range, and its p is one a permutation
+    test of its drafts can give (no smaller than one over the orderings of its drafts)."""
+    for field, lo in (("per protocol rho", -1.0), ("per protocol p", 0.0)):
+        if r.get(field) is None:
+            continue
+        try:
+            values = [float(v) for v in str(r[field]).split()]
+        except ValueError:
+            values = [math.nan]
+        if not all(lo <= v <= 1 for v in values):
+            raise EvidenceUnavailable(f"{where}: {field} {r[field]!r}: values in [{lo:g}, 1] expected")
+    floor = 1 / math.factorial(min(int(r["drafts"]), 170))
+    if r["p (stratified permutation)"] < floor:
+        raise EvidenceUnavailable(
+            f"{where}: p {r['p (stratified permutation)']:g} below {floor:.3g}, the least a permutation test "
+            f"of {int(r['drafts'])} drafts can give"
+        )
