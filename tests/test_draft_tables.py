@@ -789,6 +789,8 @@ def test_rank_correlation_refuses_too_few_values(n):
         (lambda rows: rows[1].update(tau="1_5"), "tau = '1_5', not a number"),
         (lambda rows: rows[1].update(method="ELSI | m=1"), "method = .*, not a name"),
         (lambda rows: rows[3].update(questions="999"), "AVG counts 999 questions, its columns"),
+        (lambda rows: rows[1].update(temperature="50"), r"temperature = '50', not a number in \[0, 2\]"),
+        (lambda rows: rows[3].update(tau="9.0", low="", high=""), "AVG 9.0 is not its columns' mean"),
     ],
 )
 def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row(tmp_path, change, reason):
@@ -822,3 +824,19 @@ def test_a_best_mark_on_a_lower_tau_and_an_empty_file_are_refused(tmp_path):
     (tmp_path / "empty.csv").write_text("")
     with pytest.raises(ValueError, match="empty.csv: not an accepted-token CSV"):
         F.read_tau_csv(tmp_path / "empty.csv")
+
+
+def test_an_avg_outside_its_columns_is_refused_where_no_counts_are_given(tmp_path):
+    """Table 2 gives no question counts; an AVG outside its columns' range is no mean of them. Before:
+    EAGLE2's AVG set to 1.00 (its columns 1.22-2.32) was printed as its AVG."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    source = REPO_ROOT / "data" / "results" / "table2_accepted_tokens_smollm2-135m.csv"
+    frame = pd.read_csv(source, dtype=str, keep_default_na=False)
+    avg = (frame.method == "EAGLE2") & (frame.column == "AVG") & (frame.temperature == "0.0") & (frame.nodes == "60")
+    assert avg.sum() == 1 and (frame.loc[avg, "questions"] == "").all()
+    frame.loc[avg, ["tau", "low", "high", "best"]] = ["1.0", "", "", "False"]
+    path = tmp_path / source.name
+    frame.to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"EAGLE2 at T = 0, 60 nodes: AVG 1.0 lies outside its columns' range"):
+        F.read_tau_csv(path)

@@ -16,6 +16,7 @@ from elsi_lib.study.ledger import owed_units, prepared
 from elsi_lib.study.ledger import draft_records as R
 from elsi_lib.study.ledger.unit_groups import GROUP_MARGIN, MAX_GROUP, UnitCost, describe, next_group
 from elsi_lib.study.ledger.protocols import protocol
+from test_records import questions
 
 MIN = 60.0
 COST = UnitCost(shared_s=40 * MIN, draft_s=20 * MIN, rest_s=5 * MIN)  # alone 65 min; two 90; three 115
@@ -150,12 +151,12 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
                 "temperature": t,
                 "nodes": n,
                 "question_id": q,
-                "column": "MT",
+                "column": column,
                 "tau": 1.5 + 0.01 * seed + 0.001 * len(label),
             }
             for t in (0.0, 1.0)
             for n in (30, 60)
-            for q in range(3)
+            for q, column in questions(3)
         ]
 
     monkeypatch.setattr(owed_units, "time", clock)
@@ -257,10 +258,10 @@ def _record(proto, method, seed=0, *, accuracy=None, rows=None, stages=None, gro
         accuracy=accuracy or {"step 1": 0.5, "step 2": 0.4, "step 3": 0.3},
         rows=pd.DataFrame(
             [
-                [t, n, q, "MT", 1.5 + 0.01 * seed + 0.001 * len(method)]
+                [t, n, q, column, 1.5 + 0.01 * seed + 0.001 * len(method)]
                 for t in (0.0, 1.0)
                 for n in (30, 60)
-                for q in range(3)
+                for q, column in questions(3)
             ],
             columns=list(R.QUESTION_FIELDS),
         )  # the questions the fake replay asks

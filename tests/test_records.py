@@ -13,6 +13,7 @@ import pytest
 from elsi_lib.common.results import results_dir
 from elsi_lib.inputs.models import REGISTRY
 from elsi_lib.selection.methods import METHODS
+from elsi_lib.study.experiments.layer_choices import label_of
 from elsi_lib.study.ledger import owed_units
 from elsi_lib.study.ledger import draft_records as R
 from elsi_lib.study.ledger.protocols import PROTOCOLS, protocol
@@ -22,25 +23,33 @@ TABLE3 = "table3_question_tau_qwen2.5-coder-0.5b.csv"
 STRONG = "table2_strong_question_tau_smollm2-135m.csv"
 
 
+def questions(n: int) -> list:
+    """The first `n` SpecBench questions (id, the paper's column): records hold real questions."""
+    return sorted(R.specbench_columns().items())[:n]
+
+
 def rows(n=4, tau=1.5):
     return pd.DataFrame(
-        [[T, nodes, q, "MT", tau + 0.01 * q] for T in (0.0, 1.0) for nodes in (30, 60) for q in range(n)],
+        [
+            [T, nodes, q, column, tau + 0.01 * i]
+            for T in (0.0, 1.0)
+            for nodes in (30, 60)
+            for i, (q, column) in enumerate(questions(n))
+        ],
         columns=list(R.QUESTION_FIELDS),
     )
 
 
-LABELS = {"elsi-m3": "ELSI m=3", "eagle3": "EAGLE3", "probe-m3": "probe m=3", "eagle2": "EAGLE2"}
-
-
 def a_record(name="table3_f32", method="elsi-m3", seed=0, tau=1.5, stages=None, label=None):
     proto = protocol(name)
+    exp = proto.experiment()
     fixed = METHODS[method].fixed if method in METHODS else None  # a fixed method's set is its rule's
     layers = fixed(REGISTRY[proto.family].n_layers) if fixed else (1, 22, 23)
     return unit_record(
         proto,
-        {"id": method, "method": label or LABELS.get(method, method), "layers": layers, "entropy": 0.845},
+        {"id": method, "method": label or label_of(method), "layers": layers, "entropy": 0.845},
         seed,
-        prompts=936,
+        prompts=exp.n_train - exp.n_heldout,
         accuracy={"step 1": 0.3, "step 2": 0.25, "step 3": 0.2},
         rows=rows(tau=tau),
         probe={"probe error": 0.63, "probe agreement": 0.2},
@@ -87,8 +96,21 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["questions"][0].__setitem__(4, 500.0), r"outside \[1, "),  # far above what the tree allows
         (lambda r: r["questions"][0].__setitem__(0, "0"), "temperature '0'"),
         (lambda r: r["step accuracy"].update({"step 1": 1.5}), "not a share in"),
-        (lambda r: r.update(prompts=-5), "count of training prompts"),
-        (lambda r: r.update({"probe error": "low"}), "'probe error' is not a number"),
+        (lambda r: r.update(prompts=-5), "field 'prompts' is -5"),
+        (lambda r: r.update(prompts=1), "field 'prompts' is 1; table3_f32's drafts train on 936"),
+        (lambda r: r.update({"probe error": "low"}), "'probe error' is 'low', not a finite number"),
+        (lambda r: r.update({"probe error": float("inf")}), "'probe error' is inf, not a finite number"),
+        (lambda r: r.update({"probe agreement": 5.0}), r"'probe agreement' is 5.0, not a finite number in \[0, 1\]"),
+        (
+            lambda r: r.update(label="EAGLE2"),
+            "field 'label' is 'EAGLE2'; method elsi-m3's drafts are labelled 'ELSI m=3'",
+        ),
+        (
+            lambda r: r["questions"][-1].__setitem__(4, 61.0),
+            r"tau 61.0 for question \d+ is outside \[1, 7\] \(60 nodes, depth 6\)",
+        ),
+        (lambda r: r["questions"][0].__setitem__(3, "M/R"), r"in column 'M/R'; SpecBench puts it in 'MT'"),
+        (lambda r: r["questions"][0].__setitem__(0, 50.0), r"temperature 50.0 .* not a number in \[0, 2\]"),
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
         (lambda r: r["stages"].update(group=["eagle3", "eagle2"]), "lock-step group"),
         (lambda r: r["stages"].update(group=["elsi-m3", "elsi-m3"]), "two or more distinct"),
@@ -112,6 +134,15 @@ def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path,
     with pytest.raises(R.RecordError, match=message) as err:
         R.read_records("table3_f32", tmp_path)
     assert str(path) in str(err.value)
+
+
+def test_a_record_with_a_key_twice_is_refused(tmp_path):
+    """Before: json kept the last of two "prompts" keys without a word."""
+    path, _ = R.write_record(a_record(), tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('"prompts": 936,', '"prompts": 5, "prompts": 936,', 1))
+    with pytest.raises(R.RecordError, match="key 'prompts' appears twice"):
+        R.read_records("table3_f32", tmp_path)
 
 
 def test_a_record_under_another_units_path_is_refused(tmp_path):
@@ -317,16 +348,23 @@ def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tm
     with pytest.raises(R.RecordError, match=rf"{second.name}.*layers '1 21 23'.*{first.name}.*'1 22 23'"):
         R.read_records("table3_f32", tmp_path)
     second.unlink()
-    other, _ = R.write_record(a_record(method="eagle3", label="ELSI m=3"), tmp_path)
-    with pytest.raises(R.RecordError, match="label 'ELSI m=3' of method .* is also method"):
-        R.read_records("table3_f32", tmp_path)
+    with pytest.raises(
+        R.RecordError, match="field 'label' is 'ELSI m=3'; method eagle3's drafts are labelled 'EAGLE3'"
+    ):
+        R.write_record(a_record(method="eagle3", label="ELSI m=3"), tmp_path)
 
 
 def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copied(tmp_path):
     """Before: a record with 5 of the protocol's questions, or seed 0's numbers recorded as seed 1, passed."""
     R.write_record(a_record(seed=0), tmp_path)
     copied, _ = R.write_record(a_record(seed=1), tmp_path)  # the very same taus
-    with pytest.raises(R.RecordError, match="every tau is elsi-m3-seed0.json's"):
+    with pytest.raises(R.RecordError, match="every tau is within 1e-06 of elsi-m3-seed0.json's"):
+        R.read_records("table3_f32", tmp_path)
+    copied.unlink()
+    nudged = a_record(seed=1)  # the same taus, each moved by 1e-9: still one draft recorded twice
+    nudged["questions"] = [[*row[:4], row[4] + 1e-9] for row in nudged["questions"]]
+    copied, _ = R.write_record(nudged, tmp_path)
+    with pytest.raises(R.RecordError, match="every tau is within 1e-06 of elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     copied.unlink()
     fewer = a_record(seed=1, tau=1.6)

@@ -69,3 +69,14 @@ def check_layers(layers: Iterable[int], n_layers: int) -> LayerSet:
     if len(set(layers)) != len(layers):
         raise ValueError(f"layer set {layers} repeats a layer")
     return tuple(sorted(int(l) for l in layers))
+
+
+def unique_keys(pairs: list) -> dict:
+    """`json.loads(..., object_pairs_hook=unique_keys)`: a JSON object whose key appears twice is refused
+    (json keeps the last one without a word)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} appears twice in one object")
+        out[key] = value
+    return out

@@ -20,6 +20,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
+from ..common.checks import unique_keys
 from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
 from .evidence_checks import (
@@ -42,7 +43,7 @@ def load(path: str | Path | None = None) -> dict:
     """The evidence file, checked: readable JSON, schema SCHEMA, the checksum its contents give."""
     path = Path(path or EVIDENCE_PATH)
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(path.read_bytes(), object_pairs_hook=unique_keys)
     except FileNotFoundError:
         raise EvidenceUnavailable(f"no evidence file at {path} (make evidence writes it)") from None
     except (OSError, ValueError) as err:

@@ -51,7 +51,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ..common.cachefiles import check_parents, replace_folder, sha256_file
-from ..common.checks import is_integer
+from ..common.checks import is_integer, unique_keys
 from ..selection.conventions import convert_layer_ids
 from ..common.identity import model_fingerprint, versions
 from .model import Eagle3Draft
@@ -286,7 +286,7 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
     """(format, config, engine layer ids) of an exported draft folder."""
     path = Path(folder) / "config.json"
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except (OSError, ValueError) as err:
         raise ExportError(f"{path}: unreadable ({err})") from err
     try:
@@ -327,7 +327,7 @@ def _read_record(folder: Path) -> dict:
     other file are verified."""
     path = folder / RECORD
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except (OSError, ValueError) as err:
         raise ExportError(f"{path}: missing or unreadable ({err}); this is not an elsi export") from err
     if not isinstance(record, dict) or record.get("export_format") != EXPORT_FORMAT:

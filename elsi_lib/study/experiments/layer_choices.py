@@ -8,6 +8,7 @@ its `method` column is the label tables and figures show (e.g. "ELSI m=3"), free
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +27,23 @@ from .experiment_settings import from_parameters
 # how notebook 05's settings are named in method ids and labels
 VARIANTS = {"no_template": ("no-template", "template excluded"), "frobenius": ("frobenius", "Frobenius")}
 COLUMNS = ["id", "method", "source", "setting", "m", "layers", "entropy"]
+LABELS = {  # each method id of notebook 06's drafts (`draft_methods`) and the tables' label of its drafts
+    "eagle2": "EAGLE2",
+    "eagle3": "EAGLE3",
+    "elsi-m1-rule": "ELSI m=1",
+    "elsi-m1": "ELSI m=1, unrestricted",
+    **{f"elsi-m{m}": f"ELSI m={m}" for m in (2, 3)},
+    **{f"elsi-c-m{m}": f"ELSI-C m={m}" for m in (2, 3)},
+    "lowest-entropy-m3": "lowest-entropy m=3",
+    **{f"elsi-m3-{slug}": f"ELSI m=3, {label}" for slug, label in VARIANTS.values()},
+}
+
+
+def label_of(method_id) -> str | None:
+    """The label of `method_id`'s drafts (the task probe's "probe-m<m>": "probe m=<m>"); None for an id
+    no draft of notebook 06 has."""
+    probe = re.fullmatch(r"probe-m(\d+)", method_id) if isinstance(method_id, str) else None
+    return f"probe m={probe.group(1)}" if probe else LABELS.get(method_id)
 
 
 def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None = None) -> pd.DataFrame:
@@ -46,36 +64,33 @@ def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None =
         for name, (sel, norm) in TABLE1_SETTINGS.items()
     }
     paper = tables["paper"]
-    # (id, label, source, setting, layers for entropy, kept only when new)
+    # (id, source, setting, layers for entropy, kept only when new); the label is LABELS'
     rows = [
-        ("eagle2", "EAGLE2", FINAL_NORM, "paper", (N - 1,), False),
-        ("eagle3", "EAGLE3", eagle3_layers(N), "paper", None, False),
-        ("elsi-m1-rule", "ELSI m=1", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None, False),
-        ("elsi-m1", "ELSI m=1, unrestricted", paper.loc[("ELSI", 1), "layers"], "paper", None, True),
+        ("eagle2", FINAL_NORM, "paper", (N - 1,), False),
+        ("eagle3", eagle3_layers(N), "paper", None, False),
+        ("elsi-m1-rule", paper.loc[(SINGLE_LAYER_RULE, 1), "layers"], "paper", None, False),
+        ("elsi-m1", paper.loc[("ELSI", 1), "layers"], "paper", None, True),
     ]
     for m in (2, 3):
         rows += [
-            (f"elsi-m{m}", f"ELSI m={m}", paper.loc[("ELSI", m), "layers"], "paper", None, False),
-            (f"elsi-c-m{m}", f"ELSI-C m={m}", paper.loc[("ELSI-C", m), "layers"], "paper", None, False),
+            (f"elsi-m{m}", paper.loc[("ELSI", m), "layers"], "paper", None, False),
+            (f"elsi-c-m{m}", paper.loc[("ELSI-C", m), "layers"], "paper", None, False),
         ]
     rows.append(
         (
             "lowest-entropy-m3",
-            "lowest-entropy m=3",
             paper.loc[("lowest-entropy control", 3), "layers"],
             "paper",
             None,
             False,
         )
     )
-    for setting, (slug, label) in VARIANTS.items():
-        rows.append(
-            (f"elsi-m3-{slug}", f"ELSI m=3, {label}", tables[setting].loc[("ELSI", 3), "layers"], setting, None, True)
-        )
+    for setting, (slug, _) in VARIANTS.items():
+        rows.append((f"elsi-m3-{slug}", tables[setting].loc[("ELSI", 3), "layers"], setting, None, True))
     for m, layers in sorted((probe or {}).items()):
-        rows.append((f"probe-m{m}", f"probe m={m}", getattr(layers, "layers", layers), "probe", None, True))
+        rows.append((f"probe-m{m}", getattr(layers, "layers", layers), "probe", None, True))
     out, seen = [], set()
-    for method_id, label, source, setting, layers, only_if_new in rows:
+    for method_id, source, setting, layers, only_if_new in rows:
         source = source if source == FINAL_NORM else tuple(int(l) for l in source)
         if only_if_new and source in seen:
             continue  # the same set as a method above adds nothing
@@ -84,7 +99,7 @@ def draft_methods(stats: dict, n_layers: int | None = None, probe: dict | None =
         out.append(
             {
                 "id": method_id,
-                "method": label,
+                "method": label_of(method_id),
                 "source": source,
                 "setting": setting,
                 "m": len(layers),

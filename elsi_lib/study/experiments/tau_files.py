@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...common.hardware import NUMERIC_COLUMNS
+from ...draft.evidence_checks import MAX_TEMPERATURE
 from ..paper.plots import markdown_table, with_numeric
 from .tables import AVG, formatted
 
@@ -173,6 +174,27 @@ def _cell(
     return value
 
 
+AVERAGE_SLACK = 0.01  # two-decimal cells: the columns' mean and the AVG cell each rounded by up to 0.005
+
+
+def _check_average(where: str, taus: pd.Series, counts: pd.Series) -> None:
+    """An AVG cell is the mean over its columns' questions: their count-weighted mean where every count is
+    known, else somewhere between its lowest and highest column (any weighting's mean lies there)."""
+    columns = taus.drop(AVG, errors="ignore").dropna()
+    if AVG not in taus.index or pd.isna(taus[AVG]) or columns.empty:
+        return
+    avg = float(taus[AVG])
+    known = counts.drop(AVG, errors="ignore").reindex(columns.index)
+    if known.notna().all() and len(columns) > 1:
+        mean = float((columns * known.astype(float)).sum() / known.astype(float).sum())
+        if abs(avg - mean) > AVERAGE_SLACK:
+            raise ValueError(f"{where}: AVG {avg} is not its columns' mean over their questions ({mean:.3f})")
+    elif not columns.min() - AVERAGE_SLACK <= avg <= columns.max() + AVERAGE_SLACK:
+        raise ValueError(
+            f"{where}: AVG {avg} lies outside its columns' range [{columns.min()}, {columns.max()}]: no mean of them"
+        )
+
+
 def read_tau_csv(path) -> pd.DataFrame:
     """A CSV `save_tau_tables` wrote, with its dtypes (questions a nullable integer: empty where the
     count is unknown), and the numeric settings' columns where it has them. Every cell is checked as it
@@ -201,7 +223,7 @@ def read_tau_csv(path) -> pd.DataFrame:
         for field in ("method", "column"):
             if not r[field] or r[field] != r[field].strip() or "|" in r[field] or "\n" in r[field]:
                 raise ValueError(f"{where}: {field} = {r[field]!r}, not a name (text without surrounding spaces)")
-        temperature = _cell(where, "temperature", r["temperature"], lo=0)
+        temperature = _cell(where, "temperature", r["temperature"], lo=0, hi=MAX_TEMPERATURE)
         nodes = _cell(where, "nodes", r["nodes"], integer=True, lo=1)
         tau = _cell(where, "tau", r["tau"], lo=1, hi=nodes + 1, empty=True)
         low, high = (_cell(where, f, r[f], lo=1, hi=nodes + 1, empty=True) for f in ("low", "high"))
@@ -224,15 +246,17 @@ def read_tau_csv(path) -> pd.DataFrame:
                      "questions": pd.NA if math.isnan(questions) else int(questions), "best": r["best"] == "True"})  # fmt: skip
     frame = pd.DataFrame(rows, columns=list(raw.columns))
     typed = _typed(frame)
-    # AVG counts every question of the columns it averages (where the counts are known)
+    # AVG counts every question of the columns it averages (where the counts are known) and is their mean
     for (temperature, nodes, method), rows_ in typed.groupby(["temperature", "nodes", "method"], sort=False):
         counts = rows_.set_index("column").questions
+        taus = rows_.set_index("column").tau
+        where = f"{path}: {method} at T = {temperature:g}, {nodes} nodes"
         if AVG in counts.index and counts.notna().all() and len(counts) > 1:
             if int(counts[AVG]) != int(counts.drop(AVG).sum()):
                 raise ValueError(
-                    f"{path}: {method} at T = {temperature:g}, {nodes} nodes: AVG counts {int(counts[AVG])} questions, "
-                    f"its columns {int(counts.drop(AVG).sum())}"
+                    f"{where}: AVG counts {int(counts[AVG])} questions, its columns {int(counts.drop(AVG).sum())}"
                 )
+        _check_average(where, taus, counts)
     # a best cell holds its column's highest tau; every column with a tau has one (a cell that ties it only
     # once rounded, as in a table read back from two decimals, may stay unmarked: the CSV's best decides)
     block = typed.groupby(["temperature", "nodes", "column"])

@@ -13,6 +13,7 @@ table of the study is computed from.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -22,8 +23,13 @@ from pathlib import Path
 import pandas as pd
 
 from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
+from ...common.checks import unique_keys
 from ...common.hardware import NUMERIC_COLUMNS
 from ...inputs.models import REGISTRY
+from ...draft.corpus import column_of
+from ...draft.evidence_checks import MAX_TEMPERATURE
+from ...inputs.prompts import load_specbench
+from ..experiments.layer_choices import label_of
 from ...selection.methods import METHODS
 from .protocols import protocol
 
@@ -49,19 +55,9 @@ FIELDS = (
     "ran on",
 )
 NOT_NUMBERS = ("stages", "ran on")
-FIXED_METHODS = {
-    "eagle2",
-    "eagle3",
-    "elsi-m1",
-    "elsi-m1-rule",
-    "elsi-m2",
-    "elsi-m3",
-    "elsi-c-m2",
-    "elsi-c-m3",
-    "lowest-entropy-m3",
-    "elsi-m3-no-template",
-    "elsi-m3-frobenius",
-}
+
+
+COPY_TOLERANCE = 1e-6  # two seeds' drafts whose every tau agrees this closely are one draft recorded twice
 
 
 class RecordError(ValueError):
@@ -79,9 +75,7 @@ def records_dir() -> Path:
 
 def is_method(method_id) -> bool:
     """A draft method id of `layer_choices.draft_methods` (the probe's sets are probe-m<m>)."""
-    return isinstance(method_id, str) and (
-        method_id in FIXED_METHODS or re.fullmatch(r"probe-m\d+", method_id) is not None
-    )
+    return isinstance(method_id, str) and (label_of(method_id) is not None)
 
 
 def unit_path(unit: dict, root: Path | None = None) -> Path:
@@ -92,10 +86,18 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _questions_ok(rows, where: str) -> None:
-    """Each row [temperature, nodes, question_id, column, tau]: a temperature >= 0, a tree of one node
-    or more, a column name, and tau (accepted tokens per target forward) between 1 and what a tree of
-    that size allows (nodes + 1: every node accepted, plus the target's own token), or NaN."""
+@functools.lru_cache(maxsize=1)
+def specbench_columns() -> dict:
+    """{SpecBench question id: the paper's column of its category} (the pinned questions)."""
+    questions = load_specbench()
+    return {int(q): column_of(c) for q, c in zip(questions.question_id, questions.category)}
+
+
+def _questions_ok(rows, where: str, depth: int) -> None:
+    """Each row [temperature, nodes, question_id, column, tau]: a temperature in [0, MAX_TEMPERATURE], a
+    tree of one node or more, a SpecBench question in its own column, and tau (accepted tokens per target
+    forward) between 1 and what a tree of that size and `depth` allows (min(nodes, depth) + 1: a whole
+    branch accepted, plus the target's own token), or NaN."""
     if not isinstance(rows, list) or not rows:
         raise RecordError(f"{where}: no per-question rows")
     for row in rows:
@@ -104,14 +106,22 @@ def _questions_ok(rows, where: str) -> None:
         temperature, nodes, question, column, tau = row
         if not isinstance(question, int) or isinstance(question, bool) or question < 0:
             raise RecordError(f"{where}: question id {question!r} is not a SpecBench question id (an integer >= 0)")
-        if not _number(temperature) or not 0 <= temperature < math.inf:
-            raise RecordError(f"{where}: temperature {temperature!r} for question {question} is not a number >= 0")
+        if not _number(temperature) or not 0 <= temperature <= MAX_TEMPERATURE:
+            raise RecordError(
+                f"{where}: temperature {temperature!r} for question {question} is not a number in [0, {MAX_TEMPERATURE:g}]"
+            )
         if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
             raise RecordError(f"{where}: nodes {nodes!r} for question {question} is not a tree size >= 1")
-        if not isinstance(column, str) or not column or column != column.strip():
-            raise RecordError(f"{where}: column {column!r} for question {question} is not a SpecBench column name")
-        if not (1 <= tau <= nodes + 1 or math.isnan(tau)):
-            raise RecordError(f"{where}: tau {tau} for question {question} is outside [1, {nodes + 1}] ({nodes} nodes)")
+        if column != specbench_columns().get(question):
+            raise RecordError(
+                f"{where}: question {question} in column {column!r}; SpecBench puts it in "
+                f"{specbench_columns().get(question, 'none (no such question)')!r}"
+            )
+        most = min(nodes, depth) + 1
+        if not (1 <= tau <= most or math.isnan(tau)):
+            raise RecordError(
+                f"{where}: tau {tau} for question {question} is outside [1, {most}] ({nodes} nodes, depth {depth})"
+            )
     keys = [(row[0], row[1], row[2]) for row in rows]
     if len(set(keys)) != len(keys):
         t, n, q = next(k for k in keys if keys.count(k) > 1)
@@ -153,8 +163,11 @@ def check_record(record: dict, where) -> dict:
             raise RecordError(f"{where}: field {name!r} is not a number: {record[name]!r}")
     if not (math.isfinite(record["set entropy"]) and record["set entropy"] >= 0):
         raise RecordError(f"{where}: field 'set entropy' is {record['set entropy']!r}, not a matrix entropy >= 0")
-    if not isinstance(record["label"], str) or not record["label"] or record["label"] != record["label"].strip():
-        raise RecordError(f"{where}: field 'label' is {record['label']!r}, not a method's label")
+    if record["label"] != label_of(unit["method"]):
+        raise RecordError(
+            f"{where}: field 'label' is {record['label']!r}; method {unit['method']}'s drafts are labelled "
+            f"{label_of(unit['method'])!r}"
+        )
     layers = record["layers"]
     ids = [int(x) for x in layers.split()] if isinstance(layers, str) and re.fullmatch(r"\d+( \d+)*", layers) else None
     if ids is None or ids != sorted(set(ids)):
@@ -174,9 +187,17 @@ def check_record(record: dict, where) -> dict:
             f"{where}: field 'layers' {layers!r} is not {unit['method']}'s set on {proto.family} "
             f"({METHODS[unit['method']].rule}, {n_layers} layers: {' '.join(map(str, rule(n_layers)))})"
         )
-    for name in ("probe error", "probe agreement"):
-        if record[name] is not None and (not _number(record[name]) or not record[name] >= 0):
-            raise RecordError(f"{where}: field {name!r} is not a number >= 0: {record[name]!r}")
+    for name, hi in (("probe error", math.inf), ("probe agreement", 1.0)):
+        value = record[name]
+        if value is not None and not (_number(value) and math.isfinite(value) and 0 <= value <= hi):
+            raise RecordError(f"{where}: field {name!r} is {value!r}, not a finite number in [0, {hi:g}]")
+    exp = proto.experiment()
+    trained = exp.n_train - exp.n_heldout
+    if record["prompts"] != trained:
+        raise RecordError(
+            f"{where}: field 'prompts' is {record['prompts']!r}; {proto.name}'s drafts train on {trained} "
+            f"({exp.n_train} prompts, {exp.n_heldout} held out)"
+        )
     group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
     if group is not None and not (
         isinstance(group, list)
@@ -208,7 +229,7 @@ def check_record(record: dict, where) -> dict:
                 raise RecordError(f"{where}: field 'step accuracy' has {step} {value!r}, not a share in [0, 1]")
         if not isinstance(point["prompts"], int) or isinstance(point["prompts"], bool) or point["prompts"] < 1:
             raise RecordError(f"{where}: field 'prompts' is {point['prompts']!r}, not a count of training prompts >= 1")
-        _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)")
+        _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)", exp.depth)
     return record
 
 
@@ -235,7 +256,7 @@ def read_record(path) -> dict:
     """The checked record at `path`, which must sit at its own unit's path."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text())
+        record = json.loads(path.read_text(), object_pairs_hook=unique_keys)
     except (OSError, ValueError) as err:
         raise RecordError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
     check_record(record, path)
@@ -294,10 +315,15 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
                 f"{len(asked)} rows against {len(reference[0])}; one protocol asks its drafts the same questions"
             )
         method = record["unit"]["method"]
-        taus = json.dumps([row[4] for row in record["questions"]])
-        twin = numbers_of.setdefault((method, taus), path)
-        if twin != path:
-            raise RecordError(f"{path}: every tau is {twin.name}'s: one seed's draft recorded again as another seed")
+        taus = {(t, n, q): tau for t, n, q, _, tau in record["questions"]}
+        for other, other_path in numbers_of.setdefault(method, []):
+            gaps = [abs(tau - other[k]) for k, tau in taus.items() if not (math.isnan(tau) and math.isnan(other[k]))]
+            if max(gaps, default=0.0) < COPY_TOLERANCE:
+                raise RecordError(
+                    f"{path}: every tau is within {COPY_TOLERANCE:g} of {other_path.name}'s: one seed's draft "
+                    "recorded again as another seed"
+                )
+        numbers_of[method].append((taus, path))
         method = record["unit"]["method"]
         mine = (record["label"], record["layers"])
         if first.setdefault(method, (mine, path))[0] != mine:
