@@ -413,6 +413,40 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
             lambda c, w: c["speculators_config"]["verifier"].update(name_or_path="another/model"),
             "name_or_path 'another/model', elsi's record 'local/random-target'",
         ),
+        # the third probe's: fields an engine builds from that no named check covered
+        (
+            "speculators",
+            lambda c, w: c["transformer_layer_config"].update(num_hidden_layers=2),
+            "transformer_layer_config.num_hidden_layers = 2, elsi writes 1",
+        ),
+        ("eagle", lambda c, w: c.update(num_hidden_layers=2), "num_hidden_layers = 2, elsi writes 1"),
+        ("eagle", lambda c, w: c.update(max_position_embeddings=1), "max_position_embeddings = 1, elsi writes"),
+        (
+            "speculators",
+            lambda c, w: c["transformer_layer_config"].update(architectures=["Qwen3ForCausalLM"], model_type="qwen3"),
+            "transformer_layer_config.architectures\\[0\\] = 'Qwen3ForCausalLM'",
+        ),
+        (
+            "speculators",
+            lambda c, w: c["speculators_config"]["proposal_methods"][0].update(accept_tolerance=5.0),
+            r"proposal_methods\[0\].accept_tolerance = 5.0, elsi writes 0.0",
+        ),
+        (
+            "speculators",
+            lambda c, w: c["speculators_config"]["proposal_methods"][0].update(verifier_accept_k=7),
+            "verifier_accept_k = 7, elsi writes 1",
+        ),
+        (
+            "eagle",
+            lambda c, w: c.pop("eagle_aux_hidden_state_layer_ids"),
+            "eagle_aux_hidden_state_layer_ids = '<absent>'",
+        ),
+        (
+            "openvino",
+            lambda c, w: c.update(eagle_aux_hidden_state_layer_ids=[0, 0, 0]),
+            r"eagle_aux_hidden_state_layer_ids = \[0, 0, 0\], elsi writes '<absent>'",
+        ),
+        ("eagle", lambda c, w: c.update(torch_dtype="float16"), "torch_dtype = 'float16'"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"] * float("nan")}), "non-finite values"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"].half()}), "torch.float16"),
         ("eagle", lambda c, w: w.update({"d2t": w["d2t"].float()}), "not int64"),

@@ -404,6 +404,37 @@ def _cross_check(path: Path, format: str, config: dict, ids: list[int], draft_co
         raise ExportError(f"{path}: " + "; ".join(differ))
 
 
+def _differences(mine, theirs, where: str = "") -> list[str]:
+    """The key paths at which two JSON values differ ("a.b[0].c = found, expected")."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        return [
+            d
+            for key in sorted(set(mine) | set(theirs))
+            for d in _differences(mine.get(key, "<absent>"), theirs.get(key, "<absent>"), f"{where}.{key}".lstrip("."))
+        ]
+    if isinstance(mine, list) and isinstance(theirs, list) and len(mine) == len(theirs):
+        return [d for i, (a, b) in enumerate(zip(mine, theirs)) for d in _differences(a, b, f"{where}[{i}]")]
+    return [] if mine == theirs else [f"{where} = {mine!r}, elsi writes {theirs!r}"]
+
+
+def _check_whole_config(folder: Path, config: dict, draft_config: DraftConfig, format: str, target, record) -> None:
+    """config.json is exactly what `save_draft` writes for this draft (every field an engine reads:
+    layer count, positions, architecture, proposal settings, the ids under every name an engine
+    looks for), the speculative tokens aside (a user's choice within range, checked above)."""
+    tokens = 3
+    if format == "speculators":
+        tokens = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
+    draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
+    expected = json.loads(json.dumps(_engine_config(draft, format, target, record.get("verifier"), tokens)))
+    differ = _differences(config, expected)
+    if differ:
+        made = (record.get("library") or {}).get("transformers")
+        note = "" if made in (None, versions()["transformers"]) else f" (exported under transformers {made})"
+        raise ExportError(
+            f"{folder / 'config.json'}: not the config elsi writes for this draft{note}: " + "; ".join(differ[:6])
+        )
+
+
 def _check_verifier(folder: Path, verifier: dict, record: dict, target) -> None:
     """The speculators layout's verifier (what vLLM and speculators build the target from) is the one
     elsi's record names and of `target`'s architecture."""
@@ -446,6 +477,7 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft_config.check_target(target)
     if format == "speculators":
         _check_verifier(folder, config["speculators_config"].get("verifier", {}), record, target)
+    _check_whole_config(folder, config, draft_config, format, target, record)
     if model_fingerprint(target)["weights_sha256"] != record.get("target_weights_sha256"):
         raise ExportError(
             f"{folder / RECORD}: the target's weights differ from those the draft was exported "
