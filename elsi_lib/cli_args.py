@@ -13,6 +13,8 @@ from .inputs.prompts import PROMPT_SETS
 from .selection.engines import ENGINES as ENGINE_ENTRIES
 from .selection.methods import METHODS as REGISTERED, method as method_named
 
+PACKAGE_ROOT = Path(__file__).resolve().parent  # elsi_lib: what the command reads ships in it
+
 # every method and engine as `selection.methods` and `selection.engines` declare them, nothing repeated
 METHODS = tuple(REGISTERED)
 MEASURED = tuple(name for name, m in REGISTERED.items() if m.measured)  # the methods whose set comes from the capture
@@ -42,7 +44,21 @@ class UsageError(Exception):
     """Bad arguments: exit status 2."""
 
 
+class _Once(argparse._StoreAction):
+    """An option that takes one value, given once: a second one (`--model a --model b`) is refused, not
+    silently the one used."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = namespace.__dict__.setdefault("_given", {})
+        if self.dest in given:
+            parser.error(f"{option_string} given twice ({given[self.dest]!r} and {values!r}): give it once")
+        given[self.dest] = values
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _capture_options(p: argparse.ArgumentParser) -> None:
+    p.register("action", None, _Once)  # every single-valued option of the command (the default action)
+    p.register("action", "store", _Once)
     p.add_argument(
         "--model", required=True, help="registry name (e.g. smollm2-135m), local folder, .gguf file or hub id"
     )
@@ -168,15 +184,7 @@ def _check(args) -> None:
     _check_data(args.data or [])
     if getattr(args, "out", None) is not None:
         _check_writable_file(args.out, "--out")
-        out = Path(args.out)
-        if out.exists():
-            mine = out.stat()
-            for given in args.data or []:
-                if Path(given).is_file() and (Path(given).stat().st_dev, Path(given).stat().st_ino) == (
-                    mine.st_dev,
-                    mine.st_ino,
-                ):
-                    raise UsageError(f"--out {args.out} is --data {given}: the answer would overwrite its own input")
+        _check_out_is_no_input(args)
     if getattr(args, "figures", None) is not None:
         _check_writable_folder(args.figures, "--figures")
 
@@ -320,3 +328,23 @@ def _check_writable_file(name: str, option: str) -> None:
         raise UsageError(
             f"{option} {name!r} cannot be written (permission denied on {str(path if path.exists() else folder)!r})"
         )
+
+
+def _check_out_is_no_input(args) -> None:
+    """--out is none of the files the command reads: a --data file, a file of elsi's package (the
+    evidence file, the bundled prompt sets) or of a --model / --reply-model folder (however spelt or
+    linked: a file by its device and inode, a folder by its resolved path)."""
+    out = Path(args.out).resolve()
+    for given in args.data or []:
+        if Path(given).is_file() and out.exists() and os.path.samefile(given, out):  # a hard link too
+            raise UsageError(f"--out {args.out} is --data {given}: the answer would overwrite its own input")
+    folders = {"elsi's package (its evidence file and prompt sets)": PACKAGE_ROOT}
+    for option in ("model", "reply_model"):
+        value = getattr(args, option, None)
+        if value and Path(value).is_dir():
+            folders[f"--{option.replace('_', '-')} {value}"] = Path(value)
+    for what, folder in folders.items():
+        if out.is_relative_to(folder.resolve()):
+            raise UsageError(
+                f"--out {args.out} lies inside {what}, which the command reads: write the answer elsewhere"
+            )

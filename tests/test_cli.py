@@ -11,6 +11,7 @@ import torch
 
 from conftest import replied_conversations
 from elsi_lib import cli, cli_args, random_model
+from elsi_lib.draft import evidence as ev
 from elsi_lib.selection.conventions import ENGINE_FORMATS, engine_fragment
 from test_conventions import openvino_captured, sglang_captured, speculators_recipe, vllm_captured
 
@@ -38,8 +39,27 @@ def data(tmp_path_factory):
     return path
 
 
+OVERRIDABLE = ("--model", "--prompts", "--block", "--reply-model", "--method")  # base's single-valued options
+
+
+def overridden(argv: list) -> list:
+    """`argv` with an option of OVERRIDABLE given again keeping its last value: the tests add to `base`
+    what they change (the command itself refuses an option given twice)."""
+    last = {a: i for i, a in enumerate(argv) if a in OVERRIDABLE}
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a in OVERRIDABLE and last[a] != i:
+            skip = True
+            continue
+        out.append(a)
+    return out
+
+
 def run(capsys, *argv):
-    code = cli.main([str(a) for a in argv])
+    code = cli.main(overridden([str(a) for a in argv]))
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -151,7 +171,6 @@ def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
 def test_an_unusable_evidence_file_leaves_the_answer_with_one_line(capsys, folder, data, tmp_path, monkeypatch):
     """An evidence file that is missing or altered: the set still comes, with one line saying why, and
     no verdict pretending otherwise."""
-    from elsi_lib.draft import evidence as ev
 
     altered = json.loads(ev.EVIDENCE_PATH.read_text())
     altered["default_method"] = "elsi"
@@ -234,6 +253,8 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         (["--out", tmp_path / "missing" / "set.json"], "does not exist"),
         (["--out", tmp_path], "is a folder"),
         (["--out", a_file / "set.json"], "is not a folder"),
+        (["--out", folder / "answer.json"], "lies inside --model"),  # before: written into the model's folder
+        (["--out", ev.EVIDENCE_PATH], "lies inside elsi's package"),  # before: the evidence file overwritten
     ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
@@ -555,3 +576,10 @@ def test_a_repeated_data_option_reads_every_file(capsys, folder, data, tmp_path)
     assert json.loads(out)["provenance"]["data"] == [str(data), str(other)]
     code, out, _ = run(capsys, *args, "--data", data, other, "--format", "json")
     assert code == 0 and json.loads(out)["provenance"]["data"] == [str(data), str(other)]
+
+
+def test_an_option_given_twice_is_refused(capsys, folder, data):
+    """Before: `--model a --model b` used b without a word."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([str(a) for a in ["select", *select_base(folder, data), "--model", "smollm2-135m"]])
+    assert exit_.value.code == 2 and "--model given twice" in capsys.readouterr().err

@@ -127,3 +127,20 @@ def test_a_failed_rebuild_leaves_the_previous_site(tmp_path):
         site.build(ours, copy)
     assert sorted(p.relative_to(ours) for p in ours.rglob("*")) == before
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []  # no half-written folder left
+
+
+def test_an_older_builders_marker_never_lets_a_users_file_go(tmp_path):
+    """An older builder's marker names no files: before, the folder was then replaced whole, the user's
+    notes beside the site with it. Now what this build would not write is refused, and left."""
+    out = tmp_path / "site"
+    site.build(out)
+    (out / site.MARKER).write_text((out / site.MARKER).read_text().splitlines()[0] + "\n")  # the header alone
+    site.build(out)  # only the builder's own files there: replaced
+    (out / site.MARKER).write_text((out / site.MARKER).read_text().splitlines()[0] + "\n")
+    (out / "my_notes.txt").write_text("mine")
+    (out / "sub").mkdir()
+    (out / "sub" / "keep.md").write_text("mine too")
+    with pytest.raises(FileExistsError, match="my_notes.txt"):
+        site.build(out)
+    assert (out / "my_notes.txt").read_text() == "mine" and (out / "sub" / "keep.md").read_text() == "mine too"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no fresh folder left behind

@@ -338,15 +338,18 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
             "there and replaces only a folder it wrote (give it a new or empty folder)"
         )
     marker = out / MARKER
+    present: set[str] = set()  # what is there now, when its marker names no files (an older builder's)
     if out.is_dir() and any(out.iterdir()):
         if marker.is_symlink() or not marker.is_file():
             raise FileExistsError(
                 f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
             )
         written = [line for line in marker.read_text().splitlines()[1:] if line]
-        if written:  # the files its last build wrote (a marker of an older builder lists none)
-            present = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() or p.is_symlink()}
-            foreign = sorted(present - set(written) - {MARKER})
+        here = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() or p.is_symlink()} - {MARKER}
+        if not written:  # a marker of an older builder lists none: judged by what this build writes
+            present = here
+        else:  # the files its last build wrote
+            foreign = sorted(here - set(written))
             if foreign:
                 raise FileExistsError(
                     f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder did not "
@@ -357,6 +360,12 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     try:
         names = _write_site(fresh, folder or results_dir())
         files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
+        foreign = sorted(present - set(files))
+        if foreign:
+            raise FileExistsError(
+                f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder does not "
+                "write, beside an older builder's marker: move them out, or give it another folder"
+            )
         (fresh / MARKER).write_text(
             "written by elsi_lib.study.pages.site: replaced whole by the next build; the files it wrote:\n"
             + "".join(f"{f}\n" for f in files)
