@@ -428,6 +428,18 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
             "speed-up predicted 99.0 is beyond its ceiling",
         ),
         (lambda r: r.pop("machine"), "no machine or no rows"),
+        # the third probe's: text where numbers belong read as numbers, or skipping the checks
+        (lambda r: next(x for x in r["rows"] if "k" in x).update(ceiling="n/a"), "ceiling 'n/a' is not a positive"),
+        (lambda r: [x.update({"speed-up measured": "1.1"}) for x in r["rows"] if "k" in x], "speed-up measured '1.1'"),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x).update({"speed-up measured": None}),
+            "speed-up measured None",
+        ),
+        (lambda r: next(x for x in r["rows"] if "k" in x).update(error="0.5"), "error '0.5' is neither a number"),
+        (
+            lambda r: next(x for x in r["rows"] if "k" in x).update(lossless="yes"),
+            "lossless 'yes' is not true or false",
+        ),
     ],
 )
 def test_a_cost_file_out_of_range_is_refused_naming_it(tmp_path, change, reason):
@@ -533,3 +545,18 @@ def test_an_openvino_record_with_an_impossible_value_is_refused_naming_it(tmp_pa
     read = speed_openvino.engine_check if which == "check" else speed_openvino.round_costs
     with pytest.raises(ValueError, match=reason):
         read(tmp_path)
+
+
+def test_a_lossy_chain_is_never_reported_as_a_speed_up(folder):
+    """Before: a chain whose output differed from plain greedy decoding's was "Best chain ... measured"."""
+    _, vllm = speed.cost_results(folder)
+    fastest = max(vllm["chains"], key=lambda r: r["speed-up measured"])
+    fastest["lossless"] = False
+    best = speed.best_chain(vllm)
+    assert best["k"] != fastest["k"] and best["lossless"] is True
+    assert f"Best chain k = {best['k']}" in " ".join(speed.finding(vllm))
+    for row in vllm["chains"]:
+        row["lossless"] = False
+    assert speed.best_chain(vllm) is None
+    (line,) = speed.finding(vllm)
+    assert "no speed-up is reported" in line and "Best chain" not in line

