@@ -228,6 +228,12 @@ def measure(model, draft, prompts, shapes, args, autocast: bool, *, strict: bool
     costs = mean_costs([draft_costs(model, draft, p, shapes, args.repeat, autocast) for p in prompts])
     # plain decoding's step: its time less the target's prefills (each yields a question's first token)
     plain_ms = (1000 * plain_seconds - len(prompts) * costs["target prefill"]) / (generated - len(prompts))
+    if plain_ms <= 0:
+        raise SystemExit(
+            f"plain decoding's step came out at {plain_ms:.2f} ms (its {1000 * plain_seconds:.1f} ms less "
+            f"{len(prompts)} prefills of {costs['target prefill']:.1f} ms timed alone): too few tokens for this "
+            "machine's noise; raise --tokens, or run on a quiet machine"
+        )
     print(
         f"plain: {generated / plain_seconds:.2f} tok/s, decode step {plain_ms:.1f} ms; prefill {costs['prefill']:.0f} ms"
     )

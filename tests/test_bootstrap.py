@@ -1,6 +1,6 @@
 """The bootstrap behind `elsi select --stability` (elsi_lib.selection.stability.bootstrap_choices): a number
-of resamples that is not a positive integer is refused before anything is drawn (10**12 used to end
-in a MemoryError, 0 in an empty table, -1 in numpy's "negative dimensions")."""
+of resamples that is not a positive integer is refused before anything is drawn (otherwise 10**12 would
+end in a MemoryError, 0 in an empty table, -1 in numpy's "negative dimensions")."""
 
 import numpy as np
 import pytest

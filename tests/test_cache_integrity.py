@@ -48,8 +48,8 @@ def entry(folder: Path) -> dict:
 
 
 def test_a_file_the_manifest_does_not_list_is_refused(tmp_path):
-    """The check used to read only the files the manifest lists: a file taken off the list and then
-    altered passed it."""
+    """A file in the entry that the manifest does not list is refused: a check of the listed files alone
+    would pass a file taken off the list and then altered."""
     folder = tmp_path / "entry"
     manifest = entry(folder)
     assert C.verify_manifest(folder, {"k": 1}) is None
@@ -110,8 +110,9 @@ def test_a_tmp_still_being_written_is_left_alone(tmp_path):
 
 
 def test_replace_folder_names_the_real_path_when_a_file_is_in_its_place(tmp_path):
-    """A folder entry replaced by a file used to fail with the temporary folder's path, after the
-    exchange had moved the new folder in."""
+    """A folder entry replaced by a file is refused naming the entry's own path, with nothing moved: an
+    error naming the temporary folder, raised after the exchange has moved the new folder in, points the
+    user at the wrong path."""
     final, tmp = tmp_path / "shard_00001", tmp_path / ".shard_00001.tmp"
     final.write_text("a file")
     tmp.mkdir()

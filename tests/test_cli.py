@@ -105,9 +105,9 @@ def test_methods(capsys, folder, data, method):
 @pytest.mark.parametrize("fmt", ENGINE_FORMATS)
 def test_engine_formats_round_trip(capsys, folder, data, fmt, tmp_path):
     """Each format's ids, read back by the engine's own rule (tests/test_conventions.py), are the
-    decision's set (the selected one, or the engine's default kept); an engine's format restricts the search to the sets it can feed a draft (before, a
-    set holding the last layer was refused by SGLang / SpecForge and the user got no set at all), and
-    the answer says what the restriction cost."""
+    decision's set (the selected one, or the engine's default kept); an engine's format restricts the
+    search to the sets it can feed a draft (otherwise a set holding the last layer is refused by SGLang /
+    SpecForge and the user gets no set at all), and the answer says what the restriction cost."""
     out_file = tmp_path / "fragment.json"
     free = json.loads(run(capsys, "select", *select_base(folder, data), "--format", "json")[1])
     code, out, err = run(capsys, "select", *select_base(folder, data), "--format", fmt, "--out", out_file)
@@ -253,8 +253,8 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         (["--out", tmp_path / "missing" / "set.json"], "does not exist"),
         (["--out", tmp_path], "is a folder"),
         (["--out", a_file / "set.json"], "is not a folder"),
-        (["--out", folder / "answer.json"], "lies inside --model"),  # before: written into the model's folder
-        (["--out", ev.EVIDENCE_PATH], "lies inside elsi's package"),  # before: the evidence file overwritten
+        (["--out", folder / "answer.json"], "lies inside --model"),  # else written into the model's folder
+        (["--out", ev.EVIDENCE_PATH], "lies inside elsi's package"),  # else the evidence file is overwritten
     ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
@@ -263,9 +263,9 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
 
 
 def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(capsys, folder, data, no_capture):
-    """--stability over one prompt reported "chosen in 100% of 20 resamples", --stability 1 a share
-    from one resample, 10**12 a MemoryError after the capture: each is refused before any work, and
-    the help states the bounds."""
+    """--stability over one prompt, --stability 1 and 10**12 are each refused before any work, and the
+    help states the bounds: otherwise one prompt reports "chosen in 100% of 20 resamples", 1 a share from
+    one resample, and 10**12 ends in a MemoryError after the capture."""
     cases = [
         (["--prompts", 1, "--stability", 20], "--stability needs at least 2 prompts to resample, got --prompts 1"),
         (["--stability", 1], "--stability 1: at least 20 resamples"),
@@ -301,8 +301,8 @@ def test_stability_refuses_a_capture_with_fewer_than_two_prompts_with_a_block(ca
 
 
 def test_explicit_options_a_method_ignores_are_refused(capsys, folder, data, no_capture):
-    """--m with a fixed method (its set is fixed by the layer count) was silently ignored, and so were
-    --k-beam / --k-expand with a method that has no beam: an explicit value is refused, naming it."""
+    """An explicit --m with a fixed method (its set is fixed by the layer count), or --k-beam / --k-expand
+    with a method that has no beam, is refused, naming it: the method would otherwise ignore it silently."""
     cases = [
         (["--method", "eagle3", "--m", 2], "--m 2: --method eagle3's set is fixed by the layer count (3 layers)"),
         (["--method", "eagle2", "--m", 3], "--m 3: --method eagle2's set is fixed by the layer count (1 layer)"),
@@ -326,11 +326,11 @@ def test_a_fixed_methods_own_size_may_be_given(capsys, folder, data):
 
 
 def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_capture):
-    """The same --data file twice (however spelt) counted its conversations twice: refused, naming it."""
+    """The same --data file twice (however spelt) is refused, naming it: its conversations would count twice."""
     link = tmp_path / "link.jsonl"
     link.symlink_to(data)
     hard = tmp_path / "hard.jsonl"
-    os.link(data, hard)  # a hard link: before, another path, so the same conversations counted twice
+    os.link(data, hard)  # a hard link: another path to the same file, whose conversations must not count twice
     code, out, err = run(capsys, "select", *select_base(folder, data), "--out", hard)
     assert code == 2 and "would overwrite its own input" in err and not out, err  # --out naming a --data file
     for again in (data, data.parent / "." / data.name, link, hard):
@@ -345,8 +345,8 @@ def test_the_same_data_file_twice_is_refused(capsys, folder, data, tmp_path, no_
 def test_an_unwritable_figures_folder_is_refused_before_the_capture(
     capsys, folder, data, tmp_path, no_capture, monkeypatch
 ):
-    """--figures was checked only for being a file: a folder that cannot be made or written failed
-    after the capture. Both are refused first, naming the folder."""
+    """--figures is checked for more than being a file: a folder that cannot be made or one that cannot
+    be written is refused first, naming the folder, rather than failing after the capture."""
     import os
 
     a_file = tmp_path / "a-file"
@@ -567,7 +567,8 @@ def test_the_default_is_the_probes_set_with_elsis_beside_it(capsys, folder, data
 
 
 def test_a_repeated_data_option_reads_every_file(capsys, folder, data, tmp_path):
-    """--data A --data B reads both (it used B alone and dropped A from the provenance), as --data A B does."""
+    """--data A --data B reads both, as --data A B does: reading B alone would drop A's conversations and
+    leave A out of the provenance."""
     other = tmp_path / "more.jsonl"
     other.write_text(data.read_text())
     args = ["select", "--model", folder, "--prompts", 40, "--block", 4, "--reply-model", "self", "--method", "elsi"]
@@ -579,7 +580,7 @@ def test_a_repeated_data_option_reads_every_file(capsys, folder, data, tmp_path)
 
 
 def test_an_option_given_twice_is_refused(capsys, folder, data):
-    """Before: `--model a --model b` used b without a word."""
+    """An option given twice is refused: the command would otherwise use the last value without a word."""
     with pytest.raises(SystemExit) as exit_:
         cli.main([str(a) for a in ["select", *select_base(folder, data), "--model", "smollm2-135m"]])
     assert exit_.value.code == 2 and "--model given twice" in capsys.readouterr().err

@@ -130,7 +130,7 @@ def expressible(layers, n_layers, reads):
 
 def fragment_or_refusal(layers, n_layers, engine, architecture=None):
     try:
-        if architecture is None:  # the call as it has always been written
+        if architecture is None:  # the call without the architecture argument
             return engine_fragment(layers, n_layers, engine)
         return engine_fragment(layers, n_layers, engine, architecture=architecture)
     except ValueError as err:
@@ -227,7 +227,7 @@ def test_sglang_first_id_both_ways():
     ]
     assert ids((9, 10, 20), "LlamaForCausalLM") == [9, 10, 20]
     assert ids((9, 10, 20), "DeepseekV3ForCausalLM") == [10, 11, 21]
-    assert sglang_captured([9, 10, 20], n, "DeepseekV3ForCausalLM") == (8, 9, 19)  # what the old output ids meant there
+    assert sglang_captured([9, 10, 20], n, "DeepseekV3ForCausalLM") == (8, 9, 19)  # Llama's ids read here: other layers
     assert ids((0, 5, 9), "LlamaForCausalLM") == [0, 5, 9]
     with pytest.raises(ValueError, match="layer 0"):
         engine_fragment((0, 5, 9), n, "sglang", architecture="DeepseekV2ForCausalLM")

@@ -192,7 +192,7 @@ def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_pat
         return generate(model, draft, prompt, max_new_tokens=max_new_tokens, nodes=nodes, **kwargs)
 
     monkeypatch.setitem(module.measure.__globals__, "speculative_generate", counted)
-    argv = "--device cpu --layers 8 --hidden 32 --heads 4 --vocab 128 --prompts 1 --prompt-tokens 8 --tokens 6"
+    argv = "--device cpu --layers 8 --hidden 32 --heads 4 --vocab 128 --prompts 1 --prompt-tokens 8 --tokens 16"
     monkeypatch.setattr(sys, "argv", ["bench_cost_device.py", *argv.split(), "--repeat", "1", "--chains", "2"])
     module.main()
     assert [name for name, _, _ in written] == ["cost_device_cpu_float32", "cost_device_cpu_bf16"]
@@ -203,7 +203,7 @@ def test_the_device_benchmark_writes_both_settings_on_a_cpu(monkeypatch, tmp_pat
         assert all(r["lossless"] for r in rows)
     # each shape warms up untimed on a few tokens, then runs its one prompt: in both settings
     warm = module.measure.__globals__["WARM_UP_TOKENS"]
-    assert calls == [(n, t) for n in (1, 2, 30, 60) for t in (warm, 6)] * 2
+    assert calls == [(n, t) for n in (1, 2, 30, 60) for t in (warm, 16)] * 2
 
 
 def test_bf16_is_refused_before_any_timing_on_a_cpu_without_bf16_instructions(tmp_path):
@@ -302,7 +302,7 @@ def test_plain_decoding_that_differs_between_repeats_is_refused(monkeypatch, tmp
 
 def test_the_spread_column_adds_the_chains_and_plains_relative_ranges():
     """The rows' spread: the chain's repeats' range over their median plus plain's; None for a result
-    measured once (before --repeat), so its reanalysis keeps an empty column."""
+    measured once (without --repeat), so its reanalysis keeps an empty column."""
     module = cost_vllm()
     assert module.spread([1.0]) == 0.0
     assert module.spread([9.0, 10.0, 12.0]) == pytest.approx(0.3)
@@ -337,7 +337,7 @@ def test_the_spread_column_adds_the_chains_and_plains_relative_ranges():
 
 def test_export_only_takes_elsis_tau_from_the_matching_committed_result(monkeypatch):
     """--export-only needs --export, and takes elsi's tau from a committed result of the same draft,
-    family, questions and length (a result before the question-set field read as one per column);
+    family, questions and length (a result without the question-set field read as one per column);
     anything else is refused, naming what differs."""
     bench_cost, _, _ = bench_cost_and_costs()
     settings = {"model": "m", "draft": "d seed 0", "questions": 4, "tokens": 64}

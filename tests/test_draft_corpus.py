@@ -226,7 +226,7 @@ def test_training_prompts_max_chars_bounds_the_whitespace_collapsed_text(tmp_pat
 def test_the_reply_engine_is_part_of_a_drafts_training_key(monkeypatch):
     from elsi_lib.draft import corpus
 
-    assert corpus.reply_identity("hf") == {"batch": corpus.REPLY_BATCH}  # as before engines could write replies
+    assert corpus.reply_identity("hf") == {"batch": corpus.REPLY_BATCH}  # transformers' replies: no engine
     monkeypatch.setattr(corpus, "vllm_version", lambda: "9.9")
     assert corpus.reply_identity("vllm") == {"engine": "vllm", "version": "9.9"}
     with pytest.raises(ValueError, match="engine"):

@@ -72,7 +72,7 @@ def test_generation_seconds_counts_prefills_and_rounds():
         (lambda: cost.generation_seconds(9, 3, 0.0, 0.1, 0.2), "tokens per round must be"),
         (lambda: cost.generation_seconds(9, 3, 1.5, 0.1, -0.2), r"prefill_s must be a finite number in \[0, inf\]"),
         (lambda: cost.step_acceptance([0, 1.5], 3), "accepted count of round 2 must be a whole number"),
-        # the third probe's: text, bools, NaN and infinities taken as numbers, or failing with Python's words
+        # text, bools, NaN and infinities: refused in the model's words, never taken as numbers
         (lambda: cost.tokens_per_round("0.5"), "a sequence of numbers"),
         (lambda: cost.tokens_per_round(["0.5", "0.5"]), "a_1 must be a finite number in \\[0, 1\\], got '0.5'"),
         (lambda: cost.tokens_per_round([True, True]), "a_1 must be a finite number"),

@@ -80,13 +80,13 @@ def test_learning_curve_figure_has_a_panel_per_temperature():
 
 
 def test_a_point_with_two_training_seeds_is_refused():
-    """Before: a point holding two seeds' rows was tabulated at its first row's seed, the other
-    seed's accuracy mixed in by `first`, and the seed column dropped."""
+    """A point holding two seeds' rows is refused: tabulated, it would sit at its first row's seed, with
+    the other seed's accuracy mixed in by `first` and the seed column dropped."""
     rows = points()
     second = rows[rows.prompts == 2000].assign(seed=1, tau=lambda f: f.tau + 1.0)
     with pytest.raises(ValueError, match=r"2000 prompts.*seeds \[0, 1\]"):
         learning_curve(pd.concat([rows, second], ignore_index=True), 60, n_boot=200)
-    # each point of one seed, not the same at every point: tabulated as before
+    # each point of one seed, not the same at every point: tabulated as the one-seed rows are
     other = points().assign(seed=lambda f: np.where(f.prompts == 2000, 1, 0))
     pd.testing.assert_frame_equal(learning_curve(other, 60, n_boot=200), learning_curve(rows, 60, n_boot=200))
 

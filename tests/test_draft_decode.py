@@ -113,7 +113,7 @@ def test_final_norm_draft_decodes_losslessly():
 
 def test_the_loop_reads_the_draft_s_own_layers(monkeypatch):
     """No feature source is passed next to the draft (a draft built for (0, 2) decoded with (1, 2)
-    or (2, 0) changed acceptance silently): every target forward extracts the draft's own source."""
+    or (2, 0) would change acceptance silently): every target forward extracts the draft's own source."""
     target, draft = tiny("llama", 40)
     prompt = torch.randint(0, 40, (6,), generator=torch.Generator().manual_seed(0))
     with pytest.raises(TypeError):

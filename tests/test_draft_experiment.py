@@ -364,7 +364,7 @@ def test_the_notebooks_parameter_files_are_experiments():
 @pytest.mark.parametrize(
     "fields, names",
     [
-        ({"n_train": 10, "n_heldout": 64}, ("n_heldout 64", "n_train 10")),  # the budget showed -0.3 min of training
+        ({"n_train": 10, "n_heldout": 64}, ("n_heldout 64", "n_train 10")),  # else a plan with -0.3 min of training
         ({"n_train": 64, "n_heldout": 64}, ("n_heldout 64", "n_train 64")),  # nothing left to train on
         ({"n_heldout": -1}, ("n_heldout",)),
         ({"n_train": 0}, ("n_train",)),
@@ -418,8 +418,8 @@ def test_experiment_accepts_the_edges_of_its_ranges():
 
 
 def test_plan_refuses_unknown_or_non_positive_rates():
-    """A misspelt rate is refused naming it and the known ones (it used to be ignored: the default
-    rate was used silently); a rate that is not a positive number is refused naming it."""
+    """A misspelt rate is refused naming it and the known ones (ignored, it would leave the default rate
+    in use silently); a rate that is not a positive number is refused naming it."""
     exp = E.Experiment(n_train=100, n_heldout=10, eval_per_column=5, seeds=(0,), reseeded=(), lever_lm_head=False)
     with pytest.raises(ValueError, match=r"unknown rate.*'reply_sec'.*known.*'reply_s'.*'train_tok_s'"):
         budget.plan(exp, THREE, {"reply_sec": 6.0})

@@ -230,15 +230,16 @@ def test_save_draft_never_overwrites_a_foreign_folder(target, tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError):
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file", target=target)
-    with pytest.raises(NotADirectoryError, match="file is a file, not a folder"):  # before: "[Errno 17]" alone
+    with pytest.raises(NotADirectoryError, match="file is a file, not a folder"):  # not "[Errno 17]" alone
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "file" / "draft", target=target)
     assert (tmp_path / "file").read_text() == "x"
 
 
 @pytest.mark.parametrize("fmt", X.FORMATS)
 def test_a_file_the_export_did_not_write_is_never_deleted(target, fmt, tmp_path):
-    """Before: any folder holding an elsi.json of save_draft's was replaced whole, with what the user had
-    put beside the export (a tokenizer, a note) or a folder of theirs holding a copied elsi.json."""
+    """An export replaces only what an earlier export wrote: replacing any folder holding save_draft's
+    elsi.json whole would delete what the user put beside the export (a tokenizer, a note), or a folder
+    of theirs holding a copied elsi.json."""
     draft = trained_like(target, (1, 2, 4), 24)
     export = X.save_draft(draft, tmp_path / "export", target=target, format=fmt)
     (export / "tokenizer.json").write_text("{}")
@@ -246,7 +247,7 @@ def test_a_file_the_export_did_not_write_is_never_deleted(target, fmt, tmp_path)
         X.save_draft(draft, export, target=target, format=fmt)
     assert (export / "tokenizer.json").read_text() == "{}"
     (export / "tokenizer.json").unlink()
-    X.save_draft(draft, export, target=target, format=fmt)  # the export alone: replaced whole, as before
+    X.save_draft(draft, export, target=target, format=fmt)  # the export alone: replaced whole
     home = tmp_path / "home"
     home.mkdir()
     (home / "thesis.tex").write_text("years of work")
@@ -336,7 +337,7 @@ def test_an_export_of_the_first_format_is_replaced_not_refused(target, tmp_path)
 
 
 def test_an_empty_verifier_is_refused(target, tmp_path, monkeypatch):
-    """An export whose verifier is empty was written (engines would have no target to verify with)."""
+    """An export whose verifier is empty is refused: engines would have no target to verify with."""
     draft = trained_like(target, (1, 3), 24)
     for verifier in ("", "   "):
         with pytest.raises(ValueError, match="verifier must be the path or hub id"):
@@ -354,10 +355,18 @@ def test_the_export_records_the_numeric_settings(target, tmp_path):
     X.save_draft(draft, tmp_path / "a", target=target, verifier="local/target")
     record = json.loads((tmp_path / "a" / "elsi.json").read_text())
     assert "not recorded" in record["numeric"]["training"] and X.load_draft(tmp_path / "a", target).numeric is None
-    draft.numeric = {"draft matmuls": "float32", "target features": "bf16"}
+    draft.numeric = {"draft matmuls": "float32", "target features": "live (bf16 forward)"}
     X.save_draft(draft, tmp_path / "b", target=target, verifier="local/target")
     assert json.loads((tmp_path / "b" / "elsi.json").read_text())["numeric"] == draft.numeric
     assert X.load_draft(tmp_path / "b", target).numeric == draft.numeric
+    record = json.loads((tmp_path / "b" / "elsi.json").read_text())
+    record["numeric"] = {"draft matmuls": "fp8", "nonsense": 1}  # a draft's settings that no run has
+    (tmp_path / "b" / "elsi.json").write_text(json.dumps(record))
+    with pytest.raises(X.ExportError, match=r"elsi.json: numeric = .*'fp8'.*not a draft's settings"):
+        X.load_draft(tmp_path / "b", target)
+    draft.numeric = {"draft matmuls": "bf16", "target features": "bf16"}
+    with pytest.raises(X.ExportError, match="the draft: numeric"):
+        X.save_draft(draft, tmp_path / "c", target=target, verifier="local/target")
 
 
 def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(target, tmp_path):
@@ -413,7 +422,7 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
             lambda c, w: c["speculators_config"]["verifier"].update(name_or_path="another/model"),
             "name_or_path 'another/model', elsi's record 'local/random-target'",
         ),
-        # the third probe's: fields an engine builds from that no named check covered
+        # fields an engine builds from, beyond the named checks above
         (
             "speculators",
             lambda c, w: c["transformer_layer_config"].update(num_hidden_layers=2),
@@ -454,8 +463,9 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
     ],
 )
 def test_a_resealed_export_that_builds_another_model_is_refused(target, tmp_path, fmt, change, reason):
-    """Before: config fields that change what an engine builds, and weights that are not elsi's (NaN, fp16, a
-    float offset table, a wrong shape), loaded once elsi.json was re-signed (or raised torch's error)."""
+    """Config fields that change what an engine builds, and weights that are not elsi's (NaN, fp16, a float
+    offset table, a wrong shape), are refused even behind a re-signed elsi.json: otherwise such an export
+    loads (or raises torch's error) and builds another model."""
     folder = X.save_draft(trained_like(target, (1, 2, 4), 24), tmp_path / "d", target=target, format=fmt)
     config = json.loads((folder / "config.json").read_text())
     weights = load_file(str(folder / "model.safetensors"))

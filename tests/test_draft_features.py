@@ -139,7 +139,8 @@ def test_a_file_taken_off_the_manifest_and_altered_is_not_served(tiny_model, tin
 
 
 def test_a_shard_replaced_by_a_file_is_named_before_any_forward(tiny_model, tiny_tokenizer, three_shards):
-    """It used to be rebuilt and then fail naming the temporary folder `.shard_00001.tmp`."""
+    """A shard replaced by a file is named before any forward, not rebuilt first only to fail naming the
+    temporary folder `.shard_00001.tmp`."""
     conversations, store, key, forwards = three_shards
     shard = store.folder / "shard_00001"
     shutil.rmtree(shard)
@@ -168,7 +169,7 @@ def test_an_unfinished_shard_folder_is_removed_and_said_so(tiny_model, tiny_toke
 @pytest.mark.parametrize("change", ["in place", "replaced"])
 def test_a_shard_changed_on_disk_while_open_is_refused(three_shards, change):
     """The store memory-maps its shards once verified; a shard rewritten afterwards (in place, or a
-    new file in its place) used to be read as it is now, or as it was, without a word."""
+    new file in its place) is refused: otherwise it is read as it is now, or as it was, without a word."""
     _, store, _, _ = three_shards
     store.sequence(2, (1, 2))  # read once: mapped
     path = store.folder / "shard_00001" / "hidden.npy"
@@ -190,8 +191,9 @@ def test_a_shard_changed_on_disk_while_open_is_refused(three_shards, change):
 
 def test_two_builders_of_one_store_wait_for_each_other(tiny_model, tiny_tokenizer, monkeypatch):
     """Two processes (here two threads, each with its own lock file handle) building the same store: the
-    second waits for the first and reads what it wrote. Without the lock it removed the first's shard in
-    progress as 'unfinished', or rewrote a shard the first had open (two notebooks under one cache)."""
+    second waits for the first and reads what it wrote. Without the lock the second would remove the
+    first's shard in progress as 'unfinished', or rewrite a shard the first has open (two notebooks under
+    one cache)."""
     import threading
 
     conversations = replied_conversations(F.SHARD + 2)

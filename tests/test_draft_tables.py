@@ -556,7 +556,7 @@ def written_blocks():
 
 
 def old_markdown(blocks) -> str:
-    """The Markdown notebook 06 wrote before the CSV held numbers: the formatted blocks, concatenated."""
+    """The reference Markdown: the formatted blocks, concatenated (the layout the written table keeps)."""
     from elsi_lib.study.paper.plots import markdown_table
 
     return markdown_table(
@@ -621,11 +621,11 @@ def test_tau_markdown_is_the_formatted_table_as_before(tmp_path):
     long = written_long(blocks)
     _, md = F.save_tau_tables(long, "t", tmp_path)
     before = old_markdown(blocks)
-    assert md.read_text() == before  # byte for byte what notebook 06 wrote before
+    assert md.read_text() == before  # byte for byte the formatted blocks' Markdown
     assert F.tau_markdown(F.read_tau_csv(tmp_path / "t.csv")) == before  # and again from the CSV alone
     assert "**" in before and "[no interval: 1 question]" in before and "n/a [no questions]" in before
     assert before.splitlines()[0] == "| method | MT | QA | RAG | AVG | temperature | nodes |"
-    assert "| 0.0000 | 30 |" in before  # temperature to 4 decimals, nodes an integer, as before
+    assert "| 0.0000 | 30 |" in before  # temperature to 4 decimals, nodes an integer
 
 
 def test_the_marked_best_is_bolded_where_printed_values_tie():
@@ -748,8 +748,8 @@ def test_a_table_stating_two_numeric_settings_is_refused(tmp_path):
 
 @pytest.mark.parametrize("label", ["Misc", "mt", np.nan])
 def test_a_question_outside_the_papers_columns_is_refused(label):
-    """Before: a 'Misc' question counted in AVG but in no column of the table (and, unlabelled, in
-    AVG's estimate but not its stratified resamples)."""
+    """A question outside the paper's columns is refused: it would count in AVG but in no column of the
+    table (and, unlabelled, in AVG's estimate but not its stratified resamples)."""
     results = frame({"A": {"MT": [1.0, 2.0, 3.0], "QA": [2.0, 2.0]}, "B": {"MT": [2.0, 2.0, 4.0], "QA": [1.5, 3.0]}})
     results.loc[results.question_id.isin([3, 4]), "column"] = label
     for call in TABLE_CALLS:
@@ -758,14 +758,16 @@ def test_a_question_outside_the_papers_columns_is_refused(label):
 
 
 def test_rank_correlation_refuses_lengths_that_differ():
-    """Before: numpy's 'all the input array dimensions ... must match exactly'."""
+    """Lengths that differ are refused naming both counts, not with numpy's 'all the input array
+    dimensions ... must match exactly'."""
     with pytest.raises(ValueError, match=r"3 x values.*4 y values"):
         T.rank_correlation([1, 2, 3], [1, 2, 3, 4])
 
 
 @pytest.mark.parametrize("n", [0, 1, 2])
 def test_rank_correlation_refuses_too_few_values(n):
-    """Before: NaN with a numpy warning (0, 1 values) or a meaningless +-1 (2 values)."""
+    """Fewer than 3 values are refused: they give NaN with a numpy warning (0, 1 values) or a meaningless
+    +-1 (2 values)."""
     with pytest.raises(ValueError, match=rf"{n} values.*at least 3"):
         T.rank_correlation(list(range(n)), list(range(n)))
 
@@ -794,8 +796,9 @@ def test_rank_correlation_refuses_too_few_values(n):
     ],
 )
 def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row(tmp_path, change, reason):
-    """Before: swapped ends, tau above what a tree allows, an empty or 'no' best read as True, a node count
-    truncated, a method with a trailing space as a second method: all formatted without a word."""
+    """Each impossible cell is refused, naming the row: otherwise swapped ends, tau above what a tree allows,
+    an empty or 'no' best read as True, a truncated node count, a method with a trailing space as a second
+    method are all formatted without a word."""
     import csv
 
     csv_path, _ = F.save_tau_tables(written_long(written_blocks()), "t", tmp_path)
@@ -827,8 +830,8 @@ def test_a_best_mark_on_a_lower_tau_and_an_empty_file_are_refused(tmp_path):
 
 
 def test_an_avg_outside_its_columns_is_refused_where_no_counts_are_given(tmp_path):
-    """Table 2 gives no question counts; an AVG outside its columns' range is no mean of them. Before:
-    EAGLE2's AVG set to 1.00 (its columns 1.22-2.32) was printed as its AVG."""
+    """Table 2 gives no question counts; an AVG outside its columns' range is no mean of them and is
+    refused: EAGLE2's AVG set to 1.00 (its columns 1.22-2.32) would otherwise be printed as its AVG."""
     from elsi_lib.common.cachefiles import REPO_ROOT
 
     source = REPO_ROOT / "data" / "results" / "table2_accepted_tokens_smollm2-135m.csv"

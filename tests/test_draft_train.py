@@ -351,7 +351,7 @@ def test_batch_plan():
 def test_feature_noise_is_seeded_per_batch_keyed_and_survives_a_resume(tiny_model, vocab, store):
     """Noise on the features (feature_noise > 0) changes the training, is the same whether training
     ran through or was interrupted and resumed, and enters the checkpoint key only when it is on
-    (checkpoints trained before the setting existed keep their key)."""
+    (so checkpoints trained without the setting keep their key)."""
     rows, key = target_rows(tiny_model, vocab), {"test": "noise"}
     noisy = T.TrainSettings(**{**SETTINGS.__dict__, "feature_noise": 0.5})
     sources = {"a": (0, 1)}
@@ -398,8 +398,9 @@ def test_training_seconds_add_up_over_a_resume(tiny_model, vocab, store):
 
 
 def test_training_without_reply_tokens_is_refused_before_it_starts(tiny_model, tiny_tokenizer, vocab):
-    """Every reply past max_length: the store holds 0 reply tokens, so every batch used to score
-    nothing, its loss be 0.0, the weights stay as they were, and training report done."""
+    """Every reply past max_length: the store holds 0 reply tokens, and training is refused before it
+    starts: otherwise every batch scores nothing, its loss is 0.0, the weights stay as they were, and
+    training reports done."""
     from conftest import replied_conversations
     from elsi_lib.draft.features import build_features
 
@@ -425,8 +426,8 @@ cachefiles.write_checked(sys.argv[2], b"x" * 200_000)
 
 
 def test_a_checkpoint_write_killed_before_its_rename_leaves_nothing_behind(tiny_model, vocab, store):
-    """A kill while a checkpoint is written used to leave a full-size `.tmp` beside it that nothing
-    removed; the next run removes it, saying so."""
+    """A kill while a checkpoint is written leaves a full-size `.tmp` beside it that nothing else would
+    remove: the next run removes it, saying so."""
     import subprocess
     import sys
 

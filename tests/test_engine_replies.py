@@ -128,7 +128,8 @@ def test_a_torn_last_line_is_dropped_and_regenerated(tmp_path, capsys):
 def test_the_engine_refuses_records_it_cannot_trust_and_repairs_a_repeated_header(tmp_path, capsys):
     """hidden/engine_reply_script.py reads its own output before it resumes: a repeated header line (what an
     interrupted first chunk left before) is dropped, saying so; a duplicate, out-of-range, empty or
-    altered record stops it naming the line (before, the first bad line silently cut everything after it)."""
+    altered record stops it naming the line (rather than the first bad line silently cutting everything
+    after it)."""
     script = _script()
     header = {"engine": "vllm", "version": "x", "request": "r"}
     path = tmp_path / "out.jsonl"
@@ -152,7 +153,7 @@ def test_the_engine_refuses_records_it_cannot_trust_and_repairs_a_repeated_heade
 
 def test_an_interrupted_first_chunk_resumes(engine, tiny_model, tiny_tokenizer, monkeypatch):
     """An interrupt during the engine's first chunk leaves its output with a header and no reply; the
-    next run resumes it (before, it wrote a second header and every later call failed: KeyError 'ids')."""
+    next run resumes it (a second header would make every later call fail: KeyError 'ids')."""
     conversations = make_conversations(3)
     monkeypatch.setenv("FAKE_FAIL_AFTER", "0")
     with pytest.raises(subprocess.CalledProcessError):
@@ -165,7 +166,8 @@ def test_an_interrupted_first_chunk_resumes(engine, tiny_model, tiny_tokenizer, 
 
 
 def test_a_chunk_below_one_is_refused(engine, tiny_model, tiny_tokenizer, tmp_path):
-    """`hidden/engine_reply_script.py --chunk -1` exited 0 having written nothing; now the command line refuses it."""
+    """The command line refuses `hidden/engine_reply_script.py --chunk -1`: it would exit 0 having written
+    nothing."""
     request = tmp_path / "request.json"
     request.write_text(
         json.dumps({"model": "m", "dtype": "float32", "max_new_tokens": 4, "max_model_len": 64, "prompts": [[1, 2]]})
@@ -311,8 +313,8 @@ def test_an_archive_header_names_what_produced_the_replies(engine, tiny_model, t
 def test_an_archive_that_cannot_be_trusted_is_refused(
     engine, tiny_model, tiny_tokenizer, monkeypatch, tmp_path, tamper, message
 ):
-    """Each way an archive can be wrong inside a valid gzip stream, which gzip's CRC alone let through
-    before (an edited id, two records' replies swapped, a repeated or out-of-range index, an empty
+    """Each way an archive can be wrong inside a valid gzip stream, which gzip's CRC alone lets
+    through (an edited id, two records' replies swapped, a repeated or out-of-range index, an empty
     reply, a token outside the vocabulary, another model's archive renamed) or an old-format or
     corrupt file: refused naming the archive, before the engine runs."""
     conversations = make_conversations(4)
@@ -332,7 +334,7 @@ def test_an_archive_that_cannot_be_trusted_is_refused(
         header = {**header, "model": {**header["model"], "weights_sha256": "0" * 64}}
     elif tamper == "format1":
         header = {"engine": "vllm", "version": "0.0-test", "request without the model path": header["request"]}
-    if tamper == "nothing":  # an empty gzip stream: before, taken for a format-1 archive to upgrade
+    if tamper == "nothing":  # an empty gzip stream: not a format-1 archive to upgrade
         archived.write_bytes(gzip.compress(b"", mtime=0))
     elif tamper == "list header":
         _tampered(archived, [header], rows)
@@ -354,8 +356,9 @@ def test_an_archive_that_cannot_be_trusted_is_refused(
 
 
 def test_a_partial_record_outside_the_request_is_refused(engine, tiny_model, tiny_tokenizer, monkeypatch):
-    """A record in the engine's output naming a prompt outside the request counted as present before,
-    so a missing reply was never generated and "rerun to resume" failed the same way every time."""
+    """A record in the engine's output naming a prompt outside the request is refused: counted as present,
+    it would keep a missing reply from ever being generated, and "rerun to resume" would fail the same way
+    every time."""
     conversations = make_conversations(3)
     monkeypatch.setenv("FAKE_FAIL_AFTER", "1")
     with pytest.raises(subprocess.CalledProcessError):

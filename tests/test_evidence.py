@@ -106,10 +106,10 @@ def test_intervals_are_widened_to_cover_out_of_sample(evidence):
         ("HuggingFaceTB/SmolLM2-135M-Instruct", "smollm2-135m"),
         ("{tmp}/models/Qwen2.5-Coder-0.5B-Instruct/", "qwen2.5-coder-0.5b"),  # a download's folder
         ("gemma3-270m", None),
-        ("HuggingFaceTB/SmolLM2-135M", None),  # the base model: before, matched as the instruct family
+        ("HuggingFaceTB/SmolLM2-135M", None),  # the base model: not the instruct family
         ("Qwen/Qwen2.5-Coder-0.5B", None),
         ("{tmp}/models/smollm2-135m", None),
-        ("someone/SmolLM2-135M-Instruct", None),  # another owner's model (a fine-tune): before, the family
+        ("someone/SmolLM2-135M-Instruct", None),  # another owner's model (a fine-tune): not the family
         ("{tmp}/nowhere/Qwen2.5-Coder-0.5B-Instruct", None),  # no such folder: a hub id, of another owner
     ],
 )
@@ -241,8 +241,8 @@ def _resealed(data: dict) -> dict:
             r"rests on families \['smollm2-135m'\], its comparisons give",
         ),
         (lambda d: d["models"]["probe error"]["0"].update({"out of sample": []}), "no out-of-sample rows"),
-        # the third hostile probe's classes: a fit that is not its comparisons', sets and baselines that are
-        # not what the labels and the rule say, counts and intervals that contradict each other
+        # a fit that is not its comparisons', sets and baselines that are not what the labels and the rule
+        # say, counts and intervals that contradict each other
         (lambda d: _every_fit(d, s2=1e-300), r"\['family'\]: not the fit its 20 comparisons"),
         (lambda d: _every_fit(d, df=100000), "not the fit its 20 comparisons"),
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=1000), "rests on seeds 1000"),
@@ -272,8 +272,8 @@ def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, t
     or bools or below one, names with stray spaces, p and rho out of range, a default the pooled row does
     not give, fits missing a temperature or with impossible variances, degrees of freedom or widening, a
     missing part, out-of-sample rows, coverage or draft counts that disagree with what the fit states:
-    refused, naming the row and the field. Before, several of these reached the answer (a
-    fit-less criterion gave "change"), and a missing field ended `elsi --help` with a KeyError."""
+    refused, naming the row and the field. Otherwise several of these reach the answer (a fit-less
+    criterion gives "change"), and a missing field ends `elsi --help` with a KeyError."""
     data = json.loads(json.dumps(evidence))
     change(data)
     path = tmp_path / "evidence.json"
@@ -302,8 +302,8 @@ def test_a_malformed_evidence_file_leaves_help_and_the_parser_working(evidence, 
 
 def test_drafts_measured_against_eagle3s_set_never_speak_for_another_default(evidence):
     """OpenVINO's default reads the rule's layers as outputs (another set than EAGLE3's): the family's
-    drafts, all measured against EAGLE3's set, say nothing of it. Before, "this family's own drafts of
-    that set trail the default" quoted them against OpenVINO's set."""
+    drafts, all measured against EAGLE3's set, say nothing of it: "this family's own drafts of that set
+    trail the default" would quote them against OpenVINO's set."""
     from elsi_lib.selection.methods import default_set
 
     best = (9, 10, 29)

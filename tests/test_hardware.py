@@ -36,7 +36,7 @@ def test_the_training_default_follows_the_cpu(monkeypatch):
     assert TrainSettings().autocast_bf16 is False and TrainSettings(autocast_bf16=True).autocast_bf16 is True
     monkeypatch.setattr(H, "cpu_flags", lambda: {"avx2", "amx_bf16"})
     assert TrainSettings().autocast_bf16 is True
-    monkeypatch.setattr(H, "cpu_flags", lambda: None)  # unknown: float32, said (before: bf16 without a word)
+    monkeypatch.setattr(H, "cpu_flags", lambda: None)  # unknown: float32, said (not bf16 without a word)
     with pytest.warns(RuntimeWarning, match="cannot read this CPU's flags"):
         assert TrainSettings().autocast_bf16 is False
 
@@ -50,8 +50,8 @@ def test_arm_features_are_read(tmp_path):
 
 
 def test_replay_and_the_loop_default_to_the_cpu(monkeypatch):
-    """replay and speculative_generate defaulted to bf16 autocast whatever the CPU; now to the
-    training default of this CPU."""
+    """replay and speculative_generate default to the training default of this CPU, not to bf16
+    autocast whatever the CPU."""
     import inspect
 
     from elsi_lib.draft.decode import speculative_generate

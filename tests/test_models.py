@@ -236,7 +236,8 @@ def tiny_folder(tmp_path, tiny_tokenizer):
 
 def test_a_folder_without_weights_says_so(tiny_folder):
     """A config-only folder (tokenizer or not) is refused naming the folder and the weights files
-    expected there, before anything is loaded (it used to get the tokenizer's backend message)."""
+    expected there, before anything is loaded (not with the tokenizer backend's message, which says
+    nothing of the missing weights)."""
     folder = tiny_folder("config-only")
     (folder / "model.safetensors").unlink()
     with pytest.raises(ModelNotFoundError, match=r"no weights file in .*config-only \(expected model\.safetensors"):
@@ -245,7 +246,7 @@ def test_a_folder_without_weights_says_so(tiny_folder):
     bare.mkdir()
     (bare / "config.json").write_text((folder / "config.json").read_text())
     with pytest.raises(ModelNotFoundError, match=r"no weights file in .*bare \(expected model\.safetensors"):
-        load_model(bare)  # no tokenizer either: it used to get the tokenizer backend's message
+        load_model(bare)  # no tokenizer either: still the weights, not the tokenizer backend's message
 
 
 @pytest.mark.parametrize("keep", [10, 100, 0.5, -1])

@@ -84,7 +84,7 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
     marker.write_text(marker.read_text() + "docs/stale.md\n")
     site.build(ours)
     assert not (ours / "docs" / "stale.md").exists() and (ours / "docs" / "index.md").is_file()
-    for mine in ("CNAME", "docs/extra.md", ".git/config"):  # before: deleted with the old site, without a word
+    for mine in ("CNAME", "docs/extra.md", ".git/config"):  # refused, never deleted with the old site
         (ours / mine).parent.mkdir(parents=True, exist_ok=True)
         (ours / mine).write_text("mine")
         with pytest.raises(FileExistsError, match=f"holds \\['{mine}'\\], which the pages builder did not write"):
@@ -94,7 +94,8 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
 
 
 def test_a_site_under_a_file_is_refused_naming_the_file(tmp_path):
-    """Before: "[Errno 17] File exists" without the path that is a file."""
+    """A site under a file is refused naming the file, not with "[Errno 17] File exists" without the path
+    that is a file."""
     (tmp_path / "notes").write_text("mine")
     with pytest.raises(NotADirectoryError, match="notes is a file, not a folder"):
         site.build(tmp_path / "notes" / "deeper" / "site")
@@ -103,8 +104,9 @@ def test_a_site_under_a_file_is_refused_naming_the_file(tmp_path):
 
 @pytest.mark.parametrize("kind", ["link", "file"])
 def test_a_link_or_a_file_where_the_site_goes_is_refused_before_any_work(tmp_path, kind):
-    """Before: a link to an empty folder was replaced by the site and the link left behind under a temporary
-    name, with a raw OSError; a file got a whole build first, then NotADirectoryError and a leaked folder."""
+    """A link or a file where the site goes is refused before any work: otherwise a link to an empty folder
+    is replaced by the site and the link left behind under a temporary name, with a raw OSError, and a file
+    gets a whole build first, then NotADirectoryError and a leaked folder."""
     out = tmp_path / "site"
     if kind == "link":
         (tmp_path / "elsewhere").mkdir()
@@ -130,8 +132,8 @@ def test_a_failed_rebuild_leaves_the_previous_site(tmp_path):
 
 
 def test_an_older_builders_marker_never_lets_a_users_file_go(tmp_path):
-    """An older builder's marker names no files: before, the folder was then replaced whole, the user's
-    notes beside the site with it. Now what this build would not write is refused, and left."""
+    """An older builder's marker names no files: what this build would not write is refused, and left,
+    rather than the folder being replaced whole, the user's notes beside the site with it."""
     out = tmp_path / "site"
     site.build(out)
     (out / site.MARKER).write_text((out / site.MARKER).read_text().splitlines()[0] + "\n")  # the header alone

@@ -152,8 +152,8 @@ def test_probe_choice_finds_the_planted_set_exhaustively_or_by_beam():
     ],
 )
 def test_non_finite_features_are_refused_naming_where_they_are(array, block, message):
-    """One NaN (or inf) anywhere used to reach the Gram statistics: every set holding its layer then
-    scored NaN and sorted last, and another set won with no warning. It is refused at the start."""
+    """One NaN (or inf) anywhere is refused at the start, naming where it is: in the Gram statistics
+    every set holding its layer would score NaN and sort last, and another set win with no warning."""
     x, y, xh, yh = planted()
     arrays = {"x": x, "y": y, "heldout_x": xh, "heldout_y": yh}
     target = arrays[array]

@@ -135,8 +135,8 @@ def test_each_seed_is_compared_with_eagle3s_same_seed(tmp_path, monkeypatch):
 
 def test_a_constant_criterion_is_left_out_of_the_observed_rho_and_the_null_alike():
     """A protocol whose criterion never varies has no ranking to test: with it left out of both sides,
-    the pooled p-value is the one the other protocols give alone (it was about 60 times too small
-    when the constant protocol's zeros stayed in the null)."""
+    the pooled p-value is the one the other protocols give alone (it is about 60 times too small
+    when the constant protocol's zeros stay in the null)."""
     right = _protocol("table3_f32", 6, rank_right=True)
     flat = _protocol("table2_strong", 8, rank_right=False, error=np.full(8, 0.5))
     alone = _row(pooled_criteria(right, n_perm=720))
@@ -162,7 +162,8 @@ def test_a_draft_listed_twice_is_refused():
 
 @pytest.mark.parametrize("written", ["1  2 29", "29 1 2", "1,2,29"])
 def test_one_set_under_another_id_however_written_is_one_draft(written):
-    """Before: a draft copied under another id (its layers written another way) counted twice, p 0.047 to 0.013."""
+    """A draft copied under another id (its layers written another way) is one draft, refused as such:
+    counted twice, it moves p from 0.047 to 0.013."""
     table = _protocol("table3_f32", 6, rank_right=True)
     copy = table.iloc[[1]].assign(id="copy", layers=written)
     with pytest.raises(ValueError, match=r"draft d1 of table3_f32 and \['copy'\] are one draft \(layers \[1, 2, 29\]"):

@@ -137,7 +137,7 @@ def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path,
 
 
 def test_a_record_with_a_key_twice_is_refused(tmp_path):
-    """Before: json kept the last of two "prompts" keys without a word."""
+    """A record with a key twice is refused: json would keep the last of two "prompts" keys without a word."""
     path, _ = R.write_record(a_record(), tmp_path)
     text = path.read_text()
     path.write_text(text.replace('"prompts": 936,', '"prompts": 5, "prompts": 936,', 1))
@@ -337,8 +337,9 @@ def test_a_records_folder_that_does_not_exist_is_refused(tmp_path, monkeypatch):
 
 
 def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tmp_path):
-    """Before: a record relabelled as another method's pooled two different sets as one method's seeds, and
-    two seeds of one method with different layers took the first seed's set without a word."""
+    """One method's seeds share a set and a label names one method: otherwise a record relabelled as another
+    method's pools two different sets as one method's seeds, and two seeds of one method with different
+    layers take the first seed's set without a word."""
     first, _ = R.write_record(a_record(seed=0), tmp_path)
     second, _ = R.write_record(a_record(seed=1, tau=1.6), tmp_path)
     assert len(R.read_records("table3_f32", tmp_path)) == 2
@@ -355,7 +356,8 @@ def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tm
 
 
 def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copied(tmp_path):
-    """Before: a record with 5 of the protocol's questions, or seed 0's numbers recorded as seed 1, passed."""
+    """A protocol's records ask the same questions and no seed's numbers are another's copied: a record
+    with 5 of the protocol's questions, or seed 0's numbers recorded as seed 1, is refused, not passed."""
     R.write_record(a_record(seed=0), tmp_path)
     copied, _ = R.write_record(a_record(seed=1), tmp_path)  # the very same taus
     with pytest.raises(R.RecordError, match="every tau is within 1e-06 of elsi-m3-seed0.json's"):

@@ -64,7 +64,7 @@ def test_a_fake_method_is_one_entry(monkeypatch, capsys, tmp_path, tiny_tokenize
 def test_a_fake_engine_gets_its_own_rules_never_anothers(monkeypatch):
     """A declared engine is restricted by its own entry (here: no last layer, for its own reason; two
     layers exactly) and compared with its own default; without an id conversion written for it, its
-    format is refused plainly (it used to fall through to SGLang's reading)."""
+    format is refused plainly, never falling through to SGLang's reading."""
     toy = engines.Engine(
         "toy",
         "input",

@@ -428,7 +428,7 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
             "speed-up predicted 99.0 is beyond its ceiling",
         ),
         (lambda r: r.pop("machine"), "no machine or no rows"),
-        # the third probe's: text where numbers belong read as numbers, or skipping the checks
+        # text where numbers belong: refused, never read as numbers or let past the checks
         (lambda r: next(x for x in r["rows"] if "k" in x).update(ceiling="n/a"), "ceiling 'n/a' is not a positive"),
         (lambda r: [x.update({"speed-up measured": "1.1"}) for x in r["rows"] if "k" in x], "speed-up measured '1.1'"),
         (
@@ -535,7 +535,8 @@ def test_the_openvino_lines_say_what_its_records_hold(tmp_path):
     ],
 )
 def test_an_openvino_record_with_an_impossible_value_is_refused_naming_it(tmp_path, which, change, reason):
-    """Before: only the fields' presence was checked: -4x, "nanx", a text lossless counted as lossy."""
+    """Every field's value is checked, not only its presence: -4x, "nanx", or a lossless given as text
+    (which would count as lossy) is refused, naming it."""
     from elsi_lib.study.pages import speed_openvino
 
     check, rounds = openvino_records(tmp_path)
@@ -548,7 +549,7 @@ def test_an_openvino_record_with_an_impossible_value_is_refused_naming_it(tmp_pa
 
 
 def test_a_lossy_chain_is_never_reported_as_a_speed_up(folder):
-    """Before: a chain whose output differed from plain greedy decoding's was "Best chain ... measured"."""
+    """A chain whose output differs from plain greedy decoding's is never the "Best chain ... measured"."""
     _, vllm = speed.cost_results(folder)
     fastest = max(vllm["chains"], key=lambda r: r["speed-up measured"])
     fastest["lossless"] = False

@@ -237,8 +237,8 @@ def zero_sum_rows():
 
 
 def test_a_nan_rho_gets_no_interval():
-    """Before: rho NaN beside a finite interval over questions and sets (the resampled questions
-    made the differences vary, so the bootstrap drew finite rhos the estimate never had)."""
+    """A NaN rho gets a NaN interval: the resampled questions make the differences vary, so the
+    bootstrap draws finite rhos the estimate never has, and would put a finite interval beside it."""
     table = correlations(zero_sum_rows(), n_boot=300).set_index(["criterion", "outcome"])
     row = table.loc[("set entropy", TAU)]
     assert np.isnan(row.rho)
@@ -249,7 +249,7 @@ def test_a_nan_rho_gets_no_interval():
 
 @pytest.mark.parametrize("n_boot", [1, 2, 99, 0, 200.0, True])
 def test_too_few_or_non_integer_resamples_are_refused(n_boot):
-    """Before: n_boot = 1 gave an 'interval' of one or two draws."""
+    """Too few or non-integer resamples are refused: n_boot = 1 would give an 'interval' of one or two draws."""
     rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
     drafts = V.draft_table(rows, temperature=0.0, nodes=60)
     with pytest.raises(ValueError, match="n_boot"):
@@ -265,7 +265,7 @@ def test_a_permutation_count_that_is_no_positive_integer_is_refused(n_perm):
 
 
 def test_a_draft_listed_twice_is_refused():
-    """Before: a draft listed twice counted as two drafts (S = 4 of 3, its set weighed double)."""
+    """A draft listed twice is refused: it would count as two drafts (S = 4 of 3, its set weighed double)."""
     rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
     drafts = V.draft_table(rows, temperature=0.0, nodes=60)
     again = pd.concat([drafts, drafts.iloc[[1]]], ignore_index=True)
@@ -286,8 +286,8 @@ def test_a_draft_listed_twice_is_refused():
 
 
 def test_a_duplicated_question_row_is_refused():
-    """Before: a (draft, question) row given twice counted twice in AVG tau but once in the paired
-    difference (the pivot kept the first)."""
+    """A (draft, question) row given twice is refused: it would count twice in AVG tau but once in the
+    paired difference (the pivot keeps the first)."""
     rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
     twice = pd.concat([rows, rows[(rows.id == "m2") & (rows.question_id == 7)]], ignore_index=True)
     with pytest.raises(ValueError, match=r"'m2'.*question 7"):
@@ -305,21 +305,22 @@ def test_a_duplicated_question_row_is_refused():
 
 @pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, np.inf])
 def test_a_tau_below_one_or_infinite_is_refused_naming_the_row(bad):
-    """Before: a tau below 1 (impossible: at least one token per target forward) entered the means."""
+    """A tau below 1 (impossible: at least one token per target forward) or infinite is refused, naming the
+    row, rather than entering the means."""
     rows = drafts_rows([1.2, 1.4, 1.6], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3])
     rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = bad
     with pytest.raises(ValueError, match=r"'m1'.*question 4"):
         V.draft_table(rows, temperature=0.0, nodes=60)
     rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = 1.0  # no draft token accepted: valid
     V.draft_table(rows, temperature=0.0, nodes=60)
-    rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = np.nan  # no round: left out, as before
+    rows.loc[(rows.id == "m1") & (rows.question_id == 4), "tau"] = np.nan  # no round: left out, not refused
     assert V.draft_table(rows, temperature=0.0, nodes=60).set_index("id").loc["m1", "questions"] == 29
 
 
 @pytest.mark.parametrize("name", ["step_accuracy", "paired", "beam_overlap"])
 def test_a_committed_table_listing_a_draft_twice_is_refused(name):
-    """Before: `drafts_from_tables` kept the first step-accuracy row, the last paired row and the first
-    beam-overlap row of a method listed twice, without a word."""
+    """A committed table listing a draft twice is refused: `drafts_from_tables` would keep the first
+    step-accuracy row, the last paired row and the first beam-overlap row of it, without a word."""
     from pathlib import Path
 
     results = Path(__file__).resolve().parents[1] / "data" / "results"

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -52,6 +53,7 @@ from safetensors.torch import load_file, save_file
 
 from ..common.cachefiles import check_parents, replace_folder, sha256_file
 from ..common.checks import is_integer, unique_keys
+from ..common.hardware import NUMERIC_COLUMNS
 from ..selection.conventions import convert_layer_ids
 from ..common.identity import model_fingerprint, versions
 from .model import Eagle3Draft
@@ -249,6 +251,8 @@ def save_draft(
             f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens!r}"
         )
     draft.config.check_target(target)
+    if draft.numeric is not None:
+        _check_numeric(draft.numeric, "the draft")
     folder = Path(folder)
     _check_destination(folder)
     verifier = _verifier(verifier, target)
@@ -435,6 +439,22 @@ def _check_whole_config(folder: Path, config: dict, draft_config: DraftConfig, f
         )
 
 
+def _check_numeric(numeric, where) -> None:
+    """A draft's numeric settings as `numeric_settings` gives them: its matmuls ('bf16' or 'float32') and
+    its target features ('store' or 'live', with that forward's precision); ExportError naming `where`."""
+    if not (
+        isinstance(numeric, dict)
+        and tuple(numeric) == NUMERIC_COLUMNS
+        and numeric["draft matmuls"] in ("bf16", "float32")
+        and isinstance(numeric["target features"], str)
+        and re.fullmatch(r"(store|live) \((bf16|float32) forward\)", numeric["target features"])
+    ):
+        raise ExportError(
+            f"{where}: numeric = {numeric!r}, not a draft's settings ({', '.join(NUMERIC_COLUMNS)}: 'bf16' or "
+            "'float32', and 'store' or 'live' with its forward's precision, e.g. 'store (float32 forward)')"
+        )
+
+
 def _check_verifier(folder: Path, verifier: dict, record: dict, target) -> None:
     """The speculators layout's verifier (what vLLM and speculators build the target from) is the one
     elsi's record names and of `target`'s architecture."""
@@ -522,9 +542,9 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
         draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency
-    draft.numeric = (
-        record.get("numeric")
-        if isinstance(record.get("numeric"), dict) and "training" not in record["numeric"]
-        else None
-    )
+    numeric = record.get("numeric")
+    untrained = isinstance(numeric, dict) and set(numeric) == {"training"}
+    if not untrained:
+        _check_numeric(numeric, folder / RECORD)
+    draft.numeric = None if untrained else numeric
     return draft.eval()

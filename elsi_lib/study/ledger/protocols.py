@@ -11,7 +11,7 @@ The bf16 protocols are the committed Tables 2 and 3 as they ran (a CPU with bf16
 instructions); each has a float32 twin with the same data, which a CPU without them can add units
 to (bf16 autocast runs 31-110x slower there, `bench/bench_bf16.py`). The two share a table only once
 their units agree within the reseed range (`twins.joined_tables`). `qwen_strong` (and its twin) is
-the strong protocol's data on Qwen2.5-Coder-0.5B, issue 37's memory-bound target: 5,000 of its own
+the strong protocol's data on Qwen2.5-Coder-0.5B, the memory-bound target of the wall-clock runs: 5,000 of its own
 vLLM replies, one draft per set.
 """
 
@@ -62,17 +62,17 @@ STRONG_LEDGER = (
     ("elsi-c-m3", 0),
     ("lowest-entropy-m3", 0),
     ("elsi-m3-no-template", 0),
-    # beyond the issue's ten: two more sets for the criteria's out-of-sample test (SmolLM2's ELSI and
+    # beyond the paper's ten: two more sets for the criteria's out-of-sample test (SmolLM2's ELSI and
     # ELSI-C m = 2 sets, (10, 29) and (2, 10) on Table 2's calibration, differ from every set above)
     ("elsi-m2", 0),
     ("elsi-c-m2", 0),
-    # the seed-level noise floor of the probe's set against EAGLE3's (issue 54): every trained set trails
+    # the seed-level noise floor of the probe's set against EAGLE3's: every trained set trails
     # EAGLE3 at T = 0 on this family, so its verdict rests on seeds of both
     ("probe-m3", 1),
     ("probe-m3", 2),
     ("eagle3", 2),
 )
-# the strong protocol's data on Qwen2.5-Coder-0.5B (issue 37's memory-bound target): the probe's m = 3
+# the strong protocol's data on Qwen2.5-Coder-0.5B (the wall-clock runs' memory-bound target): the probe's m = 3
 # set first, the strongest of Table 3's drafts (its T = 0 AVG tau at 60 nodes 0.07-0.09 above EAGLE3's
 # under both numeric twins), the one served in vLLM; then the baseline and the paper's method
 QWEN_STRONG_LEDGER = (
