@@ -40,9 +40,10 @@ def _count(name: str, value, lo: int = 0) -> int:
     """`value` as a whole number >= lo (an int, or a float with no fraction; never text or a bool)."""
     if not (isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and math.isfinite(value)):
         raise ValueError(f"{name} must be a whole number >= {lo}, got {value!r}")
-    if value != int(value) or value < lo:
+    whole = float(value)
+    if not whole.is_integer() or whole < lo:
         raise ValueError(f"{name} must be a whole number >= {lo}, got {value!r}")
-    return int(value)
+    return int(whole)
 
 
 def _check_rates(rates: Sequence[float]) -> list[float]:
