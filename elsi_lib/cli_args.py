@@ -187,6 +187,8 @@ def _check(args) -> None:
         _check_out_is_no_input(args)
     if getattr(args, "figures", None) is not None:
         _check_writable_folder(args.figures, "--figures")
+        if Path(args.figures).resolve().is_relative_to(PACKAGE_ROOT):
+            raise UsageError(f"--figures {args.figures} lies inside elsi's package: save the figures elsewhere")
 
 
 def _check_engine(args) -> None:
@@ -316,7 +318,9 @@ def _check_writable_file(name: str, option: str) -> None:
     """`name` can be written (created or replaced) as a file: fail now, not after the capture."""
     path = Path(name)
     folder = path.parent if str(path.parent) else Path(".")
-    if not name or path.is_dir() or name.endswith(os.sep):
+    if not name:
+        raise UsageError(f"{option} is empty; give a file name")
+    if path.is_dir() or name.endswith(os.sep):
         raise UsageError(f"{option} {name!r} is a folder; give a file name")
     if not folder.exists():
         raise UsageError(f"{option} {name!r}: the folder {str(folder)!r} does not exist")
@@ -335,14 +339,15 @@ def _check_out_is_no_input(args) -> None:
     evidence file, the bundled prompt sets) or of a --model / --reply-model folder (however spelt or
     linked: a file by its device and inode, a folder by its resolved path)."""
     out = Path(args.out).resolve()
-    for given in args.data or []:
-        if Path(given).is_file() and out.exists() and os.path.samefile(given, out):  # a hard link too
-            raise UsageError(f"--out {args.out} is --data {given}: the answer would overwrite its own input")
+    inputs = [("--data", given) for given in args.data or []]
+    inputs += [(f"--{o.replace('_', '-')}", getattr(args, o, None)) for o in ("model", "reply_model")]
+    for option, given in inputs:
+        if given and Path(given).is_file() and out.exists() and os.path.samefile(given, out):  # a hard link too
+            raise UsageError(f"--out {args.out} is {option} {given}: the answer would overwrite its own input")
     folders = {"elsi's package (its evidence file and prompt sets)": PACKAGE_ROOT}
-    for option in ("model", "reply_model"):
-        value = getattr(args, option, None)
-        if value and Path(value).is_dir():
-            folders[f"--{option.replace('_', '-')} {value}"] = Path(value)
+    for option, given in inputs[len(args.data or []) :]:
+        if given and Path(given).is_dir():
+            folders[f"{option} {given}"] = Path(given)
     for what, folder in folders.items():
         if out.is_relative_to(folder.resolve()):
             raise UsageError(

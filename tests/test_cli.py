@@ -584,3 +584,16 @@ def test_an_option_given_twice_is_refused(capsys, folder, data):
     with pytest.raises(SystemExit) as exit_:
         cli.main([str(a) for a in ["select", *select_base(folder, data), "--model", "smollm2-135m"]])
     assert exit_.value.code == 2 and "--model given twice" in capsys.readouterr().err
+
+
+def test_out_never_names_the_model_file_and_figures_never_go_into_the_package(capsys, tmp_path):
+    """The answer written over the .gguf it was computed from, or figures written among the package's
+    data: refused before any work, naming the option."""
+    model = tmp_path / "model.gguf"
+    model.write_bytes(b"GGUF")
+    code, out, err = run(capsys, "select", "--model", model, "--out", model)
+    assert code == 2 and "--out" in err and "is --model" in err and model.read_bytes() == b"GGUF"
+    code, out, err = run(capsys, "select", "--model", "smollm2-135m", "--out", "")
+    assert code == 2 and "--out is empty" in err
+    code, out, err = run(capsys, "report", "--model", "smollm2-135m", "--figures", ev.EVIDENCE_PATH.parent)
+    assert code == 2 and "lies inside elsi's package" in err

@@ -4,6 +4,7 @@ convention (vLLM's l + 1, OpenVINO's l), every weight present, and refusals wher
 the draft."""
 
 import copy
+import hashlib
 import json
 
 import pytest
@@ -481,5 +482,31 @@ def test_an_export_record_listing_a_path_outside_its_folder_is_refused(target, t
     folder = X.save_draft(trained_like(target, (1, 2, 4), 24), tmp_path / "d", target=target)
     record = json.loads((folder / "elsi.json").read_text())
     (folder / "elsi.json").write_text(json.dumps({**record, "files": {**record["files"], "../outside.txt": "0"}}))
-    with pytest.raises(X.ExportError, match="plain file names"):
+    with pytest.raises(X.ExportError, match="its 'files' must list exactly"):
         X.load_draft(folder, target)
+
+
+def test_a_folder_whose_record_lists_files_it_did_not_write_is_never_replaced(target, tmp_path):
+    """A record that says elsi wrote a user's file (forged, or written over by the user's own work) gives
+    no leave to delete it: each listed file must still be what the export wrote, by its checksum."""
+    folder = tmp_path / "thesis"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("mine")
+    record = {"written_by": "elsi save_draft", "files": {"thesis.tex": "0" * 64}}
+    (folder / "elsi.json").write_text(json.dumps(record))
+    with pytest.raises(FileExistsError, match=r"holds \['thesis.tex'\], which differ from what the earlier export"):
+        X.save_draft(trained_like(target, (1, 3), 24), folder, target=target)
+    assert (folder / "thesis.tex").read_text() == "mine"
+
+
+def test_an_export_lists_exactly_its_two_files_and_its_verifier_has_no_stray_spaces(target, tmp_path):
+    folder = X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "d", target=target)
+    index = folder / "model.safetensors.index.json"
+    index.write_text("{}")
+    record = json.loads((folder / "elsi.json").read_text())
+    record["files"]["model.safetensors.index.json"] = hashlib.sha256(b"{}").hexdigest()
+    (folder / "elsi.json").write_text(json.dumps(record))
+    with pytest.raises(X.ExportError, match="must list exactly"):
+        X.load_draft(folder, target)
+    with pytest.raises(ValueError, match="no surrounding spaces"):
+        X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "e", target=target, verifier=" org/model\n")

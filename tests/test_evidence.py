@@ -156,6 +156,10 @@ def _rows(data: dict, label: str | None, **change) -> None:
             c.update(change)
 
 
+def _first(data: dict, label: str, temperature: float) -> dict:
+    return next(c for c in data["comparisons"] if c["method"] == label and c["temperature"] == temperature)
+
+
 def _resealed(data: dict) -> dict:
     payload = {k: v for k, v in data.items() if k != "checksum"}
     return {**payload, "checksum": hashlib.sha256(ev.canonical(payload)).hexdigest()}
@@ -251,7 +255,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: _rows(d, "probe m=3", layers="21 28 31"), "not ascending distinct layer ids of the family's"),
         (lambda d: _rows(d, None, baseline="ELSI m=1"), "every comparison is against EAGLE3's rule's set"),
         (lambda d: _rows(d, None, **{"baseline layers": "5 6 7"}), "every comparison is against EAGLE3's"),
-        (lambda d: _rows(d, "probe m=3", **{"method": "FOO m=4"}), "a label says its set's size"),
+        (lambda d: _rows(d, "probe m=3", **{"method": "FOO m=4"}), "'FOO m=4' is not a draft's label"),
+        (lambda d: _rows(d, "probe m=3", **{"method": "frobnicate m=3"}), "not a draft's label"),
+        (lambda d: d["comparisons"][0].update(prompts=936.0), r"prompts = 936.0, not an integer"),
+        (lambda d: _first(d, "probe m=3", 1.0).update(seeds=2), r"its method's rows at other temperatures"),
         (lambda d: d["comparisons"][0].update(temperature=50.0), "temperature = 50.0"),
         (lambda d: d["comparisons"][0].update(questions=0), r"questions = 0, not an integer in \[2"),
         (lambda d: d["comparisons"][0].update(seeds=50), "seed level 'no' with 50"),
@@ -312,3 +319,17 @@ def test_drafts_measured_against_eagle3s_set_never_speak_for_another_default(evi
     against_openvino = ev.decision("elsi", "smollm2-135m", -0.5, best, default_set("openvino", 30), evidence)
     assert default_set("openvino", 30) != default_set("speculators", 30)
     assert against_openvino.measured == [] and "trail" not in against_openvino.reason
+
+
+def test_a_set_two_methods_chose_is_fitted_once_by_its_most_seeded_row_and_eagle2_never():
+    """Two methods that chose one set trained one draft: the fit takes the row with the most seeds, whatever
+    the rows' order; EAGLE2's feature (after the final norm) is not the layer set the criteria score."""
+    from elsi_lib.draft.evidence_checks import points
+
+    rows = [
+        {"protocol": "p", "layers": "1 2 3", "temperature": 0.0, "nodes": 60, "method": m, "seeds": s, "diff": d}
+        for m, s, d in (("ELSI-C m=3", 1, 0.03), ("ELSI m=3", 3, 0.02))
+    ]
+    rows.append({**rows[0], "layers": "23", "method": "EAGLE2", "seeds": 1, "diff": 0.05})
+    for order in (rows, rows[::-1]):
+        assert [(p["method"], p["diff"]) for p in points(order, 0.0)] == [("ELSI m=3", 0.02)]

@@ -336,6 +336,20 @@ def test_a_records_folder_that_does_not_exist_is_refused(tmp_path, monkeypatch):
         read_records("table3_f32")
 
 
+def test_a_folder_that_holds_no_protocols_folders_is_refused_as_the_records_folder(tmp_path, monkeypatch):
+    """The data folder one level above the records reads as a ledger with no records at all, which a run
+    would train again: a folder holding anything but protocols' folders is refused, naming what it holds."""
+    from elsi_lib.study.ledger.draft_records import RecordError, read_records
+
+    (tmp_path / "drafts" / "table3_f32").mkdir(parents=True)
+    (tmp_path / "results").mkdir()
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    with pytest.raises(RecordError, match=r"holds \['drafts', 'results'\], which are no protocol's folders"):
+        read_records("table3_f32")
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path / "drafts"))
+    assert read_records("table3_f32") == []
+
+
 def test_one_methods_seeds_share_a_label_and_a_set_and_labels_name_one_method(tmp_path):
     """One method's seeds share a set and a label names one method: otherwise a record relabelled as another
     method's pools two different sets as one method's seeds, and two seeds of one method with different

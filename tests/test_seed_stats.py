@@ -82,3 +82,15 @@ def test_the_committed_paper_tables_are_the_records(monkeypatch):
         assert set(committed.temperature) == {0.0, 1.0} and set(committed.nodes) == {30, 60}
         assert (committed.groupby(["temperature", "nodes"]).method.first() == "EAGLE3").all()
         assert ((committed["AVG low"] <= committed.AVG) & (committed.AVG <= committed["AVG high"])).all()
+
+
+def test_a_seed_without_a_tau_is_no_seed():
+    """A seed whose every question lacks a tau at this temperature and tree says nothing of its method:
+    the difference counts the seeds that measured something, and weighs the seed variance by them."""
+    rows = _rows({"EAGLE3": {0: 0.0, 1: 0.01}, "A": {0: 0.1, 1: 0.12}})
+    alone = rows[~((rows.method == "A") & (rows.seed == 1))]
+    blank = rows.copy()
+    blank.loc[(blank.method == "A") & (blank.seed == 1), "tau"] = np.nan
+    got, want = difference(blank, "A", temperature=0.0), difference(alone, "A", temperature=0.0)
+    assert got["seeds"] == 1 and got["diff"] == pytest.approx(want["diff"])
+    assert (got["low"], got["high"]) == pytest.approx((want["low"], want["high"]))

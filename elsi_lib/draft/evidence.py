@@ -46,7 +46,7 @@ def load(path: str | Path | None = None) -> dict:
         data = json.loads(path.read_bytes(), object_pairs_hook=unique_keys)
     except FileNotFoundError:
         raise EvidenceUnavailable(f"no evidence file at {path} (make evidence writes it)") from None
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise EvidenceUnavailable(f"{path} is not readable JSON ({err})") from None
     if not isinstance(data, dict) or type(data.get("schema")) is not int or data["schema"] != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__

@@ -30,6 +30,8 @@ FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and fol
     "smollm2-135m": ("huggingfacetb/smollm2-135m-instruct", "smollm2-135m-instruct"),
     "qwen2.5-coder-0.5b": ("qwen/qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
 }
+# a draft's label in the tables: EAGLE2's, or a method's with its set size (and a variant after a comma)
+DRAFT_LABEL = re.compile(r"EAGLE2|(ELSI|ELSI-C|probe|lowest-entropy|exhaustive) m=\d+(, [a-z][a-zA-Z ]*)?", re.I)
 FIT_TOLERANCE = 1e-6  # relative: a stored fit against the refit of its comparisons
 
 
@@ -38,20 +40,20 @@ class EvidenceUnavailable(ValueError):
 
 
 def points(comparisons: list[dict], temperature: float) -> list[dict]:
-    """The drafts a criterion's model is fitted on: the comparisons at NODES nodes and `temperature`,
-    one per distinct set of a protocol (two methods that chose the same layers trained one draft),
-    with a measured difference."""
-    out, seen = [], set()
+    """The drafts a criterion's model is fitted on: the comparisons at NODES nodes and `temperature` with
+    a measured difference, one per distinct set of a protocol (two methods that chose the same layers
+    trained one draft: the row of the most seeds speaks for it, the first of equals), EAGLE2 left out
+    (its feature is the last layer after the final norm, not the layer set the criteria score)."""
+    best: dict = {}
     for c in comparisons:
-        if float(c["temperature"]) != float(temperature) or c["nodes"] != NODES:
+        if float(c["temperature"]) != float(temperature) or c["nodes"] != NODES or c["method"] == "EAGLE2":
+            continue
+        if c.get("diff") is None or not math.isfinite(c["diff"]):
             continue
         key = (c["protocol"], c["layers"])
-        if key in seen:
-            continue
-        seen.add(key)
-        if c.get("diff") is not None and math.isfinite(c["diff"]):
-            out.append(c)
-    return out
+        if key not in best or c["seeds"] > best[key]["seeds"]:
+            best[key] = c
+    return list(best.values())
 
 
 ALPHA = 0.05  # the pooled test's level: the probe is the default method when its rho > 0 at p < ALPHA
@@ -71,7 +73,7 @@ def _number(where: str, field: str, v, lo: float = -math.inf, hi: float = math.i
     never a bool or text) within [lo, hi]."""
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and lo <= v <= hi
     if ok and integer:
-        ok = float(v).is_integer()
+        ok = isinstance(v, int)  # a count: 4744, never 4744.0
     if not ok:
         kind = "an integer" if integer else "a number"
         raise EvidenceUnavailable(f"{where}: {field} = {v!r}, not {kind} in [{lo:g}, {hi:g}]")
@@ -338,6 +340,11 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
             f"{where}: baseline {c['baseline']!r} on layers {c['baseline layers']!r}: every comparison is against "
             f"{BASELINE}'s rule's set on {family} ({' '.join(map(str, rule))})"
         )
+    if not DRAFT_LABEL.fullmatch(c["method"]):
+        raise EvidenceUnavailable(
+            f"{where}: method {c['method']!r} is not a draft's label (EAGLE2, or a method's label with its set "
+            "size, such as 'ELSI m=3' or 'probe m=3, ...')"
+        )
     size = re.search(r"\bm=(\d+)\b", c["method"])
     want = int(size.group(1)) if size else {"EAGLE2": 1}.get(c["method"])
     if want is None or len(ids) != want:
@@ -354,6 +361,12 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
     if protocols.setdefault(c["protocol"], mine) != mine:
         raise EvidenceUnavailable(
             f"{where}: (family, group, prompts) {mine}, its protocol's other rows {protocols[c['protocol']]}"
+        )
+    drafts = (c["layers"], c["seeds"], c["baseline seeds"], c["seed level"])  # one set of records a method
+    if protocols.setdefault((c["protocol"], c["method"]), drafts) != drafts:
+        raise EvidenceUnavailable(
+            f"{where}: (layers, seeds, baseline seeds, seed level) {drafts}, its method's rows at other "
+            f"temperatures or trees {protocols[(c['protocol'], c['method'])]}: one protocol's records give one"
         )
     if c.get("diff") is None:
         return

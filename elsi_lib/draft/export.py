@@ -66,6 +66,7 @@ SPECULATORS_VERSION = "0.9.0"  # the release whose schema this layout follows
 RECORD = "elsi.json"  # elsi's own record of an export (no engine reads it)
 EXPORT_FORMAT = 2  # the record's layout; 1 (before checksums) is not read
 MAX_SPECULATIVE_TOKENS = 32
+EXPORT_FILES = ("config.json", "model.safetensors")  # what an export holds besides its record
 FIRST_EXPORT = ("config.json", "model.safetensors", RECORD)  # what an export of format 1 held
 
 
@@ -184,16 +185,27 @@ def _check_destination(folder: Path) -> None:
     entries = sorted(p.name for p in folder.iterdir())
     if not entries:
         return
+    changed: list = []
     try:
         record = json.loads((folder / RECORD).read_text())
         if record.get("written_by") == "elsi save_draft" and isinstance(record.get("files"), dict):
-            written = {RECORD, *record["files"]}  # format 2 lists every file it wrote
+            written = {RECORD, *record["files"]}  # format 2 lists every file it wrote, with its checksum
+            changed = sorted(
+                name
+                for name, digest in record["files"].items()
+                if name in entries and (not (folder / name).is_file() or sha256_file(folder / name) != digest)
+            )
         elif isinstance(record, dict) and "layer_ids_elsi" in record:
             written = set(FIRST_EXPORT)  # format 1 wrote these three
         else:
             written = set()
     except (OSError, ValueError, AttributeError):
-        written = set()
+        written, changed = set(), []
+    if changed:
+        raise FileExistsError(
+            f"{folder} holds {changed}, which differ from what the earlier export there wrote: "
+            "save_draft replaces only its own exports, unaltered (choose another folder, or move them)"
+        )
     foreign = sorted(set(entries) - written)
     if not written or foreign:
         shown = foreign or entries
@@ -214,8 +226,14 @@ def _verifier(verifier, target) -> str:
                 "the target names no folder or hub id (its config's name_or_path is empty): pass "
                 "verifier=, the path or hub id engines load the target from"
             )
-    if not isinstance(verifier, (str, os.PathLike)) or not str(verifier).strip():
-        raise ValueError(f"verifier must be the path or hub id engines load the target from, got {verifier!r}")
+    if (
+        not isinstance(verifier, (str, os.PathLike))
+        or not str(verifier).strip()
+        or str(verifier) != str(verifier).strip()
+    ):
+        raise ValueError(
+            f"verifier must be the path or hub id engines load the target from (no surrounding spaces), got {verifier!r}"
+        )
     return str(verifier)
 
 
@@ -273,7 +291,7 @@ def save_draft(
             "target_dtype": str(next(target.parameters()).dtype),
             "library": versions(),
             "numeric": draft.numeric or {"training": "not recorded (not trained by elsi's train_drafts)"},
-            "files": {name: sha256_file(tmp / name) for name in ("config.json", "model.safetensors")},
+            "files": {name: sha256_file(tmp / name) for name in EXPORT_FILES},
         }
         (tmp / RECORD).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
         for path in tmp.iterdir():
@@ -291,7 +309,7 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
     path = Path(folder) / "config.json"
     try:
         config = json.loads(path.read_text(), object_pairs_hook=unique_keys)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise ExportError(f"{path}: unreadable ({err})") from err
     try:
         return _layout(path, config)
@@ -332,13 +350,13 @@ def _read_record(folder: Path) -> dict:
     path = folder / RECORD
     try:
         record = json.loads(path.read_text(), object_pairs_hook=unique_keys)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise ExportError(f"{path}: missing or unreadable ({err}); this is not an elsi export") from err
     if not isinstance(record, dict) or record.get("export_format") != EXPORT_FORMAT:
         raise ExportError(f"{path}: not an elsi export of format {EXPORT_FORMAT} (export the draft again)")
     listed = record.get("files", {})
-    if not isinstance(listed, dict) or not all(isinstance(n, str) and n and Path(n).name == n for n in listed):
-        raise ExportError(f"{path}: its 'files' must map plain file names in the folder to checksums, got {listed!r}")
+    if not isinstance(listed, dict) or sorted(listed) != sorted(EXPORT_FILES):
+        raise ExportError(f"{path}: its 'files' must list exactly {list(EXPORT_FILES)} with checksums, got {listed!r}")
     extra = sorted(p.name for p in folder.iterdir() if p.name not in listed and p.name != RECORD)
     if extra:
         raise ExportError(f"{folder}: files {extra} are not part of the export (an engine could read them)")

@@ -31,7 +31,7 @@ from ...draft.evidence_checks import MAX_TEMPERATURE
 from ...inputs.prompts import load_specbench
 from ..experiments.layer_choices import label_of
 from ...selection.methods import METHODS
-from .protocols import protocol
+from .protocols import PROTOCOLS, protocol
 
 FORMAT = 1
 STEPS = ("step 1", "step 2", "step 3")
@@ -257,7 +257,7 @@ def read_record(path) -> dict:
     path = Path(path)
     try:
         record = json.loads(path.read_text(), object_pairs_hook=unique_keys)
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise RecordError(f"{path}: unreadable ({type(err).__name__}: {err})") from None
     check_record(record, path)
     if path.name != unit_path(record["unit"], Path(".")).name or path.parent.name != record["unit"]["protocol"]:
@@ -286,13 +286,20 @@ def write_record(record: dict, root: Path | None = None) -> tuple[Path, bool]:
 def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
     """Every record of a protocol, checked, in file-name order; a records folder that does not exist is
     refused (read as empty, a ledger run would train every unit again)."""
-    if not Path(root or records_dir()).is_dir():
-        raise RecordError(f"records folder {Path(root or records_dir())} does not exist (ELSI_DRAFT_RECORDS?)")
+    root = Path(root or records_dir())
+    if not root.is_dir():
+        raise RecordError(f"records folder {root} does not exist (ELSI_DRAFT_RECORDS?)")
+    foreign = sorted(p.name for p in root.iterdir() if p.name not in PROTOCOLS and not p.name.startswith("."))
+    if foreign:  # another folder (one level too high, say) would read as a ledger with no records
+        raise RecordError(
+            f"records folder {root} holds {foreign[:5]}, which are no protocol's folders ({', '.join(PROTOCOLS)}): "
+            "is it the records folder (ELSI_DRAFT_RECORDS)?"
+        )
     try:
         protocol(protocol_name)  # a name no protocol has reads as nothing, which a run would retrain
     except KeyError as err:
         raise RecordError(err.args[0]) from None
-    folder = Path(root or records_dir()) / protocol_name
+    folder = root / protocol_name
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
     records = [read_record(p) for p in paths]
     _one_label_and_set_per_method(records, paths)

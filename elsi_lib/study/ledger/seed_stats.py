@@ -38,9 +38,10 @@ def _block(rows: pd.DataFrame, temperature: float, nodes: int) -> pd.DataFrame:
 
 
 def per_seed(block: pd.DataFrame, method: str) -> pd.DataFrame:
-    """(questions, seeds) of one method's tau: a column per training seed."""
+    """(questions, seeds) of one method's tau: a column per training seed that has a tau here (a seed
+    whose every question lacks one says nothing of the method, and is not counted as a seed)."""
     mine = block[block.method == method]
-    return mine.pivot(index="question_id", columns="seed", values="tau").sort_index()
+    return mine.pivot(index="question_id", columns="seed", values="tau").sort_index().dropna(axis=1, how="all")
 
 
 def seed_variance(rows: pd.DataFrame, *, temperature: float, nodes: int) -> tuple[float, int]:
