@@ -561,3 +561,62 @@ def test_a_lossy_chain_is_never_reported_as_a_speed_up(folder):
     assert speed.best_chain(vllm) is None
     (line,) = speed.finding(vllm)
     assert "no speed-up is reported" in line and "Best chain" not in line
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["machine"].pop("cpu"), "machine's cpu = None, not text"),
+        (lambda r: r["machine"].update(date=20240101), "machine's date = 20240101, not text"),
+        (lambda r: r["settings"].update(ceiling=None) or r["rows"][0].update(ceiling=-5.0), r"ceiling = -5.0"),
+        (lambda r: r["settings"].update({"draft autocast": "true"}), "draft autocast = 'true', not true or false"),
+        (lambda r: r["settings"].update(device=None), "settings' device = None, not text"),
+        (lambda r: r["settings"]["target forward ms by tokens"].update({"2": 0.0}), r"\['2'\] = 0.0"),
+        (lambda r: r["settings"]["target forward ms by tokens"].update({"many": 3.0}), r"\['many'\]"),
+        (lambda r: r["settings"].update({"plain decode step ms": 0}), "plain decode step ms = 0"),
+        (lambda r: r["rows"][0].update(error=float("nan")), "error = nan, not a number"),
+        (lambda r: r.update(rows={"a": 1}), "is not a chain's or a tree's"),
+    ],
+)
+def test_an_accelerator_record_that_cannot_be_read_is_refused_naming_the_field(tmp_path, change, reason):
+    """The device line reads every accelerator record: each is checked first, naming the file and the
+    field (a missing CPU, a date as a number, a negative ceiling, text where true or false belongs, a
+    zero time that a ratio divides by, NaN errors)."""
+    record = json.loads(json.dumps(device_record(False, 4.0, 80.0)))  # a copy: the fixtures share MACHINE
+    change(record)
+    (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason) as caught:
+        speed_device.device_results(tmp_path)
+    assert record["benchmark"] in str(caught.value)
+
+
+def test_accelerator_records_of_two_devices_make_no_one_line(tmp_path):
+    """One line speaks for one device: records of two are refused, not read as the first one's."""
+    for autocast, device in ((False, "NVIDIA H200"), (True, "Apple M1")):
+        record = device_record(autocast, 4.0, 80.0)
+        record["settings"]["device"] = device
+        (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=r"records of \['Apple M1', 'NVIDIA H200'\]"):
+        speed_device.device_results(tmp_path)
+
+
+def test_a_truncated_or_structurally_wrong_cost_file_is_refused_naming_it(tmp_path):
+    import json as json_
+
+    record = vllm_record()
+    path = tmp_path / f"{record['benchmark']}.json"
+    path.write_text(json_.dumps(record)[:40])
+    with pytest.raises(ValueError, match=f"{path.name}: not readable JSON"):
+        speed.cost_results(tmp_path)
+    for change, reason in (
+        (lambda r: r["settings"].pop("plain tok/s"), "settings have no 'plain tok/s'"),
+        (lambda r: r["settings"].update({"per-step acceptance": []}), "per-step acceptance \\[\\] is not a list"),
+        (lambda r: r.update(rows={"k": 1}), "settings must be a mapping and rows a list"),
+        (lambda r: [x.pop("speed-up predicted") for x in r["rows"]], "has speed-up predicted None"),
+        (lambda r: [x.update(error=float("nan")) for x in r["rows"] if x["error"] != "calibration"], "error nan"),
+    ):
+        record = json_.loads(json_.dumps(vllm_record()))
+        change(record)
+        path.write_text(json_.dumps(record))
+        with pytest.raises(ValueError, match=reason):
+            speed.cost_results(tmp_path)

@@ -7,6 +7,8 @@ the levers and the target's dtype (`speed_plots` draws them, `speed_page` writes
 from __future__ import annotations
 
 import json
+import re
+import math
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,8 @@ TOLERANCE = 0.1  # the cost model is asked to predict each measured speed-up wit
 
 
 def _number(value) -> bool:
-    return isinstance(value, (int, float))
+    """A finite real number (NaN, infinities, text and bools are none)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def predicted_chains(chains: list[dict]) -> list[dict]:
@@ -40,10 +43,7 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
     out = []
     paths = [*Path(folder).glob("cost_elsi_*.json"), *Path(folder).glob("cost_vllm_*.json")]
     for path in sorted(paths):
-        try:
-            result = json.loads(path.read_text())
-        except ValueError as err:
-            raise ValueError(f"{path}: not readable JSON ({err})") from None
+        result = read_json(path)
         _check_result(result, path)
         chains = []
         for row in result["rows"]:
@@ -56,7 +56,45 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
 
 
 def _positive(value) -> bool:
-    return _number(value) and not isinstance(value, bool) and value > 0 and value < float("inf")
+    return _number(value) and value > 0
+
+
+def read_json(path: Path):
+    """A benchmark file's JSON, or ValueError naming the file."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path}: not readable JSON ({err})") from None
+
+
+TIMINGS = ("target forward ms by tokens", "draft side ms by k", "draft ms by shape")  # {size: ms} settings
+
+
+def check_timings(settings: dict, path: Path) -> None:
+    """Each {size: ms} table of a record's settings: sizes named as the benchmarks name them (a count, or
+    a shape "KxDxT"), each time a positive number (a ratio of two would otherwise divide by zero), the
+    draft's side of a round (derived by a difference) a finite one."""
+    for field in TIMINGS:
+        if field not in settings:
+            continue
+        table = settings[field]
+        if not isinstance(table, dict) or not table:
+            raise ValueError(f"{path}: settings' {field} = {table!r}, not a table of sizes and times")
+        derived = field == "draft side ms by k"  # a round less the target's forward: noise can take it below 0
+        for size, ms in table.items():
+            if not re.fullmatch(r"\d+(x\d+x\d+)?", str(size)) or not (_number(ms) if derived else _positive(ms)):
+                kind = "a time" if derived else "a positive time"
+                raise ValueError(f"{path}: settings' {field}[{size!r}] = {ms!r}: a size and {kind} expected")
+
+
+def check_machine(machine, path: Path) -> None:
+    """A record's machine: its CPU and an ISO date, as text."""
+    for field in ("cpu", "date"):
+        value = machine.get(field) if isinstance(machine, dict) else None
+        if not (isinstance(value, str) and value):
+            raise ValueError(f"{path}: machine's {field} = {value!r}, not text")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}.*", machine["date"]):
+        raise ValueError(f"{path}: machine's date {machine['date']!r} is not an ISO date")
 
 
 def _check_result(result: dict, path: Path) -> None:
@@ -69,17 +107,26 @@ def _check_result(result: dict, path: Path) -> None:
         raise ValueError(f"{path}: not a cost benchmark (no 'rows' and 'settings')")
     if not isinstance(result.get("machine"), dict) or not result["rows"]:
         raise ValueError(f"{path}: no machine or no rows: not a finished cost benchmark")
-    rates = result["settings"].get("per-step acceptance", [])
-    if not isinstance(rates, list):
+    check_machine(result["machine"], path)
+    if not isinstance(result["settings"], dict) or not isinstance(result["rows"], list):
+        raise ValueError(f"{path}: settings must be a mapping and rows a list of rows")
+    for field in ("engine", "plain tok/s", "per-step acceptance"):
+        if field not in result["settings"]:
+            raise ValueError(f"{path}: settings have no {field!r}")
+    rates = result["settings"]["per-step acceptance"]
+    if not isinstance(rates, list) or not rates:
         raise ValueError(f"{path}: settings' per-step acceptance {rates!r} is not a list of rates")
     for i, a in enumerate(rates):
         if not (_number(a) and not isinstance(a, bool) and 0 <= a <= 1):
             raise ValueError(f"{path}: settings' per-step acceptance a_{i + 1} = {a!r}, not a share in [0, 1]")
+    check_timings(result["settings"], path)
     for field in ("plain s", "prefill ms", "plain tok/s", "plain decode step ms"):
         if field in result["settings"] and not _positive(result["settings"][field]):
             raise ValueError(f"{path}: settings' {field} = {result['settings'][field]!r}, not a positive time or rate")
     seen: dict = {}
     for i, row in enumerate(result["rows"]):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}: row {i} is not a row (a mapping of columns)")
         k = row.get("k", row.get("k or nodes") if row.get("shape") in ("chain", "tree") else None)
         if k is None:
             continue
@@ -102,13 +149,15 @@ def _check_result(result: dict, path: Path) -> None:
         for field in ("speed-up measured", "speed-up predicted", "ceiling", "break-even tau"):
             if field in row and not _positive(row[field]):
                 raise ValueError(f"{path}: row {i}: {field} {row[field]!r} is not a positive number")
-        if shape == "chain" and not _positive(row.get("speed-up measured")):
-            raise ValueError(f"{path}: row {i}: chain k = {k} has no speed-up measured")
+        if shape == "chain":
+            for field in ("speed-up measured", "speed-up predicted", "ceiling", "break-even tau", "round ms predicted"):
+                if not _positive(row.get(field)):
+                    raise ValueError(
+                        f"{path}: row {i}: chain k = {k} has {field} {row.get(field)!r}, not a positive number"
+                    )
         if "lossless" in row and not isinstance(row["lossless"], bool):
             raise ValueError(f"{path}: row {i}: lossless {row['lossless']!r} is not true or false")
-        if "error" in row and not (
-            row["error"] == "calibration" or (_number(row["error"]) and not isinstance(row["error"], bool))
-        ):
+        if "error" in row and not (row["error"] == "calibration" or _number(row["error"])):
             raise ValueError(f"{path}: row {i}: error {row['error']!r} is neither a number nor 'calibration'")
         if _number(row.get("spread")) and not row["spread"] >= 0:
             raise ValueError(f"{path}: row {i}: spread {row['spread']!r} is negative (a range over a median)")

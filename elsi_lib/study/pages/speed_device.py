@@ -5,16 +5,57 @@ they show and the README's sentence on them. Nothing in the project depends on t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from .speed import BENCH
+from .speed import BENCH, _number, _positive, check_machine, check_timings, read_json
 
 
 def device_results(folder: Path = BENCH) -> list[dict]:
     """The cost benchmark's records from an accelerator (`bench/bench_cost_device.py`: a random target
-    and draft), name order."""
-    return [json.loads(path.read_text()) for path in sorted(Path(folder).glob("cost_device_*.json"))]
+    and draft), name order, each checked (`check_device`)."""
+    out = []
+    for path in sorted(Path(folder).glob("cost_device_*.json")):
+        result = read_json(path)
+        check_device(result, path)
+        out.append(result)
+    devices = sorted({r["settings"]["device"] for r in out})
+    if len(devices) > 1:
+        raise ValueError(f"{folder}: accelerator records of {devices}: the device line speaks for one device")
+    return out
+
+
+def check_device(result, path: Path) -> None:
+    """An accelerator record, before any line reads it, naming the file, the row and the field: its machine,
+    its settings (device, model, torch as text; the draft's autocast true or false; question count and plain
+    decoding's rate and step positive; its timing tables), and rows of chains and trees with a size,
+    a ceiling and tau of 1 or more, and an error."""
+    if not isinstance(result, dict) or not isinstance(result.get("settings"), dict) or not result.get("rows"):
+        raise ValueError(f"{path}: not an accelerator cost record (settings and rows)")
+    check_machine(result.get("machine"), path)
+    s = result["settings"]
+    for field in ("device", "model", "torch"):
+        if not (isinstance(s.get(field), str) and s[field]):
+            raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not text")
+    if not isinstance(s.get("draft autocast"), bool):
+        raise ValueError(f"{path}: settings' draft autocast = {s.get('draft autocast')!r}, not true or false")
+    for field in ("questions", "plain tok/s", "plain decode step ms"):
+        if not _positive(s.get(field)):
+            raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not a positive number")
+    for field in ("target forward ms by tokens", "draft ms by shape"):
+        if field not in s:
+            raise ValueError(f"{path}: settings have no {field!r}")
+    check_timings(s, path)
+    for i, row in enumerate(result["rows"]):
+        if not (isinstance(row, dict) and row.get("shape") in ("chain", "tree")):
+            raise ValueError(f"{path}: row {i} is not a chain's or a tree's")
+        size = row.get("k or nodes")
+        if not (isinstance(size, int) and not isinstance(size, bool) and size >= 1):
+            raise ValueError(f"{path}: row {i}: k or nodes = {size!r}, not a size >= 1")
+        for field, lo in (("ceiling", 1.0), ("tau measured", 1.0)):
+            if not (_positive(row.get(field)) and row[field] >= lo):
+                raise ValueError(f"{path}: row {i}: {field} = {row.get(field)!r}, not a number >= {lo:g}")
+        if not (row.get("error") == "calibration" or _number(row.get("error"))):
+            raise ValueError(f"{path}: row {i}: error = {row.get('error')!r}, not a number")
 
 
 def _device_terms(result: dict) -> dict:
