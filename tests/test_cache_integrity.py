@@ -121,3 +121,22 @@ def test_replace_folder_names_the_real_path_when_a_file_is_in_its_place(tmp_path
         C.replace_folder(tmp, final)
     assert ".tmp" not in str(raised.value)
     assert final.read_text() == "a file" and (tmp / "a.bin").is_file()  # nothing moved
+
+
+@pytest.mark.parametrize(
+    "manifest, reason",
+    [
+        ([1], "malformed manifest"),
+        ({"key": {"k": 1}, "files": ["a.bin"]}, "malformed manifest"),
+        ({"key": {"k": 1}, "files": {"a.bin": {"sha256": "0" * 64}}}, "'a.bin' is not a path inside the entry"),
+        ({"key": {"k": 1}, "files": {"../a.bin": {"size": 1, "sha256": "0" * 64}}}, "not a path inside the entry"),
+        ("[" * 100_000, "unreadable manifest"),
+    ],
+)
+def test_a_malformed_manifest_is_a_reason_not_an_exception(tmp_path, manifest, reason):
+    """verify_manifest answers with why an entry cannot be used, whatever its manifest holds: a caller
+    then rebuilds it, where an exception would end the run."""
+    folder = tmp_path / "entry"
+    entry(folder)
+    (folder / C.MANIFEST).write_text(manifest if isinstance(manifest, str) else json.dumps(manifest))
+    assert reason in C.verify_manifest(folder, {"k": 1})

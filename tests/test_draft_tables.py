@@ -793,6 +793,8 @@ def test_rank_correlation_refuses_too_few_values(n):
         (lambda rows: rows[3].update(questions="999"), "AVG counts 999 questions, its columns"),
         (lambda rows: rows[1].update(temperature="50"), r"temperature = '50', not a number in \[0, 2\]"),
         (lambda rows: rows[3].update(tau="9.0", low="", high=""), "AVG 9.0 is not its columns' mean"),
+        (lambda rows: rows[1].update(column="Foo"), "column = 'Foo', not one of the paper's"),
+        (lambda rows: rows[1].update(questions="0"), r"tau '1.5' over 0 questions"),
     ],
 )
 def test_an_accepted_token_csv_with_an_impossible_cell_is_refused_naming_the_row(tmp_path, change, reason):
@@ -843,3 +845,16 @@ def test_an_avg_outside_its_columns_is_refused_where_no_counts_are_given(tmp_pat
     frame.to_csv(path, index=False)
     with pytest.raises(ValueError, match=r"EAGLE2 at T = 0, 60 nodes: AVG 1.0 lies outside its columns' range"):
         F.read_tau_csv(path)
+
+
+def test_a_csv_whose_lines_do_not_fit_its_header_is_refused_naming_the_line(tmp_path):
+    """A field too many (a trailing comma) would shift every cell into the next column, and a header naming
+    a column twice would read as two columns: refused, naming the line."""
+    csv_path, _ = F.save_tau_tables(written_long(written_blocks()), "t", tmp_path)
+    lines = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join([lines[0], *(line + "," for line in lines[1:])]) + "\n")
+    with pytest.raises(ValueError, match=r"row 2: \d+ fields, its header \d+"):
+        F.read_tau_csv(csv_path)
+    csv_path.write_text("\n".join([lines[0].replace("low", "tau", 1), *lines[1:]]) + "\n")
+    with pytest.raises(ValueError, match="a column named twice"):
+        F.read_tau_csv(csv_path)

@@ -117,7 +117,21 @@ def test_a_bundled_family_is_matched_as_users_name_it(name, family, tmp_path):
     name = name.format(tmp=tmp_path)
     if "nowhere" not in name and name.startswith(str(tmp_path)):
         Path(name).mkdir(parents=True)
+        layers = 24 if "Qwen" in name else 30
+        (Path(name) / "config.json").write_text(json.dumps({"num_hidden_layers": layers}))
     assert ev.family_of(name) == family
+
+
+def test_a_folder_named_as_the_family_holding_another_model_is_not_the_family(tmp_path):
+    """A folder named Qwen2.5-Coder-0.5B-Instruct whose config gives 30 layers (another model saved under
+    that name) would get the family's fit and drafts: it is no family, nor is a folder without a config."""
+    folder = tmp_path / "Qwen2.5-Coder-0.5B-Instruct"
+    folder.mkdir()
+    assert ev.family_of(str(folder)) is None
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 30}))
+    assert ev.family_of(str(folder)) is None
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_hidden_layers": 24}))
+    assert ev.family_of(str(folder)) == "qwen2.5-coder-0.5b"
 
 
 def test_comparison_lines_say_the_seeds(evidence):
@@ -272,6 +286,8 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["pooled_criteria"][0].update({"per protocol rho": "x y"}), "per protocol rho 'x y'"),
         (lambda d: d["pooled_criteria"][0].update({"per protocol p": "nan 7"}), "per protocol p 'nan 7'"),
         (lambda d: d.update(schema=True), "schema True"),
+        (lambda d: d.update(provenance="junk"), "provenance must name each record"),
+        (lambda d: d["provenance"]["records"].update({"x/y.json": "not a digest"}), "provenance must name"),
     ],
 )
 def test_a_sealed_file_with_wrong_contents_is_refused_naming_the_row(evidence, tmp_path, change, reason):

@@ -127,3 +127,38 @@ def test_a_flipped_bit_in_an_archive_is_named_and_written_again(
         except (OSError, EOFError, zlib.error):
             harmless = False
         assert harmless or archived.name in captured.err + captured.out, at  # named, never a bare gzip error
+
+
+def _resealed(archived, change) -> None:
+    """Rewrite an archive's body with `change` applied to its replies, its checksum made to match."""
+    from elsi_lib.common.cachefiles import sha256_text
+
+    wrapper = json.loads(gzip.decompress(archived.read_bytes()))
+    body = json.loads(wrapper["body"])
+    body["replies"] = change(body["replies"])
+    wrapper["body"] = json.dumps(body)
+    wrapper["sha256"] = sha256_text(wrapper["body"])
+    archived.write_bytes(gzip.compress(json.dumps(wrapper).encode()))
+
+
+def test_replies_listed_twice_or_to_no_conversation_are_never_used(
+    tiny_model, tiny_tokenizer, tmp_path, monkeypatch, capsys
+):
+    """Behind a valid checksum, a reply listed twice (which one is conversation 0's?) or under an index no
+    conversation has (shifted by one, negative) is not used: the replies are made again, said why."""
+    prompts, archive = make_conversations(3), tmp_path / "archive"
+    first = generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS)
+    (archived,) = archive.glob("*.json.gz")
+    for n, change in enumerate(
+        (
+            lambda r: r + [[0, "INJECTED"]],
+            lambda r: [[e[0] + 1, *e[1:]] for e in r],
+            lambda r: [[-1, *r[0][1:]], *r[1:]],
+        )
+    ):
+        _resealed(archived, change)
+        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / f"machine-{n}"))
+        calls = counted(tiny_model, monkeypatch)
+        assert generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS) == first
+        out = capsys.readouterr().out
+        assert calls and "regenerating replies" in out, out

@@ -19,7 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
 
 fcntl: ModuleType | None  # the module, or None where there is none
 try:
@@ -114,6 +113,7 @@ def sha256_text(text: str) -> str:
 def content_checksum(header: dict[str, str], arrays: dict) -> str:
     """sha256 over a saved file's header fields (all but "checksum") and every array's name, dtype,
     shape and bytes: everything a reader uses. arrays: numpy arrays (or anything np.asarray takes)."""
+    import numpy as np  # the one numpy user here: cachefiles otherwise needs the standard library alone
 
     fields = json.dumps({k: v for k, v in header.items() if k != "checksum"}, sort_keys=True)
     parts = [fields]
@@ -269,14 +269,25 @@ def verify_manifest(folder: str | os.PathLike, key: dict, check_hashes: bool = T
         return "no manifest (incomplete or foreign folder)"
     try:
         manifest = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         return f"unreadable manifest: {err}"
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return "malformed manifest: not a mapping with a 'files' mapping"
     if manifest.get("key") != key:
         return "stale: produced from different inputs"
-    unlisted = [name for name in entry_files(folder) if name not in manifest.get("files", {})]
+    for name, meta in manifest["files"].items():
+        if not (
+            isinstance(meta, dict)
+            and isinstance(meta.get("size"), int)
+            and isinstance(meta.get("sha256"), str)
+            and not Path(name).is_absolute()
+            and ".." not in Path(name).parts
+        ):
+            return f"malformed manifest: file {name!r} is not a path inside the entry with a size and a sha256"
+    unlisted = [name for name in entry_files(folder) if name not in manifest["files"]]
     if unlisted:
         return f"a file the manifest does not list: {', '.join(unlisted)}"
-    for name, meta in manifest.get("files", {}).items():
+    for name, meta in manifest["files"].items():
         file = folder / name
         if not file.is_file():
             return f"missing file {name}"

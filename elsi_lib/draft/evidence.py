@@ -21,6 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..common.checks import unique_keys
+from ..inputs.models import REGISTRY
 from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
 from .evidence_checks import (
@@ -83,17 +84,29 @@ def current() -> dict:
 
 def family_of(model: str) -> str | None:
     """The bundled family a model name means, as the registry matches it: its registry name exactly, its
-    hub id or an existing folder named as the hub id's last part (where a hub download lands) in any
-    capitals; else None. Another owner's hub id of the same name ("someone/SmolLM2-135M-Instruct", a
-    fine-tune perhaps) is not the family. A folder or hub id that ends
-    in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not the instruct one the
-    evidence was measured on) is not the family."""
+    hub id in any capitals, or an existing folder named as the hub id's last part (where a hub download
+    lands) whose config.json has the family's layer count; else None. Another owner's hub id of the same
+    name ("someone/SmolLM2-135M-Instruct", a fine-tune perhaps), a folder of another model under that
+    name, and a name ending in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not
+    the instruct one the evidence was measured on) are not the family."""
     name = str(model).rstrip("/")
     folder = Path(name).name.lower() if Path(name).is_dir() else None  # a hub id of another owner is no folder
     for family, aliases in FAMILY_ALIASES.items():
-        if name == family or name.lower() in aliases or folder in aliases[1:]:
+        if name == family or name.lower() in aliases:
             return family
+        if folder in aliases[1:]:  # a download's folder: its config must be the family's shape
+            return family if _layer_count(Path(name)) == REGISTRY[family].n_layers else None
     return None
+
+
+def _layer_count(folder: Path) -> int | None:
+    """The decoder layers a model folder's config.json gives (None without a readable one)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return None
+    count = config.get("num_hidden_layers") if isinstance(config, dict) else None
+    return count if isinstance(count, int) else None
 
 
 def label(method: str, m: int) -> str | None:

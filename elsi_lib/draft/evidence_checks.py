@@ -187,6 +187,17 @@ def check_contents(data: dict, path) -> None:
         data["models"], dict
     ):
         raise EvidenceUnavailable(f"{path}: comparisons and pooled_criteria must be lists, models a mapping")
+    provenance = data.get("provenance")
+    records = provenance.get("records") if isinstance(provenance, dict) else None
+    if not (
+        isinstance(records, dict)
+        and records
+        and all(
+            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in records.items()
+        )
+        and (provenance.get("commit") is None or isinstance(provenance["commit"], str))
+    ):
+        raise EvidenceUnavailable(f"{path}: provenance must name each record it rests on with its sha256, and a commit")
     seen: set = set()
     protocols: dict = {}  # protocol -> (family, group, prompts): one of each a protocol
     for i, c in enumerate(data["comparisons"]):

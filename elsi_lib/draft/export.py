@@ -519,7 +519,7 @@ def load_draft(folder, target) -> Eagle3Draft:
     if model_fingerprint(target)["weights_sha256"] != record.get("target_weights_sha256"):
         raise ExportError(
             f"{folder / RECORD}: the target's weights differ from those the draft was exported "
-            f"against ({record['target_dtype']}; this target: {next(target.parameters()).dtype}): "
+            f"against ({record.get('target_dtype', 'dtype not recorded')}; this target: {next(target.parameters()).dtype}): "
             "another model of the same shape"
         )
     draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)

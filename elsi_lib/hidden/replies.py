@@ -89,9 +89,12 @@ def generate_responses(
                 except (OSError, EOFError, zlib.error) as err:  # a torn or flipped archive: written again, said so
                     print(f"{found}: unreadable archive ({err}): the replies are written again", file=sys.stderr)
     done = read_cache(path, key) if cache else []  # (index, text) or, with ids, (index, text, ids)
+    done = _for_these(done, len(conversations), path.name)
     foreign = cache and not done
     if foreign:  # an archive of the same making under other library versions, said so
-        done = same_making(key, [Path(a) for a in (archive, shipped) if a is not None])
+        done = _for_these(
+            same_making(key, [Path(a) for a in (archive, shipped) if a is not None]), len(conversations), path.name
+        )
     foreign = foreign and bool(done)
     prompts = [
         truncate(tokenize_conversation(tokenizer, c, add_generation_prompt=True)[0], max_length) for c in conversations
@@ -227,7 +230,18 @@ def _checked(raw: bytes) -> tuple[dict, list[tuple]]:
         raise ValueError("checksum mismatch")
     payload = json.loads(wrapper["body"])
     replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]]
+    indices = [r[0] for r in replies]
+    if len(set(indices)) != len(indices) or (indices and min(indices) < 0):
+        raise ValueError("a reply's index is listed twice or is negative (each conversation has one reply)")
     return payload, replies
+
+
+def _for_these(done: list[tuple], n: int, name: str) -> list[tuple]:
+    """`done` when each of its replies answers one of the `n` conversations, else none (said why)."""
+    if any(not 0 <= entry[0] < n for entry in done):
+        print(f"regenerating replies: {name} holds a reply to no conversation of the {n}")
+        return []
+    return done
 
 
 def read_cache(path: Path, key: dict) -> list[tuple]:
@@ -241,6 +255,7 @@ def read_cache(path: Path, key: dict) -> list[tuple]:
         print(f"regenerating replies: {path.name} is unreadable or corrupt ({err})")
         return []
     if payload.get("key") != json.loads(json.dumps(key)):
+        print(f"regenerating replies: {path.name} holds replies made for other inputs than its name says")
         return []
     return replies
 

@@ -6,6 +6,7 @@ cell), saved as a CSV that reads back to the same floats and a formatted Markdow
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...common.hardware import NUMERIC_COLUMNS
+from ...draft.corpus import COLUMNS
 from ...draft.evidence_checks import MAX_TEMPERATURE
 from ..paper.plots import markdown_table, with_numeric
 from .tables import AVG, formatted
@@ -205,9 +207,17 @@ def read_tau_csv(path) -> pd.DataFrame:
     tau holding one; one row per (method, column, temperature, nodes)."""
     path = Path(path)
     try:
-        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, UnicodeDecodeError, pd.errors.EmptyDataError, pd.errors.ParserError) as err:
+        with open(path, newline="") as handle:
+            lines = list(csv.reader(handle))
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False, index_col=False)
+    except (OSError, UnicodeDecodeError, csv.Error, pd.errors.EmptyDataError, pd.errors.ParserError) as err:
         raise ValueError(f"{path}: not an accepted-token CSV ({err})") from None
+    header = lines[0] if lines else []
+    if len(set(header)) != len(header):
+        raise ValueError(f"{path}: a column named twice in its header {header}")
+    for n, fields in enumerate(lines[1:], 2):
+        if len(fields) != len(header):
+            raise ValueError(f"{path}, row {n}: {len(fields)} fields, its header {len(header)}")
     missing = [c for c in TAU_CSV_COLUMNS if c not in raw.columns]
     if missing:
         raise ValueError(f"{path}: no column(s) {missing} (expected: {list(TAU_CSV_COLUMNS)})")
@@ -223,6 +233,8 @@ def read_tau_csv(path) -> pd.DataFrame:
         for field in ("method", "column"):
             if not r[field] or r[field] != r[field].strip() or "|" in r[field] or "\n" in r[field]:
                 raise ValueError(f"{where}: {field} = {r[field]!r}, not a name (text without surrounding spaces)")
+        if r["column"] not in (*COLUMNS, AVG):
+            raise ValueError(f"{where}: column = {r['column']!r}, not one of the paper's {[*COLUMNS, AVG]}")
         temperature = _cell(where, "temperature", r["temperature"], lo=0, hi=MAX_TEMPERATURE)
         nodes = _cell(where, "nodes", r["nodes"], integer=True, lo=1)
         tau = _cell(where, "tau", r["tau"], lo=1, hi=nodes + 1, empty=True)
@@ -232,6 +244,8 @@ def read_tau_csv(path) -> pd.DataFrame:
             raise ValueError(f"{where}: best = {r['best']!r}, not True or False")
         if math.isnan(low) != math.isnan(high) or (not math.isnan(low) and not low <= tau <= high):
             raise ValueError(f"{where}: tau {r['tau']!r} is not inside its interval [{r['low']!r}, {r['high']!r}]")
+        if not math.isnan(tau) and questions == 0:
+            raise ValueError(f"{where}: tau {r['tau']!r} over 0 questions (a cell with no question has no tau)")
         if math.isnan(tau) and not questions == 0:
             raise ValueError(
                 f"{where}: tau is empty but questions is {r['questions']!r} (only a cell without questions has none)"
