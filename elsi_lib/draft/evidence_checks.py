@@ -188,7 +188,8 @@ def check_contents(data: dict, path) -> None:
     ):
         raise EvidenceUnavailable(f"{path}: comparisons and pooled_criteria must be lists, models a mapping")
     provenance = data.get("provenance")
-    records = provenance.get("records") if isinstance(provenance, dict) else None
+    provenance = provenance if isinstance(provenance, dict) else {}
+    records = provenance.get("records")
     if not (
         isinstance(records, dict)
         and records

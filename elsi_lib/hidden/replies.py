@@ -230,7 +230,7 @@ def _checked(raw: bytes) -> tuple[dict, list[tuple]]:
         raise ValueError("checksum mismatch")
     payload = json.loads(wrapper["body"])
     replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]]
-    indices = [r[0] for r in replies]
+    indices = [int(e[0]) for e in payload["replies"]]
     if len(set(indices)) != len(indices) or (indices and min(indices) < 0):
         raise ValueError("a reply's index is listed twice or is negative (each conversation has one reply)")
     return payload, replies
