@@ -177,6 +177,8 @@ def _check(args) -> None:
         raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
     if args.block < 1:
         raise UsageError(f"--block must be at least 1, got {args.block}")
+    if args.seed < 0:
+        raise UsageError(f"--seed must be 0 or more (it seeds the sample and the bootstrap), got {args.seed}")
     if args.command == "select":
         _check_method_options(args)
         _check_stability(args)
@@ -187,8 +189,13 @@ def _check(args) -> None:
         _check_out_is_no_input(args)
     if getattr(args, "figures", None) is not None:
         _check_writable_folder(args.figures, "--figures")
-        if Path(args.figures).resolve().is_relative_to(PACKAGE_ROOT):
-            raise UsageError(f"--figures {args.figures} lies inside elsi's package: save the figures elsewhere")
+        figures = Path(args.figures).resolve()
+        inside = [PACKAGE_ROOT] + [Path(args.model).resolve()] * Path(args.model).is_dir()
+        if any(figures.is_relative_to(folder) for folder in inside):
+            raise UsageError(
+                f"--figures {args.figures} lies inside elsi's package or the --model folder, which the command "
+                "reads: save the figures elsewhere"
+            )
 
 
 def _check_engine(args) -> None:

@@ -597,3 +597,12 @@ def test_out_never_names_the_model_file_and_figures_never_go_into_the_package(ca
     assert code == 2 and "--out is empty" in err
     code, out, err = run(capsys, "report", "--model", "smollm2-135m", "--figures", ev.EVIDENCE_PATH.parent)
     assert code == 2 and "lies inside elsi's package" in err
+
+
+def test_a_negative_seed_and_figures_inside_the_model_folder_are_refused_first(capsys, folder):
+    """--seed -1 samples the prompts but fails the bootstrap after the capture; figures saved into the
+    --model folder mix with the model's files: both refused before any work, naming the option."""
+    code, out, err = run(capsys, "select", "--model", folder, "--seed", -1)
+    assert code == 2 and "--seed must be 0 or more" in err
+    code, out, err = run(capsys, "report", "--model", folder, "--figures", folder / "figs")
+    assert code == 2 and "--figures" in err and "the --model folder" in err

@@ -510,3 +510,14 @@ def test_an_export_lists_exactly_its_two_files_and_its_verifier_has_no_stray_spa
         X.load_draft(folder, target)
     with pytest.raises(ValueError, match="no surrounding spaces"):
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "e", target=target, verifier=" org/model\n")
+
+
+@pytest.mark.parametrize("name", [".", "sub/..", ""])
+def test_an_export_folder_must_have_a_name_of_its_own(target, tmp_path, monkeypatch, name):
+    """'.' or a path ending in '..' would replace the folder the user stands in, or its parent: refused
+    before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ValueError, match="name the folder to write"):
+        X.save_draft(trained_like(target, (1, 3), 24), name, target=target)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]

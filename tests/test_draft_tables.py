@@ -858,3 +858,16 @@ def test_a_csv_whose_lines_do_not_fit_its_header_is_refused_naming_the_line(tmp_
     csv_path.write_text("\n".join([lines[0].replace("low", "tau", 1), *lines[1:]]) + "\n")
     with pytest.raises(ValueError, match="a column named twice"):
         F.read_tau_csv(csv_path)
+
+
+def test_a_row_missing_from_a_block_is_refused_not_shown_as_no_questions(tmp_path):
+    """Every method of a block has every column (a cell without questions is written as one): a row lost
+    from the file would otherwise print as "n/a [no questions]" and move its column to the table's end."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    source = REPO_ROOT / "data" / "results" / "table2_accepted_tokens_smollm2-135m.csv"
+    lines = source.read_text().splitlines()
+    path = tmp_path / source.name
+    path.write_text("\n".join(line for line in lines if not line.startswith("EAGLE2,MT,0.0,30,")) + "\n")
+    with pytest.raises(ValueError, match=r"EAGLE2 at T = 0, 30 nodes has no row for \['MT'\]"):
+        F.read_tau_csv(path)

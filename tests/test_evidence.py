@@ -134,6 +134,18 @@ def test_a_folder_named_as_the_family_holding_another_model_is_not_the_family(tm
     assert ev.family_of(str(folder)) == "qwen2.5-coder-0.5b"
 
 
+def test_a_hub_id_that_names_a_local_folder_is_judged_by_the_folder(tmp_path, monkeypatch):
+    """Where a hub id is also a folder here, the loader reads the folder: its config decides the family."""
+    folder = tmp_path / "HuggingFaceTB" / "SmolLM2-135M-Instruct"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 12}))
+    monkeypatch.chdir(tmp_path)
+    assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct") is None
+    assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct/") is None
+    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
+    assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct") == "smollm2-135m"
+
+
 def test_comparison_lines_say_the_seeds(evidence):
     lines = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3)
     assert lines[0].startswith("evidence: ELSI m=3 drafts (layers 1 22 23) on qwen2.5-coder-0.5b (table3_f32: 936")
@@ -168,6 +180,13 @@ def _rows(data: dict, label: str | None, **change) -> None:
     for c in data["comparisons"]:
         if label is None or c["method"] == label:
             c.update(change)
+
+
+def _pooled(data: dict) -> dict:
+    """The pooled row the default method and the criteria line read."""
+    return next(
+        r for r in data["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
+    )
 
 
 def _first(data: dict, label: str, temperature: float) -> dict:
@@ -287,6 +306,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["pooled_criteria"][0].update({"per protocol p": "nan 7"}), "per protocol p 'nan 7'"),
         (lambda d: d.update(schema=True), "schema True"),
         (lambda d: d.update(provenance="junk"), "provenance must name each record"),
+        (lambda d: _pooled(d).update(drafts=9999), "9999 drafts, but its protocols hold"),
+        (lambda d: _pooled(d).update(protocols="nonexistent_protocol other"), "hold no record this file rests on"),
+        (lambda d: _pooled(d).update({"pooled rho": -0.9}), "pooled rho -0.900 outside its protocols'"),
+        (lambda d: d["pooled_criteria"][0].update(criterion="banana"), "'banana'.* is not a criterion"),
         (lambda d: d["provenance"]["records"].update({"x/y.json": "not a digest"}), "provenance must name"),
     ],
 )

@@ -278,6 +278,7 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
             {
                 "dtype": dtype,
                 "plain tok/s": plain,
+                "plain s": r["settings"]["generated"] / plain,  # the rate is generated / plain s
                 "target forward ms by tokens": forward["f32" if dtype == "float32" else "bf16"],
                 "draft side ms by k": {"1": side, "2": side + 10},
             }
@@ -620,3 +621,24 @@ def test_a_truncated_or_structurally_wrong_cost_file_is_refused_naming_it(tmp_pa
         path.write_text(json_.dumps(record))
         with pytest.raises(ValueError, match=reason):
             speed.cost_results(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["settings"].update(generated=r["settings"]["questions"] - 1), "generated = .*, not a count >="),
+        (lambda r: r["settings"].update({"plain tok/s": 999.0}), "plain tok/s 999.0 is not generated / plain s"),
+        (lambda r: r["settings"].pop("questions"), "settings have no 'questions'"),
+        (lambda r: [x.pop("lossless") for x in r["rows"]], "lossless None is not true or false"),
+        (lambda r: [x.pop("tau measured", None) for x in r["rows"]], "has no tau measured"),
+    ],
+)
+def test_a_cost_files_settings_agree_with_each_other(tmp_path, change, reason):
+    """Settings a finding reads together are checked together: a generation of fewer tokens than questions
+    (a negative tau needed), a rate that is not its tokens over its seconds, a row without its lossless
+    flag (a lossy run taken as lossless), a chain without its tau."""
+    record = json.loads(json.dumps(elsi_record()))
+    change(record)
+    (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason):
+        speed.cost_results(tmp_path)

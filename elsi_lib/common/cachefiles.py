@@ -337,8 +337,11 @@ def check_folder_slot(final: str | os.PathLike) -> None:
 
 
 def check_parents(path: str | os.PathLike) -> None:
-    """NotADirectoryError naming the file when a parent of `path` is a file, not a folder (mkdir would
-    say only "[Errno 17] File exists")."""
+    """A folder an output replaces must have a name of its own ('.', '..' or a path ending in them would
+    replace the folder a user stands in, or its parent: ValueError), and no parent of it may be a file
+    (NotADirectoryError naming it: mkdir would say only "[Errno 17] File exists")."""
+    if os.path.basename(os.path.normpath(os.fspath(path))) in ("", ".", "..") or Path(path).name in ("", ".", ".."):
+        raise ValueError(f"{os.fspath(path)!r}: name the folder to write (not '.' or '..')")
     for parent in Path(path).absolute().parents:
         if parent.exists() or parent.is_symlink():
             if not parent.is_dir():

@@ -90,12 +90,14 @@ def family_of(model: str) -> str | None:
     name, and a name ending in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not
     the instruct one the evidence was measured on) are not the family."""
     name = str(model).rstrip("/")
-    folder = Path(name).name.lower() if Path(name).is_dir() else None  # a hub id of another owner is no folder
+    if name in FAMILY_ALIASES:  # a registry name is the bundled model, as the loader reads it
+        return name
+    folder = Path(name).name.lower() if Path(name).is_dir() else None  # what the loader reads is a folder then
     for family, aliases in FAMILY_ALIASES.items():
-        if name == family or name.lower() in aliases:
+        if folder is not None and (folder in aliases[1:] or name.lower() in aliases):
+            return family if _layer_count(Path(name)) == REGISTRY[family].n_layers else None  # its config decides
+        if folder is None and name.lower() in aliases:
             return family
-        if folder in aliases[1:]:  # a download's folder: its config must be the family's shape
-            return family if _layer_count(Path(name)) == REGISTRY[family].n_layers else None
     return None
 
 

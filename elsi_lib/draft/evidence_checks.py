@@ -32,6 +32,8 @@ FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and fol
 }
 # a draft's label in the tables: EAGLE2's, or a method's with its set size (and a variant after a comma)
 DRAFT_LABEL = re.compile(r"EAGLE2|(ELSI|ELSI-C|probe|lowest-entropy|exhaustive) m=\d+(, [a-z][a-zA-Z ]*)?", re.I)
+POOLED_CRITERIA = (*CRITERIA, "probe agreement")  # what the pooled criteria test ranks drafts by
+OUTCOMES = ("step 1", "tau minus EAGLE3")  # ... and against
 FIT_TOLERANCE = 1e-6  # relative: a stored fit against the refit of its comparisons
 
 
@@ -320,7 +322,7 @@ def check_contents(data: dict, path) -> None:
         if pair in pairs:
             raise EvidenceUnavailable(f"{where}: a pooled criteria row listed twice ({pair})")
         pairs.add(pair)
-        _check_pooled(where, r)
+        _check_pooled(where, r, data["provenance"]["records"])
     chooses = [name for name, m in METHODS.items() if m.criterion]
     if data["default_method"] not in chooses:
         raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {chooses}")
@@ -439,9 +441,24 @@ def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> No
             raise EvidenceUnavailable(f"{where}: rests on {field} {rests.get(field)!r}, its comparisons give {value!r}")
 
 
-def _check_pooled(where: str, r: dict) -> None:
-    """A pooled criteria row's per-protocol values parse and lie in range, and its p is one a permutation
-    test of its drafts can give (no smaller than one over the orderings of its drafts)."""
+def _check_pooled(where: str, r: dict, records: dict) -> None:
+    """A pooled criteria row's criterion and outcome are ones the study tests; its protocols hold records
+    (twins joined by "+"), as many as its drafts at least; its per-protocol values parse and lie in range,
+    the pooled rho (their drafts-weighted mean) between them; and its p is one a permutation test of its
+    drafts can give (no smaller than one over the orderings of its drafts)."""
+    if r["criterion"] not in POOLED_CRITERIA or r["outcome"] not in OUTCOMES:
+        raise EvidenceUnavailable(
+            f"{where}: ({r['criterion']!r}, {r['outcome']!r}) is not a criterion {POOLED_CRITERIA} against an "
+            f"outcome {OUTCOMES}"
+        )
+    held = {name.split("/")[0] for name in records}
+    names = [part for protocol in r["protocols"].split() for part in protocol.split("+")]
+    unknown = [n for n in names if n not in held]
+    if unknown:
+        raise EvidenceUnavailable(f"{where}: protocols {unknown} hold no record this file rests on")
+    recorded = sum(1 for name in records if name.split("/")[0] in names)
+    if r["drafts"] > recorded:
+        raise EvidenceUnavailable(f"{where}: {r['drafts']} drafts, but its protocols hold {recorded} records")
     for field, lo in (("per protocol rho", -1.0), ("per protocol p", 0.0)):
         if r.get(field) is None:
             continue
@@ -451,6 +468,11 @@ def _check_pooled(where: str, r: dict) -> None:
             values = [math.nan]
         if not all(lo <= v <= 1 for v in values):
             raise EvidenceUnavailable(f"{where}: {field} {r[field]!r}: values in [{lo:g}, 1] expected")
+        if field == "per protocol rho" and not min(values) - 0.005 <= r["pooled rho"] <= max(values) + 0.005:
+            raise EvidenceUnavailable(
+                f"{where}: pooled rho {r['pooled rho']:+.3f} outside its protocols' {r[field]!r}: a drafts-weighted "
+                "mean of them lies between them"
+            )
     floor = 1 / math.factorial(min(int(r["drafts"]), 170))
     if r["p (stratified permutation)"] < floor:
         raise EvidenceUnavailable(

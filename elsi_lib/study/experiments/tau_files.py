@@ -260,6 +260,17 @@ def read_tau_csv(path) -> pd.DataFrame:
                      "questions": pd.NA if math.isnan(questions) else int(questions), "best": r["best"] == "True"})  # fmt: skip
     frame = pd.DataFrame(rows, columns=list(raw.columns))
     typed = _typed(frame)
+    # a table is whole: in each block every method has every column (a cell without questions is written
+    # as one), so a row lost from the file is never shown as "no questions"
+    for (temperature, nodes), block in typed.groupby(["temperature", "nodes"], sort=False):
+        columns = set(block.column)
+        for method, rows_ in block.groupby("method", sort=False):
+            lacking = sorted(columns - set(rows_.column))
+            if lacking:
+                raise ValueError(
+                    f"{path}: {method} at T = {temperature:g}, {nodes} nodes has no row for {lacking}, which "
+                    "other methods of the block have: a row is missing"
+                )
     # AVG counts every question of the columns it averages (where the counts are known) and is their mean
     for (temperature, nodes, method), rows_ in typed.groupby(["temperature", "nodes", "method"], sort=False):
         counts = rows_.set_index("column").questions

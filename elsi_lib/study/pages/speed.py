@@ -110,9 +110,25 @@ def _check_result(result: dict, path: Path) -> None:
     check_machine(result["machine"], path)
     if not isinstance(result["settings"], dict) or not isinstance(result["rows"], list):
         raise ValueError(f"{path}: settings must be a mapping and rows a list of rows")
-    for field in ("engine", "plain tok/s", "per-step acceptance"):
-        if field not in result["settings"]:
+    s = result["settings"]
+    for field in ("engine", "plain tok/s", "per-step acceptance", "questions", "generated", "plain s", "prefill ms"):
+        if field not in s:
             raise ValueError(f"{path}: settings have no {field!r}")
+    for field, lo in (("questions", 1), ("generated", s["questions"] if isinstance(s["questions"], int) else 1)):
+        if not (isinstance(s[field], int) and not isinstance(s[field], bool) and s[field] >= lo):
+            raise ValueError(
+                f"{path}: settings' {field} = {s[field]!r}, not a count >= {lo} (a question yields a token)"
+            )
+    if _positive(s["plain s"]) and _positive(s["plain tok/s"]):
+        rate = s["generated"] / s["plain s"]
+        if abs(s["plain tok/s"] - rate) > 0.01 * rate + 0.01:
+            raise ValueError(
+                f"{path}: settings' plain tok/s {s['plain tok/s']} is not generated / plain s = {rate:.2f}"
+            )
+    if any(isinstance(r, dict) and "spread" in r for r in result["rows"]) and not (
+        isinstance(s.get("repeat"), int) and s["repeat"] >= 1
+    ):
+        raise ValueError(f"{path}: rows give a spread over repeats, settings' repeat = {s.get('repeat')!r}")
     rates = result["settings"]["per-step acceptance"]
     if not isinstance(rates, list) or not rates:
         raise ValueError(f"{path}: settings' per-step acceptance {rates!r} is not a list of rates")
@@ -155,8 +171,10 @@ def _check_result(result: dict, path: Path) -> None:
                     raise ValueError(
                         f"{path}: row {i}: chain k = {k} has {field} {row.get(field)!r}, not a positive number"
                     )
-        if "lossless" in row and not isinstance(row["lossless"], bool):
-            raise ValueError(f"{path}: row {i}: lossless {row['lossless']!r} is not true or false")
+        if not isinstance(row.get("lossless"), bool):
+            raise ValueError(f"{path}: row {i}: lossless {row.get('lossless')!r} is not true or false")
+        if shape == "chain" and not _number(row.get("tau vLLM", row.get("tau measured"))):
+            raise ValueError(f"{path}: row {i}: chain k = {k} has no tau measured")
         if "error" in row and not (row["error"] == "calibration" or _number(row["error"])):
             raise ValueError(f"{path}: row {i}: error {row['error']!r} is neither a number nor 'calibration'")
         if _number(row.get("spread")) and not row["spread"] >= 0:
@@ -200,7 +218,7 @@ def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
     this round's cost (`curve` solved for tau); None when no tau can (the prefills alone are too slow)."""
     questions, generated = settings["questions"], settings["generated"]
     budget = settings["plain s"] / speedup - settings["prefill ms"] / 1000
-    if budget <= 0:
+    if budget <= 0 or generated <= questions:
         return None
     return (generated - questions) * round_ms / 1000 / budget
 
@@ -208,7 +226,7 @@ def tau_needed(settings: dict, round_ms: float, speedup: float) -> float | None:
 def best_chain(result: dict) -> dict | None:
     """The row of `result`'s lossless chains (outputs plain greedy's token for token) with the highest
     measured speed-up; None when no chain was lossless: a lossy run's speed-up is never reported."""
-    lossless = [r for r in result["chains"] if r.get("lossless", True) is True]
+    lossless = [r for r in result["chains"] if r.get("lossless") is True]
     return max(lossless, key=lambda r: r["speed-up measured"]) if lossless else None
 
 
