@@ -68,7 +68,13 @@ def _prompts(args) -> list:
                     f"--data {prompt_set}: conversation {i} ends with a {conversation[-1]['role']} turn; "
                     "end it with a user turn (the reply model answers it) or an assistant reply"
                 )
+            if any(m["role"] == "user" and not m["content"].strip() for m in conversation):
+                raise UsageError(f"--data {prompt_set}: conversation {i} has an empty user turn (nothing to reply to)")
         pool += conversations
+    unique = list({json.dumps(c, sort_keys=True): c for c in pool}.values())
+    if len(unique) < len(pool):  # one conversation counted twice would weigh twice in the capture
+        print(f"--data: {len(pool) - len(unique)} repeated conversation(s) counted once", file=sys.stderr)
+    pool = unique
     if args.prompts > len(pool):
         raise UsageError(
             f"--prompts {args.prompts}: --data {' '.join(map(str, args.data))} holds only {len(pool)} "

@@ -569,8 +569,8 @@ def test_the_default_is_the_probes_set_with_elsis_beside_it(capsys, folder, data
 def test_a_repeated_data_option_reads_every_file(capsys, folder, data, tmp_path):
     """--data A --data B reads both, as --data A B does: reading B alone would drop A's conversations and
     leave A out of the provenance."""
-    other = tmp_path / "more.jsonl"
-    other.write_text(data.read_text())
+    other = tmp_path / "more.jsonl"  # other conversations (the same ones would count once)
+    other.write_text(data.read_text().replace('"value": "', '"value": "More: '))
     args = ["select", "--model", folder, "--prompts", 40, "--block", 4, "--reply-model", "self", "--method", "elsi"]
     code, out, err = run(capsys, *args, "--data", data, "--data", other, "--format", "json")
     assert code == 0, err
@@ -606,3 +606,20 @@ def test_a_negative_seed_and_figures_inside_the_model_folder_are_refused_first(c
     assert code == 2 and "--seed must be 0 or more" in err
     code, out, err = run(capsys, "report", "--model", folder, "--figures", folder / "figs")
     assert code == 2 and "--figures" in err and "the --model folder" in err
+
+
+def test_data_with_an_empty_user_turn_is_refused_and_repeats_count_once(capsys, folder, tmp_path, no_capture):
+    """An empty user turn gives the reply model nothing to answer: refused before any work, naming the
+    conversation. A conversation given twice in one file would weigh twice in the capture: counted once,
+    said so."""
+    empty = tmp_path / "empty.jsonl"
+    turns = [{"from": "human", "value": "Hello"}, {"from": "gpt", "value": "Hi"}]
+    empty.write_text(
+        "\n".join(json.dumps({"conversations": t}) for t in (turns, [{"from": "human", "value": "  "}])) + "\n"
+    )
+    code, out, err = run(capsys, "select", "--model", folder, "--data", empty, "--prompts", 1, "--method", "elsi")
+    assert code == 2 and "conversation 2 has an empty user turn" in err
+    repeated = tmp_path / "repeated.jsonl"
+    repeated.write_text("\n".join(json.dumps({"conversations": turns}) for _ in range(3)) + "\n")
+    code, out, err = run(capsys, "select", "--model", folder, "--data", repeated, "--prompts", 2, "--method", "elsi")
+    assert code == 2 and "2 repeated conversation(s) counted once" in err and "holds only 1" in err

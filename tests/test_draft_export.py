@@ -329,12 +329,27 @@ def test_load_draft_verifies_checksums_config_and_target(target, tmp_path):
 def test_an_export_of_the_first_format_is_replaced_not_refused(target, tmp_path):
     folder = tmp_path / "old"
     folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text(
+        json.dumps({"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": [2, 4]})
+    )
     (folder / "elsi.json").write_text(json.dumps({"format": "speculators", "layer_ids_elsi": [1, 3]}))
     with pytest.raises(ValueError, match="elsi.json: not an elsi export of format 2"):
         X.load_draft(folder, target)
     X.save_draft(trained_like(target, (1, 3), 24), folder, target=target)
     assert X.load_draft(folder, target).config.layer_ids == (1, 3)
+
+
+def test_a_model_folder_with_a_first_format_record_is_never_replaced(target, tmp_path):
+    """Format 1 kept no checksums: a folder whose config is a model's, not a draft's, is refused whatever
+    its elsi.json says, and the model's weights stay."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"]}))
+    (folder / "model.safetensors").write_bytes(b"the target's weights")
+    (folder / "elsi.json").write_text(json.dumps({"layer_ids_elsi": [1]}))
+    with pytest.raises(FileExistsError, match="not an earlier elsi export"):
+        X.save_draft(trained_like(target, (1, 3), 24), folder, target=target)
+    assert (folder / "model.safetensors").read_bytes() == b"the target's weights"
 
 
 def test_an_empty_verifier_is_refused(target, tmp_path, monkeypatch):

@@ -184,3 +184,26 @@ def test_a_file_of_another_shape_says_which_shapes_are_expected(tmp_path):
     later.write_text(json.dumps(RECORD) + "\n" + json.dumps(RECORD, indent=2))
     with pytest.raises(readers.DataFormatError, match=r"later\.jsonl:2: malformed JSON .*one JSON record per line"):
         load_prompts(later)
+
+
+def test_a_sharegpt_record_without_a_user_turn_is_left_out_with_a_warning(tmp_path):
+    """A record with no user turn has nothing for a model to answer: it is left out, and the warning names
+    the file and how many, so that a count that shrank is explained."""
+    import json
+    import warnings
+
+    from elsi_lib.inputs.readers import parse_sharegpt
+
+    path = tmp_path / "mixed.jsonl"
+    records = [
+        [{"from": "human", "value": "Hi"}],
+        [{"from": "gpt", "value": "alone"}],
+        [{"from": "system", "value": "s"}],
+    ]
+    path.write_text("\n".join(json.dumps({"conversations": r}) for r in records) + "\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(parse_sharegpt(path)) == 1
+    assert any(
+        "2 record(s) without a user turn left out" in str(w.message) and path.name in str(w.message) for w in caught
+    )

@@ -196,6 +196,7 @@ def _check_destination(folder: Path) -> None:
                 if name in entries and (not (folder / name).is_file() or sha256_file(folder / name) != digest)
             )
         elif isinstance(record, dict) and "layer_ids_elsi" in record:
+            read_layout(folder)  # format 1 had no checksums: its config must at least be a draft's (not a model's)
             written = set(FIRST_EXPORT)  # format 1 wrote these three
         else:
             written = set()

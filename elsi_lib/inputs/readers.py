@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -173,8 +174,9 @@ SHAREGPT_ROLES = {
 
 
 def parse_sharegpt(path: Path) -> list[Conversation]:
-    """ShareGPT `{conversations: [{from, value}]}` records (JSON list or JSONL), the paper's format."""
-    out = []
+    """ShareGPT `{conversations: [{from, value}]}` records (JSON list or JSONL), the paper's format; a record
+    without a user turn is left out, with a warning naming the file and how many."""
+    out, dropped = [], 0
     for lineno, record in _read_records(path):
         turns = record_field(record, "conversations", path, lineno, list)
         conversation = []
@@ -187,6 +189,10 @@ def parse_sharegpt(path: Path) -> list[Conversation]:
             )
         if any(m["role"] == "user" for m in conversation):
             out.append(conversation)
+        else:
+            dropped += 1
+    if dropped:
+        warnings.warn(f"{path}: {dropped} record(s) without a user turn left out (nothing for a model to answer)")
     return out
 
 
