@@ -412,3 +412,26 @@ def test_a_records_set_and_curve_fit_its_method(tmp_path, change, message):
     path.write_text(json.dumps(record))
     with pytest.raises(R.RecordError, match=message):
         R.read_records("table3_f32", tmp_path)
+
+
+def test_one_set_has_one_set_of_criteria_in_a_protocol(tmp_path):
+    """A set's criteria (set entropy, the probe's error and agreement) are the protocol's calibration's: two
+    records of one set that disagree (another method or seed on the same layers) would put two points for
+    one set into the pooled criteria test."""
+    R.write_record(a_record(seed=0), tmp_path)
+    other = a_record(method="elsi-c-m3")  # the same set (1, 22, 23)
+    other["set entropy"] = 0.1
+    R.write_record(other, tmp_path)
+    with pytest.raises(R.RecordError, match=r"layers 1 22 23 with .* of the same set has"):
+        R.read_records("table3_f32", tmp_path)
+
+
+def test_a_record_that_measured_nothing_in_a_block_is_refused(tmp_path):
+    """Every tau of a temperature and tree NaN: the draft measured nothing there, and the tables would fail
+    later naming no file."""
+    record = a_record()
+    record["questions"] = [
+        [t, n, q, c, float("nan") if (t, n) == (0.0, 60) else tau] for t, n, q, c, tau in record["questions"]
+    ]
+    with pytest.raises(R.RecordError, match="no question has a tau at T = 0, 60 nodes"):
+        R.write_record(record, tmp_path)

@@ -203,6 +203,7 @@ def check_contents(data: dict, path) -> None:
         raise EvidenceUnavailable(f"{path}: provenance must name each record it rests on with its sha256, and a commit")
     seen: set = set()
     protocols: dict = {}  # protocol -> (family, group, prompts): one of each a protocol
+    one_draft: dict = {}  # (protocol, layers, T, nodes, seeds a side) -> its numbers: two methods, one draft
     for i, c in enumerate(data["comparisons"]):
         where = (
             f"{path}, comparison {i} ({c.get('protocol')}, {c.get('method')})"
@@ -239,6 +240,15 @@ def check_contents(data: dict, path) -> None:
             raise EvidenceUnavailable(f"{where}: listed twice at T = {key[3]:g}, {key[4]} nodes")
         seen.add(key)
         _check_comparison(where, c, protocols)
+        if c["method"] != "EAGLE2" and c.get("diff") is not None:  # EAGLE2's feature is not its set's: another draft
+            draft = (c["protocol"], c["layers"], float(c["temperature"]), c["nodes"], c["seeds"], c["baseline seeds"])
+            numbers = (c["diff"], c["low"], c["high"])
+            first = one_draft.setdefault(draft, (numbers, c["method"]))
+            if not all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(first[0], numbers)):
+                raise EvidenceUnavailable(
+                    f"{where}: layers {c['layers']} with {c['seeds']} seed(s) are {first[1]}'s draft too, whose "
+                    f"difference is {first[0][0]:+.4f}, not {c['diff']:+.4f}: one draft, one measurement"
+                )
     temperatures = {float(c["temperature"]) for c in data["comparisons"]}
     for criterion in CRITERIA:
         entries = data["models"].get(criterion)
@@ -333,6 +343,41 @@ def check_contents(data: dict, path) -> None:
         )
 
 
+def held_out(pts: list[dict], criterion: str) -> list[dict]:
+    """Leave one protocol group out (`points` of one temperature): each held-out draft's prediction from
+    the others' fit (the family's where the rest hold its family, else the pooled one, `decision.fit`),
+    its 95% half-width, the measured difference and |error| / half-width ("ratio"); none with fewer than
+    two groups. The study writes these rows; the reader recomputes them."""
+    groups = list(dict.fromkeys(c["group"] for c in pts))
+    rows: list[dict] = []
+    if len(groups) < 2:
+        return rows
+    for group in groups:
+        train = [c for c in pts if c["group"] != group]
+        x = np.array([c[f"d {criterion}"] for c in train], float)
+        y = np.array([c["diff"] for c in train], float)
+        own = decision.fit([c["family"] for c in train], x, y, pooled=False)
+        pooled = decision.fit([c["family"] for c in train], x, y, pooled=True)
+        for c in (c for c in pts if c["group"] == group):
+            use = own if own is not None and c["family"] in own.columns[:-1] else pooled
+            if use is None:
+                continue
+            d, half = decision.predict(use, c["family"] if use is own else None, c[f"d {criterion}"])
+            rows.append(
+                {
+                    "held out": group,
+                    "protocol": c["protocol"],
+                    "layers": c["layers"],
+                    "model": "family" if use is own else "pooled",
+                    "predicted": d,
+                    "half": half,
+                    "measured": c["diff"],
+                    "ratio": abs(c["diff"] - d) / half,
+                }
+            )
+    return rows
+
+
 def _layer_ids(where: str, field: str, text, n_layers: int) -> tuple:
     """The ascending distinct layer ids `text` ("1 14 26") names, each one of the family's `n_layers`."""
     ids = tuple(int(x) for x in text.split()) if isinstance(text, str) and re.fullmatch(r"\d+( \d+)*", text) else None
@@ -402,6 +447,10 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
             )
 
 
+def _number_like(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def _close(a, b) -> bool:
     return bool(np.allclose(np.asarray(a, float), np.asarray(b, float), rtol=FIT_TOLERANCE, atol=1e-12))
 
@@ -428,6 +477,25 @@ def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> No
                 f"{where}[{kind!r}]: not the fit its {len(pts)} comparisons at {NODES} nodes give"
                 + ("" if refit is None else f" (columns {list(refit.columns)}, df {refit.df}, s2 {refit.s2:.6g})")
             )
+    expected = held_out(pts, criterion)
+    found = entry.get("out of sample")
+    same = isinstance(found, list) and len(found) == len(expected)
+    for mine, theirs in zip(found if same else [], expected):
+        same = (
+            same
+            and isinstance(mine, dict)
+            and all(
+                mine.get(k) == theirs[k]
+                if isinstance(theirs[k], str)
+                else _number_like(mine.get(k)) and abs(mine[k] - theirs[k]) <= 2e-6 + 1e-6 * abs(theirs[k])
+                for k in theirs
+            )
+        )
+    if not same:
+        raise EvidenceUnavailable(
+            f"{where}: its out-of-sample rows are not what leaving each protocol group out of its comparisons "
+            f"gives ({len(expected)} rows)"
+        )
     rests = entry["rests on"]
     given = {
         "drafts": len(pts),

@@ -122,6 +122,12 @@ def _questions_ok(rows, where: str, depth: int) -> None:
             raise RecordError(
                 f"{where}: tau {tau} for question {question} is outside [1, {most}] ({nodes} nodes, depth {depth})"
             )
+    blocks: dict = {}
+    for temperature, nodes, _, _, tau in rows:
+        blocks[(temperature, nodes)] = blocks.get((temperature, nodes), False) or not math.isnan(tau)
+    empty = [f"T = {t:g}, {n} nodes" for (t, n), any_tau in blocks.items() if not any_tau]
+    if empty:
+        raise RecordError(f"{where}: no question has a tau at {', '.join(empty)} (the draft measured nothing there)")
     keys = [(row[0], row[1], row[2]) for row in rows]
     if len(set(keys)) != len(keys):
         t, n, q = next(k for k in keys if keys.count(k) > 1)
@@ -311,6 +317,7 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
     label (the tables pool seeds by label: a relabelled or re-layered record would pool other drafts)."""
     first: dict = {}
     by_label: dict = {}
+    by_set: dict = {}  # layers -> (criteria, the first record's path)
     questions: dict = {}
     numbers_of: dict = {}
     for record, path in zip(records, paths):
@@ -320,6 +327,17 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
             raise RecordError(
                 f"{path}: its questions (temperature, nodes, question, column) are not {reference[1].name}'s: "
                 f"{len(asked)} rows against {len(reference[0])}; one protocol asks its drafts the same questions"
+            )
+        criteria = tuple(record[c] for c in ("set entropy", "probe error", "probe agreement"))
+        feature = (record["layers"], record["unit"]["method"] == "eagle2")  # EAGLE2's: after the final norm
+        known, where = by_set.setdefault(feature, (criteria, path))
+        if not all(
+            (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, abs_tol=1e-6))
+            for a, b in zip(known, criteria)
+        ):
+            raise RecordError(
+                f"{path}: layers {record['layers']} with (set entropy, probe error, probe agreement) {criteria}; "
+                f"{where.name} of the same set has {known}: a set's criteria are the protocol's, one each"
             )
         method = record["unit"]["method"]
         taus = {(t, n, q): tau for t, n, q, _, tau in record["questions"]}

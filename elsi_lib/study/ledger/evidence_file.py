@@ -24,9 +24,10 @@ import pandas as pd
 
 from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
 from ...common.results import results_dir
-from ...draft.decision import fit, predict, widening
+from ...draft.decision import fit, widening
 from ...draft.evidence import EVIDENCE_PATH, SCHEMA, canonical
 from ...draft.evidence_checks import CRITERIA, NODES
+from ...draft.evidence_checks import held_out
 from ...draft.evidence_checks import points as fit_points
 from ..paper.plots import save_table
 from .protocols import PROTOCOLS
@@ -82,32 +83,9 @@ def points(table: pd.DataFrame, temperature: float) -> pd.DataFrame:
 
 
 def out_of_sample(pts: pd.DataFrame, criterion: str) -> pd.DataFrame:
-    """Leave one protocol group out: each held-out draft's prediction from the others, with the family's
-    fit where the rest hold that family, else the pooled one; its |error| / half-width ("ratio")."""
-    rows = []
-    for group in pts.group.unique():
-        train, test = pts[pts.group != group], pts[pts.group == group]
-        x, y = train[f"d {criterion}"].to_numpy(float), train["diff"].to_numpy(float)
-        own = fit(list(train.family), x, y, pooled=False)
-        pooled = fit(list(train.family), x, y, pooled=True)
-        for _, r in test.iterrows():
-            use = own if own is not None and r.family in own.columns[:-1] else pooled
-            if use is None:
-                continue
-            d, half = predict(use, r.family if use is own else None, r[f"d {criterion}"])
-            rows.append(
-                {
-                    "held out": group,
-                    "protocol": r.protocol,
-                    "layers": r.layers,
-                    "model": "family" if use is own else "pooled",
-                    "predicted": d,
-                    "half": half,
-                    "measured": r["diff"],
-                    "ratio": abs(r["diff"] - d) / half,
-                }
-            )
-    return pd.DataFrame(rows)
+    """Leave one protocol group out (`draft.evidence_checks.held_out`, which the reader recomputes)."""
+    records = pts.astype(object).where(pts.notna(), None).to_dict("records")
+    return pd.DataFrame(held_out(records, criterion))
 
 
 def criterion_models(table: pd.DataFrame) -> dict:
