@@ -146,3 +146,23 @@ def test_an_older_builders_marker_never_lets_a_users_file_go(tmp_path):
         site.build(out)
     assert (out / "my_notes.txt").read_text() == "mine" and (out / "sub" / "keep.md").read_text() == "mine too"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["site"]  # no fresh folder left behind
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda f: f.assign(**{"max S_1": float("nan")}), r"row 2: max S_1 = .*nan.*, not a number"),
+        (lambda f: f.iloc[:0], "no row the page reads"),
+        (lambda f: f.rename(columns={"max S_1": "max S1"}), r"no column\(s\) \['max S_1'\]"),
+        (lambda f: f.assign(model=""), "row 2: model is empty"),
+    ],
+)
+def test_a_results_csv_a_page_reads_is_checked_naming_the_file_row_and_column(tmp_path, change, reason):
+    """A page printed "peaks at layer nan", an empty finding, or a KeyError naming no file: each refused."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / "fig02_layer_entropy_summary.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.build(tmp_path / "site", copy)
+    assert "fig02_layer_entropy_summary.csv" in str(caught.value)

@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 import elsi_lib
@@ -49,15 +50,44 @@ class Page:
     finding: object = field(default=None, compare=False)  # (results folder) -> markdown lines
 
 
-def _csv(folder: Path, stem: str) -> pd.DataFrame:
+def _csv(folder: Path, stem: str, numbers: tuple = (), texts: tuple = (), keep=None) -> pd.DataFrame:
+    """A results CSV a page reads, checked as it is read: its `numbers` and `texts` columns there, a row at
+    least (of those `keep` keeps, when given), every number finite and every text non-empty; ValueError
+    naming the file, the row and the column. Returns the rows kept."""
     path = folder / f"{stem}.csv"
     if not path.is_file():
         raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
-    return pd.read_csv(path)
+    try:
+        rows = pd.read_csv(path)
+    except (ValueError, pd.errors.ParserError) as err:
+        raise ValueError(f"{path}: not a results CSV ({err})") from None
+    missing = [c for c in (*numbers, *texts) if c not in rows.columns]
+    if missing:
+        raise ValueError(f"{path}: no column(s) {missing} (a page reads them)")
+    rows = rows if keep is None else keep(rows)
+    if rows.empty:
+        raise ValueError(f"{path}: no row the page reads: it would say nothing")
+    for column in numbers:
+        values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            raise ValueError(
+                f"{path}, row {rows.index[bad[0]] + 2}: {column} = {rows[column].iloc[bad[0]]!r}, not a number"
+            )
+    for column in texts:
+        bad = np.flatnonzero(rows[column].isna().to_numpy() | (rows[column].astype(str).str.strip() == ""))
+        if len(bad):
+            raise ValueError(f"{path}, row {rows.index[bad[0]] + 2}: {column} is empty")
+    return rows
 
 
 def _wave(folder):
-    rows = _csv(folder, "fig02_layer_entropy_summary")
+    rows = _csv(
+        folder,
+        "fig02_layer_entropy_summary",
+        ("argmax layer", "max S_1", "min S_1", "argmin layer", "top-row energy share, median"),
+        ("model",),
+    )
     return [
         f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
         f"falls to {r['min S_1']:.4f} at layer {r['argmin layer']}; the largest block row holds a median "
@@ -67,8 +97,13 @@ def _wave(folder):
 
 
 def _filtering(folder):
-    rows = _csv(folder, "fig04_variance_reduction")
-    rows = rows[rows.selection == "entropy"]
+    rows = _csv(
+        folder,
+        "fig04_variance_reduction",
+        ("early reduction %", "middle reduction %", "late reduction %"),
+        ("model", "selection"),
+        keep=lambda rows: rows[rows.selection == "entropy"],
+    )
     return [
         f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
         f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
@@ -77,7 +112,7 @@ def _filtering(folder):
 
 
 def _compartments(folder):
-    rows = _csv(folder, "fig05_boundaries")
+    rows = _csv(folder, "fig05_boundaries", ("mean off-diagonal CKA",), ("model", "selection"))
     return [
         f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
         f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
@@ -86,7 +121,7 @@ def _compartments(folder):
 
 
 def _selection(folder):
-    rows = _csv(folder, "table1_layer_selection")
+    rows = _csv(folder, "table1_layer_selection", ("m", "entropy"), ("model", "setting", "method", "layers"))
     rows = rows[(rows.setting == "paper") & (rows.m == 3) & rows.method.isin(["ELSI", "EAGLE3", "exhaustive"])]
     return [f"- {r.model}, {r.method}: {r.layers}, set entropy {r.entropy:.4f}." for _, r in rows.iterrows()]
 
@@ -106,7 +141,12 @@ def _drafts(families, methods=("elsi", "probe")):
 
 
 def _criteria(folder):
-    rows = _csv(folder, "criteria_rank_correlations")
+    rows = _csv(
+        folder,
+        "criteria_rank_correlations",
+        ("nodes", "temperature", "drafts", "rho", "p (permutation)"),
+        ("protocol", "outcome", "criterion"),
+    )
     rows = rows[(rows.nodes == NODES) & (rows.temperature == 0) & (rows.outcome == "tau minus EAGLE3")]
     return [
         f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
@@ -116,15 +156,17 @@ def _criteria(folder):
 
 
 def _families(folder):
-    rows = _csv(folder, "families_compared")
+    rows = _csv(folder, "families_compared", ("temperature", "nodes"), ("effect",))
     rows = rows[rows.effect.str.contains("minus EAGLE3") & (rows.nodes == NODES)]
     last = [c for c in rows.columns if " minus " in c and not c.startswith(("low", "high", "value"))][0]
     return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in rows.iterrows()]
 
 
 def _ledger(folder):
-    found = _csv(folder, "ledger_findings")
-    pooled = _csv(folder, "criteria_pooled")
+    found = _csv(
+        folder, "ledger_findings", ("temperature", "seed", "diff", "low", "high", "drafts"), ("protocol", "method")
+    )
+    pooled = pd.DataFrame(ev.load()["pooled_criteria"])  # criteria_pooled.csv as the evidence file holds it, checked
     lines = [
         f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
         f"[{r.low:+.3f}, {r.high:+.3f}] "
