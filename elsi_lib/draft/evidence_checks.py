@@ -479,8 +479,9 @@ def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> No
             )
     expected = held_out(pts, criterion)
     found = entry.get("out of sample")
-    same = isinstance(found, list) and len(found) == len(expected)
-    for mine, theirs in zip(found if same else [], expected):
+    rows: list = found if isinstance(found, list) else []
+    same = isinstance(found, list) and len(rows) == len(expected)
+    for mine, theirs in zip(rows if same else [], expected):
         same = (
             same
             and isinstance(mine, dict)
