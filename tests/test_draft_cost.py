@@ -81,6 +81,7 @@ def test_generation_seconds_counts_prefills_and_rounds():
         (lambda: cost.speedup(float("inf"), 1, 1), "tokens per round must be a finite number"),
         (lambda: cost.generation_seconds(10.5, 2, 2, 1, 0), "generated tokens must be a whole number"),
         (lambda: cost.generation_seconds(True, True, 2, 1, 0), "prompts must be a whole number"),
+        (lambda: cost.step_acceptance({0: 1, 5: 2}, 5), "a sequence of whole numbers, one per round"),
     ],
 )
 def test_bad_input_is_refused_with_its_name(call, match):
@@ -103,3 +104,10 @@ def test_the_engines_cost_script_repeats_the_same_arithmetic():
     assert rates == pytest.approx(cost.step_acceptance(accepted, 3))
     assert module.tokens_per_round(rates) == pytest.approx(cost.tokens_per_round(rates))
     assert module.tokens_per_round(rates) == pytest.approx(1 + np.mean(accepted))
+
+
+def test_numpy_counts_are_counts():
+    """A numpy integer k (as the benchmarks compute it) is a chain length like a Python int."""
+    import numpy as np
+
+    assert cost.step_acceptance([3, 2, 1], np.int64(3)) == cost.step_acceptance([3, 2, 1], 3)

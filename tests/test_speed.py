@@ -642,3 +642,12 @@ def test_a_cost_files_settings_agree_with_each_other(tmp_path, change, reason):
     (tmp_path / f"{record['benchmark']}.json").write_text(json.dumps(record))
     with pytest.raises(ValueError, match=reason):
         speed.cost_results(tmp_path)
+
+
+def test_a_cost_file_with_a_key_twice_is_refused(tmp_path):
+    """json keeps the last of two keys without a word: the reader refuses the file, naming it."""
+    record = vllm_record()
+    text = json.dumps(record).replace('"plain tok/s": ', '"plain tok/s": 1.0, "plain tok/s": ', 1)
+    (tmp_path / f"{record['benchmark']}.json").write_text(text)
+    with pytest.raises(ValueError, match="key 'plain tok/s' appears twice"):
+        speed.cost_results(tmp_path)

@@ -57,8 +57,9 @@ def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
     round's accepted draft tokens (0..k, before any end-of-sequence or length cut). a_i is the
     share of rounds that accepted at least i among those that accepted at least i - 1; a step no
     round reached gets a_i = 0 (nothing is known to be accepted there)."""
-    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    k = _count("k", k, 1)
+    if isinstance(accepted, (str, bytes, dict)):
+        raise ValueError(f"accepted counts must be a sequence of whole numbers, one per round, got {accepted!r}")
     counts = [_count(f"accepted count of round {i}", c) for i, c in enumerate(accepted, 1)]
     if not counts:
         raise ValueError("no rounds: acceptance needs at least one round")

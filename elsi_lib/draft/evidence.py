@@ -89,9 +89,9 @@ def family_of(model: str) -> str | None:
     name ("someone/SmolLM2-135M-Instruct", a fine-tune perhaps), a folder of another model under that
     name, and a name ending in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not
     the instruct one the evidence was measured on) are not the family."""
+    if str(model) in FAMILY_ALIASES:  # a registry name is the bundled model, as the loader reads it
+        return str(model)
     name = str(model).rstrip("/")
-    if name in FAMILY_ALIASES:  # a registry name is the bundled model, as the loader reads it
-        return name
     folder = Path(name).name.lower() if Path(name).is_dir() else None  # what the loader reads is a folder then
     for family, aliases in FAMILY_ALIASES.items():
         if folder is not None and (folder in aliases[1:] or name.lower() in aliases):

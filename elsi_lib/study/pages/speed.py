@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...common.checks import unique_keys
+
 from ...common.cachefiles import REPO_ROOT
 from ...draft import cost
 from ...draft.corpus import ONE_PER_COLUMN
@@ -62,7 +64,7 @@ def _positive(value) -> bool:
 def read_json(path: Path):
     """A benchmark file's JSON, or ValueError naming the file."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(), object_pairs_hook=unique_keys)
     except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not readable JSON ({err})") from None
 
