@@ -792,6 +792,7 @@ def test_rank_correlation_refuses_too_few_values(n):
         (lambda rows: rows[1].update(method="ELSI | m=1"), "method = .*, not a name"),
         (lambda rows: rows[3].update(questions="999"), "AVG counts 999 questions, its columns"),
         (lambda rows: rows[1].update(temperature="50"), r"temperature = '50', not a number in \[0, 2\]"),
+        (lambda rows: rows[1].update(temperature="-0"), "a negative zero"),
         (lambda rows: rows[3].update(tau="9.0", low="", high=""), "AVG 9.0 is not its columns' mean"),
         (lambda rows: rows[1].update(column="Foo"), "column = 'Foo', not one of the paper's"),
         (lambda rows: rows[1].update(questions="0"), r"tau '1.5' over 0 questions"),

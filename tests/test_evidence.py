@@ -332,6 +332,8 @@ def _resealed(data: dict) -> dict:
         (lambda d: _pooled(d).update({"pooled rho": -0.9}), "pooled rho -0.900 outside its protocols'"),
         (lambda d: d["pooled_criteria"][0].update(criterion="banana"), "'banana'.* is not a criterion"),
         (lambda d: _shift(d, "table3_f32", "ELSI m=2", 0.5), "are ELSI-C m=2's draft too|ELSI m=2's draft too"),
+        (lambda d: _rows(d, "probe m=3", **{"method": "PROBE m=3"}), "'PROBE m=3' is not a draft's label"),
+        (lambda d: d["comparisons"][0].update(temperature=-0.0), "temperature -0.0"),
         (lambda d: _perfect_judgment(d), "out-of-sample rows are not what leaving each protocol group out"),
         (lambda d: d["provenance"]["records"].update({"x/y.json": "not a digest"}), "provenance must name"),
     ],
@@ -395,3 +397,14 @@ def test_a_set_two_methods_chose_is_fitted_once_by_its_most_seeded_row_and_eagle
     rows.append({**rows[0], "layers": "23", "method": "EAGLE2", "seeds": 1, "diff": 0.05})
     for order in (rows, rows[::-1]):
         assert [(p["method"], p["diff"]) for p in points(order, 0.0)] == [("ELSI m=3", 0.02)]
+
+
+def test_eagle2s_drafts_never_speak_for_the_set_of_its_layer(evidence):
+    """EAGLE2 reads its one layer after the final norm: its drafts are not drafts of that layer's set, so
+    the decision on a best set of that one layer quotes ELSI m = 1's drafts only."""
+    for family, best in (("smollm2-135m", (29,)), ("qwen2.5-coder-0.5b", (23,))):
+        default = tuple(
+            map(int, next(c for c in evidence["comparisons"] if c["family"] == family)["baseline layers"].split())
+        )
+        made = ev.decision("elsi", family, -0.1, best, default, evidence)
+        assert made.measured and {m["method"] for m in made.measured} == {"ELSI m=1"}

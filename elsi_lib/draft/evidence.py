@@ -157,6 +157,7 @@ def measured(evidence: dict, family: str | None, layers: tuple, default: tuple, 
         c
         for c in evidence["comparisons"]
         if c["family"] == family
+        and c["method"] != "EAGLE2"  # EAGLE2 reads its layer after the final norm: not the set's draft
         and c["layers"] == text
         and c["baseline layers"] == base
         and c["nodes"] == nodes

@@ -31,7 +31,9 @@ FAMILY_ALIASES = {  # what a user may type for a bundled family: hub ids and fol
     "qwen2.5-coder-0.5b": ("qwen/qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-0.5b-instruct"),
 }
 # a draft's label in the tables: EAGLE2's, or a method's with its set size (and a variant after a comma)
-DRAFT_LABEL = re.compile(r"EAGLE2|(ELSI|ELSI-C|probe|lowest-entropy|exhaustive) m=\d+(, [a-z][a-zA-Z ]*)?", re.I)
+DRAFT_LABEL = re.compile(
+    r"EAGLE2|(ELSI|ELSI-C|probe|lowest-entropy|exhaustive) m=\d+(, [A-Za-z][A-Za-z ]*)?"
+)  # as spelt
 POOLED_CRITERIA = (*CRITERIA, "probe agreement")  # what the pooled criteria test ranks drafts by
 OUTCOMES = ("step 1", "tau minus EAGLE3")  # ... and against
 FIT_TOLERANCE = 1e-6  # relative: a stored fit against the refit of its comparisons
@@ -221,6 +223,8 @@ def check_contents(data: dict, path) -> None:
                 f"{where}: family {c['family']!r} is not one of the ledger's {sorted(FAMILY_ALIASES)}"
             )
         _number(where, "temperature", c.get("temperature"), 0, MAX_TEMPERATURE)
+        if math.copysign(1.0, c["temperature"]) < 0:
+            raise EvidenceUnavailable(f"{where}: temperature -0.0, not a temperature the tables use")
         _number(where, "nodes", c.get("nodes"), 1, integer=True)
         _number(where, "prompts", c.get("prompts"), 1, integer=True)
         _number(where, "questions", c.get("questions"), 0, integer=True)

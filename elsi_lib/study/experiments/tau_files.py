@@ -236,6 +236,8 @@ def read_tau_csv(path) -> pd.DataFrame:
         if r["column"] not in (*COLUMNS, AVG):
             raise ValueError(f"{where}: column = {r['column']!r}, not one of the paper's {[*COLUMNS, AVG]}")
         temperature = _cell(where, "temperature", r["temperature"], lo=0, hi=MAX_TEMPERATURE)
+        if r["temperature"].startswith("-"):
+            raise ValueError(f"{where}: temperature = {r['temperature']!r}, a negative zero (the tables sample at 0)")
         nodes = _cell(where, "nodes", r["nodes"], integer=True, lo=1)
         tau = _cell(where, "tau", r["tau"], lo=1, hi=nodes + 1, empty=True)
         low, high = (_cell(where, f, r[f], lo=1, hi=nodes + 1, empty=True) for f in ("low", "high"))
