@@ -334,6 +334,7 @@ def _resealed(data: dict) -> dict:
         (lambda d: _shift(d, "table3_f32", "ELSI m=2", 0.5), "are ELSI-C m=2's draft too|ELSI m=2's draft too"),
         (lambda d: _rows(d, "probe m=3", **{"method": "PROBE m=3"}), "'PROBE m=3' is not a draft's label"),
         (lambda d: d["comparisons"][0].update(temperature=-0.0), "temperature -0.0"),
+        (lambda d: d["comparisons"][0].update({"baseline layers": "01 11 20"}), "baseline layers = '01 11 20'"),
         (lambda d: _perfect_judgment(d), "out-of-sample rows are not what leaving each protocol group out"),
         (lambda d: d["provenance"]["records"].update({"x/y.json": "not a digest"}), "provenance must name"),
     ],

@@ -397,6 +397,7 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     "change, message",
     [
         (lambda r: r.update(layers="22 23"), "holds 2 layers; method elsi-m3 has 3"),
+        (lambda r: r.update(layers="01 22 23"), "field 'layers' is '01 22 23', not ascending distinct layer ids"),
         (lambda r: r.update(layers="1 22 24"), "names layer 24; qwen2.5-coder-0.5b has 24"),
         (
             lambda r: r.update(layers="1 12 20", unit=dict(r["unit"], method="eagle3"), label="EAGLE3"),

@@ -162,3 +162,28 @@ def test_replies_listed_twice_or_to_no_conversation_are_never_used(
         assert generate_responses(tiny_model, tiny_tokenizer, prompts, archive=archive, **SETTINGS) == first
         out = capsys.readouterr().out
         assert calls and "regenerating replies" in out, out
+
+
+def test_an_archive_whose_body_is_not_a_key_and_replies_is_skipped_naming_it(tmp_path, capsys):
+    """Behind a valid checksum, a body without its key, a key that is no mapping, or a reply whose index is
+    true or 0.9: the archive is skipped, named, never read as replies to other prompts (nor a KeyError)."""
+    from elsi_lib.common.cachefiles import sha256_text
+    from elsi_lib.hidden.replies import same_making
+
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    for n, body in enumerate(
+        (
+            {"replies": [[0, "x"]]},
+            {"key": [1], "replies": [[0, "x"]]},
+            {"key": {"model": "m"}, "replies": [[True, "x"]]},
+            {"key": {"model": "m"}, "replies": [[0.9, "x"]]},
+        )
+    ):
+        text = json.dumps(body)
+        (folder / f"a{n}.json.gz").write_bytes(
+            gzip.compress(json.dumps({"sha256": sha256_text(text), "body": text}).encode())
+        )
+    assert same_making({"model": "m", "library": {}}, [folder]) == []
+    err = capsys.readouterr().err
+    assert all(f"a{n}.json.gz: unreadable archive" in err for n in range(4)), err

@@ -385,7 +385,7 @@ def held_out(pts: list[dict], criterion: str) -> list[dict]:
 def _layer_ids(where: str, field: str, text, n_layers: int) -> tuple:
     """The ascending distinct layer ids `text` ("1 14 26") names, each one of the family's `n_layers`."""
     ids = tuple(int(x) for x in text.split()) if isinstance(text, str) and re.fullmatch(r"\d+( \d+)*", text) else None
-    if ids is None or list(ids) != sorted(set(ids)) or ids[-1] >= n_layers:
+    if ids is None or list(ids) != sorted(set(ids)) or ids[-1] >= n_layers or text != " ".join(map(str, ids)):
         raise EvidenceUnavailable(
             f"{where}: {field} = {text!r}, not ascending distinct layer ids of the family's {n_layers} layers"
         )

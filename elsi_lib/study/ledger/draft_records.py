@@ -106,7 +106,7 @@ def _questions_ok(rows, where: str, depth: int) -> None:
         temperature, nodes, question, column, tau = row
         if not isinstance(question, int) or isinstance(question, bool) or question < 0:
             raise RecordError(f"{where}: question id {question!r} is not a SpecBench question id (an integer >= 0)")
-        if not _number(temperature) or not 0 <= temperature <= MAX_TEMPERATURE:
+        if not _number(temperature) or not 0 <= temperature <= MAX_TEMPERATURE or math.copysign(1.0, temperature) < 0:
             raise RecordError(
                 f"{where}: temperature {temperature!r} for question {question} is not a number in [0, {MAX_TEMPERATURE:g}]"
             )
@@ -176,7 +176,7 @@ def check_record(record: dict, where) -> dict:
         )
     layers = record["layers"]
     ids = [int(x) for x in layers.split()] if isinstance(layers, str) and re.fullmatch(r"\d+( \d+)*", layers) else None
-    if ids is None or ids != sorted(set(ids)):
+    if ids is None or ids != sorted(set(ids)) or layers != " ".join(map(str, ids)):
         raise RecordError(f"{where}: field 'layers' is {layers!r}, not ascending distinct layer ids such as '1 14 26'")
     size = re.search(r"-m(\d+)", unit["method"])
     m = int(size.group(1)) if size else {"eagle3": 3, "eagle2": 1}.get(unit["method"])

@@ -50,10 +50,13 @@ class Page:
     finding: object = field(default=None, compare=False)  # (results folder) -> markdown lines
 
 
-def _csv(folder: Path, stem: str, numbers: tuple = (), texts: tuple = (), keep=None) -> pd.DataFrame:
+def _csv(
+    folder: Path, stem: str, numbers: tuple = (), texts: tuple = (), keep=None, empty_ok: bool = False
+) -> pd.DataFrame:
     """A results CSV a page reads, checked as it is read: its `numbers` and `texts` columns there, a row at
     least (of those `keep` keeps, when given), every number finite and every text non-empty; ValueError
-    naming the file, the row and the column. Returns the rows kept."""
+    naming the file, the row and the column (`empty_ok`: a table of no rows says "none", as numeric_twins
+    does before any twin is compared). Returns the rows kept."""
     path = folder / f"{stem}.csv"
     if not path.is_file():
         raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
@@ -65,7 +68,7 @@ def _csv(folder: Path, stem: str, numbers: tuple = (), texts: tuple = (), keep=N
     if missing:
         raise ValueError(f"{path}: no column(s) {missing} (a page reads them)")
     rows = rows if keep is None else keep(rows)
-    if rows.empty:
+    if rows.empty and not empty_ok:
         raise ValueError(f"{path}: no row the page reads: it would say nothing")
     for column in numbers:
         values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
@@ -183,7 +186,9 @@ def _ledger(folder):
         + ")."
         for _, r in pooled.iterrows()
     ]
-    compared = _csv(folder, "numeric_twins") if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
+    compared = (
+        _csv(folder, "numeric_twins", empty_ok=True) if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
+    )
     return lines + [f"- {line}." for line in twins.summary(compared)]
 
 
