@@ -472,6 +472,8 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
             r"eagle_aux_hidden_state_layer_ids = \[0, 0, 0\], elsi writes '<absent>'",
         ),
         ("eagle", lambda c, w: c.update(torch_dtype="float16"), "torch_dtype = 'float16'"),
+        ("speculators", lambda c, w: c.update(speculators_config=None), "config.json: malformed"),
+        ("speculators", lambda c, w: c.update(transformer_layer_config=None), "config.json: malformed"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"] * float("nan")}), "non-finite values"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"].half()}), "torch.float16"),
         ("eagle", lambda c, w: w.update({"d2t": w["d2t"].float()}), "not int64"),

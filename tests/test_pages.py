@@ -155,6 +155,8 @@ def test_an_older_builders_marker_never_lets_a_users_file_go(tmp_path):
         (lambda f: f.iloc[:0], "no row the page reads"),
         (lambda f: f.rename(columns={"max S_1": "max S1"}), r"no column\(s\) \['max S_1'\]"),
         (lambda f: f.assign(model=""), "row 2: model is empty"),
+        (lambda f: f.assign(**{"argmax layer": True}), "argmax layer = 'True', not a whole number"),
+        (lambda f: f.assign(**{"argmax layer": 3.7}), "argmax layer = '3.7', not a whole number"),
     ],
 )
 def test_a_results_csv_a_page_reads_is_checked_naming_the_file_row_and_column(tmp_path, change, reason):
@@ -166,3 +168,32 @@ def test_a_results_csv_a_page_reads_is_checked_naming_the_file_row_and_column(tm
     with pytest.raises(ValueError, match=reason) as caught:
         site.build(tmp_path / "site", copy)
     assert "fig02_layer_entropy_summary.csv" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "stem, change, reason",
+    [
+        ("ledger_findings", lambda f: f.assign(low=f["high"] + 5), "an interval that does not hold its diff"),
+        ("table1_layer_selection", lambda f: f.assign(setting="Paper"), "no row the page reads"),
+        ("criteria_rank_correlations", lambda f: f.assign(outcome="tau  minus EAGLE3"), "no row the page reads"),
+        ("fig05_boundaries", lambda f: f.drop(columns=["boundaries (after layer)"]), "no column"),
+    ],
+)
+def test_the_rows_a_page_reads_are_the_ones_checked(tmp_path, stem, change, reason):
+    """An interval whose ends do not hold its difference, a filter that keeps no row (an empty finding), a
+    column a line reads: refused naming the file."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / f"{stem}.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.build(tmp_path / "site", copy)
+    assert f"{stem}.csv" in str(caught.value)
+
+
+def test_a_markdown_table_that_is_not_text_is_named(tmp_path):
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    (copy / "fig05_boundaries.md").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ValueError, match="fig05_boundaries.md: not a readable Markdown table"):
+        site.build(tmp_path / "site", copy)

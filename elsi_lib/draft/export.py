@@ -508,7 +508,10 @@ def load_draft(folder, target) -> Eagle3Draft:
         draft_config = DraftConfig.from_dict(record["draft"])
     except (KeyError, TypeError, ValueError) as err:
         raise ExportError(f"{folder / RECORD}: its draft config is unusable ({err})") from None
-    _cross_check(folder / "config.json", format, config, ids, draft_config)
+    try:
+        _cross_check(folder / "config.json", format, config, ids, draft_config)
+    except (AttributeError, TypeError, KeyError, IndexError) as err:  # a block that is null, a list for a mapping
+        raise ExportError(f"{folder / 'config.json'}: malformed ({type(err).__name__}: {err})") from None
     if record.get("engine_layer_ids") != ids:
         raise ExportError(
             f"{folder / RECORD}: engine_layer_ids {record.get('engine_layer_ids')} but config.json says {ids}"

@@ -51,7 +51,13 @@ class Page:
 
 
 def _csv(
-    folder: Path, stem: str, numbers: tuple = (), texts: tuple = (), keep=None, empty_ok: bool = False
+    folder: Path,
+    stem: str,
+    numbers: tuple = (),
+    texts: tuple = (),
+    keep=None,
+    empty_ok: bool = False,
+    integers: tuple = (),
 ) -> pd.DataFrame:
     """A results CSV a page reads, checked as it is read: its `numbers` and `texts` columns there, a row at
     least (of those `keep` keeps, when given), every number finite and every text non-empty; ValueError
@@ -61,12 +67,18 @@ def _csv(
     if not path.is_file():
         raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
     try:
-        rows = pd.read_csv(path)
+        rows = pd.read_csv(path, dtype={c: str for c in integers})
     except (ValueError, pd.errors.ParserError) as err:
         raise ValueError(f"{path}: not a results CSV ({err})") from None
-    missing = [c for c in (*numbers, *texts) if c not in rows.columns]
+    missing = [c for c in (*numbers, *texts, *integers) if c not in rows.columns]
     if missing:
         raise ValueError(f"{path}: no column(s) {missing} (a page reads them)")
+    for column in integers:  # as written, in every row: True, or 3.7 for a layer, is no whole number
+        written = rows[column].astype(str)
+        bad = np.flatnonzero(~written.str.fullmatch(r"-?\d+").to_numpy(bool))
+        if len(bad):
+            raise ValueError(f"{path}, row {bad[0] + 2}: {column} = {written.iloc[bad[0]]!r}, not a whole number")
+        rows[column] = written.astype(int)
     rows = rows if keep is None else keep(rows)
     if rows.empty and not empty_ok:
         raise ValueError(f"{path}: no row the page reads: it would say nothing")
@@ -77,6 +89,9 @@ def _csv(
             raise ValueError(
                 f"{path}, row {rows.index[bad[0]] + 2}: {column} = {rows[column].iloc[bad[0]]!r}, not a number"
             )
+    for column in numbers:  # a bool column (True) would pass as 1.0
+        if rows[column].dtype == bool:
+            raise ValueError(f"{path}: {column} holds true/false, not numbers")
     for column in texts:
         bad = np.flatnonzero(rows[column].isna().to_numpy() | (rows[column].astype(str).str.strip() == ""))
         if len(bad):
@@ -88,8 +103,9 @@ def _wave(folder):
     rows = _csv(
         folder,
         "fig02_layer_entropy_summary",
-        ("argmax layer", "max S_1", "min S_1", "argmin layer", "top-row energy share, median"),
+        ("max S_1", "min S_1", "top-row energy share, median"),
         ("model",),
+        integers=("argmax layer", "argmin layer"),
     )
     return [
         f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
@@ -115,7 +131,9 @@ def _filtering(folder):
 
 
 def _compartments(folder):
-    rows = _csv(folder, "fig05_boundaries", ("mean off-diagonal CKA",), ("model", "selection"))
+    rows = _csv(
+        folder, "fig05_boundaries", ("mean off-diagonal CKA",), ("model", "selection", "boundaries (after layer)")
+    )
     return [
         f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
         f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
@@ -124,8 +142,14 @@ def _compartments(folder):
 
 
 def _selection(folder):
-    rows = _csv(folder, "table1_layer_selection", ("m", "entropy"), ("model", "setting", "method", "layers"))
-    rows = rows[(rows.setting == "paper") & (rows.m == 3) & rows.method.isin(["ELSI", "EAGLE3", "exhaustive"])]
+    rows = _csv(
+        folder,
+        "table1_layer_selection",
+        ("entropy",),
+        ("model", "setting", "method", "layers"),
+        keep=lambda r: r[(r.setting == "paper") & (r.m == 3) & r.method.isin(["ELSI", "EAGLE3", "exhaustive"])],
+        integers=("m",),
+    )
     return [f"- {r.model}, {r.method}: {r.layers}, set entropy {r.entropy:.4f}." for _, r in rows.iterrows()]
 
 
@@ -149,8 +173,8 @@ def _criteria(folder):
         "criteria_rank_correlations",
         ("nodes", "temperature", "drafts", "rho", "p (permutation)"),
         ("protocol", "outcome", "criterion"),
+        keep=lambda r: r[(r.nodes == NODES) & (r.temperature == 0) & (r.outcome == "tau minus EAGLE3")],
     )
-    rows = rows[(rows.nodes == NODES) & (rows.temperature == 0) & (rows.outcome == "tau minus EAGLE3")]
     return [
         f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
         f"{r.rho:+.2f}, permutation p = {r['p (permutation)']:.3f}."
@@ -159,16 +183,39 @@ def _criteria(folder):
 
 
 def _families(folder):
-    rows = _csv(folder, "families_compared", ("temperature", "nodes"), ("effect",))
-    rows = rows[rows.effect.str.contains("minus EAGLE3") & (rows.nodes == NODES)]
-    last = [c for c in rows.columns if " minus " in c and not c.startswith(("low", "high", "value"))][0]
+    rows = _csv(
+        folder,
+        "families_compared",
+        ("temperature",),
+        ("effect",),
+        keep=lambda r: r[r.effect.str.contains("minus EAGLE3") & (r.nodes == NODES)],
+        integers=("nodes",),
+    )
+    columns = [c for c in rows.columns if " minus " in c and not c.startswith(("low", "high", "value"))]
+    if not columns:
+        raise ValueError(f"{folder / 'families_compared.csv'}: no column of one family minus the other")
+    last = columns[0]
+    bad = rows.index[~np.isfinite(pd.to_numeric(rows[last], errors="coerce").to_numpy(float))]
+    if len(bad):
+        raise ValueError(
+            f"{folder / 'families_compared.csv'}, row {bad[0] + 2}: {last} = {rows[last][bad[0]]!r}, not a number"
+        )
     return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in rows.iterrows()]
 
 
 def _ledger(folder):
     found = _csv(
-        folder, "ledger_findings", ("temperature", "seed", "diff", "low", "high", "drafts"), ("protocol", "method")
+        folder,
+        "ledger_findings",
+        ("temperature", "diff", "low", "high"),
+        ("protocol", "method"),
+        integers=("seed", "drafts"),
     )
+    wrong = found.index[~((found["low"] <= found["diff"]) & (found["diff"] <= found["high"]))]
+    if len(wrong):
+        raise ValueError(
+            f"{folder / 'ledger_findings.csv'}, row {wrong[0] + 2}: an interval that does not hold its diff"
+        )
     pooled = pd.DataFrame(ev.load()["pooled_criteria"])  # criteria_pooled.csv as the evidence file holds it, checked
     lines = [
         f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
@@ -290,7 +337,13 @@ def _table_markdown(folder: Path, stem: str) -> str:
     path = folder / f"{stem}.md"
     if not path.is_file():
         raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
-    return path.read_text()
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path}: not a readable Markdown table ({err})") from None
+    if "|" not in text:
+        raise ValueError(f"{path}: holds no Markdown table")
+    return text
 
 
 def figure_page(page: Page, folder: Path, images: Path) -> str:
