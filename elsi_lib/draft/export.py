@@ -440,14 +440,13 @@ def _differences(mine, theirs, where: str = "") -> list[str]:
     return [] if mine == theirs else [f"{where} = {mine!r}, elsi writes {theirs!r}"]
 
 
-def _check_whole_config(folder: Path, config: dict, draft_config: DraftConfig, format: str, target, record) -> None:
+def _check_whole_config(folder: Path, config: dict, draft: Eagle3Draft, format: str, target, record) -> None:
     """config.json is exactly what `save_draft` writes for this draft (every field an engine reads:
     layer count, positions, architecture, proposal settings, the ids under every name an engine
     looks for), the speculative tokens aside (a user's choice within range, checked above)."""
     tokens = 3
     if format == "speculators":
         tokens = config["speculators_config"]["proposal_methods"][0]["speculative_tokens"]
-    draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
     expected = json.loads(json.dumps(_engine_config(draft, format, target, record.get("verifier"), tokens)))
     differ = _differences(config, expected)
     if differ:
@@ -519,14 +518,14 @@ def load_draft(folder, target) -> Eagle3Draft:
     draft_config.check_target(target)
     if format == "speculators":
         _check_verifier(folder, config["speculators_config"].get("verifier", {}), record, target)
-    _check_whole_config(folder, config, draft_config, format, target, record)
+    draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)  # its weights read below
+    _check_whole_config(folder, config, draft, format, target, record)
     if model_fingerprint(target)["weights_sha256"] != record.get("target_weights_sha256"):
         raise ExportError(
             f"{folder / RECORD}: the target's weights differ from those the draft was exported "
             f"against ({record.get('target_dtype', 'dtype not recorded')}; this target: {next(target.parameters()).dtype}): "
             "another model of the same shape"
         )
-    draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)
     try:
         written = load_file(str(folder / "model.safetensors"))
     except Exception as err:  # noqa: BLE001 (safetensors' own error types: a header or a file it cannot read)

@@ -237,7 +237,7 @@ def _checked(raw: bytes) -> tuple[dict, list[tuple]]:
         ok = isinstance(e, list) and len(e) in (2, 3) and type(e[0]) is int and isinstance(e[1], str)
         if not (ok and (len(e) == 2 or (isinstance(e[2], list) and all(type(t) is int and t >= 0 for t in e[2])))):
             raise ValueError(f"reply {e!r} is not [index, text] or [index, text, token ids]")
-    replies = [(int(e[0]), str(e[1])) + ((list(map(int, e[2])),) if len(e) == 3 else ()) for e in payload["replies"]]
+    replies = [tuple(e[:2]) + ((e[2],) if len(e) == 3 else ()) for e in payload["replies"]]  # types checked above
     indices = [int(e[0]) for e in payload["replies"]]
     if len(set(indices)) != len(indices) or (indices and min(indices) < 0):
         raise ValueError("a reply's index is listed twice or is negative (each conversation has one reply)")

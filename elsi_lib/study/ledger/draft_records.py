@@ -86,6 +86,12 @@ def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+@functools.lru_cache(maxsize=None)
+def _experiment(name: str):
+    """A protocol's Experiment, read once per process (its parameter file parsed for every record else)."""
+    return protocol(name).experiment()
+
+
 @functools.lru_cache(maxsize=1)
 def specbench_columns() -> dict:
     """{SpecBench question id: the paper's column of its category} (the pinned questions)."""
@@ -197,7 +203,7 @@ def check_record(record: dict, where) -> dict:
         value = record[name]
         if value is not None and not (_number(value) and math.isfinite(value) and 0 <= value <= hi):
             raise RecordError(f"{where}: field {name!r} is {value!r}, not a finite number in [0, {hi:g}]")
-    exp = proto.experiment()
+    exp = _experiment(proto.name)
     trained = exp.n_train - exp.n_heldout
     if record["prompts"] != trained:
         raise RecordError(
