@@ -14,7 +14,7 @@ from .cli_args import UsageError
 from .draft import evidence as ev
 from .hidden import probe_capture
 from .selection import stability as resampling
-from .selection.conventions import SPECULATORS_RECIPE
+from .selection.conventions import SPECULATORS_RECIPE, eagle3_layers
 from .selection.entropy import set_entropy
 from .selection.methods import METHODS, default_rule, default_set
 
@@ -110,7 +110,11 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
         )
     else:
         score, base = set_entropy(Z, layers), set_entropy(Z, default)
-    made = ev.decision(args.method, args.model, score - base, tuple(layers), default, evidence)
+    try:  # the set the fits' differences are against, on this model
+        baseline: tuple | None = tuple(eagle3_layers(job.n_layers))
+    except ValueError:
+        baseline = None
+    made = ev.decision(args.method, args.model, score - base, tuple(layers), default, evidence, baseline)
     family = ev.family_of(args.model)
     return {
         **head,

@@ -111,3 +111,11 @@ def test_numpy_counts_are_counts():
     import numpy as np
 
     assert cost.step_acceptance([3, 2, 1], np.int64(3)) == cost.step_acceptance([3, 2, 1], 3)
+
+
+def test_unordered_rates_or_rounds_are_refused():
+    """A set loses the steps' order (and a repeated round): a_1..a_k and the rounds must come as sequences."""
+    with pytest.raises(ValueError, match="a sequence"):
+        cost.tokens_per_round({0.9, 0.5})
+    with pytest.raises(ValueError, match="a sequence"):
+        cost.step_acceptance({1, 2, 2}, 2)

@@ -308,6 +308,9 @@ def test_tau():
         tau([])
     with pytest.raises(ValueError):
         tau([1, -1])
+    for bad in ([1, float("nan")], [1, float("inf")], [0.5, 1.25]):  # a round accepts a whole number of tokens
+        with pytest.raises(ValueError, match="whole numbers"):
+            tau(bad)
 
 
 @pytest.mark.parametrize(

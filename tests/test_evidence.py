@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from scipy import stats as scipy_stats
 
 from elsi_lib.draft import evidence as ev
 from elsi_lib.draft.decision import decide, fit, widening
@@ -207,6 +208,36 @@ def _pooled(data: dict) -> dict:
     )
 
 
+def _weak_rho(p: float) -> dict:
+    """The probe's pooled row given a rho near zero and a p of `p`."""
+    return {"per protocol rho": "+0.00 +0.02", "per protocol p": "0.990 0.970", "pooled rho": 0.01, "p (stratified permutation)": p}
+
+
+def _is(c: dict, protocol: str, label: str) -> bool:
+    return c["protocol"] == protocol and c["method"] == label
+
+
+def _seed_level(data: dict) -> dict:
+    return next(c for c in data["comparisons"] if c["seed level"] == "yes")
+
+
+def _with_df(c: dict, df: float) -> dict:
+    """A comparison given the degrees of freedom `df`, its interval made what they give."""
+    half = float(scipy_stats.t.ppf(0.975, df) * (c["questions variance"] + c["seed variance"]) ** 0.5)
+    c.update(df=df, low=c["diff"] - half, high=c["diff"] + half)
+    return c
+
+
+def _with_variances(c: dict, by: float) -> dict:
+    """A seed-level comparison whose seed variance is `by` times larger, its df and interval recomputed as
+    Welch-Satterthwaite's (so only the protocol's other rows can tell)."""
+    n, v_q, v_s = c["questions"], c["questions variance"], c["seed variance"]
+    df_s = v_s**2 / ((v_q + v_s) ** 2 / c["df"] - v_q**2 / (n - 1))
+    v_s *= by
+    c["seed variance"] = v_s
+    return _with_df(c, (v_q + v_s) ** 2 / (v_q**2 / (n - 1) + v_s**2 / round(df_s)))
+
+
 def _first(data: dict, label: str, temperature: float) -> dict:
     return next(c for c in data["comparisons"] if c["method"] == label and c["temperature"] == temperature)
 
@@ -322,14 +353,42 @@ def _resealed(data: dict) -> dict:
         ),
         (lambda d: d["comparisons"][0].update(prompts=5), r"\(family, group, prompts\)"),
         (lambda d: d["comparisons"][0].update(family="smollm2-135m"), "rule's set on smollm2-135m"),
-        (lambda d: d["pooled_criteria"][0].update({"drafts": 6, "p (stratified permutation)": 1e-200}), "below"),
+        (lambda d: d["pooled_criteria"][0].update({"p (stratified permutation)": 1e-200}), "below"),
         (lambda d: d["pooled_criteria"][0].update({"per protocol rho": "x y"}), "per protocol rho 'x y'"),
         (lambda d: d["pooled_criteria"][0].update({"per protocol p": "nan 7"}), "per protocol p 'nan 7'"),
         (lambda d: d.update(schema=True), "schema True"),
         (lambda d: d.update(provenance="junk"), "provenance must name each record"),
         (lambda d: _pooled(d).update(drafts=9999), "9999 drafts, but its protocols hold"),
         (lambda d: _pooled(d).update(protocols="nonexistent_protocol other"), "hold no record this file rests on"),
-        (lambda d: _pooled(d).update({"pooled rho": -0.9}), "pooled rho -0.900 outside its protocols'"),
+        (lambda d: _pooled(d).update({"pooled rho": -0.9}), "pooled rho -0.900, but its protocols' rho"),
+        # a pooled p its drafts' permutations cannot give: the probe's weak rho made significant, a strong
+        # one made insignificant, a Monte Carlo p below one shuffle, counts that are not the drafts'
+        (lambda d: _pooled(d).update(_weak_rho(1e-12)), "1e-12 below 0.0001, the least 10000 permutations"),
+        (lambda d: _pooled(d).update(_weak_rho(0.001)), "a permutation test gives a p between 0.05"),
+        (lambda d: _pooled(d).update({"p (stratified permutation)": 0.6}), "a permutation test gives a p between 0 and 0.129"),
+        (lambda d: _pooled(d).update({"per protocol p": "0.9 0.209"}), "per protocol p of table3_f32 0.9"),
+        (lambda d: _pooled(d).update({"per protocol drafts": "10 9"}), "are not counts summing to its 20"),
+        (lambda d: _pooled(d).pop("per protocol drafts"), "per protocol drafts None"),
+        (lambda d: _pooled(d).update({"per protocol rho": "+0.88 +0.10"}), "weighted by their drafts"),
+        (lambda d: _pooled(d).update({"p exact": "yes"}), "p exact 'yes' with 10000 permutations"),
+        (lambda d: _pooled(d).update(permutations=2.5), "permutations = 2.5, not an integer"),
+        # comparisons a record does not stand behind, or that contradict each other's df and criteria
+        (lambda d: _rows(d, None, protocol="made_up_protocol"), "protocol 'made_up_protocol' holds no record"),
+        (lambda d: _with_df(d["comparisons"][0], 1.0), r"df 1 without seed variance, but 120 questions give 119"),
+        (lambda d: d["comparisons"][0].update(questions=2), r"df 119 without seed variance, but 2 questions give 1"),
+        (lambda d: _with_df(_seed_level(d), _seed_level(d)["df"] + 1.5), "implies no whole number of seed degrees"),
+        (
+            lambda d: _with_variances(_seed_level(d), 2.0),
+            "one pooled seed variance a protocol",
+        ),
+        (
+            lambda d: [c.update({"d probe error": -0.5}) for c in d["comparisons"] if _is(c, "table3_f32", "ELSI-C m=2")],
+            "one set has one score on its protocol's capture",
+        ),
+        (
+            lambda d: [c.update(layers="1 11 20") for c in d["comparisons"] if _is(c, "qwen_strong", "probe m=3")],
+            "for the baseline's own set: it is 0 there",
+        ),
         (lambda d: d["pooled_criteria"][0].update(criterion="banana"), "'banana'.* is not a criterion"),
         (lambda d: _shift(d, "table3_f32", "ELSI m=2", 0.5), "are ELSI-C m=2's draft too|ELSI m=2's draft too"),
         (lambda d: _rows(d, "probe m=3", **{"method": "PROBE m=3"}), "'PROBE m=3' is not a draft's label"),
@@ -409,3 +468,31 @@ def test_eagle2s_drafts_never_speak_for_the_set_of_its_layer(evidence):
         )
         made = ev.decision("elsi", family, -0.1, best, default, evidence)
         assert made.measured and {m["method"] for m in made.measured} == {"ELSI m=1"}
+
+
+def test_against_a_default_other_than_eagle3s_set_the_family_intercept_cancels():
+    """The fits predict a set's tau minus EAGLE3's set's: against another default (OpenVINO reads the rule's
+    layers as outputs) both sets are predicted drafts, so the family's intercept cancels (b * dscore)
+    and each draft brings its own residual (the interval widens)."""
+    from elsi_lib.draft.decision import predict
+
+    x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    shifted = fit(["a"] * 6, x, [-0.3 + 0.1 * v + e for v, e in zip(x, (0.01, -0.01, 0.0, 0.01, -0.01, 0.0))], pooled=True)
+    anchored, half = predict(shifted, None, 2.0)
+    between, wider = predict(shifted, None, 2.0, anchored=False)
+    assert anchored == pytest.approx(-0.3 + 0.2, abs=0.02) and between == pytest.approx(0.2, abs=0.02)
+    assert wider > half
+    fits = {0.0: {"family": None, "pooled": shifted}}
+    assert decide(fits, None, 3.0, (5, 6), (1, 2)).verdict == "keep the default"  # -0.3 + 0.3: not clear of 0
+    assert decide(fits, None, 3.0, (5, 6), (2, 3), anchored=False).verdict == "change"  # 0.3 between two drafts
+
+
+def test_the_decision_quotes_one_draft_once_when_two_methods_chose_its_set(evidence):
+    """ELSI m=2 and ELSI-C m=2 chose one set on table3_f32: one draft, quoted once a temperature, by the row
+    of the most seeds (as the fits take it)."""
+    rows = [c for c in evidence["comparisons"] if c["protocol"] == "table3_f32" and c["method"] in ("ELSI m=2", "ELSI-C m=2")]
+    assert len({c["layers"] for c in rows}) == 1
+    best = tuple(map(int, rows[0]["layers"].split()))
+    made = ev.decision("elsi", "qwen2.5-coder-0.5b", -0.1, best, (1, 11, 20), evidence)
+    keys = [(m["protocol"], m["temperature"]) for m in made.measured]
+    assert len(keys) == len(set(keys)) and ("table3_f32", 0.0) in keys

@@ -176,6 +176,11 @@ def test_one_set_under_another_id_however_written_is_one_draft(written):
         (lambda t: t.drop(columns="layers"), r"lacks the column\(s\) \['layers'\]"),
         (lambda t: t.assign(protocol=[None] + list(t.protocol[1:])), "row 0 has no protocol"),
         (lambda t: t.assign(**{"probe error": ["n/a"] + list(t["probe error"][1:])}), "row 0, probe error = 'n/a'"),
+        (lambda t: t.assign(**{"tau minus EAGLE3": [np.inf] + list(t["tau minus EAGLE3"][1:])}), "is not finite"),
+        (
+            lambda t: pd.concat([t, t.iloc[[1]].assign(seed=1, **{"probe error": 9.0})], ignore_index=True),
+            r"table3_f32's drafts of layers \[1, 2, 29\] give probe error \[-1.0, 9.0\]",
+        ),
     ],
 )
 def test_a_drafts_table_that_cannot_be_pooled_is_refused_naming_the_row(change, reason):
@@ -191,3 +196,24 @@ def test_a_twin_left_out_is_named():
     assert (
         row["protocols"] == "table3_f32" and "table3 (its numeric twin table3_f32 has more drafts)" in row["left out"]
     )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_every_p_the_test_gives_is_one_the_evidence_reader_accepts(seed):
+    """The reader's bounds on a permutation p (`evidence_checks._check_p`: no smaller than one draw,
+    between the Paley-Zygmund and Chebyshev bounds its rho and null variance give) hold for whatever
+    the study computes, exact or sampled, with ties and weak or strong rankings alike."""
+    from elsi_lib.draft.evidence_checks import _check_pooled
+
+    rng = np.random.default_rng(seed)
+    names = ["table3_f32", "table2_strong"][: 1 + seed % 2]
+    parts = []
+    for i, name in enumerate(names):
+        n = int(rng.integers(3, 9))
+        error = np.round(rng.normal(size=n) - (seed % 3) * np.arange(n), 1)  # ties, weak to strong rankings
+        parts.append(_protocol(name, n, rank_right=False, seed=seed + i, error=error))
+    table = pd.concat(parts, ignore_index=True)
+    records = {f"{name}/r{i}.json": "0" * 64 for name in names for i in range(10)}
+    for n_perm in (100, 5000):
+        for row in pooled_criteria(table, n_perm=n_perm, seed=seed).round(6).to_dict("records"):
+            _check_pooled(f"seed {seed}", row, records)

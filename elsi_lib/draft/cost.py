@@ -47,8 +47,8 @@ def _count(name: str, value, lo: int = 0) -> int:
 
 
 def _check_rates(rates: Sequence[float]) -> list[float]:
-    if isinstance(rates, (str, bytes)):
-        raise ValueError(f"acceptance rates must be a sequence of numbers in [0, 1], got {rates!r}")
+    if isinstance(rates, (str, bytes)) or not isinstance(rates, Sequence | np.ndarray):  # a set loses the steps' order
+        raise ValueError(f"acceptance rates must be a sequence of numbers in [0, 1] (a_1..a_k in order), got {rates!r}")
     return [_real(f"acceptance rate a_{i}", a, 0.0, 1.0) for i, a in enumerate(rates, 1)]
 
 
@@ -58,7 +58,7 @@ def step_acceptance(accepted: Sequence[int], k: int) -> list[float]:
     share of rounds that accepted at least i among those that accepted at least i - 1; a step no
     round reached gets a_i = 0 (nothing is known to be accepted there)."""
     k = _count("k", k, 1)
-    if isinstance(accepted, (str, bytes, dict)):
+    if isinstance(accepted, (str, bytes, dict)) or not isinstance(accepted, Sequence | np.ndarray):
         raise ValueError(f"accepted counts must be a sequence of whole numbers, one per round, got {accepted!r}")
     counts = [_count(f"accepted count of round {i}", c) for i, c in enumerate(accepted, 1)]
     if not counts:

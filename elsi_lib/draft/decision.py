@@ -66,13 +66,17 @@ def fit(groups: list[str], x: np.ndarray, y: np.ndarray, *, pooled: bool) -> Fit
     )
 
 
-def predict(model: Fit, group: str | None, dscore: float) -> tuple[float, float]:
+def predict(model: Fit, group: str | None, dscore: float, *, anchored: bool = True) -> tuple[float, float]:
     """(predicted dtau, half-width of its widened 95% interval) at `dscore`, with `group`'s intercept
-    (None or "pooled" for a pooled fit)."""
+    (None or "pooled" for a pooled fit). `anchored`: the default is the set the fit's differences are
+    against (EAGLE3's); else both sets are drafts the fit predicts, so the intercept cancels,
+    dtau = b * dscore, and each draft brings its own residual: variance s2 (2 + x0' (X'X)^-1 x0)."""
     x0 = np.array([float(name == (group or "pooled")) for name in model.columns[:-1]] + [dscore])
     if model.columns[0] != "pooled" and x0[:-1].sum() != 1:
         raise ValueError(f"{group!r} is not one of the fit's families {model.columns[:-1]}")
-    se = np.sqrt(model.s2 * (1 + x0 @ np.array(model.xtx_inv) @ x0))
+    if not anchored:
+        x0[:-1] = 0.0  # (best's intercept + b * its score) minus (the default's intercept + b * its score)
+    se = np.sqrt(model.s2 * ((1 if anchored else 2) + x0 @ np.array(model.xtx_inv) @ x0))
     return float(x0 @ np.array(model.beta)), float(stats.t.ppf(0.5 + LEVEL / 2, model.df) * se * model.widen)
 
 
@@ -113,11 +117,19 @@ class Decision:
 
 
 def decide(
-    fits: dict, family: str | None, dscore: float, best: tuple, default: tuple, measured: list | None = None
+    fits: dict,
+    family: str | None,
+    dscore: float,
+    best: tuple,
+    default: tuple,
+    measured: list | None = None,
+    *,
+    anchored: bool = True,
 ) -> Decision:
     """The verdict from `fits` ({temperature: {"family": Fit | None, "pooled": Fit | None}}): the family's
     fit where `family` is one of its families, else the pooled one; `measured`: the family's own
-    seed-level differences of drafts of `best` against the default's ({temperature, diff, low, high, ...})."""
+    seed-level differences of drafts of `best` against the default's ({temperature, diff, low, high, ...});
+    `anchored`: the default is the set the fits' differences are against (`predict`)."""
     measured = list(measured or [])
     if tuple(best) == tuple(default):
         return Decision("keep the default", "the criterion's best set is the default set", default, best)
@@ -136,7 +148,7 @@ def decide(
                 best,
             )
         model = f"family {family}" if use is own else "pooled"
-        d, half = predict(use, family if use is own else None, dscore)
+        d, half = predict(use, family if use is own else None, dscore, anchored=anchored)
         predicted[float(t)] = (d, d - half, d + half)
     behind = [m for m in measured if m["high"] < 0]
     if behind:

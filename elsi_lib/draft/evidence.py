@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..common.checks import unique_keys
 from ..inputs.models import REGISTRY
+from ..selection.conventions import eagle3_layers
 from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
 from .evidence_checks import (
@@ -153,23 +154,34 @@ def measured(evidence: dict, family: str | None, layers: tuple, default: tuple, 
     `default` (the comparisons' baseline is EAGLE3's set: against another default, such as OpenVINO's
     reading of the rule, none was measured)."""
     text, base = " ".join(map(str, layers)), " ".join(map(str, default))
-    return [
-        c
-        for c in evidence["comparisons"]
-        if c["family"] == family
-        and c["method"] != "EAGLE2"  # EAGLE2 reads its layer after the final norm: not the set's draft
-        and c["layers"] == text
-        and c["baseline layers"] == base
-        and c["nodes"] == nodes
-        and c["diff"] is not None
-    ]
+    found: dict = {}  # two methods that chose one set trained one draft: the row of the most seeds speaks for it
+    for c in evidence["comparisons"]:
+        if (
+            c["family"] == family
+            and c["method"] != "EAGLE2"  # EAGLE2 reads its layer after the final norm: not the set's draft
+            and c["layers"] == text
+            and c["baseline layers"] == base
+            and c["nodes"] == nodes
+            and c["diff"] is not None
+        ):
+            key = (c["protocol"], float(c["temperature"]))
+            if key not in found or c["seeds"] > found[key]["seeds"]:
+                found[key] = c
+    return list(found.values())
 
 
-def decision(method: str, model: str, dscore: float, best: tuple, default: tuple, evidence: dict) -> Decision:
-    """`draft.decision.decide` for `method`'s best set against the engine's `default` on `model`."""
+def decision(
+    method: str, model: str, dscore: float, best: tuple, default: tuple, evidence: dict, baseline: tuple | None = None
+) -> Decision:
+    """`draft.decision.decide` for `method`'s best set against the engine's `default` on `model`. The fits
+    predict a set's tau minus that of EAGLE3's rule's set (`baseline`; by default the family's): against
+    another default their family intercept cancels (`decide(..., anchored=False)`)."""
     family = family_of(model)
+    if baseline is None and family is not None:
+        baseline = tuple(eagle3_layers(REGISTRY[family].n_layers))
+    anchored = baseline is None or tuple(default) == tuple(baseline)
     fits = _fits(evidence, str(criterion_of(method)))
-    return decide(fits, family, dscore, best, default, measured(evidence, family, best, default))
+    return decide(fits, family, dscore, best, default, measured(evidence, family, best, default), anchored=anchored)
 
 
 def rests_on(evidence: dict, method: str) -> list[str]:

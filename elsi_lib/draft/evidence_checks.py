@@ -174,6 +174,7 @@ def check_contents(data: dict, path) -> None:
     ):
         raise EvidenceUnavailable(f"{path}: provenance must name each record it rests on with its sha256, and a commit")
     seen: set = set()
+    held = {name.split("/")[0] for name in records}  # the protocols the file rests on records of
     protocols: dict = {}  # protocol -> (family, group, prompts): one of each a protocol
     one_draft: dict = {}  # (protocol, layers, T, nodes, seeds a side) -> its numbers: two methods, one draft
     for i, c in enumerate(data["comparisons"]):
@@ -213,6 +214,8 @@ def check_contents(data: dict, path) -> None:
         if key in seen:
             raise EvidenceUnavailable(f"{where}: listed twice at T = {key[3]:g}, {key[4]} nodes")
         seen.add(key)
+        if c["protocol"] not in held:
+            raise EvidenceUnavailable(f"{where}: protocol {c['protocol']!r} holds no record this file rests on")
         _check_comparison(where, c, protocols)
         if c["method"] != "EAGLE2" and c.get("diff") is not None:  # EAGLE2's feature is not its set's: another draft
             draft = (c["protocol"], c["layers"], float(c["temperature"]), c["nodes"], c["seeds"], c["baseline seeds"])
@@ -388,8 +391,19 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
     if not c["group"].startswith(family + "/"):
         raise EvidenceUnavailable(f"{where}: group {c['group']!r} is not one of {family}'s parameter files")
     for criterion in CRITERIA:
-        if c.get(f"d {criterion}") is not None:
-            _number(where, f"d {criterion}", c[f"d {criterion}"])
+        d = c.get(f"d {criterion}")
+        if d is None:
+            continue
+        _number(where, f"d {criterion}", d)
+        if ids == rule and d != 0:
+            raise EvidenceUnavailable(f"{where}: d {criterion} {d:+.4g} for the baseline's own set: it is 0 there")
+        if c["method"] != "EAGLE2":  # a criterion scores the set on its protocol's capture, whichever method chose it
+            first = protocols.setdefault((c["protocol"], c["layers"], criterion), (d, c["method"]))
+            if not math.isclose(first[0], d, rel_tol=1e-9, abs_tol=1e-12):
+                raise EvidenceUnavailable(
+                    f"{where}: d {criterion} {d:+.6g} for layers {c['layers']}, {first[1]}'s row of the same set "
+                    f"{first[0]:+.6g}: one set has one score on its protocol's capture"
+                )
     mine = (family, c["group"], c["prompts"])
     if protocols.setdefault(c["protocol"], mine) != mine:
         raise EvidenceUnavailable(
@@ -412,6 +426,7 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
             f"{where}: seed level 'no' with {c['seeds']} and {c['baseline seeds']} seeds and seed variance "
             f"{c['seed variance']}: a side with two seeds measures the seed variance"
         )
+    _check_df(where, c, protocols)
     half = float(stats.t.ppf(0.5 + LEVEL / 2, c["df"]) * math.sqrt(c["questions variance"] + c["seed variance"]))
     for end, width in (("low", c["diff"] - c["low"]), ("high", c["high"] - c["diff"])):
         if not math.isclose(width, half, rel_tol=1e-6, abs_tol=1e-12):
@@ -419,6 +434,32 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
                 f"{where}: {end} {c[end]} is {width:.6g} from the difference, its variances and df give a "
                 f"95% half-width of {half:.6g}"
             )
+
+
+def _check_df(where: str, c: dict, protocols: dict) -> None:
+    """The interval's degrees of freedom are Welch-Satterthwaite's for its variances: the questions' less
+    one without seed variance; with it, the seed variance's own df (what the df implies) is a whole
+    number, and that df and the between-seed variance (seed variance over 1/seeds + 1/baseline seeds)
+    are one for all of a protocol's rows at a temperature and tree (pooled over its methods)."""
+    n, v_q, v_s, df = c["questions"], c["questions variance"], c["seed variance"], c["df"]
+    if v_s == 0:
+        if not math.isclose(df, n - 1, rel_tol=1e-9):
+            raise EvidenceUnavailable(f"{where}: df {df:g} without seed variance, but {n} questions give {n - 1}")
+        return
+    rest = (v_q + v_s) ** 2 / df - v_q**2 / (n - 1)
+    df_s = v_s**2 / rest if rest > 0 else math.inf
+    if not (math.isfinite(df_s) and df_s >= 1 - 1e-6 and math.isclose(df_s, round(df_s), rel_tol=1e-6)):
+        raise EvidenceUnavailable(
+            f"{where}: df {df:g} with {n} questions and variances {v_q:.4g} (questions) and {v_s:.4g} (seeds) "
+            "is no Welch-Satterthwaite df: it implies no whole number of seed degrees of freedom"
+        )
+    pooled = (round(df_s), v_s / (1 / c["seeds"] + 1 / c["baseline seeds"]))
+    first = protocols.setdefault((c["protocol"], float(c["temperature"]), c["nodes"], "seeds"), pooled)
+    if first[0] != pooled[0] or not math.isclose(first[1], pooled[1], rel_tol=1e-6):
+        raise EvidenceUnavailable(
+            f"{where}: between-seed variance {pooled[1]:.4g} on {pooled[0]} df, the protocol's other rows at T = "
+            f"{c['temperature']:g}, {c['nodes']} nodes {first[1]:.4g} on {first[0]}: one pooled seed variance a protocol"
+        )
 
 
 def _number_like(v) -> bool:
@@ -486,9 +527,9 @@ def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> No
 
 def _check_pooled(where: str, r: dict, records: dict) -> None:
     """A pooled criteria row's criterion and outcome are ones the study tests; its protocols hold records
-    (twins joined by "+"), as many as its drafts at least; its per-protocol values parse and lie in range,
-    the pooled rho (their drafts-weighted mean) between them; and its p is one a permutation test of its
-    drafts can give (no smaller than one over the orderings of its drafts)."""
+    (twins joined by "+"), as many as its drafts at least; its per-protocol counts sum to its drafts, their
+    values parse and lie in range, the pooled rho is their drafts-weighted mean; and each p is one a
+    permutation test of those drafts can give (`_check_p`)."""
     if r["criterion"] not in POOLED_CRITERIA or r["outcome"] not in OUTCOMES:
         raise EvidenceUnavailable(
             f"{where}: ({r['criterion']!r}, {r['outcome']!r}) is not a criterion {POOLED_CRITERIA} against an "
@@ -502,23 +543,71 @@ def _check_pooled(where: str, r: dict, records: dict) -> None:
     recorded = sum(1 for name in records if name.split("/")[0] in names)
     if r["drafts"] > recorded:
         raise EvidenceUnavailable(f"{where}: {r['drafts']} drafts, but its protocols hold {recorded} records")
-    for field, lo in (("per protocol rho", -1.0), ("per protocol p", 0.0)):
-        if r.get(field) is None:
-            continue
+    values = {}
+    for field, lo, hi in (("per protocol drafts", 3.0, math.inf), ("per protocol rho", -1.0, 1.0), ("per protocol p", 0.0, 1.0)):
         try:
-            values = [float(v) for v in str(r[field]).split()]
+            values[field] = [float(v) for v in str(r.get(field)).split()]
         except ValueError:
-            values = [math.nan]
-        if not all(lo <= v <= 1 for v in values):
-            raise EvidenceUnavailable(f"{where}: {field} {r[field]!r}: values in [{lo:g}, 1] expected")
-        if field == "per protocol rho" and not min(values) - 0.005 <= r["pooled rho"] <= max(values) + 0.005:
+            values[field] = [math.nan]
+        if len(values[field]) != len(r["protocols"].split()) or not all(lo <= v <= hi for v in values[field]):
             raise EvidenceUnavailable(
-                f"{where}: pooled rho {r['pooled rho']:+.3f} outside its protocols' {r[field]!r}: a drafts-weighted "
-                "mean of them lies between them"
+                f"{where}: {field} {r.get(field)!r}: one value in [{lo:g}, {hi:g}] for each of its protocols expected"
             )
-    floor = 1 / math.factorial(min(int(r["drafts"]), 170))
-    if r["p (stratified permutation)"] < floor:
+    sizes, rhos = np.array(values["per protocol drafts"]), np.array(values["per protocol rho"])
+    if not all(n.is_integer() for n in sizes) or sizes.sum() != r["drafts"]:
         raise EvidenceUnavailable(
-            f"{where}: p {r['p (stratified permutation)']:g} below {floor:.3g}, the least a permutation test "
-            f"of {int(r['drafts'])} drafts can give"
+            f"{where}: per protocol drafts {r['per protocol drafts']!r} are not counts summing to its {r['drafts']} drafts"
+        )
+    weighted = float(sizes @ rhos / sizes.sum())  # each protocol's rho is written to 2 decimals
+    if abs(weighted - r["pooled rho"]) > 0.005 + 1e-9:
+        raise EvidenceUnavailable(
+            f"{where}: pooled rho {r['pooled rho']:+.3f}, but its protocols' rho {r['per protocol rho']!r} weighted "
+            f"by their drafts {r['per protocol drafts']!r} give {weighted:+.3f}"
+        )
+    _number(where, "permutations", r.get("permutations"), 1, integer=True)
+    orderings = math.prod(math.factorial(int(n)) for n in sizes)
+    exact, draws = r.get("p exact"), r["permutations"]
+    if exact not in ("yes", "no") or (exact == "yes") != (orderings <= draws) or (exact == "yes" and draws != orderings):
+        raise EvidenceUnavailable(
+            f"{where}: p exact {exact!r} with {draws} permutations, but its drafts {r['per protocol drafts']!r} "
+            f"have {orderings:.4g} orderings (exact is every ordering, when they number no more than the shuffles)"
+        )
+    weights = sizes / sizes.sum()
+    pooled_p = r["p (stratified permutation)"]
+    _check_p(where, "p (stratified permutation)", pooled_p, r["pooled rho"], 1e-6, float(np.sum(weights**2 / (sizes - 1))), exact == "yes", draws)
+    for n, rho, p, name in zip(sizes, rhos, values["per protocol p"], r["protocols"].split()):
+        enumerated = math.factorial(int(n)) <= draws
+        shuffles = math.factorial(int(n)) if enumerated else draws
+        _check_p(where, f"per protocol p of {name}", p, rho, 0.005, 1 / (n - 1), enumerated, shuffles, 0.0005)
+
+
+def _check_p(
+    where: str,
+    field: str,
+    p: float,
+    rho: float,
+    rho_rounding: float,
+    variance: float,
+    exact: bool,
+    draws: int,
+    rounding: float = 1e-6,
+) -> None:
+    """A permutation p-value of a (drafts-weighted mean of) Spearman rho is one its null can give. Under
+    shuffling, rho has mean 0 and variance `variance` (1/(n-1) for n drafts, whatever the ties) and
+    |rho| <= 1, so P(|rho| >= r) lies between the Paley-Zygmund bound (V - r^2)^2 / V (for r^2 < V) and
+    Chebyshev's V / r^2; and no p is smaller than one draw in `draws`. A Monte Carlo p (not `exact`) is
+    allowed six binomial standard deviations of its `draws` shuffles, and its +1, beside those bounds."""
+    r_high, r_low = abs(rho) + rho_rounding, max(abs(rho) - rho_rounding, 0.0)
+    low = (variance - r_high**2) ** 2 / variance if r_high**2 < variance else 0.0
+    high = min(1.0, variance / r_low**2) if r_low > 0 else 1.0
+    floor = 1 / draws if exact else 1 / (draws + 1)
+    def slack(bound: float) -> float:  # a Monte Carlo p's binomial spread about a bound
+        return rounding if exact else rounding + 6 * math.sqrt(bound / draws) + 1 / (draws + 1)
+
+    if p < floor - rounding:
+        raise EvidenceUnavailable(f"{where}: {field} {p:g} below {floor:.3g}, the least {draws} permutations can give")
+    if not low - slack(low) <= p <= high + slack(high):
+        raise EvidenceUnavailable(
+            f"{where}: {field} {p:g} with rho {rho:+.3f}: a permutation test gives a p between {low:.3g} and "
+            f"{high:.3g} there (null variance {variance:.3g}; {'exact' if exact else f'{draws} shuffles'})"
         )

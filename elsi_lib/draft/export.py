@@ -562,7 +562,10 @@ def load_draft(folder, target) -> Eagle3Draft:
         raise ExportError(f"{folder / 'model.safetensors'}: weights of the wrong shape: {', '.join(wrong)}")
     draft.load_state_dict(weights, strict=False)  # d2t / t2d keep their defaults when the vocabulary is full
     if "d2t" in weights:
-        draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency
+        try:
+            draft.set_vocabulary(weights["d2t"], weights["t2d"])  # checked for consistency
+        except ValueError as err:
+            raise ExportError(f"{folder / 'model.safetensors'}: d2t / t2d: {err}") from None
     numeric = record.get("numeric")
     untrained = isinstance(numeric, dict) and set(numeric) == {"training"}
     if not untrained:

@@ -326,6 +326,6 @@ def tau(accept_lengths) -> float:
     lengths = torch.as_tensor(accept_lengths, dtype=torch.float64).flatten()
     if len(lengths) == 0:
         raise ValueError("tau needs at least one round")
-    if (lengths < 0).any():
-        raise ValueError("accepted lengths must be >= 0")
+    if not torch.isfinite(lengths).all() or (lengths < 0).any() or (lengths != lengths.round()).any():
+        raise ValueError(f"accepted lengths must be whole numbers >= 0, one per round, got {accept_lengths!r}")
     return float((lengths + 1).mean())

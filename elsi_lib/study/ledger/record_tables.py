@@ -174,6 +174,10 @@ def _check_drafts(table: pd.DataFrame) -> None:
             bad = pd.to_numeric(table[column], errors="coerce").isna() & table[column].notna()
             i = table.index[bad][0] if bad.any() else table.index[0]
             raise ValueError(f"pooled criteria: row {i}, {column} = {table[column].loc[i]!r} is not a number")
+        infinite = np.isinf(table[column].to_numpy(float))
+        if infinite.any():  # an infinite tau or criterion would rank first without being measured
+            i = table.index[infinite][0]
+            raise ValueError(f"pooled criteria: row {i}, {column} = {table[column].loc[i]!r} is not finite")
 
     def layer_set(value) -> tuple:
         try:
@@ -196,6 +200,15 @@ def _check_drafts(table: pd.DataFrame) -> None:
                 else f"and {sorted(set(same.id) - {r.id})} are one draft (layers {list(r._set)}, seed {r.seed})"
             )
             raise ValueError(f"pooled criteria: draft {r.id} of {r.protocol} {again}: one draft is one row")
+    for criterion in CRITERIA:  # a criterion scores the set on its protocol's capture: every seed's draft the same
+        spread = keyed[keyed["id"] != "eagle2"].groupby(["protocol", "_set"])[criterion].agg(lambda v: v.nunique())
+        if (spread > 1).any():
+            protocol, layers = spread.index[spread.to_numpy() > 1][0]
+            values = sorted(float(v) for v in keyed[(keyed.protocol == protocol) & (keyed._set == layers)][criterion].unique())
+            raise ValueError(
+                f"pooled criteria: {protocol}'s drafts of layers {list(layers)} give {criterion} {values}: one "
+                "set has one value on its protocol's capture"
+            )
 
 
 def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) -> pd.DataFrame:
@@ -204,7 +217,8 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     (`one_per_twins`), with its stratified permutation p-value. A protocol whose criterion or outcome
     is constant has no rank to test: it is left out of the observed rho and of the null alike, and named
     in "left out". Where the stratified shuffles number at most n_perm they are all enumerated and the
-    p-value is exact ("p exact" yes); else n_perm seeded shuffles (+1 both sides). A draft listed twice
+    p-value is exact ("p exact" yes); else n_perm seeded shuffles (+1 both sides); "permutations" says how
+    many draws the null had, "per protocol drafts" each protocol's count. A draft listed twice
     is refused. Every protocol left out is named in "left out" with why: fewer than 3 drafts, a draft
     without the criterion or the outcome, or a constant one; a criterion and outcome with no protocol
     left is not a row, and attrs["not tested"] says why."""
@@ -269,11 +283,13 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
                     "outcome": outcome,
                     "drafts": int(sizes.sum()),
                     "protocols": " ".join(g.protocol.iloc[0] for g in usable),
+                    "per protocol drafts": " ".join(str(len(v)) for v in values),
                     "per protocol rho": " ".join(f"{r:+.2f}" for r in rhos),
                     "per protocol p": " ".join(f"{q:.3f}" for q in each),
                     "pooled rho": pooled,
                     "p (stratified permutation)": p,
                     "p exact": "yes" if exact else "no",
+                    "permutations": total if exact else n_perm,  # the null's draws: all orderings, or the shuffles
                     "left out": "; ".join(left_out),
                 }
             )
