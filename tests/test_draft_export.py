@@ -478,7 +478,11 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"].half()}), "torch.float16"),
         ("eagle", lambda c, w: w.update({"d2t": w["d2t"].float()}), "not int64"),
         ("eagle", lambda c, w: w.update({"fc.weight": w["fc.weight"][:, :8]}), "weights of the wrong shape"),
-        ("eagle", lambda c, w: w["d2t"].__setitem__(0, w["d2t"][0] + 1), "model.safetensors: d2t / t2d: d2t and t2d do not"),
+        (
+            "eagle",
+            lambda c, w: w["d2t"].__setitem__(0, w["d2t"][0] + 1),
+            "model.safetensors: d2t / t2d: d2t and t2d do not",
+        ),
         ("speculators", lambda c, w: w["d2t"].__setitem__(0, w["d2t"][0] + 1), "model.safetensors: d2t / t2d"),
     ],
 )

@@ -210,7 +210,12 @@ def _pooled(data: dict) -> dict:
 
 def _weak_rho(p: float) -> dict:
     """The probe's pooled row given a rho near zero and a p of `p`."""
-    return {"per protocol rho": "+0.00 +0.02", "per protocol p": "0.990 0.970", "pooled rho": 0.01, "p (stratified permutation)": p}
+    return {
+        "per protocol rho": "+0.00 +0.02",
+        "per protocol p": "0.990 0.970",
+        "pooled rho": 0.01,
+        "p (stratified permutation)": p,
+    }
 
 
 def _is(c: dict, protocol: str, label: str) -> bool:
@@ -365,7 +370,10 @@ def _resealed(data: dict) -> dict:
         # one made insignificant, a Monte Carlo p below one shuffle, counts that are not the drafts'
         (lambda d: _pooled(d).update(_weak_rho(1e-12)), "1e-12 below 0.0001, the least 10000 permutations"),
         (lambda d: _pooled(d).update(_weak_rho(0.001)), "a permutation test gives a p between 0.05"),
-        (lambda d: _pooled(d).update({"p (stratified permutation)": 0.6}), "a permutation test gives a p between 0 and 0.129"),
+        (
+            lambda d: _pooled(d).update({"p (stratified permutation)": 0.6}),
+            "a permutation test gives a p between 0 and 0.129",
+        ),
         (lambda d: _pooled(d).update({"per protocol p": "0.9 0.209"}), "per protocol p of table3_f32 0.9"),
         (lambda d: _pooled(d).update({"per protocol drafts": "10 9"}), "are not counts summing to its 20"),
         (lambda d: _pooled(d).pop("per protocol drafts"), "per protocol drafts None"),
@@ -382,7 +390,9 @@ def _resealed(data: dict) -> dict:
             "one pooled seed variance a protocol",
         ),
         (
-            lambda d: [c.update({"d probe error": -0.5}) for c in d["comparisons"] if _is(c, "table3_f32", "ELSI-C m=2")],
+            lambda d: [
+                c.update({"d probe error": -0.5}) for c in d["comparisons"] if _is(c, "table3_f32", "ELSI-C m=2")
+            ],
             "one set has one score on its protocol's capture",
         ),
         (
@@ -477,7 +487,9 @@ def test_against_a_default_other_than_eagle3s_set_the_family_intercept_cancels()
     from elsi_lib.draft.decision import predict
 
     x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    shifted = fit(["a"] * 6, x, [-0.3 + 0.1 * v + e for v, e in zip(x, (0.01, -0.01, 0.0, 0.01, -0.01, 0.0))], pooled=True)
+    shifted = fit(
+        ["a"] * 6, x, [-0.3 + 0.1 * v + e for v, e in zip(x, (0.01, -0.01, 0.0, 0.01, -0.01, 0.0))], pooled=True
+    )
     anchored, half = predict(shifted, None, 2.0)
     between, wider = predict(shifted, None, 2.0, anchored=False)
     assert anchored == pytest.approx(-0.3 + 0.2, abs=0.02) and between == pytest.approx(0.2, abs=0.02)
@@ -490,7 +502,11 @@ def test_against_a_default_other_than_eagle3s_set_the_family_intercept_cancels()
 def test_the_decision_quotes_one_draft_once_when_two_methods_chose_its_set(evidence):
     """ELSI m=2 and ELSI-C m=2 chose one set on table3_f32: one draft, quoted once a temperature, by the row
     of the most seeds (as the fits take it)."""
-    rows = [c for c in evidence["comparisons"] if c["protocol"] == "table3_f32" and c["method"] in ("ELSI m=2", "ELSI-C m=2")]
+    rows = [
+        c
+        for c in evidence["comparisons"]
+        if c["protocol"] == "table3_f32" and c["method"] in ("ELSI m=2", "ELSI-C m=2")
+    ]
     assert len({c["layers"] for c in rows}) == 1
     best = tuple(map(int, rows[0]["layers"].split()))
     made = ev.decision("elsi", "qwen2.5-coder-0.5b", -0.1, best, (1, 11, 20), evidence)

@@ -5,6 +5,7 @@ pages and opens each in headless Chromium: docs/check_site.py.)"""
 
 import hashlib
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -87,7 +88,9 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
     for mine in ("CNAME", "docs/extra.md", ".git/config"):  # refused, never deleted with the old site
         (ours / mine).parent.mkdir(parents=True, exist_ok=True)
         (ours / mine).write_text("mine")
-        with pytest.raises(FileExistsError, match=f"holds \\['{mine}'\\], which the pages builder did not write"):
+        with pytest.raises(
+            FileExistsError, match=rf"holds \[(.*, )?'{re.escape(mine)}'\], which the pages builder did not"
+        ):
             site.build(ours)
         assert (ours / mine).read_text() == "mine"
         (ours / mine).unlink()
@@ -197,3 +200,43 @@ def test_a_markdown_table_that_is_not_text_is_named(tmp_path):
     (copy / "fig05_boundaries.md").write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(ValueError, match="fig05_boundaries.md: not a readable Markdown table"):
         site.build(tmp_path / "site", copy)
+
+
+def test_an_empty_folder_of_the_users_in_a_site_is_refused_and_left(tmp_path):
+    """A folder holds nothing the builder wrote when none of its files lies in it, empty or not."""
+    ours = tmp_path / "site"
+    site.build(ours)
+    (ours / "drafts" / "empty").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match=r"holds \['drafts/', 'drafts/empty/'\]"):
+        site.build(ours)
+    assert (ours / "drafts" / "empty").is_dir()
+
+
+def test_a_replaced_folder_is_set_aside_under_a_name_of_its_own(tmp_path, monkeypatch):
+    """Where the filesystem cannot exchange two folders, the old one goes aside under a fresh name: a
+    user's folder named like the old one (".site.old") is never removed; the site is readable by others."""
+    from elsi_lib.common import cachefiles
+
+    monkeypatch.setattr(cachefiles, "_exchange", lambda tmp, final: False)
+    ours = tmp_path / "site"
+    site.build(ours)
+    (tmp_path / ".site.old").mkdir()
+    (tmp_path / ".site.old" / "user.txt").write_text("mine")
+    site.build(ours)
+    assert (tmp_path / ".site.old" / "user.txt").read_text() == "mine"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".site.old", "site"]
+    assert ours.stat().st_mode & 0o055 == 0o055  # group and others may read and enter it
+
+
+def test_the_benchmarks_page_is_made_from_the_records(tmp_path):
+    """Each record's table comes from its checked JSON: a .md beside it that says otherwise, or cannot be
+    decoded, changes nothing; a record that cannot be read is refused naming it."""
+    record = {"benchmark": "bench_x", "machine": {"cpu": "C", "date": "2026-12-06T00:00:00"}, "settings": {},
+              "rows": [{"a": 1, "b": 2.5}], "notes": "n"}  # fmt: skip
+    (tmp_path / "bench_x.json").write_text(json.dumps(record))
+    (tmp_path / "bench_x.md").write_bytes(b"| 9.9 | \xff |")
+    page = site.bench_page(tmp_path)
+    assert "| a | b |\n|---|---|\n| 1 | 2.5 |" in page and "9.9" not in page
+    (tmp_path / "bench_x.json").write_bytes(b"\xff")
+    with pytest.raises(ValueError, match="bench_x.json: not readable JSON"):
+        site.bench_page(tmp_path)

@@ -170,7 +170,8 @@ def test_the_page_shows_findings_tables_and_a_figure(folder, tmp_path):
     images = tmp_path / "images"
     images.mkdir()
     text = speed_page.page(images, folder)
-    assert "cost_elsi_tiny table" in text and "cost_vllm_tiny table" in text
+    assert "## `cost_elsi_tiny`" in text and "## `cost_vllm_tiny`" in text  # the tables, made from the records
+    assert "| shape | k or nodes | depth |" in text and "| 4 | 1.6 |" in text
     assert (images / "cost_model.png").stat().st_size > 10_000
     assert (images / "cost_accuracy.png").stat().st_size > 10_000 and "images/cost_accuracy.png" in text
     assert "No cost benchmark" in speed_page.page(images, tmp_path / "empty")
@@ -194,6 +195,7 @@ def test_the_lever_finding_reads_the_one_run_comparison(folder):
     }
     other = json.loads(json.dumps(lever))  # a slower weight-first draft: not the one quoted
     other["benchmark"] = "cost_elsi_tiny_other_weight_first"
+    other["settings"]["draft"] = "another draft"
     for row in other["rows"]:
         row["speed-up measured"] = 0.5
         if isinstance(row.get("error"), float):
@@ -226,6 +228,7 @@ def device_record(autocast: bool, chain5_ms: float, plain_tok_s: float):
         "model": "random llama",
         "draft autocast": autocast,
         "plain tok/s": plain_tok_s,
+        "plain s": 42 / plain_tok_s,  # the rate is generated / plain s
         "plain decode step ms": 10.0,
         "target forward ms by tokens": {"2": 10.0, "3": 10.5, "31": 12.0},
         "draft ms by shape": {"1x1x1": 2.0, "2x2x1": chain5_ms, "30x6x10": 9.0},
@@ -329,7 +332,7 @@ def test_each_question_set_reports_the_median_over_its_lossless_float32_runs_wit
     def run(name, speedups, question_set=None, dtype="float32", family="tiny", lossless=True, step=50.0):
         record = vllm_record()
         record["benchmark"] = name
-        record["settings"].update(family=family, dtype=dtype, **{"plain decode step ms": step})
+        record["settings"].update(family=family, dtype=dtype, draft=f"draft {name}", **{"plain decode step ms": step})
         if question_set:
             record["settings"]["question set"] = question_set
         for row, speedup in zip(record["rows"], speedups):
@@ -423,7 +426,7 @@ def test_the_curves_figure_puts_vllms_runs_first_with_every_chain_measured(folde
             lambda r: next(x for x in r["rows"] if isinstance(x.get("error"), float)).update(error=-50.0),
             "is not \\(predicted - measured\\) / measured",
         ),
-        (lambda r: next(x for x in r["rows"] if "k" in x).update(spread=-1.0), "spread -1.0 is negative"),
+        (lambda r: next(x for x in r["rows"] if "k" in x).update(spread=-1.0), "spread -1.0 is no share >= 0"),
         (
             lambda r: next(x for x in r["rows"] if "k" in x and "ceiling" in x).update({"speed-up predicted": 99.0}),
             "speed-up predicted 99.0 is beyond its ceiling",
@@ -461,6 +464,7 @@ def test_a_cost_file_out_of_range_is_refused_naming_it(tmp_path, change, reason)
 def openvino_records(folder):
     machine = {"cpu": "Test CPU", "date": "2026-12-06T00:00:00+00:00", "cores": 2, "load_1_5_15": [0, 0, 0]}
     check = {
+        "benchmark": "engines_openvino",
         "settings": {"openvino-genai": "2026.4.1.0", "questions": 12, "max_tokens": 64},
         "machine": machine,
         "rows": [
@@ -475,7 +479,8 @@ def openvino_records(folder):
         ],
     }  # fmt: skip
     rounds = {
-        "settings": {"target": "tiny"},
+        "benchmark": "openvino_rounds_tiny",
+        "settings": {"target": "tiny", "questions": {"mixed": 12}},
         "machine": machine,
         "rows": [
             {"questions": "mixed", "decoding": "plain", "round ms": 20.0, "round / step": 1.0},
@@ -484,7 +489,10 @@ def openvino_records(folder):
              "tau for 1.3x": 2.6},
         ],
         "details": {
-            "out_of_sample": [{"error": "+4.0%"}, {"error": "-12.5%"}],
+            "out_of_sample": [
+                {"speed-up measured": 1.0, "predicted": 1.04, "error": "+4.0%"},
+                {"speed-up measured": 1.0, "predicted": 0.875, "error": "-12.5%"},
+            ],
             "strong_predictions": [
                 {"draft": "qwen_strong eagle3-seed0 (1, 11, 20)", "tree": "tree depth 6, top-10, 30 nodes",
                  "questions": 120, "replay tau": 2.1, "predicted speed-up (decode)": 1.05, "tau for 1.3x": 2.6}
@@ -504,7 +512,7 @@ def test_the_openvino_lines_say_what_its_records_hold(tmp_path):
     assert "2 of 3 runs (chains and trees) gave plain decoding's tokens exactly" in line
     assert "within 0.030 of elsi's own loop" in line and "(2 runs)" in line
     assert "median 1.30x over the lossless runs (range 1.10-1.30x); the best, 1.3x, is A (1, 2, 3)" in line
-    assert "fewer than the 40 questions and the repeats a wall-clock claim needs" in line  # 12 questions, once
+    assert "12 questions, each run once: fewer than the 40 questions and the 3 repeats a wall-clock claim" in line
     costs = speed_openvino.round_costs(tmp_path)
     assert "a plain decoding step 20.0 ms; one round costs 1.3x a step (chain k=1), 2.0x a step (tree" in costs[0]
     assert "needs tokens per round of 1.69 (chain k=1), 2.6 (tree depth 6, top-10, 30 nodes)" in costs[0]
@@ -651,3 +659,220 @@ def test_a_cost_file_with_a_key_twice_is_refused(tmp_path):
     (tmp_path / f"{record['benchmark']}.json").write_text(text)
     with pytest.raises(ValueError, match="key 'plain tok/s' appears twice"):
         speed.cost_results(tmp_path)
+
+
+def _write(folder, *records):
+    for record in records:
+        (folder / f"{record['benchmark']}.json").write_text(json.dumps(record))
+
+
+def _renamed(record: dict, name: str) -> dict:
+    return {**json.loads(json.dumps(record)), "benchmark": name}
+
+
+def _weight_first(record: dict, **usual) -> dict:
+    record["settings"] |= {
+        "target forward ms by tokens": {"2": 22.0},
+        "plain decode step ms": 20.0,
+        "with F.linear": {"target forward ms by tokens": {"2": 45.0}, "plain decode step ms": 22.5, **usual},
+    }
+    return record
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        # a row the finding would skip without a word: every row is read
+        (lambda e, v: [r.update(K=r.pop("k")) for r in v["rows"]], r"cost_vllm_tiny.json: row 0: a chain length k"),
+        (lambda e, v: v["rows"][2].pop("k"), "row 2: a chain length k"),
+        (lambda e, v: [r.update(shape="Chain") for r in e["rows"]], r"row 0: a shape \('chain' or 'tree'\)"),
+        # names that sort a run onto a line: one spelling each
+        (lambda e, v: v["settings"].update(engine="vllm 0.32.0"), "settings' engine = 'vllm 0.32.0'"),
+        (lambda e, v: v["settings"].update(dtype="fp32"), "settings' dtype = 'fp32', not one of"),
+        (lambda e, v: v["settings"].pop("family"), "settings' family = None, not a name"),
+        (lambda e, v: v["settings"].update({"question set": 5}), "question set = 5, not a name"),
+        (lambda e, v: v.pop("benchmark"), "benchmark None, not its file's name 'cost_vllm_tiny'"),
+        # counts and shares as what they are
+        (lambda e, v: v["settings"].update(repeat=True), "repeat = True, not a count"),
+        (
+            lambda e, v: v["settings"].update(repeat=3) or v["rows"][0].update(spread="0.075"),
+            "spread '0.075' is no share",
+        ),
+        (lambda e, v: v["settings"].update({"target forward ms by tokens": {"1": 9.0, "2x2x1": 9.0}}), "a count and"),
+        (lambda e, v: v["settings"].update({"draft ms by shape": {"5": 9.0}}), "a shape KxDxT and"),
+        # the lever's other side, checked as its own timings
+        (lambda e, v: _weight_first(e, **{"plain decode step ms": -134.5}), "with F.linear = .*positive plain decode"),
+        (lambda e, v: _weight_first(e, **{"plain decode step ms": 0}), "with F.linear = .*positive plain decode"),
+        (
+            lambda e, v: _weight_first(e, **{"target forward ms by tokens": {"3": 1.0}}),
+            "over 2 tokens and a plain step",
+        ),
+        (lambda e, v: e["settings"].update({"with F.linear": "n/a"}), "with F.linear = 'n/a'"),
+    ],
+)
+def test_a_cost_record_a_line_would_misread_is_refused_naming_it(tmp_path, change, reason):
+    """What a page line sorts, skips or divides by is checked when the record is read: a row it would skip,
+    an engine or dtype spelt otherwise (read as another engine's or left out of a median), a repeat of
+    True, a spread as text, a table keyed by what it is not, the weight-first lever's other side."""
+    elsi, vllm = elsi_record(), vllm_record()
+    names = (elsi["benchmark"], vllm["benchmark"])
+    change(elsi, vllm)
+    for name, record in zip(names, (elsi, vllm)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason):
+        speed.cost_results(tmp_path)
+
+
+def test_one_run_recorded_twice_is_refused(tmp_path):
+    """A record copied under another name would count twice in each median and count: its name must be
+    its file's, and two records of identical settings (timings included) are one run."""
+    _write(tmp_path, vllm_record())
+    (tmp_path / "cost_vllm_tiny_again.json").write_text(json.dumps(vllm_record()))
+    with pytest.raises(ValueError, match="benchmark 'cost_vllm_tiny', not its file's name 'cost_vllm_tiny_again'"):
+        speed.cost_results(tmp_path)
+    _write(tmp_path, _renamed(vllm_record(), "cost_vllm_tiny_again"))
+    with pytest.raises(ValueError, match="cost_vllm_tiny and cost_vllm_tiny_again hold the same run"):
+        speed.cost_results(tmp_path)
+    for autocast in (False, False):
+        record = device_record(autocast, 4.0, 80.0)
+        _write(tmp_path, record, _renamed(record, "cost_device_cuda_again"))
+    with pytest.raises(ValueError, match="hold the same run"):
+        speed_device.device_results(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda r: r["settings"].update({"plain tok/s": 999.0}), "plain tok/s 999.0 is not generated / plain s"),
+        (lambda r: r["rows"][0].update(error="calibration"), "error = 'calibration', not a number"),
+        (lambda r: r["settings"]["target forward ms by tokens"].update({"2x2x1": 3.0}), r"\['2x2x1'\]"),
+        (lambda r: r["settings"]["draft ms by shape"].pop("2x2x1"), "has no 2x2x1, the longest chain's"),
+        (lambda r: r.update(rows=[x for x in r["rows"] if x["shape"] == "tree"]), "no chain's row"),
+        (lambda r: r["rows"][0].update({"tau measured": 50.0}), "tau measured 50.0 beyond the 2 a chain of 1"),
+        (lambda r: r.update(benchmark="cost_device_other"), "not its file's name"),
+    ],
+)
+def test_an_accelerator_record_a_line_would_misread_is_refused(tmp_path, change, reason):
+    record = json.loads(json.dumps(device_record(False, 4.0, 80.0)))
+    name = record["benchmark"]
+    change(record)
+    (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason):
+        speed_device.device_results(tmp_path)
+
+
+def test_a_device_line_says_tau_as_measured():
+    """The line says "never accepted" only where every tau is 1, and otherwise gives the range."""
+    record = device_record(False, 4.0, 80.0)
+    assert "the random draft's tau is 1.40-2.00" in speed_device.device_finding([record])[0]
+    for row in record["rows"]:
+        row["tau measured"] = 1.0
+    assert "never accepted (tau 1.00)" in speed_device.device_finding([record])[0]
+
+
+@pytest.mark.parametrize(
+    "which, change, reason",
+    [
+        ("check", lambda c, r: c["rows"][1].update({"vs plain": 5.0}), r"vs plain 5.0, but its 33.0 tok/s over"),
+        ("check", lambda c, r: c["rows"].append(dict(c["rows"][1])), r"with chain k=1 is also row 1"),
+        ("check", lambda c, r: c["rows"][1].update(draft=5), "draft = 5, not a name"),
+        ("check", lambda c, r: c["rows"][1].update({"tau OpenVINO": 1e6}), r"not a number in \[1, 2\]"),
+        ("check", lambda c, r: c["rows"][1].update(decoding="warp"), "decoding 'warp' is neither"),
+        ("check", lambda c, r: c["rows"][0].update({"tok/s": 0}), "one plain decoding row with a positive tok/s"),
+        ("check", lambda c, r: c["settings"].update(repeat=True), "repeat = True, not a count"),
+        ("check", lambda c, r: c["machine"].update(date="yesterday"), "date 'yesterday' is not an ISO date"),
+        ("check", lambda c, r: c.update(benchmark="engines_vllm"), "not its file's name"),
+        ("rounds", lambda c, r: r["rows"][1].update({"round / step": 0.5}), r"round / step 0.5, but 26.0 ms"),
+        ("rounds", lambda c, r: r["rows"][0].update({"round ms": ""}), "plain decoding's round ms ''"),
+        ("rounds", lambda c, r: r["rows"][1].update(lossless="false"), "lossless = 'false', not true or false"),
+        ("rounds", lambda c, r: r["rows"][1].update({"tau for 1.3x": 0.5}), r"tau for 1.3x 0.5, but 1.3x at 1.3"),
+        ("rounds", lambda c, r: r["rows"][1].update(questions=["mixed"]), r"questions \['mixed'\], not one of"),
+        ("rounds", lambda c, r: r["rows"].append(dict(r["rows"][1])), "chain k=1 on the mixed questions twice"),
+        ("rounds", lambda c, r: r.update(rows=[]), "no rows"),
+        ("rounds", lambda c, r: r.update(details=[1]), r"details = \[1\], not a mapping"),
+        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="+1.0%"), r"error \+1.0%, but"),
+        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="0.04"), "'0.04' is not a percentage"),
+        ("rounds", lambda c, r: r["details"]["strong_predictions"][0].pop("tree"), "its draft and tree"),
+    ],
+)
+def test_an_openvino_record_whose_values_disagree_is_refused_naming_it(tmp_path, which, change, reason):
+    """Beyond each value's range, the values a line reads together agree: a speed-up is its tokens/s over
+    plain decoding's, a round in steps its time over a step's, the tau a speed-up needs that times it,
+    an out-of-sample error its row's; a run recorded twice, a decoding the page cannot parse, a repeat of
+    True or a lossless as text (which would drop the "lossy" note) are refused."""
+    from elsi_lib.study.pages import speed_openvino
+
+    check, rounds = openvino_records(tmp_path)
+    change(check, rounds)
+    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+    (tmp_path / "openvino_rounds_tiny.json").write_text(json.dumps(rounds))
+    read = speed_openvino.engine_check if which == "check" else speed_openvino.round_costs
+    with pytest.raises(ValueError, match=reason):
+        read(tmp_path)
+
+
+def test_the_engine_checks_caveat_says_which_of_questions_and_repeats_fall_short(tmp_path):
+    from elsi_lib.study.pages import speed_openvino
+
+    check, _ = openvino_records(tmp_path)
+    for questions, repeat, said in (
+        (48, 1, "48 questions, each run once: fewer than the 3 repeats"),
+        (12, 3, "12 questions, each run 3 times: fewer than the 40 questions a wall-clock"),
+        (40, 3, None),
+    ):
+        check["settings"].update(questions=questions, repeat=repeat)
+        (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+        [line] = speed_openvino.engine_check(tmp_path)
+        assert (said in line) if said else "a check's, not a measurement" not in line
+
+
+def test_an_engine_checks_lossless_is_what_its_output_digests_say(tmp_path):
+    from elsi_lib.study.pages import speed_openvino
+
+    check, _ = openvino_records(tmp_path)
+    plain = ["a", "b"]
+    check["details"] = {
+        "output digests": {"plain": plain, "a chain k=1": plain, "a tree depth 6, top-10, 30 nodes": plain,
+                           "a chain k=3": ["a", "c"]}
+    }  # fmt: skip
+    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+    assert speed_openvino.engine_check(tmp_path)
+    check["rows"][3].update(lossless=True, **{"vs plain": 1.5})  # a lossy run called lossless
+    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+    with pytest.raises(ValueError, match="chain k=3: lossless True, but its output digests differ"):
+        speed_openvino.engine_check(tmp_path)
+    check["details"]["output digests"].pop("a chain k=3")
+    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
+    with pytest.raises(ValueError, match="one list a draft run"):
+        speed_openvino.engine_check(tmp_path)
+
+
+def test_the_pages_tables_are_the_records_never_the_markdown_beside_them(folder, tmp_path):
+    """A .md that says other than its record (a number changed, a cell dropped, undecodable bytes) or
+    none at all changes nothing: the page's tables are made from the checked JSON."""
+    images = tmp_path / "images"
+    images.mkdir()
+    (folder / "cost_vllm_tiny.md").write_bytes(b"| 9.195 | \xff\xfe |\n")
+    (folder / "cost_elsi_tiny.md").unlink()
+    text = speed_page.page(images, folder)
+    assert "9.195" not in text and "## `cost_elsi_tiny`" in text and "| 1 | 1.3 |" in text
+    (folder / "cost_vllm_tiny.json").write_bytes(b'{"benchmark": "\xff"}')
+    with pytest.raises(ValueError, match="cost_vllm_tiny.json: not readable JSON"):
+        speed_page.page(images, folder)
+
+
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        ({}, "no rows"),
+        ({"rows": [{"weight (out x in)": "all linears", "rows": 2, "F.linear / its one row": float("nan")}]}, "row 0"),
+        ({"rows": [{"weight (out x in)": "all linears", "rows": 2, "F.linear / its one row": "1.99"}]}, "row 0"),
+    ],
+)
+def test_a_linears_record_is_checked_when_read(tmp_path, content, reason):
+    (tmp_path / "bench_linears_tiny.json").write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=f"bench_linears_tiny.json: {reason}"):
+        speed.linear_cost("tiny", tmp_path)
+    (tmp_path / "bench_linears_tiny.json").write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="bench_linears_tiny.json: not readable JSON"):
+        speed.linear_cost("tiny", tmp_path)

@@ -321,10 +321,9 @@ def replace_folder(tmp: str | os.PathLike, final: str | os.PathLike) -> None:
         os.replace(tmp, final)
     elif _exchange(tmp, final):
         shutil.rmtree(tmp)  # now the earlier folder
-    else:
-        aside = final.with_name(f".{final.name}.old")
-        shutil.rmtree(aside, ignore_errors=True)
-        os.replace(final, aside)
+    else:  # aside under a fresh name of its own: never a folder of the user's
+        aside = Path(tempfile.mkdtemp(prefix=f".{final.name}.old.", dir=final.parent))
+        os.replace(final, aside)  # a folder onto an empty folder
         os.replace(tmp, final)
         shutil.rmtree(aside)
 

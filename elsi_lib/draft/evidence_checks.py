@@ -544,7 +544,11 @@ def _check_pooled(where: str, r: dict, records: dict) -> None:
     if r["drafts"] > recorded:
         raise EvidenceUnavailable(f"{where}: {r['drafts']} drafts, but its protocols hold {recorded} records")
     values = {}
-    for field, lo, hi in (("per protocol drafts", 3.0, math.inf), ("per protocol rho", -1.0, 1.0), ("per protocol p", 0.0, 1.0)):
+    for field, lo, hi in (
+        ("per protocol drafts", 3.0, math.inf),
+        ("per protocol rho", -1.0, 1.0),
+        ("per protocol p", 0.0, 1.0),
+    ):
         try:
             values[field] = [float(v) for v in str(r.get(field)).split()]
         except ValueError:
@@ -567,14 +571,27 @@ def _check_pooled(where: str, r: dict, records: dict) -> None:
     _number(where, "permutations", r.get("permutations"), 1, integer=True)
     orderings = math.prod(math.factorial(int(n)) for n in sizes)
     exact, draws = r.get("p exact"), r["permutations"]
-    if exact not in ("yes", "no") or (exact == "yes") != (orderings <= draws) or (exact == "yes" and draws != orderings):
+    if (
+        exact not in ("yes", "no")
+        or (exact == "yes") != (orderings <= draws)
+        or (exact == "yes" and draws != orderings)
+    ):
         raise EvidenceUnavailable(
             f"{where}: p exact {exact!r} with {draws} permutations, but its drafts {r['per protocol drafts']!r} "
             f"have {orderings:.4g} orderings (exact is every ordering, when they number no more than the shuffles)"
         )
     weights = sizes / sizes.sum()
     pooled_p = r["p (stratified permutation)"]
-    _check_p(where, "p (stratified permutation)", pooled_p, r["pooled rho"], 1e-6, float(np.sum(weights**2 / (sizes - 1))), exact == "yes", draws)
+    _check_p(
+        where,
+        "p (stratified permutation)",
+        pooled_p,
+        r["pooled rho"],
+        1e-6,
+        float(np.sum(weights**2 / (sizes - 1))),
+        exact == "yes",
+        draws,
+    )
     for n, rho, p, name in zip(sizes, rhos, values["per protocol p"], r["protocols"].split()):
         enumerated = math.factorial(int(n)) <= draws
         shuffles = math.factorial(int(n)) if enumerated else draws
@@ -601,6 +618,7 @@ def _check_p(
     low = (variance - r_high**2) ** 2 / variance if r_high**2 < variance else 0.0
     high = min(1.0, variance / r_low**2) if r_low > 0 else 1.0
     floor = 1 / draws if exact else 1 / (draws + 1)
+
     def slack(bound: float) -> float:  # a Monte Carlo p's binomial spread about a bound
         return rounding if exact else rounding + 6 * math.sqrt(bound / draws) + 1 / (draws + 1)
 

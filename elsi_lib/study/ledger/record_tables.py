@@ -204,7 +204,9 @@ def _check_drafts(table: pd.DataFrame) -> None:
         spread = keyed[keyed["id"] != "eagle2"].groupby(["protocol", "_set"])[criterion].agg(lambda v: v.nunique())
         if (spread > 1).any():
             protocol, layers = spread.index[spread.to_numpy() > 1][0]
-            values = sorted(float(v) for v in keyed[(keyed.protocol == protocol) & (keyed._set == layers)][criterion].unique())
+            values = sorted(
+                float(v) for v in keyed[(keyed.protocol == protocol) & (keyed._set == layers)][criterion].unique()
+            )
             raise ValueError(
                 f"pooled criteria: {protocol}'s drafts of layers {list(layers)} give {criterion} {values}: one "
                 "set has one value on its protocol's capture"

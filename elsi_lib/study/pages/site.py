@@ -10,6 +10,7 @@ build naming it (`MissingResult`).
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 import tempfile
 import sys
@@ -389,15 +390,19 @@ def api_page() -> str:
     return "\n".join(lines)
 
 
-def bench_page() -> str:
+def bench_page(folder: Path = BENCH) -> str:
+    """Each benchmark record's table (`speed_page.table`: made from the JSON, checked, never from the .md)."""
     lines = ["# Benchmarks", "", "Each benchmark's last run (`bench/results/`): machine, date, load and rows.", ""]
-    for path in sorted(BENCH.glob("*.md")):
-        lines += [f"## `{path.stem}`", "", path.read_text(), ""]
+    for path in sorted(Path(folder).glob("*.json")):
+        lines += [f"## `{path.stem}`", "", speed_page.table(path), ""]
     return "\n".join(lines)
 
 
 def home_page(pages) -> str:
-    readme = (REPO_ROOT / "README.md").read_text()
+    try:
+        readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{REPO_ROOT / 'README.md'}: not readable UTF-8 text ({err})") from None
     index = ["", "## Pages", ""] + [f"- [{p.title}]({p.slug}.md)" for p in pages]
     return readme + "\n".join(index) + "\n"
 
@@ -445,11 +450,11 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
                 f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
             )
         written = [line for line in marker.read_text().splitlines()[1:] if line]
-        here = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() or p.is_symlink()} - {MARKER}
+        here = _contents(out)
         if not written:  # a marker of an older builder lists none: judged by what this build writes
             present = here
-        else:  # the files its last build wrote
-            foreign = sorted(here - set(written))
+        else:  # the files its last build wrote, and their folders
+            foreign = sorted(here - _with_folders(written))
             if foreign:
                 raise FileExistsError(
                     f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder did not "
@@ -457,10 +462,13 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
                 )
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    fresh.chmod(0o777 & ~umask)  # a site others (a web server) can read, as mkdir would make it, not mkdtemp's 0700
     try:
         names = _write_site(fresh, folder or results_dir())
         files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
-        foreign = sorted(present - set(files))
+        foreign = sorted(present - _with_folders(files))
         if foreign:
             raise FileExistsError(
                 f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder does not "
@@ -475,6 +483,20 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
         raise
     replace_folder(fresh, out)
     return [out / "docs" / name for name in names]
+
+
+def _contents(root: Path) -> set[str]:
+    """What is under `root` (relative): files and links by name, folders as "name/" (an empty folder of
+    a user's is something the builder did not write too), its marker aside."""
+    return {str(p.relative_to(root)) + ("/" if p.is_dir() and not p.is_symlink() else "") for p in root.rglob("*")} - {
+        MARKER
+    }
+
+
+def _with_folders(files) -> set[str]:
+    """`files` and every folder they lie in ("name/"), with the folders every build makes."""
+    folders = {f"{parent}/" for f in files for parent in Path(f).parents if str(parent) != "."}
+    return set(files) | folders | {"docs/", "docs/images/"}
 
 
 def _write_site(out: Path, folder: Path) -> list[str]:
@@ -503,6 +525,6 @@ if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else REPO_ROOT / "build" / "docs-src")
     try:
         pages = build(target)
-    except (MissingResult, FileExistsError) as err:
+    except (MissingResult, FileExistsError, NotADirectoryError, ValueError) as err:
         sys.exit(f"make docs: {err}")
     print(f"{len(pages)} pages in {target / 'docs'}")

@@ -54,6 +54,7 @@ def cost_results(folder: Path = BENCH) -> list[dict]:
             elif row.get("shape") == "chain":
                 chains.append({**row, "k": row["k or nodes"]})
         out.append({**result, "chains": chains})
+    unique_runs(out)
     return out
 
 
@@ -83,10 +84,12 @@ def check_timings(settings: dict, path: Path) -> None:
         if not isinstance(table, dict) or not table:
             raise ValueError(f"{path}: settings' {field} = {table!r}, not a table of sizes and times")
         derived = field == "draft side ms by k"  # a round less the target's forward: noise can take it below 0
+        sizes = r"\d+x\d+x\d+" if field == "draft ms by shape" else r"[1-9]\d*"  # a shape KxDxT, else a count
         for size, ms in table.items():
-            if not re.fullmatch(r"\d+(x\d+x\d+)?", str(size)) or not (_number(ms) if derived else _positive(ms)):
+            if not re.fullmatch(sizes, str(size)) or not (_number(ms) if derived else _positive(ms)):
                 kind = "a time" if derived else "a positive time"
-                raise ValueError(f"{path}: settings' {field}[{size!r}] = {ms!r}: a size and {kind} expected")
+                what = "a shape KxDxT" if field == "draft ms by shape" else "a count"
+                raise ValueError(f"{path}: settings' {field}[{size!r}] = {ms!r}: {what} and {kind} expected")
 
 
 def check_machine(machine, path: Path) -> None:
@@ -112,10 +115,13 @@ def _check_result(result: dict, path: Path) -> None:
     check_machine(result["machine"], path)
     if not isinstance(result["settings"], dict) or not isinstance(result["rows"], list):
         raise ValueError(f"{path}: settings must be a mapping and rows a list of rows")
+    if result.get("benchmark") != Path(path).stem:
+        raise ValueError(f"{path}: benchmark {result.get('benchmark')!r}, not its file's name {Path(path).stem!r}")
     s = result["settings"]
     for field in ("engine", "plain tok/s", "per-step acceptance", "questions", "generated", "plain s", "prefill ms"):
         if field not in s:
             raise ValueError(f"{path}: settings have no {field!r}")
+    _check_names(s, path)
     for field, lo in (("questions", 1), ("generated", s["questions"] if isinstance(s["questions"], int) else 1)):
         if not (isinstance(s[field], int) and not isinstance(s[field], bool) and s[field] >= lo):
             raise ValueError(
@@ -127,9 +133,9 @@ def _check_result(result: dict, path: Path) -> None:
             raise ValueError(
                 f"{path}: settings' plain tok/s {s['plain tok/s']} is not generated / plain s = {rate:.2f}"
             )
-    if any(isinstance(r, dict) and "spread" in r for r in result["rows"]) and not (
-        isinstance(s.get("repeat"), int) and s["repeat"] >= 1
-    ):
+    if "repeat" in s and not _count(s["repeat"]):
+        raise ValueError(f"{path}: settings' repeat = {s['repeat']!r}, not a count >= 1")
+    if any(isinstance(r, dict) and "spread" in r for r in result["rows"]) and "repeat" not in s:
         raise ValueError(f"{path}: rows give a spread over repeats, settings' repeat = {s.get('repeat')!r}")
     rates = result["settings"]["per-step acceptance"]
     if not isinstance(rates, list) or not rates:
@@ -141,16 +147,35 @@ def _check_result(result: dict, path: Path) -> None:
     for field in ("plain s", "prefill ms", "plain tok/s", "plain decode step ms"):
         if field in result["settings"] and not _positive(result["settings"][field]):
             raise ValueError(f"{path}: settings' {field} = {result['settings'][field]!r}, not a positive time or rate")
+    if "with F.linear" in s:  # the same run's verification forward computed the usual way (the lever's other side)
+        usual = s["with F.linear"]
+        if not (isinstance(usual, dict) and _positive(usual.get("plain decode step ms"))):
+            raise ValueError(
+                f"{path}: settings' with F.linear = {usual!r}, not timings with a positive plain decode step ms"
+            )
+        check_timings(usual, Path(f"{path} (with F.linear)"))
+        for table in (s, usual):
+            if "2" not in table.get("target forward ms by tokens", {}) or not _positive(
+                table.get("plain decode step ms")
+            ):
+                raise ValueError(
+                    f"{path}: a weight-first run times the target's forward over 2 tokens and a plain step, both ways"
+                )
+    vllm = s["engine"].startswith("vLLM ")
     seen: dict = {}
     for i, row in enumerate(result["rows"]):
         if not isinstance(row, dict):
             raise ValueError(f"{path}: row {i} is not a row (a mapping of columns)")
-        k = row.get("k", row.get("k or nodes") if row.get("shape") in ("chain", "tree") else None)
-        if k is None:
-            continue
-        if not (isinstance(k, int) and not isinstance(k, bool) and k >= 1):
+        if vllm and ("k" not in row or "shape" in row) or not vllm and row.get("shape") not in ("chain", "tree"):
+            want = "a chain length k (vLLM runs chains)" if vllm else "a shape ('chain' or 'tree') with its k or nodes"
+            raise ValueError(f"{path}: row {i}: {want} expected; every row is read, none skipped")
+        k = row["k"] if vllm else row.get("k or nodes")
+        if not _count(k):
             raise ValueError(f"{path}: row {i}: k {k!r} is not a chain length or tree size >= 1")
         shape = row.get("shape", "chain")
+        name = "tau vLLM" if vllm else "tau measured"
+        if not _number(row.get(name)) and shape == "chain":
+            raise ValueError(f"{path}: row {i}: chain k = {k} has no {name}: tau {row.get(name)!r} is not a number")
         if (shape, k) in seen:
             raise ValueError(f"{path}: row {i}: {shape} k = {k} is also row {seen[shape, k]}")
         seen[shape, k] = i
@@ -175,12 +200,10 @@ def _check_result(result: dict, path: Path) -> None:
                     )
         if not isinstance(row.get("lossless"), bool):
             raise ValueError(f"{path}: row {i}: lossless {row.get('lossless')!r} is not true or false")
-        if shape == "chain" and not _number(row.get("tau vLLM", row.get("tau measured"))):
-            raise ValueError(f"{path}: row {i}: chain k = {k} has no tau measured")
         if "error" in row and not (row["error"] == "calibration" or _number(row["error"])):
             raise ValueError(f"{path}: row {i}: error {row['error']!r} is neither a number nor 'calibration'")
-        if _number(row.get("spread")) and not row["spread"] >= 0:
-            raise ValueError(f"{path}: row {i}: spread {row['spread']!r} is negative (a range over a median)")
+        if "spread" in row and row["spread"] != "" and not (_number(row["spread"]) and row["spread"] >= 0):
+            raise ValueError(f"{path}: row {i}: spread {row['spread']!r} is no share >= 0 (a range over a median)")
         measured, predicted = row.get("speed-up measured"), row.get("speed-up predicted")
         if _number(row.get("error")) and _number(measured) and _number(predicted):
             if abs(row["error"] - (predicted - measured) / measured) > 0.01:
@@ -196,6 +219,45 @@ def _check_result(result: dict, path: Path) -> None:
                     f"{path}: row {i}: speed-up measured {row['speed-up measured']} is beyond the ceiling "
                     f"{row['ceiling']} (perfect acceptance) by more than {100 * TOLERANCE:.0f}%"
                 )
+
+
+def _count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+DTYPES = ("float32", "bfloat16")
+
+
+def _check_names(s: dict, path: Path) -> None:
+    """The settings that sort a run onto a page line: its engine ("vLLM <version>" or elsi's loop), its
+    target (family or model) and draft as text, the target's dtype one of DTYPES, a question set named."""
+    engine = s["engine"]
+    if not (
+        isinstance(engine, str) and (engine.startswith("vLLM ") or engine == "elsi" or engine.startswith("elsi, "))
+    ):
+        raise ValueError(f"{path}: settings' engine = {engine!r}: 'vLLM <version>' or elsi's loop ('elsi...') expected")
+    for field in ("draft", *(["family"] if engine.startswith("vLLM ") else [])):
+        if not (isinstance(s.get(field), str) and s[field].strip()):
+            raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not a name")
+    if not any(isinstance(s.get(f), str) and s[f].strip() for f in ("family", "model")):
+        raise ValueError(f"{path}: settings name no target (family or model)")
+    if s.get("dtype", "float32") not in DTYPES:
+        raise ValueError(f"{path}: settings' dtype = {s.get('dtype')!r}, not one of {DTYPES}")
+    if "question set" in s and not (isinstance(s["question set"], str) and s["question set"].strip()):
+        raise ValueError(f"{path}: settings' question set = {s['question set']!r}, not a name")
+
+
+def unique_runs(results: list[dict], what: str = "settings") -> None:
+    """Two records of one run (a file copied under another name: the same settings, timings included)
+    would count twice in every median and count: refused, naming both."""
+    seen: dict = {}
+    for result in results:
+        key = json.dumps(result["settings"], sort_keys=True)
+        if key in seen:
+            raise ValueError(
+                f"{seen[key]} and {result['benchmark']} hold the same run (identical {what}): one run, one record"
+            )
+        seen[key] = result["benchmark"]
 
 
 def label(result: dict) -> str:
@@ -358,7 +420,22 @@ def linear_cost(model: str, folder: Path = BENCH) -> str:
     path = Path(folder) / f"bench_linears_{model}.json"
     if not path.is_file():
         return ""
-    rows = json.loads(path.read_text())["rows"]
+    record = read_json(path)
+    rows = record.get("rows") if isinstance(record, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: no rows")
+    for i, r in enumerate(rows):
+        ratio = r.get("F.linear / its one row", None) if isinstance(r, dict) else None
+        if not (
+            isinstance(r, dict)
+            and isinstance(r.get("weight (out x in)"), str)
+            and _count(r.get("rows"))
+            and (_positive(ratio) or ratio is None and r["weight (out x in)"] != "all linears")
+        ):
+            raise ValueError(
+                f"{path}: row {i}: a weight (text), rows (a count) and, for all linears, F.linear / its one row "
+                "(positive) expected"
+            )
     ratios = [
         r["F.linear / its one row"] for r in rows if r["weight (out x in)"] == "all linears" and 2 <= r["rows"] <= 4
     ]
@@ -441,7 +518,13 @@ def dtype_finding(results: list[dict]) -> list[str]:
                 "was its plain greedy decoding's token for token, so no speed-up is reported."
             )
             continue
-        most = str(max(int(n) for n in a["target forward ms by tokens"]))
+        shared = set(a.get("target forward ms by tokens", {})) & set(b.get("target forward ms by tokens", {}))
+        if "1" not in shared or len(shared) < 2 or not all("1" in x.get("draft side ms by k", {}) for x in (a, b)):
+            raise ValueError(
+                f"{f32['benchmark']} and {bf16['benchmark']}: a dtype pair times the target's forward over 1 token "
+                "and more at the same sizes, and the draft's side at k = 1, both ways"
+            )
+        most = str(max(int(n) for n in shared))
 
         def growth(s):
             return s["target forward ms by tokens"][most] / s["target forward ms by tokens"]["1"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .speed import BENCH, _number, _positive, check_machine, check_timings, read_json
+from .speed import BENCH, _number, _positive, check_machine, check_timings, read_json, unique_runs
 
 
 def device_results(folder: Path = BENCH) -> list[dict]:
@@ -18,6 +18,13 @@ def device_results(folder: Path = BENCH) -> list[dict]:
         result = read_json(path)
         check_device(result, path)
         out.append(result)
+    unique_runs(out)
+    seen: dict = {}
+    for r in out:  # one record a device, model and draft setting: a second would double its finding
+        key = (r["settings"]["device"], r["settings"]["model"], r["settings"]["draft autocast"])
+        if key in seen:
+            raise ValueError(f"{seen[key]} and {r['benchmark']} are both {key}: one record each")
+        seen[key] = r["benchmark"]
     devices = sorted({r["settings"]["device"] for r in out})
     if len(devices) > 1:
         raise ValueError(f"{folder}: accelerator records of {devices}: the device line speaks for one device")
@@ -32,6 +39,8 @@ def check_device(result, path: Path) -> None:
     if not isinstance(result, dict) or not isinstance(result.get("settings"), dict) or not result.get("rows"):
         raise ValueError(f"{path}: not an accelerator cost record (settings and rows)")
     check_machine(result.get("machine"), path)
+    if result.get("benchmark") != Path(path).stem:
+        raise ValueError(f"{path}: benchmark {result.get('benchmark')!r}, not its file's name {Path(path).stem!r}")
     s = result["settings"]
     for field in ("device", "model", "torch"):
         if not (isinstance(s.get(field), str) and s[field]):
@@ -45,6 +54,12 @@ def check_device(result, path: Path) -> None:
         if field not in s:
             raise ValueError(f"{path}: settings have no {field!r}")
     check_timings(s, path)
+    if _positive(s.get("plain s")) and _positive(s.get("generated")):
+        rate = s["generated"] / s["plain s"]
+        if abs(s["plain tok/s"] - rate) > 0.01 * rate + 0.01:
+            raise ValueError(
+                f"{path}: settings' plain tok/s {s['plain tok/s']} is not generated / plain s = {rate:.2f}"
+            )
     for i, row in enumerate(result["rows"]):
         if not (isinstance(row, dict) and row.get("shape") in ("chain", "tree")):
             raise ValueError(f"{path}: row {i} is not a chain's or a tree's")
@@ -54,8 +69,20 @@ def check_device(result, path: Path) -> None:
         for field, lo in (("ceiling", 1.0), ("tau measured", 1.0)):
             if not (_positive(row.get(field)) and row[field] >= lo):
                 raise ValueError(f"{path}: row {i}: {field} = {row.get(field)!r}, not a number >= {lo:g}")
-        if not (row.get("error") == "calibration" or _number(row.get("error"))):
+        if not _number(row.get("error")):  # every shape is predicted out of sample here: no calibration row
             raise ValueError(f"{path}: row {i}: error = {row.get('error')!r}, not a number")
+        depth = row.get("depth", size)
+        bound = size + 1 if row["shape"] == "chain" or not _number(depth) else depth + 1
+        if row["tau measured"] > bound + 1e-9:
+            raise ValueError(
+                f"{path}: row {i}: tau measured {row['tau measured']} beyond the {bound} a {row['shape']} of {size} allows"
+            )
+    chains = [r["k or nodes"] for r in result["rows"] if r["shape"] == "chain"]
+    if not chains:
+        raise ValueError(f"{path}: no chain's row (the finding reads the longest chain's draft time)")
+    longest = max(chains)
+    if f"{longest}x{longest}x1" not in s["draft ms by shape"]:
+        raise ValueError(f"{path}: settings' draft ms by shape has no {longest}x{longest}x1, the longest chain's")
 
 
 def _device_terms(result: dict) -> dict:
@@ -103,8 +130,13 @@ def device_finding(results: list[dict]) -> list[str]:
             f"{forward[many]:.1f} ms against {forward[few]:.1f} ms over {few} ({forward[many] / forward[few]:.2f}x); "
             f"a draft step {t['step']:.1f} ms ({100 * t['step'] / s['plain decode step ms']:.0f}% of a plain "
             f"decoding step). With perfect acceptance the {top['shape']} of {top['k or nodes']} would reach "
-            f"{top['ceiling']}x; the random draft is never accepted (tau {min(r['tau measured'] for r in rows):.2f}). "
-            f"The model's predicted speed-ups fall within {100 * errors[len(errors) // 2]:.0f}% of the measured "
+            f"{top['ceiling']}x; "
+            + (
+                "the random draft is never accepted (tau 1.00). "
+                if max(r["tau measured"] for r in rows) == 1.0
+                else f"the random draft's tau is {min(r['tau measured'] for r in rows):.2f}-{max(r['tau measured'] for r in rows):.2f}. "
+            )
+            + f"The model's predicted speed-ups fall within {100 * errors[len(errors) // 2]:.0f}% of the measured "
             f"ones at the median shape, {100 * errors[-1]:.0f}% at the worst ({len(errors)} shapes)."
         )
     for model, k, off, on in _autocast_pairs(results):

@@ -8,25 +8,27 @@ from those files; a file that lacks a field it should have is refused naming the
 
 from __future__ import annotations
 
-import json
-import math
+import re
 from pathlib import Path
 
-from .speed import BENCH, MIN_QUESTIONS, TOLERANCE, _positive
+from .speed import BENCH, MIN_QUESTIONS, TOLERANCE, _positive, check_machine, read_json
+
+MIN_REPEATS = 3  # the repeats of each generation a wall-clock claim needs
 
 
 def _read(path: Path, fields: tuple[str, ...]) -> dict:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: not readable JSON ({err})") from None
+    """A record (`read_json`: one value a key) with its machine, its name, settings and rows that each
+    hold `fields`."""
+    record = read_json(path)
     if not isinstance(record, dict) or [f for f in ("settings", "rows", "machine") if f not in record]:
         raise ValueError(f"{path}: not a benchmark record (settings, rows, machine)")
     if not isinstance(record["rows"], list) or not isinstance(record["settings"], dict):
         raise ValueError(f"{path}: rows must be a list and settings a mapping")
-    for field in ("cpu", "date"):
-        if not isinstance(record["machine"].get(field) if isinstance(record["machine"], dict) else None, str):
-            raise ValueError(f"{path}: the machine's {field} is missing")
+    check_machine(record["machine"], path)
+    if record.get("benchmark") != path.stem:
+        raise ValueError(f"{path}: benchmark {record.get('benchmark')!r}, not its file's name {path.stem!r}")
+    if not record["rows"]:
+        raise ValueError(f"{path}: no rows")
     for i, row in enumerate(record["rows"]):
         if not isinstance(row, dict):
             raise ValueError(f"{path}: row {i} is not a row")
@@ -36,23 +38,60 @@ def _read(path: Path, fields: tuple[str, ...]) -> dict:
     return record
 
 
+DECODING = re.compile(
+    r"chain k=(?P<k>[1-9]\d*)|tree depth (?P<depth>[1-9]\d*), top-[1-9]\d*, (?P<nodes>[1-9]\d*) nodes"
+)
+
+
+def _most_tokens(where: str, decoding) -> int:
+    """The most tokens a round of `decoding` ("chain k=K" or "tree depth D, top-T, N nodes") can give:
+    its accepted draft tokens and the bonus one."""
+    found = DECODING.fullmatch(decoding) if isinstance(decoding, str) else None
+    if found is None:
+        raise ValueError(f"{where}: decoding {decoding!r} is neither 'chain k=K' nor 'tree depth D, top-T, N nodes'")
+    return int(found["k"] or found["depth"]) + 1
+
+
+def repeats(settings: dict, path: Path) -> int:
+    """How many times each generation ran (1 where the settings name no repeat)."""
+    value = settings.get("repeat", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{path}: settings' repeat = {value!r}, not a count >= 1")
+    return value
+
+
 def _check_check(path: Path, record: dict) -> None:
-    """engines_openvino: counts and versions in the settings; per draft run a tau >= 1 (and elsi's, where
-    given), lossless a bool, tokens/s positive, and a speed-up only where the run was lossless."""
+    """engines_openvino: counts and versions in the settings; one plain decoding row, its rate positive;
+    per draft run (one a draft and decoding) its decoding named, a tau >= 1 and within what the decoding
+    allows (and elsi's, where given), lossless a bool and what the output digests say, tokens/s positive,
+    and a speed-up only where the run was lossless: its tokens/s over plain decoding's."""
     s = record["settings"]
     for field in ("questions", "max_tokens"):
         if not (isinstance(s.get(field), int) and not isinstance(s.get(field), bool) and s[field] >= 1):
             raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not a count >= 1")
+    repeats(s, path)
     if not isinstance(s.get("openvino-genai"), str):
         raise ValueError(f"{path}: settings name no openvino-genai version")
+    plain = [r for r in record["rows"] if r["draft"] == "plain decoding"]
+    if len(plain) != 1 or not _positive(plain[0]["tok/s"]):
+        raise ValueError(f"{path}: one plain decoding row with a positive tok/s expected, found {len(plain)}")
+    seen: dict = {}
     for i, r in enumerate(record["rows"]):
         if r["draft"] == "plain decoding":
             continue
         where = f"{path}: row {i}"
-        if not (_positive(r["tau OpenVINO"]) and r["tau OpenVINO"] >= 1):
-            raise ValueError(f"{where}: tau OpenVINO = {r['tau OpenVINO']!r}, not a number >= 1")
-        if r["tau elsi"] != "" and not (_positive(r["tau elsi"]) and r["tau elsi"] >= 1):
-            raise ValueError(f"{where}: tau elsi = {r['tau elsi']!r}, not a number >= 1")
+        if not (isinstance(r["draft"], str) and r["draft"].strip()):
+            raise ValueError(f"{where}: draft = {r['draft']!r}, not a name")
+        most = _most_tokens(where, r["decoding"])
+        if (r["draft"], r["decoding"]) in seen:
+            raise ValueError(
+                f"{where}: {r['draft']} with {r['decoding']} is also row {seen[r['draft'], r['decoding']]}"
+            )
+        seen[r["draft"], r["decoding"]] = i
+        if not (_positive(r["tau OpenVINO"]) and 1 <= r["tau OpenVINO"] <= most + 1e-9):
+            raise ValueError(f"{where}: tau OpenVINO = {r['tau OpenVINO']!r}, not a number in [1, {most}]")
+        if r["tau elsi"] != "" and not (_positive(r["tau elsi"]) and 1 <= r["tau elsi"] <= most + 1e-9):
+            raise ValueError(f"{where}: tau elsi = {r['tau elsi']!r}, not a number in [1, {most}]")
         if not isinstance(r["lossless"], bool):
             raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
         if not _positive(r["tok/s"]):
@@ -61,36 +100,111 @@ def _check_check(path: Path, record: dict) -> None:
             raise ValueError(f"{where}: vs plain = {r['vs plain']!r}, not a positive speed-up")
         if not r["lossless"] and _positive(r["vs plain"]):
             raise ValueError(f"{where}: a lossy run with a speed-up ({r['vs plain']}): none is reported for one")
+        if r["lossless"] and abs(r["vs plain"] - r["tok/s"] / plain[0]["tok/s"]) > 0.01:
+            raise ValueError(
+                f"{where}: vs plain {r['vs plain']}, but its {r['tok/s']} tok/s over plain decoding's "
+                f"{plain[0]['tok/s']} is {r['tok/s'] / plain[0]['tok/s']:.3f}"
+            )
+    _check_digests(path, record)
+
+
+def _check_digests(path: Path, record: dict) -> None:
+    """Where the record keeps each run's output digests (details' "output digests": "plain", then one
+    entry a draft run in the rows' order, controls aside), each run's lossless is what they say: every
+    question's digest plain decoding's."""
+    digests = (record.get("details") or {}).get("output digests") if isinstance(record.get("details"), dict) else None
+    if digests is None:
+        return
+    runs = [r for r in record["rows"] if r["draft"] != "plain decoding" and not r["draft"].endswith("(control)")]
+    if not isinstance(digests, dict) or not isinstance(digests.get("plain"), list) or len(digests) - 1 != len(runs):
+        raise ValueError(f"{path}: output digests: 'plain' and one list a draft run ({len(runs)}) expected")
+    for (name, got), r in zip(list(digests.items())[1:], runs):
+        if not (isinstance(got, list) and len(got) == len(digests["plain"]) and name.endswith(" " + r["decoding"])):
+            raise ValueError(f"{path}: output digests {name!r} are not the run {r['draft']}, {r['decoding']}'s")
+        if (got == digests["plain"]) != r["lossless"]:
+            raise ValueError(
+                f"{path}: {r['draft']}, {r['decoding']}: lossless {r['lossless']}, but its output digests "
+                f"{'equal' if got == digests['plain'] else 'differ from'} plain decoding's"
+            )
+
+
+PERCENT = re.compile(r"[+-]\d+(\.\d+)?%")
 
 
 def _check_rounds(path: Path, record: dict) -> None:
-    """openvino_rounds: positive costs and needs, errors that are percentages."""
-    if not isinstance(record["settings"].get("target"), str):
+    """openvino_rounds: per question set in the settings, one plain row (a positive step, 1.0 step) and
+    each decoding once; a round's cost in steps its round ms over the step's, the tau a speed-up X needs
+    X times that, lossless a bool; the out-of-sample errors percentages that are (predicted - measured) /
+    measured of their rows; the strong drafts' predictions complete."""
+    s = record["settings"]
+    if not isinstance(s.get("target"), str):
         raise ValueError(f"{path}: settings name no target")
+    kinds = s.get("questions")
+    if not (isinstance(kinds, dict) and kinds and all(_positive(n) and isinstance(n, int) for n in kinds.values())):
+        raise ValueError(f"{path}: settings' questions = {kinds!r}, not a count for each question set")
+    steps: dict = {}
     for i, r in enumerate(record["rows"]):
+        where = f"{path}: row {i}"
+        if not isinstance(r["questions"], str) or r["questions"] not in kinds:
+            raise ValueError(f"{where}: questions {r['questions']!r}, not one of the settings' {sorted(kinds)}")
+        if r["decoding"] == "plain":
+            if not (_positive(r["round ms"]) and r["round / step"] == 1.0):
+                raise ValueError(f"{where}: plain decoding's round ms {r['round ms']!r} and round / step 1.0 expected")
+            if r["questions"] in steps:
+                raise ValueError(f"{where}: a second plain row for the {r['questions']} questions")
+            steps[r["questions"]] = r["round ms"]
+    seen = set()
+    for i, r in enumerate(record["rows"]):
+        where = f"{path}: row {i}"
+        if r["decoding"] == "plain":
+            continue
+        _most_tokens(where, r["decoding"])
+        if (r["questions"], r["decoding"]) in seen:
+            raise ValueError(f"{where}: {r['decoding']} on the {r['questions']} questions twice")
+        seen.add((r["questions"], r["decoding"]))
+        if r["questions"] not in steps:
+            raise ValueError(f"{path}: no plain decoding row for the {r['questions']} questions")
         for field in [f for f in r if f in ("round ms", "round / step") or f.startswith("tau for ")]:
-            if r["decoding"] == "plain" and r[field] == "":
-                continue  # the plain row's empty cells (the table's columns)
             if not _positive(r[field]):
-                raise ValueError(f"{path}: row {i}: {field} = {r[field]!r}, not a positive number")
-    details = record.get("details") or {}
-    for i, r in enumerate(details.get("out_of_sample") or []):
-        try:
-            value = float(str(r["error"]).rstrip("%"))
-        except (KeyError, ValueError, TypeError):
-            value = math.nan
-        if not math.isfinite(value):
+                raise ValueError(f"{where}: {field} = {r[field]!r}, not a positive number")
+        if abs(r["round / step"] - r["round ms"] / steps[r["questions"]]) > 0.002 + 0.001 * r["round / step"]:
             raise ValueError(
-                f"{path}: out-of-sample row {i}: error {r.get('error') if isinstance(r, dict) else r!r} is not a percentage"
+                f"{where}: round / step {r['round / step']}, but {r['round ms']} ms over the step's "
+                f"{steps[r['questions']]} is {r['round ms'] / steps[r['questions']]:.3f}"
             )
+        for field in [f for f in r if f.startswith("tau for ")]:
+            speedup = float(field.removeprefix("tau for ").removesuffix("x"))
+            if abs(r[field] - speedup * r["round / step"]) > 0.003 * speedup:
+                raise ValueError(
+                    f"{where}: {field} {r[field]}, but {speedup}x at {r['round / step']} steps a round needs {speedup * r['round / step']:.3f}"
+                )
+        if "lossless" in r and not isinstance(r["lossless"], bool):
+            raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
+    details = record.get("details", {})
+    if not isinstance(details, dict):
+        raise ValueError(f"{path}: details = {details!r}, not a mapping")
+    for i, r in enumerate(details.get("out_of_sample") or []):
+        where = f"{path}: out-of-sample row {i}"
+        if not (isinstance(r, dict) and isinstance(r.get("error"), str) and PERCENT.fullmatch(r["error"])):
+            raise ValueError(
+                f"{where}: error {r.get('error') if isinstance(r, dict) else r!r} is not a percentage (+x.x%)"
+            )
+        measured, predicted = r.get("speed-up measured"), r.get("predicted")
+        if not (_positive(measured) and _positive(predicted)):
+            raise ValueError(f"{where}: speed-up measured and predicted must be positive numbers")
+        error = 100 * (predicted - measured) / measured
+        if abs(float(r["error"].rstrip("%")) - error) > 0.15:
+            raise ValueError(f"{where}: error {r['error']}, but (predicted - measured) / measured is {error:+.1f}%")
     for i, r in enumerate(details.get("strong_predictions") or []):
         fields = ("replay tau", "predicted speed-up (decode)", "tau for 1.3x", "questions")
         if (
             not isinstance(r, dict)
             or not all(_positive(r.get(f)) for f in fields)
-            or not isinstance(r.get("draft"), str)
+            or not all(isinstance(r.get(f), str) and r[f] for f in ("draft", "tree"))
         ):
-            raise ValueError(f"{path}: strong prediction row {i} lacks a positive {', '.join(fields)} or its draft")
+            raise ValueError(
+                f"{path}: strong prediction row {i} lacks a positive {', '.join(fields)} or its draft and tree"
+            )
 
 
 def engine_check(folder: Path = BENCH) -> list[str]:
@@ -125,10 +239,13 @@ def engine_check(folder: Path = BENCH) -> list[str]:
             f"runs (range {speedups[0]:.2f}-{speedups[-1]:.2f}x); the best, {best['vs plain']}x, is {best['draft']} "
             f"with {best['decoding']} (tau {best['tau OpenVINO']})"
         )
-    if s["questions"] < MIN_QUESTIONS or not s.get("repeat"):
+    runs_each = repeats(s, path)
+    short = [f"the {MIN_QUESTIONS} questions"] * (s["questions"] < MIN_QUESTIONS)
+    short += [f"the {MIN_REPEATS} repeats"] * (runs_each < MIN_REPEATS)
+    if short:
         line += (
-            f"; {s['questions']} questions, each run once: fewer than the {MIN_QUESTIONS} questions and the repeats "
-            "a wall-clock claim needs, so these speed-ups are a check's, not a measurement"
+            f"; {s['questions']} questions, each run {'once' if runs_each == 1 else f'{runs_each} times'}: fewer "
+            f"than {' and '.join(short)} a wall-clock claim needs, so these speed-ups are a check's, not a measurement"
         )
     return [line + "."]
 

@@ -6,10 +6,21 @@ and the figures (`speed_plots`), then each benchmark's table.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
-from .speed import BENCH, cost_results, dtype_finding, finding, lever_finding, model_accuracy, question_sets
+from .speed import (
+    BENCH,
+    check_machine,
+    read_json,
+    cost_results,
+    dtype_finding,
+    finding,
+    lever_finding,
+    model_accuracy,
+    question_sets,
+)
 from .speed_device import device_finding, device_results
 from .speed_openvino import engine_check, round_costs
 from .speed_plots import save_figures
@@ -63,11 +74,37 @@ def page(images: Path, folder: Path = BENCH) -> str:
         for line in device_finding(devices):
             lines += [line, ""]
     lines += ["![cost model](images/cost_model.png)", "", "![cost model's accuracy](images/cost_accuracy.png)", ""]
-    tables = [*Path(folder).glob("cost_*.md"), *Path(folder).glob("openvino_rounds_*.md")]
-    tables += [p for p in [Path(folder) / "engines_openvino.md"] if p.is_file()]
-    for path in sorted(tables):  # the levers' table too
-        lines += [f"## `{path.stem}`", "", path.read_text(), ""]
+    records = [*Path(folder).glob("cost_*.json"), *Path(folder).glob("openvino_rounds_*.json")]
+    records += [p for p in [Path(folder) / "engines_openvino.json"] if p.is_file()]
+    for path in sorted(records):  # the levers' table too
+        lines += [f"## `{path.stem}`", "", table(path), ""]
     return "\n".join(lines)
+
+
+def table(path: Path) -> str:
+    """A benchmark record as its Markdown table (what `bench/record.py` writes beside it), made from the
+    JSON the findings read, never from the .md: the table cannot say other than the record."""
+    record = read_json(path)
+    if not isinstance(record, dict) or not isinstance(record.get("settings"), dict):
+        raise ValueError(f"{path}: not a benchmark record (settings, rows, machine)")
+    check_machine(record.get("machine"), path)
+    rows = record.get("rows")
+    if record.get("benchmark") != path.stem or not isinstance(rows, list) or not rows:
+        raise ValueError(f"{path}: a record named as its file ({path.stem!r}) with rows expected")
+    if not all(isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: a row that is not a mapping of columns")
+    m = record["machine"]
+    flags = " ".join(m.get("bf16 matmul flags") or [])
+    load = " / ".join(map(str, m["load_1_5_15"])) if m.get("load_1_5_15") else "not recorded"
+    head = (
+        f"{path.stem}: {m['date']}, {m['cpu']} ({m.get('cores', '?')} cores{f', bf16 matmul: {flags}' if flags else ''}), "
+        f"load before the run {load}; settings {json.dumps(record['settings'])}"
+    )
+    columns = list(dict.fromkeys(c for r in rows for c in r))  # every column any row holds
+    body = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    body += ["| " + " | ".join(str(r.get(c, "")).replace("|", "\\|") for c in columns) + " |" for r in rows]
+    notes = record.get("notes") or ""
+    return "\n".join([head, "", *body] + (["", str(notes)] if notes else [])) + "\n"
 
 
 if __name__ == "__main__":
