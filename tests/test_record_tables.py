@@ -203,7 +203,7 @@ def test_every_p_the_test_gives_is_one_the_evidence_reader_accepts(seed):
     """The reader's bounds on a permutation p (`evidence_checks._check_p`: no smaller than one draw,
     between the Paley-Zygmund and Chebyshev bounds its rho and null variance give) hold for whatever
     the study computes, exact or sampled, with ties and weak or strong rankings alike."""
-    from elsi_lib.draft.evidence_checks import _check_pooled
+    from elsi_lib.draft.pooled_checks import check_pooled
 
     rng = np.random.default_rng(seed)
     names = ["table3_f32", "table2_strong"][: 1 + seed % 2]
@@ -216,4 +216,4 @@ def test_every_p_the_test_gives_is_one_the_evidence_reader_accepts(seed):
     records = {f"{name}/r{i}.json": "0" * 64 for name in names for i in range(10)}
     for n_perm in (100, 5000):
         for row in pooled_criteria(table, n_perm=n_perm, seed=seed).round(6).to_dict("records"):
-            _check_pooled(f"seed {seed}", row, records)
+            check_pooled(f"seed {seed}", row, records)

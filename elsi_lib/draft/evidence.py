@@ -25,6 +25,7 @@ from ..inputs.models import REGISTRY
 from ..selection.conventions import eagle3_layers
 from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
+from .pooled_checks import check_pooled_rows
 from .evidence_checks import (
     FAMILY_ALIASES,
     NODES,
@@ -62,6 +63,7 @@ def load(path: str | Path | None = None) -> dict:
         raise EvidenceUnavailable(f"{path} fails its checksum: it was altered after the study wrote it")
     try:
         check_contents(data, path)
+        check_pooled_rows(data, path)
     except EvidenceUnavailable:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:  # a shape no check foresaw

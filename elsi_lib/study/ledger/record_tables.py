@@ -23,7 +23,7 @@ from ..experiments.rank_stats import check_n_perm, spearman_rows
 from .draft_records import question_frame, read_records
 from ..experiments.tables import paired_differences, seed_spread
 from ..experiments.criteria_vs_drafts import BASELINE, CRITERIA, OUTCOMES, draft_table
-from ...draft.evidence_checks import default_for
+from ...draft.pooled_checks import default_for
 
 NODES = 60
 COMPARED = ("ELSI m=3", "probe m=3")
@@ -302,6 +302,6 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
 
 def verdict(pooled: pd.DataFrame) -> str:
     """Which method `elsi select` recommends by default: the rule the command checks the evidence file
-    against (`draft.evidence.default_for`: "probe" if the probe's error predicts the drafts' tau out of
+    against (`draft.pooled_checks.default_for`: "probe" if the probe's error predicts the drafts' tau out of
     sample, else "elsi", the paper's method)."""
     return default_for(pooled.to_dict("records"))
