@@ -544,3 +544,15 @@ def test_an_export_folder_must_have_a_name_of_its_own(target, tmp_path, monkeypa
     with pytest.raises(ValueError, match="name the folder to write"):
         X.save_draft(trained_like(target, (1, 3), 24), name, target=target)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_an_export_loaded_onto_a_target_it_does_not_fit_is_refused_naming_the_folder(target, tmp_path):
+    """A target of other shapes (more layers here) than the export's: an ExportError naming the folder."""
+    folder = X.save_draft(trained_like(target, (1, 2), 24), tmp_path / "d", target=target)
+    config = target.config
+    deeper = random_model(
+        config.model_type, n_layers=config.num_hidden_layers + 2, hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size, seed=0, num_key_value_heads=config.num_key_value_heads,
+    )  # fmt: skip
+    with pytest.raises(X.ExportError, match=f"{folder}: the draft does not fit this target"):
+        X.load_draft(folder, deeper)

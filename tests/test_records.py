@@ -88,6 +88,11 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
     [
         (lambda r: r.pop("step accuracy"), r"missing field\(s\) \['step accuracy'\]"),
         (lambda r: r["unit"].update(method="elsi-m9"), "field 'unit' names no method: 'elsi-m9'"),
+        # one method, one spelling: "probe-m03" would be a second table row beside "probe-m3"
+        (
+            lambda r: r["unit"].update(method="probe-m03") or r.update(label="probe m=03"),
+            "names no method: 'probe-m03'",
+        ),
         (lambda r: r["unit"].update(protocol="table9"), "no protocol 'table9'"),
         (lambda r: r["unit"].update(family="smollm2-135m"), "table3_f32 is on qwen2.5-coder-0.5b"),
         (lambda r: r.update({"protocol digest": "0" * 16}), "another definition of its protocol"),

@@ -515,7 +515,10 @@ def load_draft(folder, target) -> Eagle3Draft:
         raise ExportError(
             f"{folder / RECORD}: engine_layer_ids {record.get('engine_layer_ids')} but config.json says {ids}"
         )
-    draft_config.check_target(target)
+    try:
+        draft_config.check_target(target)
+    except ValueError as err:
+        raise ExportError(f"{folder}: {err}") from None
     if format == "speculators":
         _check_verifier(folder, config["speculators_config"].get("verifier", {}), record, target)
     draft = Eagle3Draft(draft_config, target.get_input_embeddings(), seed=0)  # its weights read below

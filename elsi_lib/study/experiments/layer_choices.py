@@ -42,7 +42,9 @@ LABELS = {  # each method id of notebook 06's drafts (`draft_methods`) and the t
 def label_of(method_id) -> str | None:
     """The label of `method_id`'s drafts (the task probe's "probe-m<m>": "probe m=<m>"); None for an id
     no draft of notebook 06 has."""
-    probe = re.fullmatch(r"probe-m(\d+)", method_id) if isinstance(method_id, str) else None
+    probe = (
+        re.fullmatch(r"probe-m([1-9]\d*)", method_id) if isinstance(method_id, str) else None
+    )  # one spelling: m03 is none
     return f"probe m={probe.group(1)}" if probe else LABELS.get(method_id)
 
 
