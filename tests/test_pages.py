@@ -13,7 +13,14 @@ import pytest
 
 from elsi_lib.common.results import results_dir
 from elsi_lib.draft import evidence as ev
-from elsi_lib.study.pages import site
+from elsi_lib.common.cachefiles import REPO_ROOT
+from elsi_lib.study.pages import findings, site
+
+
+@pytest.fixture(autouse=True)
+def committed_records(monkeypatch):
+    """The pages check the ledger's tables against the committed records: read them (never written)."""
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
 
 
 def _elsi_row(evidence: dict) -> dict:
@@ -42,7 +49,8 @@ def test_every_page_is_written_from_the_committed_results(tmp_path):
 def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
     """The findings are the evidence file's: a changed comparison (its fits and checksum rewritten, as
     `make evidence` would) changes the page."""
-    from elsi_lib.study.ledger.evidence_file import criterion_models
+    from elsi_lib.study.ledger.evidence_file import comparisons_table, criterion_models
+    from elsi_lib.study.paper.plots import csv_text
 
     evidence = json.loads(ev.EVIDENCE_PATH.read_text())
     row = _elsi_row(evidence)
@@ -54,12 +62,15 @@ def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence))
     monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
-    site.build(tmp_path / "site")
+    copy = tmp_path / "results"  # with the comparisons table `make evidence` writes beside it
+    shutil.copytree(results_dir(), copy)
+    (copy / "comparisons_seed_level.csv").write_text(csv_text(comparisons_table(evidence)))
+    site.build(tmp_path / "site", copy)
     table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
     assert f"+0.010 [{0.01 - half:+.3f}, {0.01 + half:+.3f}]" in table3
 
 
-@pytest.mark.parametrize("stem", ["fig04_variance_reduction.csv", "table1_layer_selection.md"])
+@pytest.mark.parametrize("stem", ["fig04_variance_reduction.csv", "table1_bootstrap.csv"])
 def test_a_missing_results_file_fails_naming_it(tmp_path, stem):
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
@@ -176,9 +187,9 @@ def test_a_results_csv_a_page_reads_is_checked_naming_the_file_row_and_column(tm
 @pytest.mark.parametrize(
     "stem, change, reason",
     [
-        ("ledger_findings", lambda f: f.assign(low=f["high"] + 5), "an interval that does not hold its diff"),
-        ("table1_layer_selection", lambda f: f.assign(setting="Paper"), "no row the page reads"),
-        ("criteria_rank_correlations", lambda f: f.assign(outcome="tau  minus EAGLE3"), "no row the page reads"),
+        ("ledger_findings", lambda f: f.assign(low=f["high"] + 5), "not what the committed records give"),
+        ("table1_layer_selection", lambda f: f.assign(setting="Paper"), "setting = 'Paper', not one of"),
+        ("criteria_rank_correlations", lambda f: f.assign(outcome="tau  minus EAGLE3"), "outcome = 'tau  minus"),
         ("fig05_boundaries", lambda f: f.drop(columns=["boundaries (after layer)"]), "no column"),
     ],
 )
@@ -197,8 +208,10 @@ def test_the_rows_a_page_reads_are_the_ones_checked(tmp_path, stem, change, reas
 def test_a_markdown_table_that_is_not_text_is_named(tmp_path):
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
-    (copy / "fig05_boundaries.md").write_bytes(b"\xff\xfe\x00bad")
-    with pytest.raises(ValueError, match="fig05_boundaries.md: not a readable Markdown table"):
+    (copy / "fig05_boundaries.md").write_bytes(b"\xff\xfe\x00bad")  # never read: the table is the CSV's
+    site.build(tmp_path / "site", copy)
+    (copy / "table1_bootstrap.csv").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(ValueError, match="table1_bootstrap.csv: not a results CSV"):
         site.build(tmp_path / "site", copy)
 
 
@@ -240,3 +253,109 @@ def test_the_benchmarks_page_is_made_from_the_records(tmp_path):
     (tmp_path / "bench_x.json").write_bytes(b"\xff")
     with pytest.raises(ValueError, match="bench_x.json: not readable JSON"):
         site.bench_page(tmp_path)
+
+
+def _twice(f: pd.DataFrame, **change) -> pd.DataFrame:
+    """`f` with its first row again, changed."""
+    return pd.concat([f, f.iloc[[0]].assign(**change)], ignore_index=True)
+
+
+def _at(f: pd.DataFrame, where, **change) -> pd.DataFrame:
+    f = f.copy()
+    for column, value in change.items():
+        f.loc[where(f), column] = value
+    return f
+
+
+ELSI3 = lambda f: (f.method == "ELSI") & (f.m == 3) & (f.setting == "paper")  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    "stem, change, reason",
+    [
+        # a value spelt otherwise, which a filter would drop without a word
+        (
+            "fig04_variance_reduction",
+            lambda f: f.assign(selection=f.selection.replace("entropy", "Entropy")),
+            "'Entropy', not one of",
+        ),
+        (
+            "fig02_layer_entropy_summary",
+            lambda f: f.assign(model=f.model.replace("smollm2-135m", "SmolLM2-135M")),
+            "model = 'SmolLM2-135M'",
+        ),
+        (
+            "table1_layer_selection",
+            lambda f: f.assign(method=f.method.replace("ELSI", "elsi")),
+            "method = 'elsi', not one of",
+        ),
+        (
+            "criteria_rank_correlations",
+            lambda f: f.assign(criterion=f.criterion.replace("probe error", "probe err")),
+            "criterion = 'probe err'",
+        ),
+        # two rows of one thing: two contradicting lines
+        ("fig02_layer_entropy_summary", lambda f: _twice(f, **{"max S_1": 0.5}), "the same model: one row each"),
+        ("fig04_variance_reduction", lambda f: _twice(f, **{"early reduction %": 9.0}), "the same model, selection"),
+        ("table1_layer_selection", lambda f: _twice(f, entropy=0.01), "the same model, setting, method, m"),
+        ("criteria_rank_correlations", lambda f: _twice(f, rho=0.9), "the same protocol, prompts, temperature"),
+        ("families_compared", lambda f: _twice(f), "the same temperature, nodes, effect"),
+        # values the rest of the row, the model or the other rows contradict
+        ("fig02_layer_entropy_summary", lambda f: f.assign(**{"argmax layer": 99}), "a peak or trough layer outside"),
+        ("fig02_layer_entropy_summary", lambda f: f.assign(layers=31), "layers 31, but smollm2-135m has 30"),
+        ("fig02_layer_entropy_summary", lambda f: f.assign(range=0.5), "range is not max S_1 - min S_1"),
+        ("fig04_variance_reduction", lambda f: f.assign(**{"early reduction %": 150.0}), r"not in \[-inf, 100\]"),
+        (
+            "fig05_boundaries",
+            lambda f: f.assign(**{"boundaries (after layer)": "[0, 40]"}),
+            "ascending distinct ids of",
+        ),
+        ("table1_layer_selection", lambda f: _at(f, ELSI3, layers="(1, 14)"), r"layers '\(1, 14\)': 3 ascending"),
+        (
+            "table1_layer_selection",
+            lambda f: _at(f, lambda f: f.method == "EAGLE3", layers="(1, 14, 27)"),
+            "EAGLE3's layers",
+        ),
+        ("table1_layer_selection", lambda f: _at(f, ELSI3, entropy=9.0), "above the exhaustive optimum"),
+        ("criteria_rank_correlations", lambda f: f.assign(**{"p (permutation)": 89.18}), r"= 89.18, not in \[0, 1\]"),
+        ("criteria_rank_correlations", lambda f: f.assign(rho=0.0, **{"p (permutation)": 0.001}), "gives a p between"),
+        ("criteria_rank_correlations", lambda f: f.assign(**{"distinct sets": 99}), "99 distinct sets of"),
+        (
+            "families_compared",
+            lambda f: _at(f, lambda f: f.index == 1, **{f.columns[9]: 0.5}),
+            "not value .* minus value",
+        ),
+        ("families_compared", lambda f: _at(f, lambda f: f.index == 1, effect=None), "effect is empty"),
+        # made from the records: checked against what they give
+        ("ledger_findings", lambda f: f.assign(diff=f["diff"] * 100), "line 2: not what the committed records give"),
+        ("numeric_twins", lambda f: f.assign(**{"within the reseed range": "Yes"}), "not what the committed records"),
+        ("numeric_twins", lambda f: f.drop(columns=["twins"]), "not what the committed records give"),
+        ("criteria_pooled", lambda f: f.assign(**{"pooled rho": 0.9}), "not what the committed records give"),
+        ("table3_f32_records_qwen2.5-coder-0.5b", lambda f: f.assign(AVG=f.AVG + 1), "not what the committed records"),
+    ],
+)
+def test_a_results_file_whose_values_a_page_would_misread_is_refused(tmp_path, stem, change, reason):
+    """Every row of a results CSV a page reads is checked, not only those its filter keeps: a value spelt
+    otherwise, a second row of one thing, values the row, the model or the other rows contradict; and
+    what is made from the committed records (the ledger's tables, a protocol's records table) is what
+    they give now. Each was printed, dropped or contradicted without a word."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / f"{stem}.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.build(tmp_path / "site", copy)
+    assert f"{stem}.csv" in str(caught.value)
+
+
+def test_the_family_difference_is_the_column_its_two_families_name(tmp_path):
+    """Another column named "x minus y" before it is not the difference the page reports."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / "families_compared.csv"
+    f = pd.read_csv(path)
+    f.insert(0, "x minus y", 9.0)
+    f.to_csv(path, index=False)
+    page = "\n".join(findings.families(copy))
+    last = [c for c in f.columns if c.startswith("table2: smollm2-135m minus")][0]
+    assert "+9.000" not in page and f"{f[last].iloc[0]:+.3f} ({last})" in page

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -121,8 +122,9 @@ def criterion_models(table: pd.DataFrame) -> dict:
     return out
 
 
-def pooled_criteria_rows() -> list[dict]:
-    path = results_dir() / "criteria_pooled.csv"
+def pooled_criteria_rows(folder: Path | None = None) -> list[dict]:
+    """criteria_pooled.csv's rows as the evidence file holds them (an empty cell is None)."""
+    path = Path(folder or results_dir()) / "criteria_pooled.csv"
     if not path.is_file():
         return []
     rows = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell is no value, not NaN in JSON
@@ -160,14 +162,19 @@ def build() -> dict:
     return {**payload, "checksum": hashlib.sha256(canonical(payload)).hexdigest()}
 
 
+def comparisons_table(evidence: dict) -> pd.DataFrame:
+    """The evidence file's comparisons as the docs show them (comparisons_seed_level)."""
+    columns = ["protocol", "family", "prompts", "method", "layers", "temperature", "nodes", "diff", "low", "high"]
+    columns += ["seeds", "baseline seeds", "seed level", "questions"]
+    return pd.DataFrame(evidence["comparisons"])[columns]
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(EVIDENCE_PATH), help="where to write it (default: the package's)")
     args = parser.parse_args(argv)
     evidence = build()
-    columns = ["protocol", "family", "prompts", "method", "layers", "temperature", "nodes", "diff", "low", "high"]
-    columns += ["seeds", "baseline seeds", "seed level", "questions"]
-    save_table(pd.DataFrame(evidence["comparisons"])[columns], "comparisons_seed_level", results_dir())
+    save_table(comparisons_table(evidence), "comparisons_seed_level", results_dir())
     atomic_write_chunks(args.out, [json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"])
     print(f"wrote {args.out}: {len(evidence['comparisons'])} comparisons, default method {evidence['default_method']}")
 

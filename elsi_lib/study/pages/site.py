@@ -17,26 +17,29 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 
 import elsi_lib
 
 from ...common.cachefiles import REPO_ROOT, check_parents, replace_folder
 from ...cli_args import build_parser
 from ...common.results import results_dir
-from ...draft import evidence as ev
-from ...draft.evidence_checks import NODES
 from . import speed_page
-from ..ledger import twins
+from .findings import (
+    FAMILIES,
+    MissingResult,
+    compartments,
+    criteria,
+    drafts,
+    families,
+    filtering,
+    ledger,
+    selection,
+    table_markdown,
+    wave,
+)
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
-FAMILIES = ("smollm2-135m", "qwen2.5-coder-0.5b")
-
-
-class MissingResult(FileNotFoundError):
-    """A results file a page needs is not there."""
 
 
 @dataclass(frozen=True)
@@ -51,195 +54,6 @@ class Page:
     finding: object = field(default=None, compare=False)  # (results folder) -> markdown lines
 
 
-def _csv(
-    folder: Path,
-    stem: str,
-    numbers: tuple = (),
-    texts: tuple = (),
-    keep=None,
-    empty_ok: bool = False,
-    integers: tuple = (),
-) -> pd.DataFrame:
-    """A results CSV a page reads, checked as it is read: its `numbers` and `texts` columns there, a row at
-    least (of those `keep` keeps, when given), every number finite and every text non-empty; ValueError
-    naming the file, the row and the column (`empty_ok`: a table of no rows says "none", as numeric_twins
-    does before any twin is compared). Returns the rows kept."""
-    path = folder / f"{stem}.csv"
-    if not path.is_file():
-        raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
-    try:
-        rows = pd.read_csv(path, dtype={c: str for c in integers})
-    except (ValueError, pd.errors.ParserError) as err:
-        raise ValueError(f"{path}: not a results CSV ({err})") from None
-    missing = [c for c in (*numbers, *texts, *integers) if c not in rows.columns]
-    if missing:
-        raise ValueError(f"{path}: no column(s) {missing} (a page reads them)")
-    for column in integers:  # as written, in every row: True, or 3.7 for a layer, is no whole number
-        written = rows[column].astype(str)
-        bad = np.flatnonzero(~written.str.fullmatch(r"-?\d+").to_numpy(bool))
-        if len(bad):
-            raise ValueError(f"{path}, row {bad[0] + 2}: {column} = {written.iloc[bad[0]]!r}, not a whole number")
-        rows[column] = written.astype(int)
-    rows = rows if keep is None else keep(rows)
-    if rows.empty and not empty_ok:
-        raise ValueError(f"{path}: no row the page reads: it would say nothing")
-    for column in numbers:
-        values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
-        bad = np.flatnonzero(~np.isfinite(values))
-        if len(bad):
-            raise ValueError(
-                f"{path}, row {rows.index[bad[0]] + 2}: {column} = {rows[column].iloc[bad[0]]!r}, not a number"
-            )
-    for column in numbers:  # a bool column (True) would pass as 1.0
-        if rows[column].dtype == bool:
-            raise ValueError(f"{path}: {column} holds true/false, not numbers")
-    for column in texts:
-        bad = np.flatnonzero(rows[column].isna().to_numpy() | (rows[column].astype(str).str.strip() == ""))
-        if len(bad):
-            raise ValueError(f"{path}, row {rows.index[bad[0]] + 2}: {column} is empty")
-    return rows
-
-
-def _wave(folder):
-    rows = _csv(
-        folder,
-        "fig02_layer_entropy_summary",
-        ("max S_1", "min S_1", "top-row energy share, median"),
-        ("model",),
-        integers=("argmax layer", "argmin layer"),
-    )
-    return [
-        f"- {r.model}: per-layer entropy S_1 peaks at layer {r['argmax layer']} ({r['max S_1']:.3f}) and "
-        f"falls to {r['min S_1']:.4f} at layer {r['argmin layer']}; the largest block row holds a median "
-        f"{r['top-row energy share, median']:.0%} of Z's energy (an attention sink)."
-        for _, r in rows.iterrows()
-    ]
-
-
-def _filtering(folder):
-    rows = _csv(
-        folder,
-        "fig04_variance_reduction",
-        ("early reduction %", "middle reduction %", "late reduction %"),
-        ("model", "selection"),
-        keep=lambda rows: rows[rows.selection == "entropy"],
-    )
-    return [
-        f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
-        f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
-        for _, r in rows.iterrows()
-    ]
-
-
-def _compartments(folder):
-    rows = _csv(
-        folder, "fig05_boundaries", ("mean off-diagonal CKA",), ("model", "selection", "boundaries (after layer)")
-    )
-    return [
-        f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
-        f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
-        for _, r in rows.iterrows()
-    ]
-
-
-def _selection(folder):
-    rows = _csv(
-        folder,
-        "table1_layer_selection",
-        ("entropy",),
-        ("model", "setting", "method", "layers"),
-        keep=lambda r: r[(r.setting == "paper") & (r.m == 3) & r.method.isin(["ELSI", "EAGLE3", "exhaustive"])],
-        integers=("m",),
-    )
-    return [f"- {r.model}, {r.method}: {r.layers}, set entropy {r.entropy:.4f}." for _, r in rows.iterrows()]
-
-
-def _drafts(families, methods=("elsi", "probe")):
-    def finding(folder):
-        evidence, lines = ev.load(), []
-        for family in families:
-            for method in methods:
-                found = ev.comparison_lines(evidence, family, method, 3)
-                lines += [f"- {line.removeprefix('evidence: ').strip()}." for line in found if "none of" not in line]
-        if not lines:
-            raise MissingResult(f"{folder}: no records' comparison for {', '.join(families)} in {ev.EVIDENCE_PATH}")
-        return lines
-
-    return finding
-
-
-def _criteria(folder):
-    rows = _csv(
-        folder,
-        "criteria_rank_correlations",
-        ("nodes", "temperature", "drafts", "rho", "p (permutation)"),
-        ("protocol", "outcome", "criterion"),
-        keep=lambda r: r[(r.nodes == NODES) & (r.temperature == 0) & (r.outcome == "tau minus EAGLE3")],
-    )
-    return [
-        f"- {r.protocol} ({r.drafts} drafts): {r.criterion} against tau minus EAGLE3's, Spearman rho "
-        f"{r.rho:+.2f}, permutation p = {r['p (permutation)']:.3f}."
-        for _, r in rows.iterrows()
-    ]
-
-
-def _families(folder):
-    rows = _csv(
-        folder,
-        "families_compared",
-        ("temperature",),
-        ("effect",),
-        keep=lambda r: r[r.effect.str.contains("minus EAGLE3") & (r.nodes == NODES)],
-        integers=("nodes",),
-    )
-    columns = [c for c in rows.columns if " minus " in c and not c.startswith(("low", "high", "value"))]
-    if not columns:
-        raise ValueError(f"{folder / 'families_compared.csv'}: no column of one family minus the other")
-    last = columns[0]
-    bad = rows.index[~np.isfinite(pd.to_numeric(rows[last], errors="coerce").to_numpy(float))]
-    if len(bad):
-        raise ValueError(
-            f"{folder / 'families_compared.csv'}, row {bad[0] + 2}: {last} = {rows[last][bad[0]]!r}, not a number"
-        )
-    return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in rows.iterrows()]
-
-
-def _ledger(folder):
-    found = _csv(
-        folder,
-        "ledger_findings",
-        ("temperature", "diff", "low", "high"),
-        ("protocol", "method"),
-        integers=("seed", "drafts"),
-    )
-    wrong = found.index[~((found["low"] <= found["diff"]) & (found["diff"] <= found["high"]))]
-    if len(wrong):
-        raise ValueError(
-            f"{folder / 'ledger_findings.csv'}, row {wrong[0] + 2}: an interval that does not hold its diff"
-        )
-    pooled = pd.DataFrame(ev.load()["pooled_criteria"])  # criteria_pooled.csv as the evidence file holds it, checked
-    lines = [
-        f"- {r.protocol}, T = {r.temperature:g}, seed {r.seed}: {r.method} minus EAGLE3 {r['diff']:+.3f} "
-        f"[{r.low:+.3f}, {r.high:+.3f}] "
-        f"({r.drafts} drafts; one seed against one: the questions' interval only)."
-        for _, r in found[found.temperature == 0].iterrows()
-    ]
-    lines += [
-        f"- {r.criterion} against {r.outcome}, pooled over {r.drafts} drafts: rho {r['pooled rho']:+.2f}, "
-        f"stratified permutation p = {r['p (stratified permutation)']:.3f} (per protocol: "
-        + ", ".join(
-            f"{name} {rho} p = {p}"
-            for name, rho, p in zip(r.protocols.split(), r["per protocol rho"].split(), r["per protocol p"].split())
-        )
-        + ")."
-        for _, r in pooled.iterrows()
-    ]
-    compared = (
-        _csv(folder, "numeric_twins", empty_ok=True) if (folder / "numeric_twins.csv").is_file() else pd.DataFrame()
-    )
-    return lines + [f"- {line}." for line in twins.summary(compared)]
-
-
 PAGES = (
     Page(
         "fig01-02",
@@ -247,7 +61,7 @@ PAGES = (
         "01_activation_wave.ipynb",
         ("fig01_activation_wave", "fig02_layer_entropy_families"),
         ("fig02_layer_entropy_summary",),
-        _wave,
+        wave,
     ),
     Page("fig03", "Fig. 3: pair entropy", "02_pair_entropy.ipynb", ("fig03_pair_entropy",), ("fig03_pair_gains",)),
     Page(
@@ -256,7 +70,7 @@ PAGES = (
         "03_token_filtering.ipynb",
         tuple(f"fig04_token_filtering_{f}" for f in FAMILIES),
         ("fig04_variance_reduction",),
-        _filtering,
+        filtering,
     ),
     Page(
         "fig05-06",
@@ -264,7 +78,7 @@ PAGES = (
         "04_cka_compartments.ipynb",
         ("fig05_cka_compartments", "fig06_transition_scores"),
         ("fig05_boundaries",),
-        _compartments,
+        compartments,
     ),
     Page(
         "table1",
@@ -272,7 +86,7 @@ PAGES = (
         "05_layer_selection.ipynb",
         ("fig07_beam_frontier",),
         ("table1_layer_selection", "table1_bootstrap"),
-        _selection,
+        selection,
     ),
     Page(
         "table2",
@@ -280,7 +94,7 @@ PAGES = (
         "06_accepted_tokens.ipynb",
         ("fig08_tau_by_column_smollm2-135m",),
         ("table2_accepted_tokens_smollm2-135m", "table2_paired_smollm2-135m"),
-        _drafts(("smollm2-135m",), ("elsi", "elsi-c")),
+        drafts(("smollm2-135m",), ("elsi", "elsi-c")),
     ),
     Page(
         "table3",
@@ -293,7 +107,7 @@ PAGES = (
             "table3_accepted_tokens_qwen2.5-coder-0.5b",
             "table3_paired_qwen2.5-coder-0.5b",
         ),
-        _drafts(("qwen2.5-coder-0.5b",)),
+        drafts(("qwen2.5-coder-0.5b",)),
     ),
     Page(
         "strong",
@@ -305,7 +119,7 @@ PAGES = (
             "table2_strong_paired_smollm2-135m",
             "table2_learning_curve_smollm2-135m",
         ),
-        _drafts(("smollm2-135m",)),
+        drafts(("smollm2-135m",)),
     ),
     Page(
         "criteria",
@@ -313,7 +127,7 @@ PAGES = (
         "08_selection_criteria.ipynb",
         ("fig10_criteria_vs_drafts",),
         ("criteria_rank_correlations",),
-        _criteria,
+        criteria,
     ),
     Page(
         "families",
@@ -321,7 +135,7 @@ PAGES = (
         "09_families.ipynb",
         ("fig11_families",),
         ("families_compared", "families_interchangeability"),
-        _families,
+        families,
     ),
     Page(
         "ledger",
@@ -329,22 +143,9 @@ PAGES = (
         "10_ledger.ipynb",
         (),
         ("comparisons_seed_level", "ledger_findings", "criteria_pooled"),
-        _ledger,
+        ledger,
     ),
 )
-
-
-def _table_markdown(folder: Path, stem: str) -> str:
-    path = folder / f"{stem}.md"
-    if not path.is_file():
-        raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not a readable Markdown table ({err})") from None
-    if "|" not in text:
-        raise ValueError(f"{path}: holds no Markdown table")
-    return text
 
 
 def figure_page(page: Page, folder: Path, images: Path) -> str:
@@ -359,7 +160,7 @@ def figure_page(page: Page, folder: Path, images: Path) -> str:
         shutil.copy2(source, images / source.name)
         lines += [f"![{stem}](images/{source.name})", ""]
     for stem in page.tables:
-        lines += [f"## `{stem}`", "", _table_markdown(folder, stem), ""]
+        lines += [f"## `{stem}`", "", table_markdown(folder, stem), ""]
     return "\n".join(lines)
 
 

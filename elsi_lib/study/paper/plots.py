@@ -61,11 +61,16 @@ def save_table(df, name: str, out_dir, *, markdown: bool = True, numeric: dict |
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv, md = out_dir / f"{name}.csv", out_dir / f"{name}.md"
-    df.to_csv(csv, index=False, float_format=CSV_FLOAT_FORMAT)
+    csv.write_text(csv_text(df))
     if not markdown:
         return [csv]
     md.write_text(markdown_table(df))
     return [csv, md]
+
+
+def csv_text(df) -> str:
+    """`df` as `save_table` writes its CSV (no index, floats to 6 significant digits)."""
+    return df.infer_objects().to_csv(index=False, float_format=CSV_FLOAT_FORMAT)
 
 
 def markdown_table(df, digits: int = 4) -> str:
