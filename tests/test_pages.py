@@ -359,3 +359,48 @@ def test_the_family_difference_is_the_column_its_two_families_name(tmp_path):
     page = "\n".join(findings.families(copy))
     last = [c for c in f.columns if c.startswith("table2: smollm2-135m minus")][0]
     assert "+9.000" not in page and f"{f[last].iloc[0]:+.3f} ({last})" in page
+
+
+def _bench(rows, **machine) -> dict:
+    machine = {"cpu": "C", "date": "2026-12-06T00:00:00+00:00", "cores": 2, "load_1_5_15": [0.1, 0.2, 0.3], **machine}
+    return {"benchmark": "bench_x", "machine": machine, "settings": {}, "rows": rows, "notes": ""}
+
+
+ROWS = [
+    {"shape": "1x896", "float32 ms": 1.2, "bf16 autocast ms": 2.4, "bf16 / float32": 2.0},
+    {"shape": "8x896", "float32 ms": 3.0, "bf16 autocast ms": 3.3, "bf16 / float32": 1.1},
+]
+
+
+@pytest.mark.parametrize(
+    "record, reason",
+    [
+        (_bench([ROWS[0], {**ROWS[1], "bf16 / float32": 0.5}]), r"row 1: bf16 / float32 = 0.5, but bf16 autocast ms"),
+        (_bench([ROWS[0], {**ROWS[1], "float32 ms": -3.0}]), "row 1: float32 ms = -3.0, not a positive time"),
+        (_bench([ROWS[0], {**ROWS[1], "float32 ms": "fast"}]), "row 1: float32 ms = 'fast', not a positive"),
+        (
+            _bench([ROWS[0], {**ROWS[0], "float32 ms": 2.4, "bf16 / float32": 1.0}]),
+            r"rows 0 and 1 are alike in \['shape'\]",
+        ),
+        (_bench(ROWS, cores="many"), "machine's cores = 'many', not a count"),
+        (_bench(ROWS, date="2026-99-99"), "machine's date '2026-99-99' is not an ISO date"),
+        (_bench(ROWS, load_1_5_15="high"), "machine's load_1_5_15 = 'high'"),
+    ],
+)
+def test_any_benchmark_record_a_page_shows_is_checked(tmp_path, record, reason):
+    """The benchmarks page shows every record: its rows and machine are checked whatever the benchmark (a
+    ratio its row's times contradict, a negative or textual time, two rows of one name, a machine of
+    "many" cores or a 99th month), naming the file and the row."""
+    (tmp_path / "bench_x.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.bench_page(tmp_path)
+    assert "bench_x.json" in str(caught.value)
+
+
+def test_a_benchmark_record_with_nan_or_a_line_break_in_a_cell(tmp_path):
+    """NaN is no measurement (refused); a cell's line break would end the Markdown table (written on one line)."""
+    (tmp_path / "bench_x.json").write_text(json.dumps(_bench(ROWS)).replace("1.1}", "NaN}"))
+    with pytest.raises(ValueError, match="bench_x.json: not readable JSON .*NaN is no measurement"):
+        site.bench_page(tmp_path)
+    (tmp_path / "bench_x.json").write_text(json.dumps(_bench([{**ROWS[0], "shape": "1x896\nsecond line"}])))
+    assert "| 1x896 second line | 1.2 |" in site.bench_page(tmp_path)

@@ -6,6 +6,7 @@ the levers and the target's dtype (`speed_plots` draws them, `speed_page` writes
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import math
@@ -62,10 +63,14 @@ def _positive(value) -> bool:
     return _number(value) and value > 0
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is no measurement")
+
+
 def read_json(path: Path):
-    """A benchmark file's JSON, or ValueError naming the file."""
+    """A benchmark file's JSON (one value a key, no NaN or infinity), or ValueError naming the file."""
     try:
-        return json.loads(Path(path).read_text(), object_pairs_hook=unique_keys)
+        return json.loads(Path(path).read_text(), object_pairs_hook=unique_keys, parse_constant=_no_constant)
     except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not readable JSON ({err})") from None
 
@@ -98,8 +103,17 @@ def check_machine(machine, path: Path) -> None:
         value = machine.get(field) if isinstance(machine, dict) else None
         if not (isinstance(value, str) and value):
             raise ValueError(f"{path}: machine's {field} = {value!r}, not text")
-    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}.*", machine["date"]):
-        raise ValueError(f"{path}: machine's date {machine['date']!r} is not an ISO date")
+    try:
+        datetime.datetime.fromisoformat(machine["date"])
+    except ValueError:
+        raise ValueError(f"{path}: machine's date {machine['date']!r} is not an ISO date") from None
+    cores, load = machine.get("cores", 1), machine.get("load_1_5_15")
+    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 1:
+        raise ValueError(f"{path}: machine's cores = {cores!r}, not a count")
+    if load is not None and not (
+        isinstance(load, list) and len(load) == 3 and all(_number(x) and x >= 0 for x in load)
+    ):
+        raise ValueError(f"{path}: machine's load_1_5_15 = {load!r}, not three load averages")
 
 
 def _check_result(result: dict, path: Path) -> None:
