@@ -404,3 +404,12 @@ def test_a_benchmark_record_with_nan_or_a_line_break_in_a_cell(tmp_path):
         site.bench_page(tmp_path)
     (tmp_path / "bench_x.json").write_text(json.dumps(_bench([{**ROWS[0], "shape": "1x896\nsecond line"}])))
     assert "| 1x896 second line | 1.2 |" in site.bench_page(tmp_path)
+
+
+def test_a_results_folder_given_as_text_or_missing(tmp_path):
+    """A folder given as text is a folder; one that does not exist is named as such, not as its first CSV."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    assert site.build(tmp_path / "site", str(copy))
+    with pytest.raises(site.MissingResult, match="nowhere: no results folder there"):
+        site.build(tmp_path / "site", tmp_path / "nowhere")

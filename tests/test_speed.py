@@ -686,6 +686,7 @@ def _weight_first(record: dict, **usual) -> dict:
         (lambda e, v: [r.update(K=r.pop("k")) for r in v["rows"]], r"cost_vllm_tiny.json: row 0: a chain length k"),
         (lambda e, v: v["rows"][2].pop("k"), "row 2: a chain length k"),
         (lambda e, v: [r.update(shape="Chain") for r in e["rows"]], r"row 0: a shape \('chain' or 'tree'\)"),
+        (lambda e, v: e["rows"][1].update(depth=5), "row 1: a chain of 2 with depth 5"),
         # names that sort a run onto a line: one spelling each
         (lambda e, v: v["settings"].update(engine="vllm 0.32.0"), "settings' engine = 'vllm 0.32.0'"),
         (lambda e, v: v["settings"].update(dtype="fp32"), "settings' dtype = 'fp32', not one of"),

@@ -238,6 +238,9 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
     out = Path(out)
     check_parents(out)
+    folder = Path(folder) if folder is not None else results_dir()
+    if not folder.is_dir():
+        raise MissingResult(f"{folder}: no results folder there (the notebooks write data/results)")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(
             f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
@@ -267,7 +270,7 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     os.umask(umask)
     fresh.chmod(0o777 & ~umask)  # a site others (a web server) can read, as mkdir would make it, not mkdtemp's 0700
     try:
-        names = _write_site(fresh, folder or results_dir())
+        names = _write_site(fresh, folder)
         files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
         foreign = sorted(present - _with_folders(files))
         if foreign:

@@ -187,6 +187,8 @@ def _check_result(result: dict, path: Path) -> None:
         if not _count(k):
             raise ValueError(f"{path}: row {i}: k {k!r} is not a chain length or tree size >= 1")
         shape = row.get("shape", "chain")
+        if shape == "chain" and "depth" in row and row["depth"] != k:  # a chain of k is k deep
+            raise ValueError(f"{path}: row {i}: a chain of {k} with depth {row['depth']!r}")
         name = "tau vLLM" if vllm else "tau measured"
         if not _number(row.get(name)) and shape == "chain":
             raise ValueError(f"{path}: row {i}: chain k = {k} has no {name}: tau {row.get(name)!r} is not a number")
