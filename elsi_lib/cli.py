@@ -35,7 +35,7 @@ from .inputs.weights import ModelNotFoundError
 from .inputs.prompts import calibration_prompts, conversations_hash, load_prompts, sample
 from .selection import select
 from .selection.cka import compartments
-from .selection.conventions import convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
+from .selection.conventions import EAGLE3_MIN_LAYERS, convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
 from .selection.entropy import set_entropy
 from .selection.feasible import check_size, feasible, restriction
 from .selection.methods import METHODS
@@ -252,7 +252,7 @@ def cmd_select(args) -> str:
             fragment = engine_fragment(layers, N, args.format, job.architecture)
         except ValueError as err:
             raise UsageError(f"--format {args.format} cannot express the selected set {layers}: {err}") from None
-    eagle3 = eagle3_layers(N) if N >= 6 else None
+    eagle3 = eagle3_layers(N) if N >= EAGLE3_MIN_LAYERS else None
     optimum = select.exhaustive(Z, len(layers))
     result = {
         "layers": list(layers),
@@ -261,7 +261,6 @@ def cmd_select(args) -> str:
         "m": len(layers),
         "eagle3": {"layers": list(eagle3), "entropy": set_entropy(Z, eagle3)} if eagle3 else None,
         "exhaustive_optimum": {"layers": list(optimum.layers), "entropy": optimum.entropy},
-        "vllm_layer_ids": list(convert_layer_ids(layers, "elsi", "vllm", N)),
         "provenance": {
             "model": args.model,
             "weights_sha256": model_fingerprint(model)["weights_sha256"],
@@ -284,13 +283,15 @@ def cmd_select(args) -> str:
     decision = decision_for(args, job, Z, layers, evidence)
     result["decision"] = decision
     recommended = tuple(decision.get("recommended_layers", layers))
+    result["recommended_layers"] = list(recommended)  # the decision's set: the criterion's, or the default kept
+    result["vllm_layer_ids"] = list(convert_layer_ids(recommended, "elsi", "vllm", N))  # of the set recommended
     if fragment is not None and recommended != tuple(layers):  # an engine's config carries the decision's set
         fragment = engine_fragment(recommended, N, args.format, job.architecture)
     if evidence is None:
         result["evidence"] = [f"evidence: unavailable: {unavailable}"]
     else:
         result["evidence"] = ev.comparison_lines(evidence, args.model, args.method, len(layers))
-        result["evidence"] += [line for line in [ev.criterion_line(evidence)] if line]
+        result["evidence"] += [line for line in [ev.criterion_line(evidence, args.method)] if line]
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:

@@ -84,7 +84,11 @@ def test_select_text_json_and_cache(capsys, folder, data):
     prov = result["provenance"]
     assert prov["rho"] == 0.3 and prov["block"] == 4 and prov["prompts"] == 24 and len(prov["weights_sha256"]) == 64
     assert len(prov["conversations_sha256"]) == 64 and prov["elsi_version"]
-    assert result["vllm_layer_ids"] == [l + 1 for l in result["layers"]]
+    # the engine's ids are the decision's set's (the criterion's, or the default it keeps), as --format vllm writes
+    assert result["recommended_layers"] == result["decision"]["recommended_layers"]
+    assert result["vllm_layer_ids"] == [l + 1 for l in result["recommended_layers"]]
+    code, fragment, _ = run(capsys, "select", *select_base(folder, data), "--format", "vllm")
+    assert json.loads(fragment)["elsi_provenance"]["layers_fragment"] == result["recommended_layers"]
     again = run(capsys, "select", *select_base(folder, data), "--format", "json")
     assert again[0] == 0 and json.loads(again[1]) == result  # the same inputs: the same answer (cached capture)
 

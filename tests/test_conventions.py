@@ -257,7 +257,7 @@ def test_baselines():
     assert eagle3_layers(36) == (1, 17, 32)
     assert eagle3_paper_layers(30) == (2, 15, 27)  # the paper's Table 1 reading: outputs
     assert convert_layer_ids(eagle3_layers(30), "elsi", "vllm", 30) == (2, 15, 27)
-    with pytest.raises(ValueError, match="at least 6"):
+    with pytest.raises(ValueError, match="needs 7 or more layers"):
         eagle3_layers(4)
 
 
@@ -319,3 +319,13 @@ def test_openvino_takes_three_layers_and_defaults_one_layer_deeper_than_eagle3()
     assert default_set("openvino", 30) == (2, 15, 27) == openvino_captured([2, 30 // 2, 30 - 3], 30)
     assert default_set("vllm", 30) == (1, 14, 26)  # EAGLE-3's rule read as inputs
     assert "outputs" in default_rule("openvino") and default_rule("vllm") == "EAGLE-3's rule [2, N//2, N-3]"
+
+
+def test_eagle3s_rule_needs_seven_layers_for_three_distinct_ones():
+    """At 6 layers N//2 = N-3 = 3: the rule would name one layer twice ((2, 3, 3); inputs (1, 2, 2))."""
+    from elsi_lib.selection.conventions import eagle3_layers, eagle3_paper_layers
+
+    for rule in (eagle3_layers, eagle3_paper_layers):
+        with pytest.raises(ValueError, match=r"needs 7 or more layers for three distinct ones; this model has 6"):
+            rule(6)
+    assert eagle3_paper_layers(7) == (2, 3, 4) and eagle3_layers(7) == (1, 2, 3)

@@ -556,3 +556,17 @@ def test_an_export_loaded_onto_a_target_it_does_not_fit_is_refused_naming_the_fo
     )  # fmt: skip
     with pytest.raises(X.ExportError, match=f"{folder}: the draft does not fit this target"):
         X.load_draft(folder, deeper)
+
+
+def test_a_draft_saved_with_another_target_of_its_shapes_is_refused(target, tmp_path):
+    """The export names its verifier and that model's weights: a draft trained on one target, saved with
+    another of the same shapes, would be certified for the wrong model (and refused on its own)."""
+    draft = trained_like(target, (1, 2, 4), 24)
+    config = target.config
+    other = random_model(
+        config.model_type, n_layers=config.num_hidden_layers, hidden_size=config.hidden_size,
+        vocab_size=config.vocab_size, seed=1, num_key_value_heads=config.num_key_value_heads,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="reads another model's token embedding than `target`'s"):
+        X.save_draft(draft, tmp_path / "d", target=other)
+    assert not (tmp_path / "d").exists()

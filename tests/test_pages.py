@@ -46,9 +46,10 @@ def test_every_page_is_written_from_the_committed_results(tmp_path):
     assert "--engine" in (tmp_path / "site" / "docs" / "command-select.md").read_text()
 
 
-def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
-    """The findings are the evidence file's: a changed comparison (its fits and checksum rewritten, as
-    `make evidence` would) changes the page."""
+def test_an_evidence_file_the_records_do_not_give_is_refused(tmp_path, monkeypatch):
+    """The findings quote the evidence file: one whose comparison was changed (its fits and checksum
+    rewritten, as `make evidence` would, and the comparisons table beside it) is not what the committed
+    records give, and is refused naming it; the pages never quote it."""
     from elsi_lib.study.ledger.evidence_file import comparisons_table, criterion_models
     from elsi_lib.study.paper.plots import csv_text
 
@@ -62,12 +63,13 @@ def test_a_changed_number_changes_the_page(tmp_path, monkeypatch):
     path = tmp_path / "evidence.json"
     path.write_text(json.dumps(evidence))
     monkeypatch.setattr(ev, "EVIDENCE_PATH", path)
-    copy = tmp_path / "results"  # with the comparisons table `make evidence` writes beside it
+    assert ev.load()["comparisons"] == evidence["comparisons"]  # a file the reader itself accepts
+    copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
     (copy / "comparisons_seed_level.csv").write_text(csv_text(comparisons_table(evidence)))
-    site.build(tmp_path / "site", copy)
-    table3 = (tmp_path / "site" / "docs" / "table3.md").read_text()
-    assert f"+0.010 [{0.01 - half:+.3f}, {0.01 + half:+.3f}]" in table3
+    with pytest.raises(ValueError, match="evidence.json: its comparisons are not what the committed records give"):
+        site.build(tmp_path / "site", copy)
+    assert not (tmp_path / "site").exists()
 
 
 @pytest.mark.parametrize("stem", ["fig04_variance_reduction.csv", "table1_bootstrap.csv"])

@@ -207,3 +207,13 @@ def test_a_sharegpt_record_without_a_user_turn_is_left_out_with_a_warning(tmp_pa
     assert any(
         "2 record(s) without a user turn left out" in str(w.message) and path.name in str(w.message) for w in caught
     )
+
+
+def test_a_lone_surrogate_in_a_turn_is_refused_naming_the_line_and_field(tmp_path):
+    """JSON's "\\ud800" reads as text no tokenizer can encode: refused when read, naming line and field,
+    not later as a bare codec error naming nothing."""
+    path = tmp_path / "broken.jsonl"
+    good = {"conversations": [{"from": "human", "value": "hi"}]}
+    path.write_text(json.dumps(good) + '\n{"conversations": [{"from": "human", "value": "smile \\ud800"}]}\n')
+    with pytest.raises(readers.DataFormatError, match=r"broken\.jsonl:2: field 'value' holds '\\ud800' at character 6"):
+        readers.parse_sharegpt(path)

@@ -379,13 +379,13 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     with 5 of the protocol's questions, or seed 0's numbers recorded as seed 1, is refused, not passed."""
     R.write_record(a_record(seed=0), tmp_path)
     copied, _ = R.write_record(a_record(seed=1), tmp_path)  # the very same taus
-    with pytest.raises(R.RecordError, match="every tau is within 1e-06 of elsi-m3-seed0.json's"):
+    with pytest.raises(R.RecordError, match="every tau is within 0.001 of elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     copied.unlink()
-    nudged = a_record(seed=1)  # the same taus, each moved by 1e-9: still one draft recorded twice
-    nudged["questions"] = [[*row[:4], row[4] + 1e-9] for row in nudged["questions"]]
+    nudged = a_record(seed=1)  # the same taus, each moved by 4e-4 (rounded): still one draft recorded twice
+    nudged["questions"] = [[*row[:4], row[4] + 4e-4] for row in nudged["questions"]]
     copied, _ = R.write_record(nudged, tmp_path)
-    with pytest.raises(R.RecordError, match="every tau is within 1e-06 of elsi-m3-seed0.json's"):
+    with pytest.raises(R.RecordError, match="every tau is within 0.001 of elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     copied.unlink()
     fewer = a_record(seed=1, tau=1.6)
@@ -441,3 +441,11 @@ def test_a_record_that_measured_nothing_in_a_block_is_refused(tmp_path):
     ]
     with pytest.raises(R.RecordError, match="no question has a tau at T = 0, 60 nodes"):
         R.write_record(record, tmp_path)
+    thin = a_record()  # all but one question of a block without a tau: its AVG would be one question's
+    first = next(q for t, n, q, c, tau in thin["questions"] if (t, n) == (0.0, 60))
+    thin["questions"] = [
+        [t, n, q, c, float("nan") if (t, n) == (0.0, 60) and q != first else tau]
+        for t, n, q, c, tau in thin["questions"]
+    ]
+    with pytest.raises(R.RecordError, match=r"questions without a tau \(T = 0, 60 nodes: \d+ of \d+\), more than 10%"):
+        R.write_record(thin, tmp_path)

@@ -243,8 +243,9 @@ def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[st
     return ["evidence: " + lines[0], *("  " + line for line in lines[1:])]
 
 
-def criterion_line(evidence: dict) -> str | None:
-    """The pooled criteria test in one line, and the default method it gives; None without it."""
+def criterion_line(evidence: dict, method: str | None = None) -> str | None:
+    """The pooled criteria test in one line, and the default method it gives (and, where `method`, the one
+    the answer used, is another, that it is); None without it."""
     rows = [
         r for r in evidence["pooled_criteria"] if r["criterion"] == "probe error" and r["outcome"] == "tau minus EAGLE3"
     ]
@@ -259,5 +260,10 @@ def criterion_line(evidence: dict) -> str | None:
             "it tells poor sets from good ones, so the probe's set is the one compared with the default"
             if held
             else "no criterion has been shown to predict which draft is best, so ELSI's set is the one compared"
+        )
+        + (
+            ""
+            if method in (None, evidence["default_method"])
+            else f" by default; this answer compares --method {method}'s"
         )
     )

@@ -270,6 +270,11 @@ def save_draft(
             f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens!r}"
         )
     draft.config.check_target(target)
+    if not torch.equal(draft._shared[0].detach().cpu(), target.get_input_embeddings().weight.detach().cpu()):
+        raise ValueError(  # of the same shapes, another model: the export would name it as the draft's verifier
+            "the draft reads another model's token embedding than `target`'s: save it with the target it was "
+            "trained on (its verifier and weights' sha256 go into the export)"
+        )
     if draft.numeric is not None:
         _check_numeric(draft.numeric, "the draft")
     folder = Path(folder)

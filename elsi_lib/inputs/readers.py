@@ -148,6 +148,14 @@ def record_field(record, name: str, path: Path, lineno: int, kind=str):
     value = record[name]
     if not isinstance(value, kind):
         raise DataFormatError(f"{path}:{lineno}: field {name!r} should be {kind.__name__}, got {type(value).__name__}")
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate ("\ud800"): JSON allows it, no tokenizer takes it
+            raise DataFormatError(
+                f"{path}:{lineno}: field {name!r} holds {value[err.start : err.end]!r} at character {err.start}, "
+                "half of a surrogate pair: not text a model can read"
+            ) from None
     return value
 
 

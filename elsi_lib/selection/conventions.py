@@ -37,13 +37,19 @@ def eagle3_layers(n_layers: int) -> LayerSet:
     return convert_layer_ids(eagle3_paper_layers(n_layers), "input", "output", n_layers)
 
 
+EAGLE3_MIN_LAYERS = 7  # the fewest layers EAGLE-3's rule names three distinct ones of
+
+
 def eagle3_paper_layers(n_layers: int) -> LayerSet:
     """EAGLE-3's rule as the paper's Table 1 reads it, (2, N//2, N-3) as outputs of decoder layers
     (elsi's convention): one layer deeper than the set EAGLE-3 drafts read (`eagle3_layers`).
     Shown only as its own row, "EAGLE3, paper's reading"."""
     n_layers = check_n_layers(n_layers)
-    if n_layers < 6:
-        raise ValueError(f"the EAGLE-3 rule needs at least 6 layers, got {n_layers}")
+    if n_layers < EAGLE3_MIN_LAYERS:  # at 6, N//2 = N-3 = 3: the rule names one layer twice
+        raise ValueError(
+            f"EAGLE-3's rule [2, N//2, N-3] needs {EAGLE3_MIN_LAYERS} or more layers for three distinct ones; "
+            f"this model has {n_layers}"
+        )
     return (2, n_layers // 2, n_layers - 3)
 
 

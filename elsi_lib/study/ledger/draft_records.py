@@ -57,7 +57,9 @@ FIELDS = (
 NOT_NUMBERS = ("stages", "ran on")
 
 
-COPY_TOLERANCE = 1e-6  # two seeds' drafts whose every tau agrees this closely are one draft recorded twice
+COPY_TOLERANCE = 1e-3  # two seeds' drafts whose every tau agrees this closely are one draft recorded twice
+# (rounded, perhaps): two trainings differ by 0.45 or more on some question in every committed pair
+MAX_LOST = 0.10  # the share of a block's questions a record may leave without a tau
 
 
 class RecordError(ValueError):
@@ -128,12 +130,21 @@ def _questions_ok(rows, where: str, depth: int) -> None:
             raise RecordError(
                 f"{where}: tau {tau} for question {question} is outside [1, {most}] ({nodes} nodes, depth {depth})"
             )
-    blocks: dict = {}
+    blocks: dict = {}  # (T, nodes) -> [questions without a tau, questions]
     for temperature, nodes, _, _, tau in rows:
-        blocks[(temperature, nodes)] = blocks.get((temperature, nodes), False) or not math.isnan(tau)
-    empty = [f"T = {t:g}, {n} nodes" for (t, n), any_tau in blocks.items() if not any_tau]
+        count = blocks.setdefault((temperature, nodes), [0, 0])
+        count[0] += math.isnan(tau)
+        count[1] += 1
+    empty = [f"T = {t:g}, {n} nodes" for (t, n), (lost, asked) in blocks.items() if lost == asked]
     if empty:
         raise RecordError(f"{where}: no question has a tau at {', '.join(empty)} (the draft measured nothing there)")
+    thin = [
+        f"T = {t:g}, {n} nodes: {lost} of {asked}"
+        for (t, n), (lost, asked) in blocks.items()
+        if lost > MAX_LOST * asked
+    ]
+    if thin:  # its AVG would speak for questions it never measured (the records lose at most 3 of 120)
+        raise RecordError(f"{where}: questions without a tau ({'; '.join(thin)}), more than {MAX_LOST:.0%} of a block")
     keys = [(row[0], row[1], row[2]) for row in rows]
     if len(set(keys)) != len(keys):
         t, n, q = next(k for k in keys if keys.count(k) > 1)

@@ -139,10 +139,11 @@ def _commit() -> str | None:
     return done.stdout.strip()
 
 
-def build() -> dict:
-    """The evidence file's contents (module docstring), with its provenance and checksum."""
+def build(folder: Path | None = None) -> dict:
+    """The evidence file's contents (module docstring), with its provenance and checksum; the pooled
+    criteria from `folder`'s criteria_pooled.csv (default: the results folder)."""
     table = comparisons()
-    pooled = pooled_criteria_rows()
+    pooled = pooled_criteria_rows(folder)
     root = records_dir()
     payload = {
         "schema": SCHEMA,

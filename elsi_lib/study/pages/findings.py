@@ -9,6 +9,7 @@ their CSV (`table_markdown`), never the Markdown beside it. A file a page needs 
 from __future__ import annotations
 
 import hashlib
+import json
 from functools import lru_cache
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ...selection.conventions import eagle3_layers
 from ..experiments.tau_files import read_tau_csv, tau_markdown
 from ..ledger import paper_tables, twins
 from ..ledger.draft_records import records_dir
+from ..ledger.evidence_file import build as build_evidence
 from ..ledger.evidence_file import comparisons_table, pooled_criteria_rows
 from ..ledger.ledger_tables import committed_scale, ledger_tables
 from ..ledger.paper_tables import paper_table
@@ -246,7 +248,7 @@ def selection(folder):
 
 def drafts(families, methods=("elsi", "probe")):
     def finding(folder):
-        evidence, lines = ev.load(), []
+        evidence, lines = check_evidence(folder), []
         for family in families:
             for method in methods:
                 found = ev.comparison_lines(evidence, family, method, 3)
@@ -367,11 +369,46 @@ def _made(path: Path, text: str, how: str) -> None:
         )
 
 
+@lru_cache(maxsize=2)
+def _evidence_made_for(records: str, pooled: str, folder: str) -> dict:
+    """What `make evidence` would write now (for one content of the records and of criteria_pooled.csv)."""
+    return json.loads(json.dumps(build_evidence(Path(folder))))
+
+
+def check_evidence(folder: Path) -> dict:
+    """The evidence file the pages quote, checked against what the committed records (and `folder`'s
+    pooled criteria) give now: the same records by their sha256, comparisons, pooled rows and default
+    method, and fits within round-off; ValueError naming what differs otherwise (stale or altered)."""
+    evidence = ev.load()
+    pooled = folder / "criteria_pooled.csv"
+    _made(pooled, _ledger_made()["criteria_pooled"], "make ledger-tables")  # what the evidence's pooled rows come from
+    made = _evidence_made_for(_records_digest(), pooled.read_text() if pooled.is_file() else "", str(folder))
+    for part in ("schema", "nodes", "default_method", "pooled_criteria", "comparisons"):
+        if evidence[part] != made[part]:
+            raise ValueError(f"{ev.EVIDENCE_PATH}: its {part} are not what the committed records give (make evidence)")
+    if evidence["provenance"]["records"] != made["provenance"]["records"]:
+        raise ValueError(f"{ev.EVIDENCE_PATH}: it rests on other records than the committed ones (make evidence)")
+    if not _close(evidence["models"], made["models"]):
+        raise ValueError(f"{ev.EVIDENCE_PATH}: its fits are not what its comparisons give (make evidence)")
+    return evidence
+
+
+def _close(a, b) -> bool:
+    """Two JSON values alike, their numbers within a relative 1e-9 (a write and read back)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a))
+    return a == b
+
+
 def ledger(folder):
     made = _ledger_made()
     for name in made:
         _made(folder / f"{name}.csv", made[name], "make ledger-tables")
-    evidence = ev.load()
+    evidence = check_evidence(folder)
     _made(folder / "comparisons_seed_level.csv", csv_text(comparisons_table(evidence)), "make evidence")
     if evidence["pooled_criteria"] != pooled_criteria_rows(folder):
         raise ValueError(
