@@ -273,6 +273,9 @@ def criteria(folder):
         unique=("protocol", "prompts", "temperature", "nodes", "criterion", "outcome"),
     )
     for i, r in rows.iterrows():
+        low, high = r["low (sets)"], r["high (sets)"]
+        if (np.isfinite(low) and low > 0 > r.rho) or (np.isfinite(high) and high < 0 < r.rho):
+            raise ValueError(f"{path}, row {i + 2}: rho {r.rho:+.3f} against its interval [{low:+.3f}, {high:+.3f}]")
         if r["distinct sets"] > r.drafts or r["distinct sets"] < 1:
             raise ValueError(f"{path}, row {i + 2}: {r['distinct sets']} distinct sets of {r.drafts} drafts")
         try:  # a permutation p of its drafts' rho (notebook 08: 10,000 shuffles)
@@ -455,4 +458,40 @@ def table_markdown(folder: Path, stem: str) -> str:
         raise ValueError(f"{path}: not a results CSV ({err})") from None
     if table.empty:
         raise ValueError(f"{path}: no rows")
+    _check_intervals(table, path)
     return markdown_table(table)
+
+
+INTERVALS = {  # (low, high) -> the estimate they bound, the first of these columns a table has
+    ("low", "high"): ("diff", "tau", "value"),
+    ("diff low", "diff high"): ("minus EAGLE3",),
+}
+
+
+def _check_intervals(table: pd.DataFrame, path: Path) -> None:
+    """A table's intervals hold their estimates (a diff, a tau, a value between its low and high), and a
+    learning curve's "minus EAGLE3" is its tau less EAGLE3's at the same point: ValueError naming the row."""
+    for (low, high), estimates in INTERVALS.items():
+        estimate = next((c for c in estimates if c in table.columns), None)
+        if estimate is None or low not in table.columns or high not in table.columns:
+            continue
+        values = [pd.to_numeric(table[c], errors="coerce").to_numpy(float) for c in (low, estimate, high)]
+        lo, mid, hi = values
+        bad = np.flatnonzero(np.isfinite(lo) & np.isfinite(hi) & ~((lo <= mid + 1e-9) & (mid <= hi + 1e-9)))
+        if len(bad):
+            i = bad[0]
+            raise ValueError(f"{path}, row {i + 2}: {estimate} {mid[i]} outside its interval [{lo[i]}, {hi[i]}]")
+    if {"prompts", "method", "tau", "minus EAGLE3"} <= set(table.columns):  # a learning curve
+        points = [c for c in ("prompts", "temperature", "nodes") if c in table.columns]
+        base = table[table.method == "EAGLE3"].set_index(points)["tau"]
+        for i, r in table.iterrows():
+            key = tuple(r[c] for c in points)
+            key = key[0] if len(key) == 1 else key
+            if (
+                key in base.index
+                and np.isfinite(r["minus EAGLE3"])
+                and abs(r.tau - base[key] - r["minus EAGLE3"]) > 2e-5
+            ):
+                raise ValueError(
+                    f"{path}, row {i + 2}: minus EAGLE3 {r['minus EAGLE3']}, but its tau less EAGLE3's is {r.tau - base[key]:.6g}"
+                )
