@@ -264,7 +264,9 @@ def test_baselines():
 def test_convert_layer_ids():
     assert convert_layer_ids((1, 14, 26), "elsi", "vllm", 30) == (2, 15, 27)
     assert convert_layer_ids((2, 15, 27), "eagle", "output", 30) == (1, 14, 26)
-    assert convert_layer_ids((29, 3), "output", "sglang", 30) == (3, 29)
+    for engine in ("sglang", "specforge"):  # read by SGLang's model files: engine_fragment, with the architecture
+        with pytest.raises(ValueError, match=f"{engine}'s layer ids are not a convention alone.*engine_fragment"):
+            convert_layer_ids((29, 3), "output", engine, 30)
     assert convert_layer_ids((30,), "input", "output", 30) == (29,)
     with pytest.raises(ValueError, match="out of range"):
         convert_layer_ids((0,), "vllm", "elsi", 30)  # input of layer 0 is the embeddings

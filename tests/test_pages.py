@@ -344,6 +344,46 @@ ELSI3 = lambda f: (f.method == "ELSI") & (f.m == 3) & (f.setting == "paper")  # 
             lambda f: _at(f, lambda f: f.method != "EAGLE3", tau=lambda_tau(f)),
             "minus EAGLE3 .*, but its tau less EAGLE3's|outside its interval",
         ),
+        # every table a page shows is checked, not only the CSVs its finding reads
+        (
+            "fig03_pair_gains",
+            lambda f: _at(f, lambda f: f.index == 0, **{"best companion": 99}),
+            "outside smollm2-135m's 30",
+        ),
+        ("fig03_pair_gains", lambda f: _at(f, lambda f: f.index == 1, gain=0.5), "gain 0.5, but S_1 with it less"),
+        (
+            "fig03_pair_gains",
+            lambda f: _at(f, lambda f: f.index == 1, **{"S_1 alone": -5.0}),
+            r"S_1 alone = -5.0, not in",
+        ),
+        ("table1_bootstrap", lambda f: _at(f, lambda f: f.index == 0, share=0.9), "share 0.9, but its count 56 of 100"),
+        ("table1_bootstrap", lambda f: _at(f, lambda f: f.index == 1, count=-3), r"count = -3, not in \[1, inf\]"),
+        (
+            "table1_bootstrap",
+            lambda f: f.assign(**{"chosen on all prompts": True}),
+            "sets chosen on all prompts, not one",
+        ),
+        (
+            "table2_paired_smollm2-135m",
+            lambda f: _at(f, lambda f: f.index == 0, **{"P(ahead)": 7.0}),
+            r"P\(ahead\) = 7.0",
+        ),
+        (
+            "table2_paired_smollm2-135m",
+            lambda f: _at(f, lambda f: f.index == 0, low=None, high=None),
+            "low = nan, not a number",
+        ),
+        (
+            "families_interchangeability",
+            lambda f: f.assign(**{"mean off-diagonal CKA": 7.0}),
+            "mean off-diagonal CKA = 7.0",
+        ),
+        ("criteria_rank_correlations", lambda f: f.drop(columns=["low (sets)"]), r"no column\(s\) \['low \(sets\)'\]"),
+        (
+            "criteria_rank_correlations",
+            lambda f: _at(f.astype({"low (sets)": object}), lambda f: f.index == 0, **{"low (sets)": "abc"}),
+            "low \\(sets\\) = 'abc'",
+        ),
         # made from the records: checked against what they give
         ("ledger_findings", lambda f: f.assign(diff=f["diff"] * 100), "line 2: not what the committed records give"),
         ("numeric_twins", lambda f: f.assign(**{"within the reseed range": "Yes"}), "not what the committed records"),
@@ -431,3 +471,10 @@ def test_a_results_folder_given_as_text_or_missing(tmp_path):
     assert site.build(tmp_path / "site", str(copy))
     with pytest.raises(site.MissingResult, match="nowhere: no results folder there"):
         site.build(tmp_path / "site", tmp_path / "nowhere")
+
+
+def test_a_table_without_a_declared_check_is_refused(tmp_path):
+    """Every table a page shows is checked somewhere: one no check is declared for is refused, not shown."""
+    (tmp_path / "table9_new.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match=r"table9_new.csv: no check is declared for this table"):
+        findings.table_markdown(tmp_path, "table9_new")

@@ -118,6 +118,7 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["questions"][0].__setitem__(0, 50.0), r"temperature 50.0 .* not a number in \[0, 2\]"),
         (lambda r: r["questions"].__setitem__(0, [0.0, 30]), "is not"),
         (lambda r: r["stages"].update(group=["eagle3", "eagle2"]), "lock-step group"),
+        (lambda r: r.update(stages=[]), "field 'stages' is list, not a mapping of stages"),
         (lambda r: r["stages"].update(group=["elsi-m3", "elsi-m3"]), "two or more distinct"),
         (lambda r: r.update(layers="banana"), "field 'layers' is 'banana'"),
         (lambda r: r.update(layers="23 1 22"), "ascending distinct"),

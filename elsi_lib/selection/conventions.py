@@ -87,6 +87,14 @@ def convert_layer_ids(layers, from_convention: str, to_convention: str, n_layers
         if not is_integer(layer):
             raise TypeError(f"layer ids must be integers, got {layer!r}")
     from_shift, to_shift = offset(from_convention), offset(to_convention)
+    for name in (from_convention, to_convention):  # ids that are not a convention alone: their own rules
+        engine = ENGINES.get(name)
+        if engine is not None and engine.sglang_ids:
+            raise ValueError(
+                f"{name}'s layer ids are not a convention alone: SGLang reads them by the model file it serves "
+                "(a DeepSeek model's by the first id) and never reaches the last layer's; use "
+                f"engine_fragment(layers, n_layers, {name!r}, architecture), which applies its rules or says why not"
+            )
     for layer in ids:
         if not from_shift <= layer < n_layers + from_shift:
             raise ValueError(

@@ -221,7 +221,9 @@ def check_record(record: dict, where) -> dict:
             f"{where}: field 'prompts' is {record['prompts']!r}; {proto.name}'s drafts train on {trained} "
             f"({exp.n_train} prompts, {exp.n_heldout} held out)"
         )
-    group = record["stages"].get("group") if isinstance(record["stages"], dict) else None
+    if not isinstance(record["stages"], dict):
+        raise RecordError(f"{where}: field 'stages' is {type(record['stages']).__name__}, not a mapping of stages")
+    group = record["stages"].get("group")
     if group is not None and not (
         isinstance(group, list)
         and len(set(map(str, group))) == len(group) > 1

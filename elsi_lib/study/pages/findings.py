@@ -265,7 +265,7 @@ def criteria(folder):
     rows = results_csv(
         folder,
         "criteria_rank_correlations",
-        ("temperature", "rho", "p (permutation)"),
+        ("temperature", "rho", "p (permutation)", "low (sets)", "high (sets)"),
         ("protocol", "outcome", "criterion"),
         integers=("prompts", "nodes", "drafts", "distinct sets"),
         enums={"criterion": POOLED_CRITERIA, "outcome": OUTCOMES},
@@ -438,6 +438,119 @@ def ledger(folder):
     return lines + [f"- {line}." for line in twins.summary(pd.read_csv(folder / "numeric_twins.csv"))]
 
 
+def _share(path: Path, rows: pd.DataFrame, column: str) -> None:
+    values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
+    bad = np.flatnonzero(~((values >= 0) & (values <= 1)))
+    if len(bad):
+        raise ValueError(
+            f"{path}, row {bad[0] + 2}: {column} = {_cell(rows[column].iloc[bad[0]])}, not a share in [0, 1]"
+        )
+
+
+def _pair_gains(folder: Path, stem: str) -> pd.DataFrame:
+    path = folder / f"{stem}.csv"
+    rows = results_csv(
+        folder, stem, ("S_1 alone", "S_1 with it", "gain", "median gain"), ("model",),
+        integers=("seed layer", "best companion", "companions that lower S_1"),
+        enums={"model": FAMILIES}, ranges={"S_1 alone": (0, np.inf), "S_1 with it": (0, np.inf)},
+        unique=("model", "seed layer"),
+    )  # fmt: skip
+    for i, r in rows.iterrows():
+        N = _n_layers(r.model)
+        if not (0 <= r["seed layer"] < N and 0 <= r["best companion"] < N and 0 <= r["companions that lower S_1"] < N):
+            raise ValueError(f"{path}, row {i + 2}: a layer or a count of layers outside {r.model}'s {N}")
+        if abs(r.gain - (r["S_1 with it"] - r["S_1 alone"])) > 2e-5 * max(1.0, abs(r.gain)):
+            raise ValueError(
+                f"{path}, row {i + 2}: gain {r.gain}, but S_1 with it less S_1 alone is {r['S_1 with it'] - r['S_1 alone']:.6g}"
+            )
+    return rows
+
+
+def _bootstrap(folder: Path, stem: str) -> pd.DataFrame:
+    path = folder / f"{stem}.csv"
+    rows = results_csv(
+        folder, stem, ("share",), ("model", "layers", "chosen on all prompts"), integers=("count",),
+        enums={"model": FAMILIES, "chosen on all prompts": (True, False)}, ranges={"count": (1, np.inf)},
+        unique=("model", "layers"),
+    )  # fmt: skip
+    for model, group in rows.groupby("model"):
+        total = group["count"].sum()
+        for i, r in group.iterrows():
+            _layers(path, i, r.layers, _n_layers(model))
+            if abs(r.share - r["count"] / total) > 1e-4:
+                raise ValueError(
+                    f"{path}, row {i + 2}: share {r.share}, but its count {r['count']} of {total} is {r['count'] / total:.4g}"
+                )
+        if int(group["chosen on all prompts"].sum()) != 1:
+            raise ValueError(
+                f"{path}: {model} has {int(group['chosen on all prompts'].sum())} sets chosen on all prompts, not one"
+            )
+    return rows
+
+
+def _paired(folder: Path, stem: str) -> pd.DataFrame:
+    rows = results_csv(
+        folder, stem, ("diff", "low", "high", "P(ahead)", "temperature"), ("method",), integers=("nodes", "questions"),
+        ranges={"P(ahead)": (0, 1), "questions": (1, np.inf), "temperature": (0, 2)},
+        unique=("method", "nodes", "temperature"),
+    )  # fmt: skip
+    return rows
+
+
+def _curve(folder: Path, stem: str) -> pd.DataFrame:
+    path = folder / f"{stem}.csv"
+    steps = ("step 1", "step 2", "step 3")
+    rows = results_csv(
+        folder, stem, (*steps, "tau", "low", "high", "minus EAGLE3", "temperature"), ("method",),
+        integers=("prompts", "reply_tokens", "batches", "nodes"),
+        ranges={**{s: (0, 1) for s in steps}, "tau": (1, np.inf), "prompts": (1, np.inf), "temperature": (0, 2)},
+        unique=("prompts", "temperature", "nodes", "method"),
+    )  # fmt: skip
+    lacking = rows.index[(rows.method != "EAGLE3") & (rows["diff low"].isna() | rows["diff high"].isna())]
+    if len(lacking):
+        raise ValueError(f"{path}, row {lacking[0] + 2}: a difference from EAGLE3 without its interval")
+    return rows
+
+
+def _interchangeability(folder: Path, stem: str) -> pd.DataFrame:
+    path = folder / f"{stem}.csv"
+    shares = [c for c in pd.read_csv(folder / f"{stem}.csv", nrows=0).columns if c.startswith("pairs with CKA")]
+    rows = results_csv(
+        folder, stem, (*shares, "mean off-diagonal CKA", "largest compartment share"), ("model", "family"),
+        integers=("layers", "compartments"), enums={"model": FAMILIES},
+        ranges={**{c: (0, 1) for c in (*shares, "mean off-diagonal CKA", "largest compartment share")}, "compartments": (1, np.inf)},
+        unique=("model",),
+    )  # fmt: skip
+    for i, r in rows.iterrows():
+        if r.layers != _n_layers(r.model) or r.compartments > r.layers:
+            raise ValueError(
+                f"{path}, row {i + 2}: layers {r.layers} and compartments {r.compartments}: {r.model} has {_n_layers(r.model)} layers"
+            )
+    return rows
+
+
+TABLE_CHECKS = {  # the checks of each table a page shows (beyond the findings' own CSVs and the records')
+    "fig03_pair_gains": _pair_gains,
+    "table1_bootstrap": _bootstrap,
+    "_paired_": _paired,
+    "_learning_curve_": _curve,
+    "families_interchangeability": _interchangeability,
+}
+
+# the tables whose CSV a finding reads and checks whole (every row), or the ledger's against the records
+CHECKED_BY_FINDINGS = (
+    "fig02_layer_entropy_summary",
+    "fig04_variance_reduction",
+    "fig05_boundaries",
+    "table1_layer_selection",
+    "criteria_rank_correlations",
+    "families_compared",
+    "comparisons_seed_level",
+    "ledger_findings",
+    "criteria_pooled",
+)
+
+
 def table_markdown(folder: Path, stem: str) -> str:
     """A page's table, made from its CSV (never the .md beside it, which could say otherwise): the
     accepted-token tables as `tau_markdown` lays them out (their CSV checked by `read_tau_csv`), a
@@ -458,6 +571,11 @@ def table_markdown(folder: Path, stem: str) -> str:
         raise ValueError(f"{path}: not a results CSV ({err})") from None
     if table.empty:
         raise ValueError(f"{path}: no rows")
+    checks = [check for key, check in TABLE_CHECKS.items() if key in stem]
+    if not checks and stem not in CHECKED_BY_FINDINGS:  # every table a page shows is checked somewhere
+        raise ValueError(f"{path}: no check is declared for this table (findings.TABLE_CHECKS)")
+    for check in checks:
+        check(folder, stem)
     _check_intervals(table, path)
     return markdown_table(table)
 
