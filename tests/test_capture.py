@@ -446,3 +446,22 @@ def test_bad_variants_are_refused(tiny_model, tiny_tokenizer):
         capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rhoo": 0.2}})
     with pytest.raises(ValueError, match="variant 'x': rho"):
         capture_variants(tiny_model, tiny_tokenizer, conversations, {"x": {"rho": 2}})
+
+
+@pytest.mark.parametrize(
+    "rho, how, entropy, reason",
+    [
+        (0.0, "entropy", [0.1, 0.2], r"rho must be a share of the positions in \(0, 1\], got 0.0"),
+        (1.5, "entropy", [0.1, 0.2], "got 1.5"),
+        (-1, "entropy", [0.1, 0.2], "got -1"),
+        (True, "entropy", [0.1, 0.2], "got True"),
+        (0.5, "bogus", [0.1, 0.2], "how must be 'entropy' or 'random', got 'bogus'"),
+        (0.5, "entropy", [[0.1, 0.2]], r"one value per position, of one length: shapes \(1, 2\) and \(2,\)"),
+    ],
+)
+def test_position_selection_refuses_what_it_cannot_mean(rho, how, entropy, reason):
+    """A share of 0, above 1 or below 0 kept nothing or everything without a word, and an unknown `how`
+    fell back to entropy; a 2-D entropy or numpy input failed deep in torch."""
+    with pytest.raises(ValueError, match=reason):
+        select_positions(torch.tensor(entropy), torch.tensor([True, True]), rho, how)
+    assert select_positions(np.array([0.1, 0.9]), np.array([True, True]), np.float32(0.5)).tolist() == [1]

@@ -81,6 +81,10 @@ def test_a_restricted_search_refuses_what_cannot_be():
         select.exhaustive(Z, 3, allowed=(0, 1))
     with pytest.raises(ValueError, match="lie in"):
         select.elsi_c(Z, 2, allowed=(0, N))
+    for name, given in (("allowed", [1.0, 2.0, 3.5]), ("allowed", "012"), ("required", [True])):
+        with pytest.raises(TypeError, match=f"{name} must be integer layer ids"):  # never truncated or spelt out
+            select.elsi(Z, 2, **{name: given})
+    assert select.elsi(Z, 2, allowed=(np.int64(0), 1, 2)).layers  # numpy's integers are integers
 
 
 def test_the_probe_searches_the_restricted_sets_too():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,16 @@ def select_positions(entropy, eligible, rho: float, how: str = "entropy", genera
     earlier position), or a uniformly random subset of the same size (`how="random"`).
     """
 
+    if isinstance(rho, bool) or not isinstance(rho, numbers.Real) or not 0 < rho <= 1:
+        raise ValueError(f"rho must be a share of the positions in (0, 1], got {rho!r}")
+    if how not in ("entropy", "random"):
+        raise ValueError(f"how must be 'entropy' or 'random', got {how!r}")
+    entropy, eligible = torch.as_tensor(entropy), torch.as_tensor(eligible, dtype=torch.bool)
+    if entropy.dim() != 1 or entropy.shape != eligible.shape:
+        raise ValueError(
+            f"entropy and eligible must be one value per position, of one length: shapes {tuple(entropy.shape)} "
+            f"and {tuple(eligible.shape)}"
+        )
     candidates = torch.nonzero(eligible, as_tuple=False).flatten()
     keep = math.ceil(rho * len(candidates) - 1e-9)
     if how == "random":

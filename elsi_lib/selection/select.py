@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -109,6 +110,13 @@ def restriction(n_layers: int, m: int, allowed=None, required=()) -> tuple[tuple
     """(allowed layers, required layers) of a restricted search, checked: the sets searched hold only
     `allowed` layers (default: all N) and every `required` one, so an engine that cannot feed some
     layers gets the best set it can use (`selection.feasible`)."""
+    for name, given in (("allowed", allowed), ("required", required)):  # 3.5 is no layer, nor True, nor "012"
+        if given is not None and (isinstance(given, (str, bytes)) or not isinstance(given, Iterable)):
+            raise TypeError(f"{name} must be integer layer ids, got {given!r}")
+    allowed, required = (None if allowed is None else list(allowed)), list(required)
+    for name, given in (("allowed", allowed or []), ("required", required)):
+        if not all(map(is_integer, given)):
+            raise TypeError(f"{name} must be integer layer ids, got {given!r}")
     allowed = tuple(range(n_layers)) if allowed is None else tuple(sorted({int(l) for l in allowed}))
     required = tuple(sorted({int(l) for l in required}))
     if any(not 0 <= l < n_layers for l in allowed + required):
