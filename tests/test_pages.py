@@ -14,7 +14,7 @@ import pytest
 from elsi_lib.common.results import results_dir
 from elsi_lib.draft import evidence as ev
 from elsi_lib.common.cachefiles import REPO_ROOT
-from elsi_lib.study.pages import findings, site
+from elsi_lib.study.pages import findings, site, tables
 
 
 @pytest.fixture(autouse=True)
@@ -477,4 +477,4 @@ def test_a_table_without_a_declared_check_is_refused(tmp_path):
     """Every table a page shows is checked somewhere: one no check is declared for is refused, not shown."""
     (tmp_path / "table9_new.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"table9_new.csv: no check is declared for this table"):
-        findings.table_markdown(tmp_path, "table9_new")
+        tables.table_markdown(tmp_path, "table9_new")

@@ -1,8 +1,8 @@
 """What each page of the documentation site says, read from the committed results and checked as read
 (`site` assembles the pages): each paper page's finding from its results CSV (`results_csv`: every row's
 columns, values, spellings and duplicates, then what the row, the model and the other rows must agree
-on), the ledger's tables against what the committed records give now, and every page's tables made from
-their CSV (`table_markdown`), never the Markdown beside it. A file a page needs that is missing is a
+on), the ledger's tables and the evidence file against what the committed records give now (the tables
+the pages show: `tables`). A file a page needs that is missing is a
 `MissingResult`; one that is wrong, a ValueError naming the file, the row and the column.
 """
 
@@ -22,15 +22,13 @@ from ...draft.pooled_checks import OUTCOMES, POOLED_CRITERIA, check_p
 from ...hidden.calibration import SELECTIONS
 from ...inputs.models import REGISTRY
 from ...selection.conventions import eagle3_layers
-from ..experiments.tau_files import read_tau_csv, tau_markdown
-from ..ledger import paper_tables, twins
+from ..ledger import twins
 from ..ledger.draft_records import records_dir
 from ..ledger.evidence_file import build as build_evidence
 from ..ledger.evidence_file import comparisons_table, pooled_criteria_rows
 from ..ledger.ledger_tables import committed_scale, ledger_tables
-from ..ledger.paper_tables import paper_table
 from ..paper.layer_sets import TABLE1_METHODS, TABLE1_SETTINGS
-from ..paper.plots import csv_text, markdown_table
+from ..paper.plots import csv_text
 
 FAMILIES = ("smollm2-135m", "qwen2.5-coder-0.5b")
 
@@ -436,180 +434,3 @@ def ledger(folder):
         for _, r in pooled.iterrows()
     ]
     return lines + [f"- {line}." for line in twins.summary(pd.read_csv(folder / "numeric_twins.csv"))]
-
-
-def _share(path: Path, rows: pd.DataFrame, column: str) -> None:
-    values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
-    bad = np.flatnonzero(~((values >= 0) & (values <= 1)))
-    if len(bad):
-        raise ValueError(
-            f"{path}, row {bad[0] + 2}: {column} = {_cell(rows[column].iloc[bad[0]])}, not a share in [0, 1]"
-        )
-
-
-def _pair_gains(folder: Path, stem: str) -> pd.DataFrame:
-    path = folder / f"{stem}.csv"
-    rows = results_csv(
-        folder, stem, ("S_1 alone", "S_1 with it", "gain", "median gain"), ("model",),
-        integers=("seed layer", "best companion", "companions that lower S_1"),
-        enums={"model": FAMILIES}, ranges={"S_1 alone": (0, np.inf), "S_1 with it": (0, np.inf)},
-        unique=("model", "seed layer"),
-    )  # fmt: skip
-    for i, r in rows.iterrows():
-        N = _n_layers(r.model)
-        if not (0 <= r["seed layer"] < N and 0 <= r["best companion"] < N and 0 <= r["companions that lower S_1"] < N):
-            raise ValueError(f"{path}, row {i + 2}: a layer or a count of layers outside {r.model}'s {N}")
-        if abs(r.gain - (r["S_1 with it"] - r["S_1 alone"])) > 2e-5 * max(1.0, abs(r.gain)):
-            raise ValueError(
-                f"{path}, row {i + 2}: gain {r.gain}, but S_1 with it less S_1 alone is {r['S_1 with it'] - r['S_1 alone']:.6g}"
-            )
-    return rows
-
-
-def _bootstrap(folder: Path, stem: str) -> pd.DataFrame:
-    path = folder / f"{stem}.csv"
-    rows = results_csv(
-        folder, stem, ("share",), ("model", "layers", "chosen on all prompts"), integers=("count",),
-        enums={"model": FAMILIES, "chosen on all prompts": (True, False)}, ranges={"count": (1, np.inf)},
-        unique=("model", "layers"),
-    )  # fmt: skip
-    for model, group in rows.groupby("model"):
-        total = group["count"].sum()
-        for i, r in group.iterrows():
-            _layers(path, i, r.layers, _n_layers(model))
-            if abs(r.share - r["count"] / total) > 1e-4:
-                raise ValueError(
-                    f"{path}, row {i + 2}: share {r.share}, but its count {r['count']} of {total} is {r['count'] / total:.4g}"
-                )
-        if int(group["chosen on all prompts"].sum()) != 1:
-            raise ValueError(
-                f"{path}: {model} has {int(group['chosen on all prompts'].sum())} sets chosen on all prompts, not one"
-            )
-    return rows
-
-
-def _paired(folder: Path, stem: str) -> pd.DataFrame:
-    rows = results_csv(
-        folder, stem, ("diff", "low", "high", "P(ahead)", "temperature"), ("method",), integers=("nodes", "questions"),
-        ranges={"P(ahead)": (0, 1), "questions": (1, np.inf), "temperature": (0, 2)},
-        unique=("method", "nodes", "temperature"),
-    )  # fmt: skip
-    return rows
-
-
-def _curve(folder: Path, stem: str) -> pd.DataFrame:
-    path = folder / f"{stem}.csv"
-    steps = ("step 1", "step 2", "step 3")
-    rows = results_csv(
-        folder, stem, (*steps, "tau", "low", "high", "minus EAGLE3", "temperature"), ("method",),
-        integers=("prompts", "reply_tokens", "batches", "nodes"),
-        ranges={**{s: (0, 1) for s in steps}, "tau": (1, np.inf), "prompts": (1, np.inf), "temperature": (0, 2)},
-        unique=("prompts", "temperature", "nodes", "method"),
-    )  # fmt: skip
-    lacking = rows.index[(rows.method != "EAGLE3") & (rows["diff low"].isna() | rows["diff high"].isna())]
-    if len(lacking):
-        raise ValueError(f"{path}, row {lacking[0] + 2}: a difference from EAGLE3 without its interval")
-    return rows
-
-
-def _interchangeability(folder: Path, stem: str) -> pd.DataFrame:
-    path = folder / f"{stem}.csv"
-    shares = [c for c in pd.read_csv(folder / f"{stem}.csv", nrows=0).columns if c.startswith("pairs with CKA")]
-    rows = results_csv(
-        folder, stem, (*shares, "mean off-diagonal CKA", "largest compartment share"), ("model", "family"),
-        integers=("layers", "compartments"), enums={"model": FAMILIES},
-        ranges={**{c: (0, 1) for c in (*shares, "mean off-diagonal CKA", "largest compartment share")}, "compartments": (1, np.inf)},
-        unique=("model",),
-    )  # fmt: skip
-    for i, r in rows.iterrows():
-        if r.layers != _n_layers(r.model) or r.compartments > r.layers:
-            raise ValueError(
-                f"{path}, row {i + 2}: layers {r.layers} and compartments {r.compartments}: {r.model} has {_n_layers(r.model)} layers"
-            )
-    return rows
-
-
-TABLE_CHECKS = {  # the checks of each table a page shows (beyond the findings' own CSVs and the records')
-    "fig03_pair_gains": _pair_gains,
-    "table1_bootstrap": _bootstrap,
-    "_paired_": _paired,
-    "_learning_curve_": _curve,
-    "families_interchangeability": _interchangeability,
-}
-
-# the tables whose CSV a finding reads and checks whole (every row), or the ledger's against the records
-CHECKED_BY_FINDINGS = (
-    "fig02_layer_entropy_summary",
-    "fig04_variance_reduction",
-    "fig05_boundaries",
-    "table1_layer_selection",
-    "criteria_rank_correlations",
-    "families_compared",
-    "comparisons_seed_level",
-    "ledger_findings",
-    "criteria_pooled",
-)
-
-
-def table_markdown(folder: Path, stem: str) -> str:
-    """A page's table, made from its CSV (never the .md beside it, which could say otherwise): the
-    accepted-token tables as `tau_markdown` lays them out (their CSV checked by `read_tau_csv`), a
-    protocol's records table as `paper_tables.markdown` (the CSV what its records give), any other as
-    `markdown_table`."""
-    path = folder / f"{stem}.csv"
-    if not path.is_file():
-        raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
-    if "_accepted_tokens_" in stem:
-        return tau_markdown(read_tau_csv(path))
-    if "_records_" in stem:
-        table = paper_table(stem.split("_records_")[0])
-        _made(path, csv_text(table), "python -m elsi_lib.study.ledger.paper_tables")
-        return paper_tables.markdown(table)
-    try:
-        table = pd.read_csv(path)
-    except (ValueError, pd.errors.ParserError) as err:
-        raise ValueError(f"{path}: not a results CSV ({err})") from None
-    if table.empty:
-        raise ValueError(f"{path}: no rows")
-    checks = [check for key, check in TABLE_CHECKS.items() if key in stem]
-    if not checks and stem not in CHECKED_BY_FINDINGS:  # every table a page shows is checked somewhere
-        raise ValueError(f"{path}: no check is declared for this table (findings.TABLE_CHECKS)")
-    for check in checks:
-        check(folder, stem)
-    _check_intervals(table, path)
-    return markdown_table(table)
-
-
-INTERVALS = {  # (low, high) -> the estimate they bound, the first of these columns a table has
-    ("low", "high"): ("diff", "tau", "value"),
-    ("diff low", "diff high"): ("minus EAGLE3",),
-}
-
-
-def _check_intervals(table: pd.DataFrame, path: Path) -> None:
-    """A table's intervals hold their estimates (a diff, a tau, a value between its low and high), and a
-    learning curve's "minus EAGLE3" is its tau less EAGLE3's at the same point: ValueError naming the row."""
-    for (low, high), estimates in INTERVALS.items():
-        estimate = next((c for c in estimates if c in table.columns), None)
-        if estimate is None or low not in table.columns or high not in table.columns:
-            continue
-        values = [pd.to_numeric(table[c], errors="coerce").to_numpy(float) for c in (low, estimate, high)]
-        lo, mid, hi = values
-        bad = np.flatnonzero(np.isfinite(lo) & np.isfinite(hi) & ~((lo <= mid + 1e-9) & (mid <= hi + 1e-9)))
-        if len(bad):
-            i = bad[0]
-            raise ValueError(f"{path}, row {i + 2}: {estimate} {mid[i]} outside its interval [{lo[i]}, {hi[i]}]")
-    if {"prompts", "method", "tau", "minus EAGLE3"} <= set(table.columns):  # a learning curve
-        points = [c for c in ("prompts", "temperature", "nodes") if c in table.columns]
-        base = table[table.method == "EAGLE3"].set_index(points)["tau"]
-        for i, r in table.iterrows():
-            key = tuple(r[c] for c in points)
-            key = key[0] if len(key) == 1 else key
-            if (
-                key in base.index
-                and np.isfinite(r["minus EAGLE3"])
-                and abs(r.tau - base[key] - r["minus EAGLE3"]) > 2e-5
-            ):
-                raise ValueError(
-                    f"{path}, row {i + 2}: minus EAGLE3 {r['minus EAGLE3']}, but its tau less EAGLE3's is {r.tau - base[key]:.6g}"
-                )

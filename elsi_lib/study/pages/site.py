@@ -34,9 +34,9 @@ from .findings import (
     filtering,
     ledger,
     selection,
-    table_markdown,
     wave,
 )
+from .tables import table_markdown
 
 FIGURES = REPO_ROOT / "figures"
 BENCH = REPO_ROOT / "bench" / "results"
