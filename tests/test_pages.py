@@ -333,6 +333,11 @@ ELSI3 = lambda f: (f.method == "ELSI") & (f.m == 3) & (f.setting == "paper")  # 
             "not value .* minus value",
         ),
         ("families_compared", lambda f: _at(f, lambda f: f.index == 1, effect=None), "effect is empty"),
+        (
+            "families_compared",
+            lambda f: _at(f.astype({f.columns[3]: object}), lambda f: f.index == 0, **{f.columns[3]: "abc"}),
+            r"row 2: value \(table2: smollm2-135m\) = 'abc', not a number",
+        ),
         ("criteria_rank_correlations", lambda f: _at(f, lambda f: f.index == 3, rho=-0.756), "against its interval"),
         (
             "table3_paired_qwen2.5-coder-0.5b",

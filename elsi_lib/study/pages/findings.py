@@ -316,6 +316,14 @@ def families(folder):
     last = f"{first} minus {second}"
     if last not in rows.columns:
         raise ValueError(f"{path}: no column {last!r}, the first family minus the second")
+    for column in (*values, last, "low", "high"):  # text is never a number; an empty cell is no value
+        if column in rows.columns:
+            parsed = pd.to_numeric(rows[column], errors="coerce")
+            bad = np.flatnonzero((parsed.isna() & rows[column].notna()).to_numpy() | np.isinf(parsed.to_numpy(float)))
+            if len(bad):
+                raise ValueError(
+                    f"{path}, row {bad[0] + 2}: {column} = {_cell(rows[column].iloc[bad[0]])}, not a number"
+                )
     a, b, d = (pd.to_numeric(rows[c], errors="coerce").to_numpy(float) for c in (*values, last))
     for i in range(len(rows)):
         if not np.isfinite(d[i]) or (np.isfinite(a[i]) and np.isfinite(b[i]) and abs(d[i] - (a[i] - b[i])) > 1e-5):
