@@ -198,13 +198,7 @@ def test_a_results_csv_a_page_reads_is_checked_naming_the_file_row_and_column(tm
 def test_the_rows_a_page_reads_are_the_ones_checked(tmp_path, stem, change, reason):
     """An interval whose ends do not hold its difference, a filter that keeps no row (an empty finding), a
     column a line reads: refused naming the file."""
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    path = copy / f"{stem}.csv"
-    change(pd.read_csv(path)).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=reason) as caught:
-        site.build(tmp_path / "site", copy)
-    assert f"{stem}.csv" in str(caught.value)
+    _refused_after_changing(tmp_path, stem, change, reason)
 
 
 def test_a_markdown_table_that_is_not_text_is_named(tmp_path):
@@ -255,6 +249,17 @@ def test_the_benchmarks_page_is_made_from_the_records(tmp_path):
     (tmp_path / "bench_x.json").write_bytes(b"\xff")
     with pytest.raises(ValueError, match="bench_x.json: not readable JSON"):
         site.bench_page(tmp_path)
+
+
+def _refused_after_changing(tmp_path, stem: str, change, reason: str) -> None:
+    """A copy of the results with `stem`.csv changed: the site build refuses it, naming the file."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / f"{stem}.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.build(tmp_path / "site", copy)
+    assert f"{stem}.csv" in str(caught.value)
 
 
 def _twice(f: pd.DataFrame, **change) -> pd.DataFrame:
@@ -402,13 +407,7 @@ def test_a_results_file_whose_values_a_page_would_misread_is_refused(tmp_path, s
     otherwise, a second row of one thing, values the row, the model or the other rows contradict; and
     what is made from the committed records (the ledger's tables, a protocol's records table) is what
     they give now. Each was printed, dropped or contradicted without a word."""
-    copy = tmp_path / "results"
-    shutil.copytree(results_dir(), copy)
-    path = copy / f"{stem}.csv"
-    change(pd.read_csv(path)).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=reason) as caught:
-        site.build(tmp_path / "site", copy)
-    assert f"{stem}.csv" in str(caught.value)
+    _refused_after_changing(tmp_path, stem, change, reason)
 
 
 def test_the_family_difference_is_the_column_its_two_families_name(tmp_path):

@@ -541,11 +541,35 @@ def test_the_openvino_lines_say_what_its_records_hold(tmp_path):
             "error 'nan%' is not a percentage",
         ),
         ("rounds", lambda c, r: r["details"]["strong_predictions"][0].pop("replay tau"), "strong prediction row 0"),
+        # beyond each range, the values a line reads together agree
+        ("check", lambda c, r: c["rows"][1].update({"vs plain": 5.0}), r"vs plain 5.0, but its 33.0 tok/s over"),
+        ("check", lambda c, r: c["rows"].append(dict(c["rows"][1])), r"with chain k=1 is also row 1"),
+        ("check", lambda c, r: c["rows"][1].update(draft=5), "draft = 5, not a name"),
+        ("check", lambda c, r: c["rows"][1].update({"tau OpenVINO": 1e6}), r"not a number in \[1, 2\]"),
+        ("check", lambda c, r: c["rows"][1].update(decoding="warp"), "decoding 'warp' is neither"),
+        ("check", lambda c, r: c["rows"][0].update({"tok/s": 0}), "one plain decoding row with a positive tok/s"),
+        ("check", lambda c, r: c["settings"].update(repeat=True), "repeat = True, not a count"),
+        ("check", lambda c, r: c["machine"].update(date="yesterday"), "date 'yesterday' is not an ISO date"),
+        ("check", lambda c, r: c.update(benchmark="engines_vllm"), "not its file's name"),
+        ("rounds", lambda c, r: r["rows"][1].update({"round / step": 0.5}), r"round / step 0.5, but 26.0 ms"),
+        ("rounds", lambda c, r: r["rows"][0].update({"round ms": ""}), "plain decoding's round ms ''"),
+        ("rounds", lambda c, r: r["rows"][1].update(lossless="false"), "lossless = 'false', not true or false"),
+        ("rounds", lambda c, r: r["rows"][1].update({"tau for 1.3x": 0.5}), r"tau for 1.3x 0.5, but 1.3x at 1.3"),
+        ("rounds", lambda c, r: r["rows"][1].update(questions=["mixed"]), r"questions \['mixed'\], not one of"),
+        ("rounds", lambda c, r: r["rows"].append(dict(r["rows"][1])), "chain k=1 on the mixed questions twice"),
+        ("rounds", lambda c, r: r.update(rows=[]), "no rows"),
+        ("rounds", lambda c, r: r.update(details=[1]), r"details = \[1\], not a mapping"),
+        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="+1.0%"), r"error \+1.0%, but"),
+        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="0.04"), "'0.04' is not a percentage"),
+        ("rounds", lambda c, r: r["details"]["strong_predictions"][0].pop("tree"), "its draft and tree"),
     ],
 )
 def test_an_openvino_record_with_an_impossible_value_is_refused_naming_it(tmp_path, which, change, reason):
     """Every field's value is checked, not only its presence: -4x, "nanx", or a lossless given as text
-    (which would count as lossy) is refused, naming it."""
+    (which would count as lossy) is refused, naming it; and the values a line reads together agree (a
+    speed-up is its tokens/s over plain decoding's, a round in steps its time over a step's, the tau a
+    speed-up needs that times it, an out-of-sample error its row's); a run recorded twice, a decoding the
+    page cannot parse or a repeat of True is refused."""
     from elsi_lib.study.pages import speed_openvino
 
     check, rounds = openvino_records(tmp_path)
@@ -769,47 +793,6 @@ def test_a_device_line_says_tau_as_measured():
     for row in record["rows"]:
         row["tau measured"] = 1.0
     assert "never accepted (tau 1.00)" in speed_device.device_finding([record])[0]
-
-
-@pytest.mark.parametrize(
-    "which, change, reason",
-    [
-        ("check", lambda c, r: c["rows"][1].update({"vs plain": 5.0}), r"vs plain 5.0, but its 33.0 tok/s over"),
-        ("check", lambda c, r: c["rows"].append(dict(c["rows"][1])), r"with chain k=1 is also row 1"),
-        ("check", lambda c, r: c["rows"][1].update(draft=5), "draft = 5, not a name"),
-        ("check", lambda c, r: c["rows"][1].update({"tau OpenVINO": 1e6}), r"not a number in \[1, 2\]"),
-        ("check", lambda c, r: c["rows"][1].update(decoding="warp"), "decoding 'warp' is neither"),
-        ("check", lambda c, r: c["rows"][0].update({"tok/s": 0}), "one plain decoding row with a positive tok/s"),
-        ("check", lambda c, r: c["settings"].update(repeat=True), "repeat = True, not a count"),
-        ("check", lambda c, r: c["machine"].update(date="yesterday"), "date 'yesterday' is not an ISO date"),
-        ("check", lambda c, r: c.update(benchmark="engines_vllm"), "not its file's name"),
-        ("rounds", lambda c, r: r["rows"][1].update({"round / step": 0.5}), r"round / step 0.5, but 26.0 ms"),
-        ("rounds", lambda c, r: r["rows"][0].update({"round ms": ""}), "plain decoding's round ms ''"),
-        ("rounds", lambda c, r: r["rows"][1].update(lossless="false"), "lossless = 'false', not true or false"),
-        ("rounds", lambda c, r: r["rows"][1].update({"tau for 1.3x": 0.5}), r"tau for 1.3x 0.5, but 1.3x at 1.3"),
-        ("rounds", lambda c, r: r["rows"][1].update(questions=["mixed"]), r"questions \['mixed'\], not one of"),
-        ("rounds", lambda c, r: r["rows"].append(dict(r["rows"][1])), "chain k=1 on the mixed questions twice"),
-        ("rounds", lambda c, r: r.update(rows=[]), "no rows"),
-        ("rounds", lambda c, r: r.update(details=[1]), r"details = \[1\], not a mapping"),
-        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="+1.0%"), r"error \+1.0%, but"),
-        ("rounds", lambda c, r: r["details"]["out_of_sample"][0].update(error="0.04"), "'0.04' is not a percentage"),
-        ("rounds", lambda c, r: r["details"]["strong_predictions"][0].pop("tree"), "its draft and tree"),
-    ],
-)
-def test_an_openvino_record_whose_values_disagree_is_refused_naming_it(tmp_path, which, change, reason):
-    """Beyond each value's range, the values a line reads together agree: a speed-up is its tokens/s over
-    plain decoding's, a round in steps its time over a step's, the tau a speed-up needs that times it,
-    an out-of-sample error its row's; a run recorded twice, a decoding the page cannot parse, a repeat of
-    True or a lossless as text (which would drop the "lossy" note) are refused."""
-    from elsi_lib.study.pages import speed_openvino
-
-    check, rounds = openvino_records(tmp_path)
-    change(check, rounds)
-    (tmp_path / "engines_openvino.json").write_text(json.dumps(check))
-    (tmp_path / "openvino_rounds_tiny.json").write_text(json.dumps(rounds))
-    read = speed_openvino.engine_check if which == "check" else speed_openvino.round_costs
-    with pytest.raises(ValueError, match=reason):
-        read(tmp_path)
 
 
 def test_the_engine_checks_caveat_says_which_of_questions_and_repeats_fall_short(tmp_path):
