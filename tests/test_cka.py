@@ -174,3 +174,32 @@ def test_zero_variance_and_zero_layers_are_named():
     for call in (cka_matrix, centered_gram_products):
         with pytest.raises(ValueError, match=r"layer\(s\) \[6\] of Z are all zero"):
             call(Z)
+
+
+@pytest.mark.parametrize("top_k", [-1, 1.5, True])
+def test_find_boundaries_refuses_a_top_k_that_is_no_count(top_k):
+    """top_k = -1 sliced as Python does would keep all but the last boundary: refused, as any non-count."""
+    with pytest.raises(ValueError, match="top_k"):
+        find_boundaries(np.array([0.0, 1.0, 0.0, 2.0, 0.0]), top_k=top_k)
+    assert find_boundaries(np.array([0.0, 1.0, 0.0, 2.0, 0.0]), top_k=0).tolist() == []
+
+
+@pytest.mark.parametrize(
+    "conditioned_on, error",
+    [([-1], ValueError), ([9], ValueError), ([1, 1], ValueError), ("12", TypeError), ([1.0], TypeError)],
+)
+def test_a_conditioning_set_outside_the_layers_is_refused(conditioned_on, error):
+    """A negative id would condition on a layer counted from the end, one past the last an IndexError deep in
+    numpy: both refused naming the layer, as every layer set is."""
+    products = centered_gram_products(random_layers(8, 16, 6, seed=0))
+    with pytest.raises(error, match="layer"):
+        conditional_cka_matrix(products, conditioned_on)
+    assert conditional_cka_matrix(products, []) == pytest.approx(cka_matrix(random_layers(8, 16, 6, seed=0)))
+
+
+def test_conditional_transition_scores_need_square_matrices():
+    from elsi_lib.selection.select import conditional_transition_scores
+
+    with pytest.raises(ValueError, match="square"):
+        conditional_transition_scores(np.ones((3, 4)))
+    assert conditional_transition_scores(np.eye(3)).tolist() == pytest.approx([0.0, np.sqrt(2), np.sqrt(2)])

@@ -570,3 +570,22 @@ def test_a_draft_saved_with_another_target_of_its_shapes_is_refused(target, tmp_
     with pytest.raises(ValueError, match="reads another model's token embedding than `target`'s"):
         X.save_draft(draft, tmp_path / "d", target=other)
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": [2, "4", 6]},
+        {"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": [2, -5, 6]},
+        {"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": [True, 4]},
+        {"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": []},
+        {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2, 2]}},
+        {"architectures": ["LlamaForCausalLMEagle3"], "hidden_layers_list": [2.0, 15, 27]},
+    ],
+)
+def test_a_config_whose_layer_ids_are_no_layers_is_refused(tmp_path, config):
+    """The ids an engine reads from an exported config: text, negative, true/false, repeated or missing ids
+    are no layer set, so read_layout refuses them naming the file (it had returned them as found)."""
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(X.ExportError, match=r"config\.json: its layer ids .* distinct non-negative integers"):
+        X.read_layout(tmp_path)

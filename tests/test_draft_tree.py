@@ -332,3 +332,9 @@ def test_nan_log_probs_rejected():
     bad[0, 0, 3] = float("nan")
     with pytest.raises(ValueError, match="log-probabilities"):
         build_trees(lambda s, f: (bad, s), None, nodes=2, depth=1, top_k=2)
+
+
+@pytest.mark.parametrize("depth, top_k", [(0, 3), (-2, 3), (2, 0), (2.0, 3)])
+def test_max_nodes_refuses_what_is_no_tree(depth, top_k):
+    with pytest.raises(ValueError, match="depth, top_k"):
+        max_nodes(depth, top_k)

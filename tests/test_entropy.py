@@ -486,3 +486,29 @@ def test_zero_layer_error_names_the_layer_id():
             call()
     with pytest.raises(ValueError, match=r"layer\(s\) \[1\] of Z are all zero"):  # Z[4:] is a Z of its own
         layer_grams(Z[4:])
+
+
+@pytest.mark.parametrize(
+    "gram, what", [([[1.0, 2.0], [2.0, 1.0]], "positive semi-definite"), ([[1.0, 0.5], [0.0, 1.0]], "symmetric")]
+)
+def test_gram_entropy_refuses_what_is_no_gram(gram, what):
+    """An indefinite matrix would give a negative entropy (its negative eigenvalue dropped), an asymmetric
+    one the entropy of its lower triangle: both refused; a Gram of a low-rank X is one."""
+    from elsi_lib.selection.entropy import gram_entropy
+
+    with pytest.raises(ValueError, match=what):
+        gram_entropy(np.array(gram))
+    X = np.random.default_rng(0).normal(size=(8, 2))
+    assert gram_entropy(X @ X.T) == pytest.approx(matrix_entropy(X))
+
+
+def test_complex_layers_are_refused_not_cast():
+    """Casting complex values to float drops the imaginary part with only a warning: refused, numpy's and
+    torch's alike."""
+    import torch
+
+    Z = random_layers(4, 6, 5).astype(complex)
+    with pytest.raises(TypeError, match="complex"):
+        set_entropy(Z, [0, 1])
+    with pytest.raises(TypeError, match="complex"):
+        set_entropy(torch.from_numpy(Z), [0, 1])

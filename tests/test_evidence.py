@@ -84,6 +84,21 @@ def test_a_strong_enough_prediction_changes_the_set():
     assert "is the default" in decide({}, None, 0.0, (1, 2), (1, 2)).reason
 
 
+def test_a_set_of_a_size_no_draft_had_gets_no_verdict(evidence):
+    """The fits saw drafts of 1-, 2- and 3-layer sets: a set of another size is outside what they predict,
+    so the answer says so instead of a prediction (the verdict the rule would give to a 3-layer set stays)."""
+    sizes = {len(c["layers"].split()) for t in ("0", "1") for c in ev.points(evidence["comparisons"], float(t))}
+    assert sizes and max(sizes) < 5
+    default = (2, 15, 27)
+    five = ev.decision("probe", "smollm2-135m", 1.0, (1, 2, 3, 4, 5), default, evidence)
+    assert five.verdict == "no verdict" and "5-layer set" in five.reason and not five.predicted
+    assert "3" in five.reason.split("fitted on drafts of ")[1].split("-layer")[0]
+    three = ev.decision("probe", "smollm2-135m", 1.0, (1, 2, 3), default, evidence)
+    assert three.verdict != "no verdict" and three.predicted
+    up = fit(["a"] * 3, [0.0, 1.0, 2.0], [0.0, 0.5, 1.01], pooled=True)
+    assert decide({0.0: {"family": None, "pooled": up}}, None, 3.0, (5, 6), (1, 2), sizes={3}).verdict == "no verdict"
+
+
 def test_a_thin_ledger_fits_nothing():
     assert fit(["a", "a"], [0.0, 1.0], [0.0, 1.0], pooled=True) is None  # no residual degree of freedom
     assert fit(["a"] * 4, [1.0] * 4, [0.0, 1.0, 2.0, 3.0], pooled=True) is None  # one criterion value

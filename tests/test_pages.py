@@ -482,3 +482,45 @@ def test_a_table_without_a_declared_check_is_refused(tmp_path):
     (tmp_path / "table9_new.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match=r"table9_new.csv: no check is declared for this table"):
         tables.table_markdown(tmp_path, "table9_new")
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (
+            lambda f: _at(f, lambda f: f.model == "smollm2-135m", regimes="CKA boundaries after layers 2 and 8"),
+            r"regimes 'CKA boundaries after layers 2 and 8', but Fig\. 5's entropy boundaries are after layers \[1, 8\]",
+        ),
+        (
+            lambda f: _at(f, lambda f: (f.model == "smollm2-135m") & (f.selection == "random"), regimes="thirds"),
+            "rows split its layers two ways",
+        ),
+    ],
+)
+def test_fig04s_regimes_are_fig05s_boundaries(tmp_path, change, reason):
+    """Fig. 4's reductions are per regime, split at the two most prominent of Fig. 5's entropy boundaries:
+    a split that names other layers, or two splits for one model, is refused naming the file and row."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / "fig04_variance_reduction.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    with pytest.raises(ValueError, match=reason) as caught:
+        findings.filtering(copy)
+    assert "fig04_variance_reduction.csv, row" in str(caught.value)
+    assert findings.filtering(results_dir())
+
+
+def test_the_benchmark_pages_read_the_folder_they_are_given(tmp_path):
+    """The wall-clock and benchmark pages read the benchmark folder the build is given, not the checkout's;
+    a record spelt NAME.JSON (which "*.json" would leave out without a word) is refused naming it."""
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    pages = site.build(tmp_path / "site", results_dir(), bench)
+    docs = pages[0].parent
+    assert "## `" not in (docs / "benchmarks.md").read_text()
+    assert "No cost benchmark has run yet" in (docs / "speed.md").read_text()
+    shutil.copy(REPO_ROOT / "bench" / "results" / "bench_bf16.json", bench / "bench_bf16.JSON")
+    with pytest.raises(ValueError, match=r"\['bench_bf16.JSON'\] end in another spelling of \.json"):
+        site.bench_page(bench)
+    with pytest.raises(site.MissingResult, match="no benchmark records there"):
+        site.build(tmp_path / "site", results_dir(), tmp_path / "missing")

@@ -180,6 +180,11 @@ def test_a_file_of_another_shape_says_which_shapes_are_expected(tmp_path):
         readers.DataFormatError, match=r"many\.json:1: .*JSON Lines .*one JSON record per line.*JSON array"
     ):
         load_prompts(concatenated)
+    n_lines = len(json.dumps(RECORD, indent=2).splitlines())  # the second document starts on the line after
+    with pytest.raises(
+        readers.DataFormatError, match=rf"one JSON document instead, it fails at .*many\.json:{n_lines + 1} "
+    ):
+        load_prompts(concatenated)
     later = tmp_path / "later.jsonl"  # a record pretty-printed after valid lines: malformed, with the shape
     later.write_text(json.dumps(RECORD) + "\n" + json.dumps(RECORD, indent=2))
     with pytest.raises(readers.DataFormatError, match=r"later\.jsonl:2: malformed JSON .*one JSON record per line"):
@@ -217,3 +222,18 @@ def test_a_lone_surrogate_in_a_turn_is_refused_naming_the_line_and_field(tmp_pat
     path.write_text(json.dumps(good) + '\n{"conversations": [{"from": "human", "value": "smile \\ud800"}]}\n')
     with pytest.raises(readers.DataFormatError, match=r"broken\.jsonl:2: field 'value' holds '\\ud800' at character 6"):
         readers.parse_sharegpt(path)
+
+
+def test_a_json_arrays_record_is_named_by_the_line_it_starts_on(tmp_path):
+    """A pretty-printed JSON array whose third record lacks a field: the message names the line that record
+    starts on (where an editor finds it), not its position in the array."""
+    records = [RECORD, RECORD, {"conversations": [{"from": "human"}]}]
+    path = tmp_path / "arr.json"
+    path.write_text(json.dumps(records, indent=2))
+    starts = [i for i, line in enumerate(path.read_text().splitlines(), 1) if line == "  {"]  # each record's
+    start = starts[2]
+    with pytest.raises(readers.DataFormatError, match=rf"arr\.json:{start}: missing field 'value'"):
+        load_prompts(path)
+    path.write_text("[" + ",".join(json.dumps(r) for r in records) + "]")  # one line: every record on line 1
+    with pytest.raises(readers.DataFormatError, match=r"arr\.json:1: missing field 'value'"):
+        load_prompts(path)

@@ -863,3 +863,43 @@ def test_a_linears_record_is_checked_when_read(tmp_path, content, reason):
     (tmp_path / "bench_linears_tiny.json").write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError, match="bench_linears_tiny.json: not readable JSON"):
         speed.linear_cost("tiny", tmp_path)
+
+
+def _measured(row: dict, factor: float) -> None:
+    """The row's measured speed-up scaled by `factor`, its error (predicted - measured) / measured with it."""
+    row["speed-up measured"] = round(row["speed-up measured"] * factor, 3)
+    if isinstance(row.get("error"), float):
+        row["error"] = round((row["speed-up predicted"] - row["speed-up measured"]) / row["speed-up measured"], 3)
+
+
+@pytest.mark.parametrize(
+    "name, change, reason",
+    [
+        (
+            "cost_elsi_table3_f32",
+            lambda r: _measured(r["rows"][0], 1.2),
+            r"row 0: speed-up measured .*, but plain s over the prefill and its 144 rounds",
+        ),
+        (
+            "cost_elsi_table3_f32",
+            lambda r: r["rows"][3].update({"round ms measured": r["rows"][3]["round ms measured"] * 0.8}),
+            r"row 3: speed-up measured",
+        ),
+        (
+            "cost_vllm_qwen_strong_probe-m3-seed0_coding",
+            lambda r: _measured(r["rows"][1], 0.9),
+            r"row 1: speed-up measured .* is not plain s / the run's seconds",
+        ),
+    ],
+)
+def test_a_speed_up_its_own_clock_does_not_give_is_refused(tmp_path, name, change, reason):
+    """A measured speed-up is plain decoding's seconds over the run's: a row whose speed-up its own run
+    time, or its rounds at their measured cost and the prefill, do not give (within the 5% a round's
+    bookkeeping leaves out) is refused naming the file and the row; the committed records all agree."""
+    record = json.loads((speed.BENCH / f"{name}.json").read_text())
+    change(record)
+    (tmp_path / f"{name}.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason) as caught:
+        speed.cost_results(tmp_path)
+    assert f"{name}.json" in str(caught.value)
+    assert speed.cost_results(speed.BENCH)  # the committed records pass

@@ -15,6 +15,8 @@ LayerSet = tuple[int, ...]  # sorted distinct layer indices, as `check_layers` r
 def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
     """A float64 numpy array (no copy if it already is one) of a numpy array or torch tensor;
     non-finite values are an error unless check_finite=False (for callers that check later)."""
+    if getattr(X, "is_complex", lambda: False)() or np.iscomplexobj(X):  # a torch.Tensor's or numpy's
+        raise TypeError(f"{name} must be real; got complex values (their imaginary part would be dropped)")
     if hasattr(X, "detach"):  # torch.Tensor, without importing torch
         X = X.detach().to("cpu").double().numpy()
     array = np.asarray(X, dtype=np.float64)

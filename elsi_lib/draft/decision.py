@@ -125,16 +125,27 @@ def decide(
     measured: list | None = None,
     *,
     anchored: bool = True,
+    sizes: set | None = None,
 ) -> Decision:
     """The verdict from `fits` ({temperature: {"family": Fit | None, "pooled": Fit | None}}): the family's
     fit where `family` is one of its families, else the pooled one; `measured`: the family's own
     seed-level differences of drafts of `best` against the default's ({temperature, diff, low, high, ...});
-    `anchored`: the default is the set the fits' differences are against (`predict`)."""
+    `anchored`: the default is the set the fits' differences are against (`predict`); `sizes`: the set sizes
+    of the drafts the fits were made on (a set of another size is outside what they can predict)."""
     measured = list(measured or [])
     if tuple(best) == tuple(default):
         return Decision("keep the default", "the criterion's best set is the default set", default, best)
     if not fits:
         return Decision("no verdict", "the evidence holds no fit of the criterion's model", default, best)
+    if sizes is not None and len(best) not in sizes:
+        fitted = ", ".join(map(str, sorted(sizes))) or "no"
+        return Decision(
+            "no verdict",
+            f"the criterion's model was fitted on drafts of {fitted}-layer sets; it cannot predict a "
+            f"{len(best)}-layer set",
+            default,
+            best,
+        )
     predicted, model = {}, ""
     for t, pair in sorted(fits.items()):
         own = pair.get("family")

@@ -31,6 +31,7 @@ from .evidence_checks import (
     NODES,
     EvidenceUnavailable,
     check_contents,
+    points,
 )
 
 SCHEMA = 1
@@ -182,8 +183,17 @@ def decision(
     if baseline is None and family is not None:
         baseline = tuple(eagle3_layers(REGISTRY[family].n_layers))
     anchored = baseline is None or tuple(default) == tuple(baseline)
-    fits = _fits(evidence, str(criterion_of(method)))
-    return decide(fits, family, dscore, best, default, measured(evidence, family, best, default), anchored=anchored)
+    criterion = str(criterion_of(method))
+    fits = _fits(evidence, criterion)
+    sizes = {
+        len(c["layers"].split())
+        for t in fits
+        for c in points(evidence["comparisons"], float(t))
+        if c.get(f"d {criterion}") is not None
+    }
+    return decide(
+        fits, family, dscore, best, default, measured(evidence, family, best, default), anchored=anchored, sizes=sizes
+    )
 
 
 def rests_on(evidence: dict, method: str) -> list[str]:

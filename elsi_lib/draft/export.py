@@ -318,9 +318,12 @@ def read_layout(folder) -> tuple[str, dict, list[int]]:
     except (OSError, ValueError, RecursionError) as err:
         raise ExportError(f"{path}: unreadable ({err})") from err
     try:
-        return _layout(path, config)
+        form, config, ids = _layout(path, config)
     except (KeyError, TypeError, AttributeError) as err:
         raise ExportError(f"{path}: malformed ({type(err).__name__}: {err})") from None
+    if not ids or not all(is_integer(i) and i >= 0 for i in ids) or len(set(ids)) != len(ids):
+        raise ExportError(f"{path}: its layer ids {ids!r} must be distinct non-negative integers")
+    return form, config, ids
 
 
 def _layout(path: Path, config: dict) -> tuple[str, dict, list[int]]:

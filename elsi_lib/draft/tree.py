@@ -133,6 +133,8 @@ class DraftTree:
 
 def max_nodes(depth: int, top_k: int) -> int:
     """Candidates an EAGLE-2 tree drafts: top_k at depth 1, top_k**2 at each later depth."""
+    if not (is_integer(depth) and is_integer(top_k)) or depth < 1 or top_k < 1:
+        raise ValueError(f"need integer depth, top_k >= 1, got {depth!r}, {top_k!r}")
     return top_k + (depth - 1) * top_k * top_k
 
 

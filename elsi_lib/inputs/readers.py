@@ -108,31 +108,50 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
 
 
 def _one_document(path: Path):
-    """The whole file parsed as one JSON value, or None when it is not one."""
+    """The whole file parsed as one JSON value, or the JSONDecodeError saying where it is not one."""
     try:
         return json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM))
-    except json.JSONDecodeError:
-        return None
+    except json.JSONDecodeError as err:
+        return err
+
+
+def _array_records(text: str) -> Iterator[tuple[int, object]]:
+    """(line where it starts, record) of each element of a JSON array already known to parse."""
+    decoder, at, counted, line = json.JSONDecoder(), text.index("[") + 1, 0, 1
+    while True:
+        while text[at] in " \t\r\n,":
+            at += 1
+        if text[at] == "]":
+            return
+        line, counted = line + text.count("\n", counted, at), at
+        record, at = decoder.raw_decode(text, at)
+        yield line, record
 
 
 def _read_records(path: Path) -> Iterator[tuple[int, object]]:
-    """Records of a JSON array (numbered from 1), of a JSONL file (numbered by line), or the one
+    """Records of a JSON array (numbered by the line each starts on), of a JSONL file (numbered by line), or the one
     record of a JSON object spread over several lines (numbered 1, as `json.dump(..., indent=2)`
     writes it)."""
     with open(path, "rb") as handle:
         head = handle.read(1 << 12).decode("utf-8", errors="replace").removeprefix(BOM).lstrip()
     if head.startswith("["):
+        text = _decoded(path.read_bytes(), path, 1).removeprefix(BOM)
         try:
-            records = json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM))
+            json.loads(text)
         except json.JSONDecodeError as err:
             raise DataFormatError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from None
-        yield from enumerate(records, 1)
+        yield from _array_records(text)  # numbered by the line each record starts on
         return
     lines = read_jsonl(path)
     try:
         first = next(lines, None)
-    except DataFormatError:
+    except DataFormatError as line_error:
         document = _one_document(path) if head.startswith("{") else None
+        if isinstance(document, json.JSONDecodeError):  # neither JSON Lines nor one object: say both
+            raise DataFormatError(
+                f"{line_error}; read as one JSON document instead, it fails at {path}:{document.lineno} "
+                f"({document.msg})"
+            ) from None
         if not isinstance(document, dict):
             raise
         yield 1, document

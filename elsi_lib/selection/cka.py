@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy.signal import find_peaks
 
-from ..common.checks import as_float64, as_layer_stack
+from ..common.checks import as_float64, as_layer_stack, check_layers, is_integer
 from .entropy import scaled_layer_grams
 from .scale import SAFE_PRODUCT_PEAK, TINY_TRACE, unit_peak
 
@@ -105,10 +105,17 @@ def conditional_cka_matrix(products: np.ndarray, conditioned_on) -> np.ndarray:
 def conditional_cka_matrices(products: np.ndarray, sets) -> np.ndarray:
     """`conditional_cka_matrix` for each of k layer sets at once: (k, N, N). P at any scale."""
     products = unit_peak(as_float64(products, "products"), SAFE_PRODUCT_PEAK)  # sums of P below stay finite
+    if products.ndim != 2 or products.shape[0] != products.shape[1] or len(products) < 1:
+        raise ValueError(f"products must be a square (N, N) matrix (centered_gram_products), got {products.shape}")
     n = len(products)
     membership = np.zeros((len(sets), 1, n))
     for row, layers in enumerate(sets):
-        membership[row, 0, list(layers)] = 1.0
+        if isinstance(layers, (str, bytes)):
+            raise TypeError(f"a conditioning set must be an iterable of integer layer indices, got {layers!r}")
+        layers = list(layers)
+        membership[row, 0, list(check_layers(layers, n) if layers else ())] = (
+            1.0  # a negative id would count from the end
+        )
     coefficients = membership + np.eye(n) * (1.0 - membership)  # (k, N, N); row i: the layers of L+i
     return _cka_from_products(coefficients @ products @ coefficients.transpose(0, 2, 1))
 
@@ -141,8 +148,10 @@ def find_boundaries(
     scores = as_float64(scores, "scores")
     if scores.ndim != 1 or len(scores) < 1:
         raise ValueError(f"scores must be a non-empty 1-D array, got shape {scores.shape}")
-    if distance < 1:
-        raise ValueError("distance must be >= 1")
+    if not is_integer(distance) or distance < 1:
+        raise ValueError(f"distance must be an integer >= 1, got {distance!r}")
+    if top_k is not None and (not is_integer(top_k) or top_k < 0):
+        raise ValueError(f"top_k must be None or an integer >= 0 (how many boundaries to keep), got {top_k!r}")
     if prominence is None:
         prominence = relative_prominence * float(np.ptp(scores))
     padded = np.pad(scores, 1, constant_values=scores.min()) if include_edges else scores

@@ -20,6 +20,7 @@ import numpy as np
 from ..common.checks import as_float64, as_layer_stack, check_alpha, check_layers, check_normalize
 from .scale import SAFE_GRAM_PEAK, TINY_TRACE, layer_peaks, peak_shift, power_of_two_shifts, unit_peak
 
+GRAM_TOLERANCE = 1e-9  # asymmetry or a negative eigenvalue beyond this x the peak is no Gram (round-off is ~1e-15)
 _NEAR_SHANNON = 0.25  # |alpha - 1| up to which `entropy_of_spectrum` uses the expm1 form
 
 
@@ -168,7 +169,15 @@ def gram_entropy(grams, alpha: float = 1.0) -> np.ndarray:
     shifts = peak_shift(np.abs(np.diagonal(grams, axis1=-2, axis2=-1)).max(axis=-1), SAFE_GRAM_PEAK)  # (...)
     if np.any(shifts):
         grams = np.ldexp(grams, shifts[..., None, None])
-    return spectrum_entropy(grams, alpha)
+    peak = np.abs(grams).max(axis=(-2, -1))  # (...)
+    if np.any(np.abs(grams - np.swapaxes(grams, -1, -2)).max(axis=(-2, -1)) > GRAM_TOLERANCE * peak):
+        raise ValueError("grams must be symmetric (a Gram matrix X X^T)")
+    eigenvalues = np.linalg.eigvalsh(grams)  # (..., B)
+    if np.any(eigenvalues[..., 0] < -GRAM_TOLERANCE * np.maximum(eigenvalues[..., -1], 0)):
+        raise ValueError(
+            f"grams must be positive semi-definite (a Gram matrix X X^T); an eigenvalue is {eigenvalues.min():.3g}"
+        )
+    return entropy_of_spectrum(eigenvalues, alpha, np.trace(grams, axis1=-2, axis2=-1))
 
 
 def spectrum_entropy(grams: np.ndarray, alpha: float) -> np.ndarray:

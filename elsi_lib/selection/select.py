@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..common.checks import LayerSet, as_layer_stack, check_alpha, is_integer
+from ..common.checks import LayerSet, as_float64, as_layer_stack, check_alpha, is_integer
 from .entropy import scaled_layer_grams, spectrum_entropy
 from .scorer import SetScorer
 from .threads import one_blas_thread
@@ -219,6 +219,9 @@ def _restricted(n_layers: int, allowed: tuple, required: tuple) -> dict:
 def conditional_transition_scores(M_L: np.ndarray) -> np.ndarray:
     """delta_L(r) = ||M_L(r, :) - M_L(r-1, :)|| for r >= 1 and delta_L(0) = 0 (Alg. 2):
     (..., N, N) -> (..., N)."""
+    M_L = as_float64(M_L, "M_L")
+    if M_L.ndim < 2 or M_L.shape[-1] != M_L.shape[-2] or M_L.shape[-1] < 1:
+        raise ValueError(f"M_L must be square conditional CKA matrices (..., N, N), got shape {M_L.shape}")
     steps = np.linalg.norm(np.diff(M_L, axis=-2), axis=-1)  # (..., N-1)
     return np.concatenate([np.zeros(steps.shape[:-1] + (1,)), steps], axis=-1)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def _cell(value) -> str:
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
-def _layers(path: Path, row: int, text: str, n_layers: int, size: int | None = None) -> tuple:
+def layer_ids(path: Path, row: int, text: str, n_layers: int, size: int | None = None) -> tuple:
     """A layer set as the tables write it ("(1, 14, 26)", "[0, 8]"): ascending distinct ids of the model's
     `n_layers` (`size` of them, when given); ValueError naming the file and the row otherwise."""
     try:
@@ -131,7 +132,7 @@ def _layers(path: Path, row: int, text: str, n_layers: int, size: int | None = N
     return ids
 
 
-def _n_layers(model: str) -> int:
+def n_layers_of(model: str) -> int:
     return REGISTRY[model].n_layers
 
 
@@ -149,8 +150,8 @@ def wave(folder):
     path = folder / "fig02_layer_entropy_summary.csv"
     for i, r in rows.iterrows():
         problem = (
-            f"layers {r.layers}, but {r.model} has {_n_layers(r.model)}"
-            if r.layers != _n_layers(r.model)
+            f"layers {r.layers}, but {r.model} has {n_layers_of(r.model)}"
+            if r.layers != n_layers_of(r.model)
             else "a peak or trough layer outside the model's"
             if not (0 <= r["argmax layer"] < r.layers and 0 <= r["argmin layer"] < r.layers)
             else "max S_1 below min S_1"
@@ -175,22 +176,52 @@ def filtering(folder):
         folder,
         "fig04_variance_reduction",
         reductions,
-        ("model", "selection"),
-        keep=lambda rows: rows[rows.selection == "entropy"],
+        ("model", "selection", "regimes"),
+        keep=lambda rows: rows[rows.selection != "all"],  # the baseline the reductions are against: none its own
         enums={"model": FAMILIES, "selection": tuple(SELECTIONS)},
         ranges={c: (-np.inf, 100) for c in reductions},  # a variance cut by more than all of it is no cut
         unique=("model", "selection"),
     )
-    kept = rows
-    models = set(pd.read_csv(folder / "fig04_variance_reduction.csv").model)
-    lacking = sorted(models - set(kept.model))
+    path = folder / "fig04_variance_reduction.csv"
+    _regimes_agree(path, rows, folder)
+    kept = rows[rows.selection == "entropy"]
+    lacking = sorted(set(rows.model) - set(kept.model))
     if lacking:
-        raise ValueError(f"{folder / 'fig04_variance_reduction.csv'}: no entropy row for {lacking}: the page reads it")
+        raise ValueError(f"{path}: no entropy row for {lacking}: the page reads it")
     return [
         f"- {r.model}: the entropy filter cuts the cross-prompt variance by {r['early reduction %']:.1f}% "
         f"(early layers), {r['middle reduction %']:.1f}% (middle), {r['late reduction %']:.1f}% (late)."
         for _, r in kept.iterrows()
     ]
+
+
+def _regimes_agree(path: Path, rows: pd.DataFrame, folder: Path) -> None:
+    """One split into regimes a model (its every row's), the one Fig. 5's entropy boundaries give: the two
+    most prominent of them (`layer_measures.regimes`), so both among them, and thirds of the depth only
+    where there are fewer than two."""
+    boundaries = {}
+    if (folder / "fig05_boundaries.csv").is_file():
+        fig05 = pd.read_csv(folder / "fig05_boundaries.csv")
+        for _, r in fig05[fig05.selection == "entropy"].iterrows():
+            boundaries[r.model] = set(
+                int(v) for v in str(r["boundaries (after layer)"]).strip("[]()").replace(",", " ").split()
+            )
+    for model, group in rows.groupby("model", sort=False):
+        texts = group.regimes.unique()
+        if len(texts) != 1:
+            raise ValueError(
+                f"{path}, row {group.index[1] + 2}: {model}'s rows split its layers two ways: {list(texts)}"
+            )
+        named = re.fullmatch(r"CKA boundaries after layers (\d+) and (\d+)", texts[0])
+        found = boundaries.get(model)
+        if found is None:
+            continue
+        agrees = {int(named[1]), int(named[2])} <= found if named else len(found) < 2 and texts[0].startswith("thirds")
+        if not agrees:
+            raise ValueError(
+                f"{path}, row {group.index[0] + 2}: {model}'s regimes {texts[0]!r}, but Fig. 5's entropy boundaries "
+                f"are after layers {sorted(found)} (fig05_boundaries.csv)"
+            )
 
 
 def compartments(folder):
@@ -204,7 +235,7 @@ def compartments(folder):
         unique=("model", "selection"),
     )
     for i, r in rows.iterrows():  # a boundary after layer l lies between l and l + 1: never after the last
-        _layers(folder / "fig05_boundaries.csv", i, r["boundaries (after layer)"], _n_layers(r.model) - 1)
+        layer_ids(folder / "fig05_boundaries.csv", i, r["boundaries (after layer)"], n_layers_of(r.model) - 1)
     return [
         f"- {r.model}, {r.selection} tokens: CKA boundaries after layers {r['boundaries (after layer)']}, "
         f"mean off-diagonal CKA {r['mean off-diagonal CKA']:.3f}."
@@ -225,8 +256,8 @@ def selection(folder):
         unique=("model", "setting", "method", "m"),
     )
     for i, r in rows.iterrows():
-        N = _n_layers(r.model)
-        ids = _layers(path, i, r.layers, N, r.m)
+        N = n_layers_of(r.model)
+        ids = layer_ids(path, i, r.layers, N, r.m)
         if r.method == "EAGLE3" and ids != tuple(eagle3_layers(N)):
             raise ValueError(f"{path}, row {i + 2}: EAGLE3's layers {r.layers}, its rule gives {eagle3_layers(N)}")
     best = rows[rows.method == "exhaustive"].set_index(["model", "setting", "m"])["entropy"]
@@ -361,7 +392,7 @@ def _ledger_made_for(records: str) -> dict:
     return {name: csv_text(tables[name]) for name in ("ledger_findings", "criteria_pooled", "numeric_twins")}
 
 
-def _made(path: Path, text: str, how: str) -> None:
+def check_made(path: Path, text: str, how: str) -> None:
     """The results file at `path` is exactly `text` (what `how` writes from the committed data), else
     ValueError naming the file and its first line that differs: stale or altered, never shown."""
     if not path.is_file():
@@ -390,7 +421,9 @@ def check_evidence(folder: Path) -> dict:
     method, and fits within round-off; ValueError naming what differs otherwise (stale or altered)."""
     evidence = ev.load()
     pooled = folder / "criteria_pooled.csv"
-    _made(pooled, _ledger_made()["criteria_pooled"], "make ledger-tables")  # what the evidence's pooled rows come from
+    check_made(
+        pooled, _ledger_made()["criteria_pooled"], "make ledger-tables"
+    )  # what the evidence's pooled rows come from
     made = _evidence_made_for(_records_digest(), pooled.read_text() if pooled.is_file() else "", str(folder))
     for part in ("schema", "nodes", "default_method", "pooled_criteria", "comparisons"):
         if evidence[part] != made[part]:
@@ -416,9 +449,9 @@ def _close(a, b) -> bool:
 def ledger(folder):
     made = _ledger_made()
     for name in made:
-        _made(folder / f"{name}.csv", made[name], "make ledger-tables")
+        check_made(folder / f"{name}.csv", made[name], "make ledger-tables")
     evidence = check_evidence(folder)
-    _made(folder / "comparisons_seed_level.csv", csv_text(comparisons_table(evidence)), "make evidence")
+    check_made(folder / "comparisons_seed_level.csv", csv_text(comparisons_table(evidence)), "make evidence")
     if evidence["pooled_criteria"] != pooled_criteria_rows(folder):
         raise ValueError(
             f"{ev.EVIDENCE_PATH}: its pooled criteria are not {folder / 'criteria_pooled.csv'}'s (make evidence)"

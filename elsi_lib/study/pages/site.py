@@ -194,6 +194,9 @@ def api_page() -> str:
 def bench_page(folder: Path = BENCH) -> str:
     """Each benchmark record's table (`speed_page.table`: made from the JSON, checked, never from the .md)."""
     lines = ["# Benchmarks", "", "Each benchmark's last run (`bench/results/`): machine, date, load and rows.", ""]
+    odd = sorted(p.name for p in Path(folder).iterdir() if p.suffix.lower() == ".json" and p.suffix != ".json")
+    if odd:  # the pages list "*.json": a record named otherwise would be left out without a word
+        raise ValueError(f"{folder}: {odd} end in another spelling of .json: name each record NAME.json")
     for path in sorted(Path(folder).glob("*.json")):
         lines += [f"## `{path.stem}`", "", speed_page.table(path), ""]
     return "\n".join(lines)
@@ -231,16 +234,21 @@ CHECKS_JS = """window.addEventListener("load", function () {
 MARKER = ".elsi-pages"  # in every folder the builder wrote: the only kind it ever replaces
 
 
-def build(out: Path, folder: Path | None = None) -> list[Path]:
+def build(out: Path, folder: Path | None = None, bench: Path | None = None) -> list[Path]:
     """Write the site's source (mkdocs.yml and docs/) as the folder `out`; returns the pages written.
     The site is written into a fresh folder beside `out` and replaces it only once complete: a failed
     build leaves the previous site as it was. `out` must be new, empty, or a site this builder wrote
-    (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied."""
+    (its MARKER): a folder holding anything else (a checkout, say) is refused, never emptied. `folder`: the
+    results the paper's pages read (data/results); `bench`: the benchmark records the wall-clock and
+    benchmark pages read (bench/results)."""
     out = Path(out)
     check_parents(out)
     folder = Path(folder) if folder is not None else results_dir()
     if not folder.is_dir():
         raise MissingResult(f"{folder}: no results folder there (the notebooks write data/results)")
+    bench = Path(bench) if bench is not None else BENCH
+    if not bench.is_dir():
+        raise MissingResult(f"{bench}: no benchmark records there (bench/results)")
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise FileExistsError(
             f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
@@ -270,7 +278,7 @@ def build(out: Path, folder: Path | None = None) -> list[Path]:
     os.umask(umask)
     fresh.chmod(0o777 & ~umask)  # a site others (a web server) can read, as mkdir would make it, not mkdtemp's 0700
     try:
-        names = _write_site(fresh, folder)
+        names = _write_site(fresh, folder, bench)
         files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
         foreign = sorted(present - _with_folders(files))
         if foreign:
@@ -303,7 +311,7 @@ def _with_folders(files) -> set[str]:
     return set(files) | folders | {"docs/", "docs/images/"}
 
 
-def _write_site(out: Path, folder: Path) -> list[str]:
+def _write_site(out: Path, folder: Path, bench: Path) -> list[str]:
     docs = out / "docs"
     (docs / "images").mkdir(parents=True)
     written = {}
@@ -312,8 +320,8 @@ def _write_site(out: Path, folder: Path) -> list[str]:
     for name in ("select", "capture", "report"):
         written[f"command-{name}.md"] = command_page(name)
     written["api.md"] = api_page()
-    written["benchmarks.md"] = bench_page()
-    written["speed.md"] = speed_page.page(docs / "images")
+    written["benchmarks.md"] = bench_page(bench)
+    written["speed.md"] = speed_page.page(docs / "images", bench)
     written["index.md"] = home_page(PAGES)
     for name, text in written.items():
         (docs / name).write_text(text)

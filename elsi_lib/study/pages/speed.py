@@ -235,6 +235,34 @@ def _check_result(result: dict, path: Path) -> None:
                     f"{path}: row {i}: speed-up measured {row['speed-up measured']} is beyond the ceiling "
                     f"{row['ceiling']} (perfect acceptance) by more than {100 * TOLERANCE:.0f}%"
                 )
+        _check_clock(row, s, k, path, i)
+
+
+CLOCK_TOLERANCE = 0.05  # a round's measured cost leaves out its bookkeeping: 3% at most in the committed runs
+
+
+def _check_clock(row: dict, s: dict, k, path: Path, i: int) -> None:
+    """A chain's or tree's measured speed-up is what its own clock gives: plain decoding's seconds over the
+    run's (vLLM keeps each run's seconds: within rounding), or over the prefill and its rounds at their
+    measured cost (within CLOCK_TOLERANCE)."""
+    measured = row.get("speed-up measured")
+    if not _positive(measured):
+        return
+    run = s.get("runs", {}).get(str(k)) if isinstance(s.get("runs"), dict) else None
+    if isinstance(run, dict) and _positive(run.get("seconds")):
+        if abs(measured - s["plain s"] / run["seconds"]) > 0.0005 + 0.001 * measured:
+            raise ValueError(
+                f"{path}: row {i}: speed-up measured {measured} is not plain s / the run's seconds "
+                f"= {s['plain s'] / run['seconds']:.3f}"
+            )
+    rounds = row.get("rounds measured", run.get("drafts") if isinstance(run, dict) else None)
+    if _positive(rounds) and _positive(row.get("round ms measured")) and _positive(s.get("prefill ms")):
+        implied = s["plain s"] / ((s["prefill ms"] + rounds * row["round ms measured"]) / 1000)
+        if abs(measured / implied - 1) > CLOCK_TOLERANCE:
+            raise ValueError(
+                f"{path}: row {i}: speed-up measured {measured}, but plain s over the prefill and its {rounds:g} "
+                f"rounds of {row['round ms measured']} ms gives {implied:.3f}"
+            )
 
 
 def _count(value) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
 from .speed import (
+    _number,
     BENCH,
     check_machine,
     read_json,
@@ -90,10 +91,6 @@ def _half_unit(value) -> float:
     return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)
 
 
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def check_rows(rows: list[dict], path: Path) -> None:
     """Any benchmark record's rows, whatever the benchmark: a time or a rate (a column ending " ms", " s"
     or "tok/s") positive; a ratio column "X / Y" the ratio of its row's "X ... ms" and "Y ... ms" within
@@ -103,13 +100,13 @@ def check_rows(rows: list[dict], path: Path) -> None:
     timed = [c for c in columns if c.endswith((" ms", " s", "tok/s"))]
     for i, r in enumerate(rows):
         for c in timed:  # a number above 0, or no value ("", as a plain row's empty cells)
-            if r.get(c, "") != "" and not (_is_number(r[c]) and r[c] > 0):
+            if r.get(c, "") != "" and not (_number(r[c]) and r[c] > 0):
                 raise ValueError(f"{path}: row {i}: {c} = {r[c]!r}, not a positive time or rate")
-        for c in [c for c in columns if " / " in c and _is_number(r.get(c))]:
+        for c in [c for c in columns if " / " in c and _number(r.get(c))]:
             top, bottom = c.split(" / ", 1)
             a = [x for x in columns if x.endswith(" ms") and x.startswith(top + " ")]
             b = [x for x in columns if x.endswith(" ms") and x.startswith(bottom + " ")]
-            if len(a) != 1 or len(b) != 1 or not (_is_number(r.get(a[0])) and _is_number(r.get(b[0]))):
+            if len(a) != 1 or len(b) != 1 or not (_number(r.get(a[0])) and _number(r.get(b[0]))):
                 continue
             (x, ex), (y, ey) = ((r[n], _half_unit(r[n])) for n in (a[0], b[0]))
             low = (x - ex) / (y + ey) - _half_unit(r[c])

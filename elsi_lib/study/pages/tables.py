@@ -17,7 +17,7 @@ from ..experiments.tau_files import read_tau_csv, tau_markdown
 from ..ledger import paper_tables
 from ..ledger.paper_tables import paper_table
 from ..paper.plots import csv_text, markdown_table
-from .findings import FAMILIES, MissingResult, _layers, _made, _n_layers, results_csv
+from .findings import FAMILIES, MissingResult, layer_ids, check_made, n_layers_of, results_csv
 
 
 def _pair_gains(folder: Path, stem: str) -> pd.DataFrame:
@@ -29,7 +29,7 @@ def _pair_gains(folder: Path, stem: str) -> pd.DataFrame:
         unique=("model", "seed layer"),
     )  # fmt: skip
     for i, r in rows.iterrows():
-        N = _n_layers(r.model)
+        N = n_layers_of(r.model)
         if not (0 <= r["seed layer"] < N and 0 <= r["best companion"] < N and 0 <= r["companions that lower S_1"] < N):
             raise ValueError(f"{path}, row {i + 2}: a layer or a count of layers outside {r.model}'s {N}")
         if abs(r.gain - (r["S_1 with it"] - r["S_1 alone"])) > 2e-5 * max(1.0, abs(r.gain)):
@@ -49,7 +49,7 @@ def _bootstrap(folder: Path, stem: str) -> pd.DataFrame:
     for model, group in rows.groupby("model"):
         total = group["count"].sum()
         for i, r in group.iterrows():
-            _layers(path, i, r.layers, _n_layers(model))
+            layer_ids(path, i, r.layers, n_layers_of(model))
             if abs(r.share - r["count"] / total) > 1e-4:
                 raise ValueError(
                     f"{path}, row {i + 2}: share {r.share}, but its count {r['count']} of {total} is {r['count'] / total:.4g}"
@@ -95,9 +95,9 @@ def _interchangeability(folder: Path, stem: str) -> pd.DataFrame:
         unique=("model",),
     )  # fmt: skip
     for i, r in rows.iterrows():
-        if r.layers != _n_layers(r.model) or r.compartments > r.layers:
+        if r.layers != n_layers_of(r.model) or r.compartments > r.layers:
             raise ValueError(
-                f"{path}, row {i + 2}: layers {r.layers} and compartments {r.compartments}: {r.model} has {_n_layers(r.model)} layers"
+                f"{path}, row {i + 2}: layers {r.layers} and compartments {r.compartments}: {r.model} has {n_layers_of(r.model)} layers"
             )
     return rows
 
@@ -136,7 +136,7 @@ def table_markdown(folder: Path, stem: str) -> str:
         return tau_markdown(read_tau_csv(path))
     if "_records_" in stem:
         table = paper_table(stem.split("_records_")[0])
-        _made(path, csv_text(table), "python -m elsi_lib.study.ledger.paper_tables")
+        check_made(path, csv_text(table), "python -m elsi_lib.study.ledger.paper_tables")
         return paper_tables.markdown(table)
     try:
         table = pd.read_csv(path)
