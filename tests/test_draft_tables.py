@@ -872,3 +872,25 @@ def test_a_row_missing_from_a_block_is_refused_not_shown_as_no_questions(tmp_pat
     path.write_text("\n".join(line for line in lines if not line.startswith("EAGLE2,MT,0.0,30,")) + "\n")
     with pytest.raises(ValueError, match=r"EAGLE2 at T = 0, 30 nodes has no row for \['MT'\]"):
         F.read_tau_csv(path)
+
+
+@pytest.mark.parametrize(
+    "drop, reason",
+    [
+        (lambda line: line.startswith("EAGLE3,") and ",1.0,60," in line, r"T = 1, 60 nodes has no method \['EAGLE3'\]"),
+        (lambda line: ",RAG,1.0,60," in line, r"T = 1, 60 nodes has no column \['RAG'\]"),
+    ],
+)
+def test_a_block_without_a_method_or_column_the_others_have_is_refused(tmp_path, drop, reason):
+    """A table is a whole grid: a block that lost every row of its baseline, or one column in every method
+    (no method of the block then lacks a column another has), is refused, never shown as a smaller block."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+
+    source = REPO_ROOT / "data" / "results" / "table2_accepted_tokens_smollm2-135m.csv"
+    lines = source.read_text().splitlines()
+    path = tmp_path / source.name
+    kept = [lines[0], *(line for line in lines[1:] if not drop(line))]
+    assert len(kept) < len(lines)
+    path.write_text("\n".join(kept) + "\n")
+    with pytest.raises(ValueError, match=reason):
+        F.read_tau_csv(path)

@@ -297,6 +297,11 @@ def _resealed(data: dict) -> dict:
             "pooled criteria row gives",
         ),
         (lambda d: d.pop("models"), "no 'models'"),
+        (lambda d: d.update(nodes=30), "nodes 30; elsi's readers compare at 60"),
+        (
+            lambda d: d["provenance"]["records"].update({"../../etc/qwen_strong/eagle3-seed0.json": "0" * 64}),
+            r"provenance must name each record it rests on \(<protocol>/<unit>.json\)",
+        ),
         (lambda d: d["models"].update({"probe error": {}}), "no fits for 'probe error'"),
         (lambda d: d["models"]["probe error"].pop("1"), r"holds temperatures \[0.0\], the comparisons \[0.0, 1.0\]"),
         (lambda d: d["models"]["probe error"]["0"]["family"].update(s2=-1.0), "s2 = -1.0"),
@@ -530,3 +535,23 @@ def test_the_decision_quotes_one_draft_once_when_two_methods_chose_its_set(evide
     made = ev.decision("elsi", "qwen2.5-coder-0.5b", -0.1, best, (1, 11, 20), evidence)
     keys = [(m["protocol"], m["temperature"]) for m in made.measured]
     assert len(keys) == len(set(keys)) and ("table3_f32", 0.0) in keys
+
+
+def test_the_evidence_builder_writes_nothing_it_cannot_make_whole(tmp_path, monkeypatch, capsys):
+    """Without the pooled criteria test (another results folder, or before `make ledger-tables`) the default
+    method would fall back without a word: refused, the committed file untouched; an --out that is a folder
+    is refused before anything (the seed-level table too) is written."""
+    from elsi_lib.study.ledger import evidence_file
+
+    monkeypatch.setenv("ELSI_RESULTS", str(tmp_path))
+    out = tmp_path / "evidence.json"
+    with pytest.raises(SystemExit, match="no draft compared with EAGLE3's"):  # the tests' empty records folder
+        evidence_file.main(["--out", str(out)])
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
+    with pytest.raises(SystemExit, match="criteria_pooled.csv: no pooled criteria test"):
+        evidence_file.main(["--out", str(out)])
+    assert not out.exists() and not (tmp_path / "comparisons_seed_level.csv").exists()
+    with pytest.raises(SystemExit):
+        evidence_file.main(["--out", str(tmp_path)])
+    assert "is a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -156,7 +156,7 @@ def fake_run(monkeypatch, tmp_path, clock, shared_min=40.0, draft_min=20.0, nois
             }
             for t in (0.0, 1.0)
             for n in (30, 60)
-            for q, column in questions(3)
+            for q, column in questions()
         ]
 
     monkeypatch.setattr(owed_units, "time", clock)
@@ -261,7 +261,7 @@ def _record(proto, method, seed=0, *, accuracy=None, rows=None, stages=None, gro
                 [t, n, q, column, 1.5 + 0.01 * seed + 0.001 * len(method)]
                 for t in (0.0, 1.0)
                 for n in (30, 60)
-                for q, column in questions(3)
+                for q, column in questions()
             ],
             columns=list(R.QUESTION_FIELDS),
         )  # the questions the fake replay asks

@@ -459,6 +459,52 @@ def test_any_benchmark_record_a_page_shows_is_checked(tmp_path, record, reason):
     assert "bench_x.json" in str(caught.value)
 
 
+ENGINE_ROWS = [
+    {"draft": "plain decoding", "k": "", "tau vLLM": "", "tok/s": 12.4, "vs plain": 1.0, "outputs equal": ""},
+    {"draft": "ELSI m=3", "k": 1, "tau vLLM": 1.177, "tok/s": 13.5, "vs plain": 1.09, "outputs equal": 12},
+]
+REPLY_ROWS = [
+    {"engine": "batch 16", "seconds": 351.8, "tokens": 23854, "tok/s": 67.8, "same": True},
+    {"engine": "batch 1", "seconds": 701.0, "tokens": 23854, "tok/s": 34.0, "same": False},
+]
+
+
+def _with(rows: list, i: int, **change) -> list:
+    return [{**r, **change} if j == i else r for j, r in enumerate(rows)]
+
+
+@pytest.mark.parametrize(
+    "rows, settings, reason",
+    [
+        (
+            _with(ENGINE_ROWS, 1, **{"vs plain": 3.5}),
+            {},
+            r"row 1: vs plain = 3.5, but its tok/s 13.5 over 12.4 is 1.09",
+        ),
+        (_with(ENGINE_ROWS, 1, **{"tau vLLM": 9.0}), {}, r"row 1: tau vLLM = 9.0, not in \[1, 2\]"),
+        (_with(ENGINE_ROWS, 1, **{"tau vLLM": 0.5}), {}, r"row 1: tau vLLM = 0.5, not in \[1, 2\]"),
+        (_with(ENGINE_ROWS, 1, **{"outputs equal": -4}), {"questions": 12}, "row 1: outputs equal = -4, not a count"),
+        (_with(ENGINE_ROWS, 1, **{"outputs equal": 13}), {"questions": 12}, "row 1: outputs equal = 13, not a count"),
+        (_with(ENGINE_ROWS, 0, **{"vs plain": 0.9}), {}, "vs plain: no row of vs plain = 1"),
+        (_with(REPLY_ROWS, 1, seconds=-637.9), {}, "row 1: seconds = -637.9, not a positive time"),
+        (_with(REPLY_ROWS, 0, **{"tok/s": 374.0}), {}, r"row 0: tok/s = 374.0, but tokens / seconds = 67.8"),
+        (_with(REPLY_ROWS, 1, same="maybe"), {}, "row 1: same = 'maybe': the column holds true/false"),
+        ([{"target": "t", "ms per triple": -3.0, "all triples (s)": 1.0}], {}, "ms per triple = -3.0, not a positive"),
+        ([{"target": "t", "ms per triple": 3.0, "all triples (s)": 0}], {}, r"all triples \(s\) = 0, not a positive"),
+    ],
+)
+def test_what_any_benchmark_row_says_is_what_its_numbers_give(tmp_path, rows, settings, reason):
+    """The rules every benchmark record's rows are held to (`bench_rows`): a speed ratio its tok/s do not
+    give, a tau a chain of k cannot yield, a count of equal outputs outside the questions run, a time in any
+    of the ways the records name one (seconds, ms per ..., (s)) not positive, tok/s that tokens over seconds
+    contradict, a yes/no column holding a word: refused naming the file and the row."""
+    record = {**_bench(rows), "settings": settings}
+    (tmp_path / "bench_x.json").write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason) as caught:
+        site.bench_page(tmp_path)
+    assert "bench_x.json" in str(caught.value)
+
+
 def test_a_benchmark_record_with_nan_or_a_line_break_in_a_cell(tmp_path):
     """NaN is no measurement (refused); a cell's line break would end the Markdown table (written on one line)."""
     (tmp_path / "bench_x.json").write_text(json.dumps(_bench(ROWS)).replace("1.1}", "NaN}"))
@@ -524,3 +570,134 @@ def test_the_benchmark_pages_read_the_folder_they_are_given(tmp_path):
         site.bench_page(bench)
     with pytest.raises(site.MissingResult, match="no benchmark records there"):
         site.build(tmp_path / "site", results_dir(), tmp_path / "missing")
+
+
+def _swap(f: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
+    return f.assign(**{a: f[b], b: f[a]})
+
+
+CURVE = "table2_learning_curve_smollm2-135m"
+PAIRED = "table2_paired_smollm2-135m"
+FAM = "(table2: smollm2-135m)"
+
+
+@pytest.mark.parametrize(
+    "stem, read, change, reason",
+    [
+        (
+            "criteria_rank_correlations",
+            findings.criteria,
+            lambda f: _swap(f, "low (sets)", "high (sets)"),
+            "against its interval",
+        ),
+        (
+            "criteria_rank_correlations",
+            findings.criteria,
+            lambda f: f.assign(**{"low (sets)": 0.9, "high (sets)": 0.95}),
+            "against its interval",
+        ),
+        (
+            "families_compared",
+            findings.families,
+            lambda f: _swap(f, f"low {FAM}", f"high {FAM}"),
+            "does not hold value",
+        ),
+        (
+            "families_compared",
+            findings.families,
+            lambda f: _at(f, lambda f: f.index == 0, **{f"value {FAM}": 0.5}),
+            "does not hold value|minus",
+        ),
+        ("families_compared", findings.families, lambda f: f.assign(temperature=-1), r"temperature = -1"),
+        (
+            "table1_layer_selection",
+            findings.selection,
+            lambda f: _at(
+                f,
+                lambda f: (f.model == "smollm2-135m") & (f.method == "ELSI") & (f.m == 3) & (f.setting == "paper"),
+                layers="(1, 14, 26)",
+            ),
+            "with two entropies",
+        ),
+        (
+            "fig05_boundaries",
+            findings.compartments,
+            lambda f: f.assign(**{"boundaries (after layer)": "[1, 8"}),
+            "ascending distinct ids",
+        ),
+        (
+            "fig05_boundaries",
+            findings.compartments,
+            lambda f: f.assign(**{"boundaries (after layer)": "[1_0]"}),
+            "ascending distinct ids",
+        ),
+        (
+            PAIRED,
+            tables.TABLE_CHECKS["_paired_"],
+            lambda f: _at(f, lambda f: f.high < 0, **{"P(ahead)": 1.0}),
+            "P\\(ahead\\) 1.0 beside an interval",
+        ),
+        (PAIRED, tables.TABLE_CHECKS["_paired_"], lambda f: f.assign(nodes=0), "nodes = 0, not in"),
+        (
+            CURVE,
+            tables.TABLE_CHECKS["_learning_curve_"],
+            lambda f: f.rename(columns={"diff low": "diff_low"}),
+            "no column 'diff low'",
+        ),
+        (
+            CURVE,
+            tables.TABLE_CHECKS["_learning_curve_"],
+            lambda f: _at(f.astype({"diff low": object}), lambda f: f.method != "EAGLE3", **{"diff low": "abc"}),
+            "diff low = 'abc', not a number",
+        ),
+        (
+            "families_interchangeability",
+            tables.TABLE_CHECKS["families_interchangeability"],
+            lambda f: f.assign(**{"pairs with CKA >= 0.95": 1.0}),
+            "must not grow with the threshold",
+        ),
+        (
+            "families_interchangeability",
+            tables.TABLE_CHECKS["families_interchangeability"],
+            lambda f: f.assign(**{"largest compartment share": 0.1}),
+            "largest compartment share 0.1 of 3",
+        ),
+        (
+            "fig03_pair_gains",
+            tables.TABLE_CHECKS["fig03_pair_gains"],
+            lambda f: f.assign(**{"best companion": f["seed layer"]}),
+            "the best companion is another layer",
+        ),
+        (
+            "fig03_pair_gains",
+            tables.TABLE_CHECKS["fig03_pair_gains"],
+            lambda f: f.assign(**{"median gain": f.gain + 0.5}),
+            "the best companion is another layer",
+        ),
+        (
+            "fig03_pair_gains",
+            tables.TABLE_CHECKS["fig03_pair_gains"],
+            lambda f: _at(f, lambda f: f["median gain"] < 0, **{"companions that lower S_1": 0}),
+            "companions lowering S_1",
+        ),
+    ],
+)
+def test_a_results_row_its_own_numbers_contradict_is_refused(tmp_path, stem, read, change, reason):
+    """Each results table a page shows is checked against itself: an interval with swapped ends or one that
+    leaves out its own value, one set with two entropies, a layer list that does not parse as one, a
+    P(ahead) against its interval's side, a renamed or textual interval end, CKA shares that grow with the
+    threshold, a largest compartment below 1/k, a pair gain above the best one or a seed its own companion:
+    refused naming the file (and the row), the committed table passing the same check."""
+    copy = tmp_path / "results"
+    shutil.copytree(results_dir(), copy)
+    path = copy / f"{stem}.csv"
+    change(pd.read_csv(path)).to_csv(path, index=False)
+    call = (
+        (lambda folder: read(folder))
+        if read in (findings.criteria, findings.families, findings.selection, findings.compartments)
+        else (lambda folder: read(folder, stem))
+    )
+    with pytest.raises(ValueError, match=reason) as caught:
+        call(copy)
+    assert f"{stem}.csv" in str(caught.value)
+    call(results_dir())

@@ -23,18 +23,24 @@ TABLE3 = "table3_question_tau_qwen2.5-coder-0.5b.csv"
 STRONG = "table2_strong_question_tau_smollm2-135m.csv"
 
 
-def questions(n: int) -> list:
-    """The first `n` SpecBench questions (id, the paper's column): records hold real questions."""
-    return sorted(R.specbench_columns().items())[:n]
+def questions(per_column: int = 20) -> list:
+    """The first `per_column` SpecBench questions of each paper column (id, column), as a protocol's
+    evaluation asks them (eval_per_column each): records hold real questions."""
+    by_column: dict = {}
+    for q, column in sorted(R.specbench_columns().items()):
+        by_column.setdefault(column, [])
+        if len(by_column[column]) < per_column:
+            by_column[column].append((q, column))
+    return sorted(pair for pairs in by_column.values() for pair in pairs)
 
 
-def rows(n=4, tau=1.5):
+def rows(per_column=20, tau=1.5):
     return pd.DataFrame(
         [
-            [T, nodes, q, column, tau + 0.01 * i]
+            [T, nodes, q, column, tau + 0.001 * i]
             for T in (0.0, 1.0)
             for nodes in (30, 60)
-            for i, (q, column) in enumerate(questions(n))
+            for i, (q, column) in enumerate(questions(per_column))
         ],
         columns=list(R.QUESTION_FIELDS),
     )
@@ -130,6 +136,13 @@ def test_the_same_unit_again_keeps_the_first_and_other_numbers_are_refused(tmp_p
         (lambda r: r["questions"][0].__setitem__(0, float("inf")), "temperature inf"),
         (lambda r: r.update(curve=[{"prompts": 100, "step accuracy": r["step accuracy"]}]), r"lacks \['questions'\]"),
         (lambda r: r["questions"].append(list(r["questions"][0])), "listed twice at T = 0"),
+        (lambda r: r.update(format=True), "field 'format' is True"),
+        (lambda r: r["step accuracy"].update({s: float("nan") for s in r["step accuracy"]}), "no step measured"),
+        (lambda r: r["stages"].update(seconds={"replay": -5.0}), "seconds {'replay': -5.0}, not a mapping"),
+        (lambda r: r["stages"].update(seconds={"replay": "349"}), "seconds {'replay': '349'}, not a mapping"),
+        (lambda r: r["stages"].update(group=["elsi-m3", "probe-m7"]), "methods of table3_f32's ledger"),
+        (lambda r: r.update(questions=[q for q in r["questions"] if q[0] == 1.0 or q[3] == "MT"]), "hold other than"),
+        (lambda r: r.update(questions=[q for q in r["questions"] if q[1] == 60]), "the protocol evaluates"),
     ],
 )
 def test_a_record_that_cannot_be_used_is_refused_naming_file_and_field(tmp_path, change, message):
@@ -391,8 +404,18 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     copied.unlink()
     fewer = a_record(seed=1, tau=1.6)
     fewer["questions"] = fewer["questions"][:2]
-    path, _ = R.write_record(fewer, tmp_path)
-    with pytest.raises(R.RecordError, match="are not elsi-m3-seed0.json's: 2 rows against"):
+    with pytest.raises(R.RecordError, match=r"blocks \[\(0.0, 30\)\] \(temperature, nodes\), the protocol evaluates"):
+        R.write_record(fewer, tmp_path)
+    mt_only = a_record(seed=1, tau=1.6)  # the protocol's blocks, but one block's other columns cut
+    mt_only["questions"] = [r for r in mt_only["questions"] if r[0] == 1.0 or r[3] == "MT"]
+    with pytest.raises(R.RecordError, match=r"at T = 0, 30 nodes the columns .* hold other than the protocol's 20"):
+        R.write_record(mt_only, tmp_path)
+    other = a_record(seed=1, tau=1.6)  # as many questions, other ones: each column's first swapped for its 21st
+    ids = sorted(R.specbench_columns().items())
+    swap = {min(q for q, c in ids if c == col): [q for q, c in ids if c == col][20] for col in {c for _, c in ids}}
+    other["questions"] = [[t, n, swap.get(q, q), col, tau] for t, n, q, col, tau in other["questions"]]
+    path, _ = R.write_record(other, tmp_path)
+    with pytest.raises(R.RecordError, match="are not elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     path.unlink()
     with pytest.raises(R.RecordError, match="table 3"):
@@ -450,3 +473,18 @@ def test_a_record_that_measured_nothing_in_a_block_is_refused(tmp_path):
     ]
     with pytest.raises(R.RecordError, match=r"questions without a tau \(T = 0, 60 nodes: \d+ of \d+\), more than 10%"):
         R.write_record(thin, tmp_path)
+
+
+def test_the_records_are_the_protocol_folders_json_files_and_nothing_else(tmp_path, monkeypatch):
+    """A record spelt NAME.JSON would be left out of every table without a word (refused); a hidden folder
+    (.git, an editor's backup) holds no record; a records folder that is a file is said to be one."""
+    path, _ = R.write_record(a_record(), tmp_path)
+    (tmp_path / ".old").mkdir()
+    (tmp_path / ".old" / "x.json").write_text("{}")
+    assert R.record_paths(tmp_path) == [path]
+    path.rename(path.with_suffix(".JSON"))
+    with pytest.raises(R.RecordError, match=r"\['elsi-m3-seed0.JSON'\] end in another spelling of .json"):
+        R.read_records("table3_f32", tmp_path)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(R.RecordError, match="records folder .*file is a file, not a folder"):
+        R.record_paths(tmp_path / "file")

@@ -157,11 +157,20 @@ def check_contents(data: dict, path) -> None:
         isinstance(records, dict)
         and records
         and all(
-            isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v) for k, v in records.items()
+            isinstance(k, str)
+            and re.fullmatch(r"[a-z0-9_]+/[a-z0-9][a-z0-9._-]*\.json", k)  # <protocol>/<unit>.json, nowhere else
+            and ".." not in k
+            and isinstance(v, str)
+            and re.fullmatch(r"[0-9a-f]{64}", v)
+            for k, v in records.items()
         )
         and (provenance.get("commit") is None or isinstance(provenance["commit"], str))
     ):
-        raise EvidenceUnavailable(f"{path}: provenance must name each record it rests on with its sha256, and a commit")
+        raise EvidenceUnavailable(
+            f"{path}: provenance must name each record it rests on (<protocol>/<unit>.json) with its sha256, and a commit"
+        )
+    if data.get("nodes") != NODES or isinstance(data.get("nodes"), bool):
+        raise EvidenceUnavailable(f"{path}: nodes {data.get('nodes')!r}; elsi's readers compare at {NODES}")
     seen: set = set()
     held = {name.split("/")[0] for name in records}  # the protocols the file rests on records of
     protocols: dict = {}  # protocol -> (family, group, prompts): one of each a protocol

@@ -264,8 +264,15 @@ def read_tau_csv(path) -> pd.DataFrame:
     typed = _typed(frame)
     # a table is whole: in each block every method has every column (a cell without questions is written
     # as one), so a row lost from the file is never shown as "no questions"
+    methods, all_columns = set(typed.method), set(typed.column)
     for (temperature, nodes), block in typed.groupby(["temperature", "nodes"], sort=False):
         columns = set(block.column)
+        for what, have, every in (("method", set(block.method), methods), ("column", columns, all_columns)):
+            if have != every:  # a block that lost a method (its baseline, say) or a column the others show
+                raise ValueError(
+                    f"{path}: the block at T = {temperature:g}, {nodes} nodes has no {what} {sorted(every - have)}, "
+                    "which the table's other blocks have: its rows are missing"
+                )
         for method, rows_ in block.groupby("method", sort=False):
             lacking = sorted(columns - set(rows_.column))
             if lacking:

@@ -26,7 +26,7 @@ from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
 from ...common.checks import unique_keys
 from ...common.hardware import NUMERIC_COLUMNS
 from ...inputs.models import REGISTRY
-from ...draft.corpus import column_of
+from ...draft.corpus import COLUMNS, column_of
 from ...draft.evidence_checks import MAX_TEMPERATURE
 from ...inputs.prompts import load_specbench
 from ..experiments.layer_choices import label_of
@@ -101,11 +101,13 @@ def specbench_columns() -> dict:
     return {int(q): column_of(c) for q, c in zip(questions.question_id, questions.category)}
 
 
-def _questions_ok(rows, where: str, depth: int) -> None:
+def _questions_ok(rows, where: str, exp) -> None:
     """Each row [temperature, nodes, question_id, column, tau]: a temperature in [0, MAX_TEMPERATURE], a
     tree of one node or more, a SpecBench question in its own column, and tau (accepted tokens per target
-    forward) between 1 and what a tree of that size and `depth` allows (min(nodes, depth) + 1: a whole
-    branch accepted, plus the target's own token), or NaN."""
+    forward) between 1 and what a tree of that size and the protocol's depth allows (min(nodes, depth) + 1:
+    a whole branch accepted, plus the target's own token), or NaN; and the rows are the protocol's
+    evaluation (`exp`): its temperatures and tree sizes, each column's eval_per_column questions."""
+    depth = exp.depth
     if not isinstance(rows, list) or not rows:
         raise RecordError(f"{where}: no per-question rows")
     for row in rows:
@@ -149,6 +151,23 @@ def _questions_ok(rows, where: str, depth: int) -> None:
     if len(set(keys)) != len(keys):
         t, n, q = next(k for k in keys if keys.count(k) > 1)
         raise RecordError(f"{where}: question {q} is listed twice at T = {t:g}, {n} nodes (each question counts once)")
+    want = {(float(t), n) for t in exp.temperatures for n in exp.tree_nodes}
+    if set(blocks) != want:
+        raise RecordError(
+            f"{where}: blocks {sorted(blocks)} (temperature, nodes), the protocol evaluates {sorted(want)}"
+        )
+    per_column: dict = {}
+    for temperature, nodes, _, column, _ in rows:
+        per_column[temperature, nodes, column] = per_column.get((temperature, nodes, column), 0) + 1
+    for t, n in sorted(want):
+        short = {
+            c: per_column.get((t, n, c), 0) for c in COLUMNS if per_column.get((t, n, c), 0) != exp.eval_per_column
+        }
+        if short:
+            raise RecordError(
+                f"{where}: at T = {t:g}, {n} nodes the columns {short} hold other than the protocol's "
+                f"{exp.eval_per_column} questions each (its evaluation asks every draft the same questions)"
+            )
 
 
 def check_record(record: dict, where) -> dict:
@@ -159,7 +178,7 @@ def check_record(record: dict, where) -> dict:
     missing = [f for f in FIELDS if f not in record]
     if missing:
         raise RecordError(f"{where}: missing field(s) {missing}")
-    if record["format"] != FORMAT:
+    if type(record["format"]) is not int or record["format"] != FORMAT:
         raise RecordError(f"{where}: field 'format' is {record['format']!r}, this elsi reads {FORMAT}")
     unit = record["unit"]
     if not isinstance(unit, dict) or set(unit) != {"family", "protocol", "method", "seed"}:
@@ -224,16 +243,20 @@ def check_record(record: dict, where) -> dict:
     if not isinstance(record["stages"], dict):
         raise RecordError(f"{where}: field 'stages' is {type(record['stages']).__name__}, not a mapping of stages")
     group = record["stages"].get("group")
+    owed = {method for method, _ in proto.ledger}
     if group is not None and not (
         isinstance(group, list)
         and len(set(map(str, group))) == len(group) > 1
         and unit["method"] in group
-        and all(is_method(m) for m in group)
+        and all(isinstance(m, str) and m in owed for m in group)
     ):
         raise RecordError(
             f"{where}: field 'stages' names a lock-step group {group!r}: it must list two or more distinct "
-            "method ids, this unit's among them"
+            f"methods of {proto.name}'s ledger, this unit's among them"
         )
+    seconds = record["stages"].get("seconds", {})
+    if not isinstance(seconds, dict) or not all(_number(v) and math.isfinite(v) and v >= 0 for v in seconds.values()):
+        raise RecordError(f"{where}: field 'stages' has seconds {seconds!r}, not a mapping of stages to times >= 0")
     if not isinstance(record["curve"], list):
         raise RecordError(f"{where}: field 'curve' is not a list of points")
     points = [p.get("prompts") for p in record["curve"] if isinstance(p, dict)]
@@ -254,7 +277,9 @@ def check_record(record: dict, where) -> dict:
                 raise RecordError(f"{where}: field 'step accuracy' has {step} {value!r}, not a share in [0, 1]")
         if not isinstance(point["prompts"], int) or isinstance(point["prompts"], bool) or point["prompts"] < 1:
             raise RecordError(f"{where}: field 'prompts' is {point['prompts']!r}, not a count of training prompts >= 1")
-        _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)", exp.depth)
+        _questions_ok(point["questions"], f"{where}: field 'questions' (at {point['prompts']} prompts)", exp)
+        if all(math.isnan(v) for v in point["step accuracy"].values()):
+            raise RecordError(f"{where}: field 'step accuracy' has no step measured (every value NaN)")
     return record
 
 
@@ -308,24 +333,38 @@ def write_record(record: dict, root: Path | None = None) -> tuple[Path, bool]:
     return path, True
 
 
-def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
-    """Every record of a protocol, checked, in file-name order; a records folder that does not exist is
-    refused (read as empty, a ledger run would train every unit again)."""
+def record_paths(root: Path | None = None) -> list[Path]:
+    """Every record the records folder holds (`<protocol>/<unit>.json`, in name order): what the tables read
+    and the evidence rests on. A folder that is missing or a file, another folder in it (one level too high,
+    say), or a record spelt NAME.JSON is refused (read as fewer records, a ledger run would retrain them);
+    hidden entries (.git, an editor's) are no records."""
     root = Path(root or records_dir())
     if not root.is_dir():
-        raise RecordError(f"records folder {root} does not exist (ELSI_DRAFT_RECORDS?)")
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise RecordError(f"records folder {root} {what} (ELSI_DRAFT_RECORDS?)")
     foreign = sorted(p.name for p in root.iterdir() if p.name not in PROTOCOLS and not p.name.startswith("."))
     if foreign:  # another folder (one level too high, say) would read as a ledger with no records
         raise RecordError(
             f"records folder {root} holds {foreign[:5]}, which are no protocol's folders ({', '.join(PROTOCOLS)}): "
             "is it the records folder (ELSI_DRAFT_RECORDS)?"
         )
+    paths = []
+    for folder in sorted(root / name for name in PROTOCOLS if (root / name).is_dir()):
+        odd = sorted(p.name for p in folder.iterdir() if p.suffix.lower() == ".json" and p.suffix != ".json")
+        if odd:
+            raise RecordError(f"{folder}: {odd} end in another spelling of .json: name each record <unit>.json")
+        paths += sorted(folder.glob("*.json"))
+    return paths
+
+
+def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
+    """Every record of a protocol, checked, in file-name order; a records folder that does not exist is
+    refused (read as empty, a ledger run would train every unit again)."""
     try:
         protocol(protocol_name)  # a name no protocol has reads as nothing, which a run would retrain
     except KeyError as err:
         raise RecordError(err.args[0]) from None
-    folder = root / protocol_name
-    paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
+    paths = [p for p in record_paths(root) if p.parent.name == protocol_name]
     records = [read_record(p) for p in paths]
     _one_label_and_set_per_method(records, paths)
     return records

@@ -18,6 +18,7 @@ import argparse
 import hashlib
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from ...draft.evidence_checks import points as fit_points
 from ..paper.plots import save_table
 from .protocols import PROTOCOLS
 from .record_tables import final_rows, verdict
-from .draft_records import read_records, records_dir
+from .draft_records import RecordError, read_records, record_paths, records_dir
 from .seed_stats import difference
 from ..experiments.criteria_vs_drafts import BASELINE
 
@@ -125,8 +126,10 @@ def criterion_models(table: pd.DataFrame) -> dict:
 def pooled_criteria_rows(folder: Path | None = None) -> list[dict]:
     """criteria_pooled.csv's rows as the evidence file holds them (an empty cell is None)."""
     path = Path(folder or results_dir()) / "criteria_pooled.csv"
-    if not path.is_file():
-        return []
+    if not path.is_file():  # without it the default method would fall back without a word
+        raise FileNotFoundError(
+            f"{path}: no pooled criteria test (make ledger-tables writes it; the evidence needs it)"
+        )
     rows = pd.read_csv(path, keep_default_na=False, na_values=[""])  # an empty cell is no value, not NaN in JSON
     return rows.astype(object).where(rows.notna(), None).to_dict("records")
 
@@ -143,19 +146,22 @@ def build(folder: Path | None = None) -> dict:
     """The evidence file's contents (module docstring), with its provenance and checksum; the pooled
     criteria from `folder`'s criteria_pooled.csv (default: the results folder)."""
     table = comparisons()
-    pooled = pooled_criteria_rows(folder)
     root = records_dir()
+    if table.empty:
+        raise ValueError(f"records folder {root}: no draft compared with EAGLE3's, so nothing to give evidence of")
+    pooled = pooled_criteria_rows(folder)
+    if not pooled:
+        raise ValueError(f"{Path(folder or results_dir()) / 'criteria_pooled.csv'}: no row (make ledger-tables)")
     payload = {
         "schema": SCHEMA,
         "provenance": {
             "commit": _commit(),
             "records": {
-                str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(root.glob("*/*.json"))
+                str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in record_paths(root)
             },
         },
         "nodes": NODES,
-        "default_method": verdict(pd.DataFrame(pooled)) if pooled else "elsi",
+        "default_method": verdict(pd.DataFrame(pooled)),
         "pooled_criteria": pooled,
         "comparisons": table.replace({np.nan: None}).to_dict("records"),
         "models": criterion_models(table),
@@ -174,9 +180,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(EVIDENCE_PATH), help="where to write it (default: the package's)")
     args = parser.parse_args(argv)
-    evidence = build()
-    save_table(comparisons_table(evidence), "comparisons_seed_level", results_dir())
+    if Path(args.out).is_dir():
+        parser.error(f"--out {args.out} is a folder: give the evidence file's path")
+    try:
+        evidence = build()
+    except (OSError, ValueError, RecordError) as err:  # nothing written: the committed file stays as it was
+        sys.exit(f"evidence: {err}")
     atomic_write_chunks(args.out, [json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"])
+    save_table(comparisons_table(evidence), "comparisons_seed_level", results_dir())
     print(f"wrote {args.out}: {len(evidence['comparisons'])} comparisons, default method {evidence['default_method']}")
 
 

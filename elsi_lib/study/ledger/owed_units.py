@@ -129,7 +129,7 @@ def rest_seconds(proto: Protocol, train_s: float) -> float:
             if (other.eval_per_column, other.replay_tokens) != evaluation:
                 continue
             for record in read_records(name):
-                stage = record["stages"]["seconds"]
+                stage = record["stages"].get("seconds", {})  # a converted record has none
                 if "replay" in stage and "held-out step accuracy" in stage:
                     held = stage["held-out step accuracy"] * exp.n_heldout / other.n_heldout
                     seconds.append(stage["replay"] + held)

@@ -24,7 +24,7 @@ from ...hidden.calibration import SELECTIONS
 from ...inputs.models import REGISTRY
 from ...selection.conventions import eagle3_layers
 from ..ledger import twins
-from ..ledger.draft_records import records_dir
+from ..ledger.draft_records import record_paths, records_dir
 from ..ledger.evidence_file import build as build_evidence
 from ..ledger.evidence_file import comparisons_table, pooled_criteria_rows
 from ..ledger.ledger_tables import committed_scale, ledger_tables
@@ -121,10 +121,8 @@ def _cell(value) -> str:
 def layer_ids(path: Path, row: int, text: str, n_layers: int, size: int | None = None) -> tuple:
     """A layer set as the tables write it ("(1, 14, 26)", "[0, 8]"): ascending distinct ids of the model's
     `n_layers` (`size` of them, when given); ValueError naming the file and the row otherwise."""
-    try:
-        ids = tuple(int(v) for v in str(text).strip("()[] ").replace(",", " ").split())
-    except ValueError:
-        ids = ()
+    written = re.fullmatch(r"\(\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\)|\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]", str(text).strip())
+    ids = tuple(int(v) for v in (written[1] or written[2]).split(",")) if written else ()
     if not ids or list(ids) != sorted(set(ids)) or ids[0] < 0 or ids[-1] >= n_layers or (size and len(ids) != size):
         raise ValueError(
             f"{path}, row {row + 2}: layers {text!r}: {size or 'some'} ascending distinct ids of {n_layers} layers expected"
@@ -260,6 +258,15 @@ def selection(folder):
         ids = layer_ids(path, i, r.layers, N, r.m)
         if r.method == "EAGLE3" and ids != tuple(eagle3_layers(N)):
             raise ValueError(f"{path}, row {i + 2}: EAGLE3's layers {r.layers}, its rule gives {eagle3_layers(N)}")
+    seen: dict = {}  # one set has one entropy in a setting, whichever method chose it (EAGLE2's is its own feature)
+    for i, r in rows[rows.method != "EAGLE2"].iterrows():
+        key = (r.model, r.setting, layer_ids(path, i, r.layers, n_layers_of(r.model)))
+        if key in seen and abs(rows.entropy[seen[key]] - r.entropy) > 1e-6:
+            raise ValueError(
+                f"{path}, rows {seen[key] + 2} and {i + 2}: {r.model} {r.setting} set {r.layers} with two entropies "
+                f"({rows.entropy[seen[key]]} and {r.entropy})"
+            )
+        seen.setdefault(key, i)
     best = rows[rows.method == "exhaustive"].set_index(["model", "setting", "m"])["entropy"]
     for i, r in rows.iterrows():  # the exhaustive optimum is the most a set of its size can have
         key = (r.model, r.setting, r.m)
@@ -303,8 +310,11 @@ def criteria(folder):
     )
     for i, r in rows.iterrows():
         low, high = r["low (sets)"], r["high (sets)"]
-        if (np.isfinite(low) and low > 0 > r.rho) or (np.isfinite(high) and high < 0 < r.rho):
-            raise ValueError(f"{path}, row {i + 2}: rho {r.rho:+.3f} against its interval [{low:+.3f}, {high:+.3f}]")
+        if not (low <= r.rho <= high and -1 <= low and high <= 1):  # the sets' bootstrap around its rho
+            raise ValueError(
+                f"{path}, row {i + 2}: rho {r.rho:+.3f} against its interval [{low:+.3f}, {high:+.3f}]: an interval "
+                "within [-1, 1] that holds its rho expected"
+            )
         if r["distinct sets"] > r.drafts or r["distinct sets"] < 1:
             raise ValueError(f"{path}, row {i + 2}: {r['distinct sets']} distinct sets of {r.drafts} drafts")
         try:  # a permutation p of its drafts' rho (notebook 08: 10,000 shuffles)
@@ -338,6 +348,7 @@ def families(folder):
         ("temperature",),
         ("effect",),
         integers=("nodes",),
+        ranges={"temperature": (0, 2), "nodes": (1, np.inf)},
         unique=("temperature", "nodes", "effect"),
     )
     values = [c for c in rows.columns if c.startswith("value (") and c.endswith(")")]
@@ -359,12 +370,13 @@ def families(folder):
     for i in range(len(rows)):
         if not np.isfinite(d[i]) or (np.isfinite(a[i]) and np.isfinite(b[i]) and abs(d[i] - (a[i] - b[i])) > 1e-5):
             raise ValueError(f"{path}, row {i + 2}: {last} = {rows[last].iloc[i]!r}, not {values[0]} minus {values[1]}")
-        for low, high in (("low", "high"),):
-            lo, hi = (
-                pd.to_numeric(rows[c], errors="coerce").iloc[i] if c in rows.columns else np.nan for c in (low, high)
+        for value, low, high in ((last, "low", "high"), *((v, f"low {v[6:]}", f"high {v[6:]}") for v in values)):
+            x, lo, hi = (
+                pd.to_numeric(rows[c], errors="coerce").iloc[i] if c in rows.columns else np.nan
+                for c in (value, low, high)
             )
-            if np.isfinite(lo) and np.isfinite(hi) and not lo <= d[i] <= hi:
-                raise ValueError(f"{path}, row {i + 2}: an interval [{lo}, {hi}] that does not hold {last} {d[i]}")
+            if np.isfinite(lo) != np.isfinite(hi) or (np.isfinite(lo) and not (np.isfinite(x) and lo <= x <= hi)):
+                raise ValueError(f"{path}, row {i + 2}: an interval [{lo}, {hi}] that does not hold {value} {x}")
     kept = rows[rows.effect.str.contains("minus EAGLE3") & (rows.nodes == NODES)]
     if kept.empty:
         raise ValueError(f"{path}: no row the page reads: it would say nothing")
@@ -375,7 +387,7 @@ def _records_digest() -> str:
     """What the records folder holds, by content: the key of `_ledger_made`'s tables."""
     root = records_dir()
     digest = hashlib.sha256(str(root).encode())
-    for path in sorted(root.glob("*/*.json")):
+    for path in record_paths(root):
         digest.update(str(path.relative_to(root)).encode() + hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
 

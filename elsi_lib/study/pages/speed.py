@@ -17,6 +17,7 @@ import numpy as np
 from ...common.checks import unique_keys
 
 from ...common.cachefiles import REPO_ROOT
+from ...draft.evidence import family_of
 from ...draft import cost
 from ...draft.corpus import ONE_PER_COLUMN
 
@@ -157,6 +158,14 @@ def _check_result(result: dict, path: Path) -> None:
     for i, a in enumerate(rates):
         if not (_number(a) and not isinstance(a, bool) and 0 <= a <= 1):
             raise ValueError(f"{path}: settings' per-step acceptance a_{i + 1} = {a!r}, not a share in [0, 1]")
+    chains = [
+        r.get("k", r.get("k or nodes"))
+        for r in result["rows"]
+        if isinstance(r, dict) and r.get("shape", "chain") == "chain"
+    ]
+    longest = max((k for k in chains if _count(k)), default=0)
+    if len(rates) < longest:  # a chain's predicted tau reads one rate a step
+        raise ValueError(f"{path}: settings' per-step acceptance has {len(rates)} rates, chains run to k = {longest}")
     check_timings(result["settings"], path)
     for field in ("plain s", "prefill ms", "plain tok/s", "plain decode step ms"):
         if field in result["settings"] and not _positive(result["settings"][field]):
@@ -245,10 +254,19 @@ def _check_clock(row: dict, s: dict, k, path: Path, i: int) -> None:
     """A chain's or tree's measured speed-up is what its own clock gives: plain decoding's seconds over the
     run's (vLLM keeps each run's seconds: within rounding), or over the prefill and its rounds at their
     measured cost (within CLOCK_TOLERANCE)."""
+    run = s.get("runs", {}).get(str(k)) if isinstance(s.get("runs"), dict) else None
+    if isinstance(run, dict):  # vLLM keeps each chain's run: its row says what the run's counts say
+        if "lossless" in run and run["lossless"] is not row.get("lossless"):
+            raise ValueError(f"{path}: row {i}: lossless {row.get('lossless')}, but its run's is {run['lossless']!r}")
+        if _positive(run.get("drafts")) and _number(run.get("accepted")) and _number(row.get("tau vLLM")):
+            tau = 1 + run["accepted"] / run["drafts"]
+            if abs(row["tau vLLM"] - tau) > 0.0005 + 1e-9:
+                raise ValueError(
+                    f"{path}: row {i}: tau vLLM {row['tau vLLM']}, but its run's 1 + accepted / drafts = {tau:.3f}"
+                )
     measured = row.get("speed-up measured")
     if not _positive(measured):
         return
-    run = s.get("runs", {}).get(str(k)) if isinstance(s.get("runs"), dict) else None
     if isinstance(run, dict) and _positive(run.get("seconds")):
         if abs(measured - s["plain s"] / run["seconds"]) > 0.0005 + 0.001 * measured:
             raise ValueError(
@@ -285,6 +303,10 @@ def _check_names(s: dict, path: Path) -> None:
             raise ValueError(f"{path}: settings' {field} = {s.get(field)!r}, not a name")
     if not any(isinstance(s.get(f), str) and s[f].strip() for f in ("family", "model")):
         raise ValueError(f"{path}: settings name no target (family or model)")
+    for field in ("family", "model"):  # the lines sort runs by this name: a bundled family one spelling
+        named = family_of(s[field]) if isinstance(s.get(field), str) else None
+        if named is not None and named != s[field]:
+            raise ValueError(f"{path}: settings' {field} = {s[field]!r}: the bundled family is named {named!r}")
     if s.get("dtype", "float32") not in DTYPES:
         raise ValueError(f"{path}: settings' dtype = {s.get('dtype')!r}, not one of {DTYPES}")
     if "question set" in s and not (isinstance(s["question set"], str) and s["question set"].strip()):

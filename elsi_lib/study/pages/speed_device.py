@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from .speed import BENCH, _number, _positive, check_machine, check_timings, read_json, unique_runs
 
 
@@ -136,7 +138,7 @@ def device_finding(results: list[dict]) -> list[str]:
                 if max(r["tau measured"] for r in rows) == 1.0
                 else f"the random draft's tau is {min(r['tau measured'] for r in rows):.2f}-{max(r['tau measured'] for r in rows):.2f}. "
             )
-            + f"The model's predicted speed-ups fall within {100 * errors[len(errors) // 2]:.0f}% of the measured "
+            + f"The model's predicted speed-ups fall within {100 * float(np.median(errors)):.0f}% of the measured "
             f"ones at the median shape, {100 * errors[-1]:.0f}% at the worst ({len(errors)} shapes)."
         )
     for model, k, off, on in _autocast_pairs(results):

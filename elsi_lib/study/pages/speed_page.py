@@ -11,7 +11,6 @@ from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
 from .speed import (
-    _number,
     BENCH,
     check_machine,
     read_json,
@@ -22,6 +21,7 @@ from .speed import (
     model_accuracy,
     question_sets,
 )
+from .bench_rows import check_rows
 from .speed_device import device_finding, device_results
 from .speed_openvino import engine_check, round_costs
 from .speed_plots import save_figures
@@ -82,52 +82,6 @@ def page(images: Path, folder: Path = BENCH) -> str:
     return "\n".join(lines)
 
 
-def _half_unit(value) -> float:
-    """Half a unit of the last decimal a number is written with: how far its rounding may have moved it."""
-    text = repr(float(value))
-    if "e" in text:
-        return 0.0
-    decimals = text.split(".")[1]
-    return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)
-
-
-def check_rows(rows: list[dict], path: Path) -> None:
-    """Any benchmark record's rows, whatever the benchmark: a time or a rate (a column ending " ms", " s"
-    or "tok/s") positive; a ratio column "X / Y" the ratio of its row's "X ... ms" and "Y ... ms" within
-    their rounding; no two rows alike in every column of text and whole numbers (the row's name: a
-    second would be a contradicting copy). ValueError naming the file, the row and the column."""
-    columns = list(dict.fromkeys(c for r in rows for c in r))
-    timed = [c for c in columns if c.endswith((" ms", " s", "tok/s"))]
-    for i, r in enumerate(rows):
-        for c in timed:  # a number above 0, or no value ("", as a plain row's empty cells)
-            if r.get(c, "") != "" and not (_number(r[c]) and r[c] > 0):
-                raise ValueError(f"{path}: row {i}: {c} = {r[c]!r}, not a positive time or rate")
-        for c in [c for c in columns if " / " in c and _number(r.get(c))]:
-            top, bottom = c.split(" / ", 1)
-            a = [x for x in columns if x.endswith(" ms") and x.startswith(top + " ")]
-            b = [x for x in columns if x.endswith(" ms") and x.startswith(bottom + " ")]
-            if len(a) != 1 or len(b) != 1 or not (_number(r.get(a[0])) and _number(r.get(b[0]))):
-                continue
-            (x, ex), (y, ey) = ((r[n], _half_unit(r[n])) for n in (a[0], b[0]))
-            low = (x - ex) / (y + ey) - _half_unit(r[c])
-            high = (x + ex) / max(y - ey, 1e-300) + _half_unit(r[c])
-            if not low - 1e-9 <= r[c] <= high + 1e-9:
-                raise ValueError(f"{path}: row {i}: {c} = {r[c]}, but {a[0]} / {b[0]} = {x / y:.3f}")
-    name = [
-        c
-        for c in columns
-        if all(
-            isinstance(r.get(c), str) or (isinstance(r.get(c), int) and not isinstance(r.get(c), bool)) for r in rows
-        )
-    ]
-    seen: dict = {}
-    for i, r in enumerate(rows):
-        key = tuple(r.get(c) for c in name)
-        if name and key in seen:
-            raise ValueError(f"{path}: rows {seen[key]} and {i} are alike in {name}: one row each")
-        seen[key] = i
-
-
 def table(path: Path) -> str:
     """A benchmark record as its Markdown table (what `bench/record.py` writes beside it), made from the
     JSON the findings read, never from the .md: the table cannot say other than the record."""
@@ -140,7 +94,7 @@ def table(path: Path) -> str:
         raise ValueError(f"{path}: a record named as its file ({path.stem!r}) with rows expected")
     if not all(isinstance(r, dict) for r in rows):
         raise ValueError(f"{path}: a row that is not a mapping of columns")
-    check_rows(rows, path)
+    check_rows(rows, path, record["settings"])
     m = record["machine"]
     flags = " ".join(m.get("bf16 matmul flags") or [])
     load = " / ".join(map(str, m["load_1_5_15"])) if m.get("load_1_5_15") else "not recorded"

@@ -36,6 +36,16 @@ def _pair_gains(folder: Path, stem: str) -> pd.DataFrame:
             raise ValueError(
                 f"{path}, row {i + 2}: gain {r.gain}, but S_1 with it less S_1 alone is {r['S_1 with it'] - r['S_1 alone']:.6g}"
             )
+        others, lower = N - 1, r["companions that lower S_1"]  # the seed's companions: every other layer
+        if r["best companion"] == r["seed layer"] or r["median gain"] > r.gain + 1e-9:
+            raise ValueError(
+                f"{path}, row {i + 2}: the best companion is another layer whose gain ({r.gain}) no companion's "
+                f"median ({r['median gain']}) exceeds"
+            )
+        if (r["median gain"] < 0 and 2 * lower < others) or (r["median gain"] > 0 and 2 * lower > others):
+            raise ValueError(
+                f"{path}, row {i + 2}: median gain {r['median gain']} with {lower} of {others} companions lowering S_1"
+            )
     return rows
 
 
@@ -64,9 +74,18 @@ def _bootstrap(folder: Path, stem: str) -> pd.DataFrame:
 def _paired(folder: Path, stem: str) -> pd.DataFrame:
     rows = results_csv(
         folder, stem, ("diff", "low", "high", "P(ahead)", "temperature"), ("method",), integers=("nodes", "questions"),
-        ranges={"P(ahead)": (0, 1), "questions": (1, np.inf), "temperature": (0, 2)},
+        ranges={"P(ahead)": (0, 1), "questions": (1, np.inf), "temperature": (0, 2), "nodes": (1, np.inf)},
         unique=("method", "nodes", "temperature"),
     )  # fmt: skip
+    path = folder / f"{stem}.csv"
+    for i, r in rows.iterrows():  # P(ahead): the resamples' share above zero, so beyond the interval's side
+        if not r.low <= r["diff"] <= r.high:
+            raise ValueError(f"{path}, row {i + 2}: diff {r['diff']} outside its interval [{r.low}, {r.high}]")
+        if (r.low > 0 and r["P(ahead)"] < 0.95) or (r.high < 0 and r["P(ahead)"] > 0.05):
+            raise ValueError(
+                f"{path}, row {i + 2}: P(ahead) {r['P(ahead)']} beside an interval [{r.low}, {r.high}] wholly on one "
+                "side of zero (its resamples lie there: P(ahead) at least 0.95 above, at most 0.05 below)"
+            )
     return rows
 
 
@@ -79,9 +98,23 @@ def _curve(folder: Path, stem: str) -> pd.DataFrame:
         ranges={**{s: (0, 1) for s in steps}, "tau": (1, np.inf), "prompts": (1, np.inf), "temperature": (0, 2)},
         unique=("prompts", "temperature", "nodes", "method"),
     )  # fmt: skip
+    for end in ("diff low", "diff high"):  # empty on EAGLE3's rows; a number everywhere else
+        if end not in rows.columns:
+            raise ValueError(f"{path}: no column {end!r} (the page reads it)")
+        parsed = pd.to_numeric(rows[end], errors="coerce")
+        bad = rows.index[(parsed.isna() & rows[end].notna()) | np.isinf(parsed.to_numpy(float))]
+        if len(bad):
+            raise ValueError(f"{path}, row {bad[0] + 2}: {end} = {rows[end][bad[0]]!r}, not a number")
+        rows[end] = parsed
     lacking = rows.index[(rows.method != "EAGLE3") & (rows["diff low"].isna() | rows["diff high"].isna())]
     if len(lacking):
         raise ValueError(f"{path}, row {lacking[0] + 2}: a difference from EAGLE3 without its interval")
+    outside = rows.index[
+        (rows.method != "EAGLE3")
+        & ~((rows["diff low"] <= rows["minus EAGLE3"]) & (rows["minus EAGLE3"] <= rows["diff high"]))
+    ]
+    if len(outside):
+        raise ValueError(f"{path}, row {outside[0] + 2}: minus EAGLE3 outside its interval [diff low, diff high]")
     return rows
 
 
@@ -99,6 +132,13 @@ def _interchangeability(folder: Path, stem: str) -> pd.DataFrame:
             raise ValueError(
                 f"{path}, row {i + 2}: layers {r.layers} and compartments {r.compartments}: {r.model} has {n_layers_of(r.model)} layers"
             )
+        if r["largest compartment share"] < 1 / r.compartments - 1e-6:  # the largest of k parts holds 1/k at least
+            raise ValueError(
+                f"{path}, row {i + 2}: largest compartment share {r['largest compartment share']} of {r.compartments} compartments"
+            )
+        by_threshold = sorted(shares, key=lambda c: float(c.rsplit(">=", 1)[1]))
+        if any(r[a] < r[b] for a, b in zip(by_threshold, by_threshold[1:])):  # above a higher bar: fewer pairs
+            raise ValueError(f"{path}, row {i + 2}: {by_threshold}: shares must not grow with the threshold")
     return rows
 
 

@@ -1,0 +1,132 @@
+"""What any benchmark record's rows must hold, whatever the benchmark (`bench/record.py` writes them): the
+rules a table on the benchmarks page is checked by before it is shown. Each names the file, the row
+and the column it refuses.
+
+- a column of true/false holds nothing else (an empty cell, "" or null, is no value);
+- a time or a rate ("... ms", "... s", "seconds", "tok/s", "ms per ...", "... ms/round", "... (s)") positive;
+- a ratio "X / Y" what its row's "X ... ms" over "Y ... ms" give, within their rounding;
+- a speed ratio "vs X" its row's tok/s over the reference's (the row whose "vs X" is 1, else the
+  settings' "X tok/s"), within their rounding; tok/s what tokens over seconds give;
+- a tau at least 1 and at most k + 1 (a chain of k) or nodes + 1 (a tree);
+- a count of equal outputs ("... equal ...") a whole number within the questions or prompts run;
+- no two rows alike in every column of text and whole numbers (a second would contradict the first).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+TIME = re.compile(r"( ms| s|tok/s|seconds| \(s\))$|^ms | ms/")  # "draft ms", "all triples (s)", "ms per triple"
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _empty(value) -> bool:
+    return value is None or value == ""
+
+
+def half_unit(value) -> float:
+    """Half a unit of the last decimal a number is written with: how far its rounding may have moved it."""
+    text = repr(float(value))
+    if "e" in text:
+        return 0.0
+    decimals = text.split(".")[1]
+    return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)
+
+
+def _ratio_holds(ratio: float, x: float, y: float) -> bool:
+    """`ratio` is x / y, each as rounded where written."""
+    ex, ey, er = half_unit(x), half_unit(y), half_unit(ratio)
+    low = (x - ex) / (y + ey) - er
+    high = (x + ex) / max(y - ey, 1e-300) + er
+    return low - 1e-9 <= ratio <= high + 1e-9
+
+
+def _kind(value) -> str:
+    return "true/false" if isinstance(value, bool) else "numbers" if _number(value) else "text"
+
+
+def check_rows(rows: list[dict], path: Path, settings: dict | None = None) -> None:
+    """The rules above over `rows` (a record's), `settings` its settings; ValueError naming what is wrong."""
+    settings = settings or {}
+    columns = list(dict.fromkeys(c for r in rows for c in r))
+    for c in columns:  # a yes/no column holds nothing else ("maybe" is no answer; numbers may sit beside a word)
+        kinds = {_kind(r[c]) for r in rows if not _empty(r.get(c))}
+        if "true/false" in kinds and len(kinds) > 1:
+            i = next(i for i, r in enumerate(rows) if not _empty(r.get(c)) and not isinstance(r[c], bool))
+            raise ValueError(f"{path}: row {i}: {c} = {rows[i][c]!r}: the column holds true/false")
+    timed = [c for c in columns if TIME.search(c)]
+    for i, r in enumerate(rows):
+        for c in timed:  # a number above 0, or no value ("", as a plain row's empty cells)
+            if not _empty(r.get(c)) and not (_number(r[c]) and r[c] > 0):
+                raise ValueError(f"{path}: row {i}: {c} = {r[c]!r}, not a positive time or rate")
+        _check_ratios(r, i, columns, path)
+        _check_taus(r, i, path)
+        _check_counts(r, i, path, settings)
+    _check_speeds(rows, columns, path, settings)
+    name = [c for c in columns if all(isinstance(r.get(c), str) or _whole(r.get(c)) for r in rows)]
+    seen: dict = {}
+    for i, r in enumerate(rows):
+        key = tuple(r.get(c) for c in name)
+        if name and key in seen:
+            raise ValueError(f"{path}: rows {seen[key]} and {i} are alike in {name}: one row each")
+        seen[key] = i
+
+
+def _check_ratios(r: dict, i: int, columns: list, path: Path) -> None:
+    for c in [c for c in columns if " / " in c and _number(r.get(c))]:
+        top, bottom = c.split(" / ", 1)
+        a = [x for x in columns if x.endswith(" ms") and x.startswith(top + " ")]
+        b = [x for x in columns if x.endswith(" ms") and x.startswith(bottom + " ")]
+        if len(a) != 1 or len(b) != 1 or not (_number(r.get(a[0])) and _number(r.get(b[0]))):
+            continue
+        if not _ratio_holds(r[c], r[a[0]], r[b[0]]):
+            raise ValueError(f"{path}: row {i}: {c} = {r[c]}, but {a[0]} / {b[0]} = {r[a[0]] / r[b[0]]:.3f}")
+
+
+def _check_taus(r: dict, i: int, path: Path) -> None:
+    """A tau (tokens a target forward yields) is at least 1, at most the drafted tokens plus one."""
+    size = r.get("k") if _whole(r.get("k")) else r.get("nodes") if _whole(r.get("nodes")) else None
+    for c in [c for c in r if c.startswith("tau") and _number(r.get(c))]:
+        top = size + 1 if size is not None else math.inf
+        if not 1 - half_unit(r[c]) <= r[c] <= top + half_unit(r[c]):
+            raise ValueError(f"{path}: row {i}: {c} = {r[c]}, not in [1, {top}] (tokens a target forward yields)")
+
+
+def _check_counts(r: dict, i: int, path: Path, settings: dict) -> None:
+    """Outputs or replies found equal are a count of the questions or prompts run."""
+    run = next((settings[k] for k in ("questions", "prompts") if _whole(settings.get(k))), None)
+    for c in [c for c in r if " equal " in f" {c} " and not _empty(r.get(c))]:
+        if not (_whole(r[c]) and 0 <= r[c] <= (run if run is not None else r[c])):
+            raise ValueError(f"{path}: row {i}: {c} = {r[c]!r}, not a count of the {run} run")
+
+
+def _check_speeds(rows: list[dict], columns: list, path: Path, settings: dict) -> None:
+    """ "vs X" is tok/s over the reference's; tok/s is tokens over seconds where a row holds both."""
+    for i, r in enumerate(rows):
+        if all(_number(r.get(c)) for c in ("tokens", "seconds", "tok/s")):
+            if not _ratio_holds(r["tok/s"], r["tokens"], r["seconds"]):
+                raise ValueError(
+                    f"{path}: row {i}: tok/s = {r['tok/s']}, but tokens / seconds = {r['tokens'] / r['seconds']:.1f}"
+                )
+    if "tok/s" not in columns:
+        return
+    for c in [c for c in columns if c.startswith("vs ")]:
+        reference = next((r["tok/s"] for r in rows if r.get(c) == 1 and _number(r.get("tok/s"))), None)
+        if reference is None and _number(settings.get(f"{c[3:]} tok/s")):
+            reference = settings[f"{c[3:]} tok/s"]
+        if reference is None:
+            raise ValueError(f"{path}: {c}: no row of {c} = 1 and no settings' {c[3:]!r} tok/s to read it against")
+        for i, r in enumerate(rows):
+            if _number(r.get(c)) and _number(r.get("tok/s")) and not _ratio_holds(r[c], r["tok/s"], reference):
+                raise ValueError(
+                    f"{path}: row {i}: {c} = {r[c]}, but its tok/s {r['tok/s']} over {reference} is {r['tok/s'] / reference:.2f}"
+                )
