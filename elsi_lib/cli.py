@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,20 @@ if TYPE_CHECKING:
     from .selection.probe import ProbeChoice
 
 
+ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))  # characters no one sees
+
+
+def _blank(text: str) -> bool:
+    """Nothing a reader would see: whitespace and zero-width characters only."""
+    return not text.translate(ZERO_WIDTH).strip()
+
+
+def _opening(conversation: list) -> str:
+    """The first words of a conversation's first non-empty turn: how a user finds it in the file."""
+    text = next((m["content"] for m in conversation if not _blank(m["content"])), "")
+    return " ".join(text.split())[:40]
+
+
 def _prompts(args) -> list:
     """The sampled conversations, read and checked before any model is loaded: --prompts beyond
     what --data holds is refused, as the calibration mix refuses it; so is a file with no usable
@@ -63,13 +78,19 @@ def _prompts(args) -> list:
                 "'from': 'human' or 'user')"
             )
         for i, conversation in enumerate(conversations, 1):
+            which = f"conversation {i} (the one starting {_opening(conversation)!r})"  # numbered after drops
             if conversation[-1]["role"] not in ("user", "assistant"):
                 raise UsageError(
-                    f"--data {prompt_set}: conversation {i} ends with a {conversation[-1]['role']} turn; "
+                    f"--data {prompt_set}: {which} ends with a {conversation[-1]['role']} turn; "
                     "end it with a user turn (the reply model answers it) or an assistant reply"
                 )
-            if any(m["role"] == "user" and not m["content"].strip() for m in conversation):
-                raise UsageError(f"--data {prompt_set}: conversation {i} has an empty user turn (nothing to reply to)")
+            if any(m["role"] == "user" and _blank(m["content"]) for m in conversation):
+                raise UsageError(f"--data {prompt_set}: {which} has an empty user turn (nothing to reply to)")
+            if any(m["role"] == "assistant" and _blank(m["content"]) for m in conversation):
+                raise UsageError(
+                    f"--data {prompt_set}: {which} has an empty assistant turn: the capture reads the replies' "
+                    "tokens; drop the turn (the reply model then answers) or give the reply"
+                )
         pool += conversations
     unique = list({json.dumps(c, sort_keys=True): c for c in pool}.values())
     if len(unique) < len(pool):  # one conversation counted twice would weigh twice in the capture
@@ -153,6 +174,14 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
     stats = captured["entropy"]
     if stats.Z.shape[0] != job.n_layers:
         raise RuntimeError(f"the capture has {stats.Z.shape[0]} layers, the model {job.n_layers}")
+    cut = int(stats.counts.get("truncated_samples", 0))
+    described["cut_at_max_length"] = cut
+    if cut:  # a long prompt leaves its reply, the tokens the capture reads, past the cut
+        print(
+            f"{cut} of {len(conversations)} conversations are longer than {settings.max_length} tokens: each was "
+            "cut there before the capture (a reply past the cut is not read)",
+            file=sys.stderr,
+        )
     return stats, described
 
 
@@ -295,7 +324,7 @@ def cmd_select(args) -> str:
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}
     if args.stability:
-        result["stability"] = stability(args, stats, layers, described["prompts"])
+        result["stability"] = stability(args, stats, layers, described["prompts"], restricted)
     if args.format == "json":
         return json.dumps(result, indent=2)
     if fragment is not None:
@@ -346,6 +375,11 @@ def cmd_select(args) -> str:
         lines.append(f"SGLang eagle_aux_hidden_state_layer_ids ({job.architecture}): {sglang}")
     except ValueError as err:
         lines.append(f"SGLang: none: {err} (--engine sglang restricts the search to the sets it can capture)")
+    try:
+        openvino = engine_fragment(recommended, N, "openvino", job.architecture)["hidden_layers_list"]
+        lines.append(f"OpenVINO GenAI hidden_layers_list: {openvino}")
+    except ValueError as err:
+        lines.append(f"OpenVINO GenAI: none: {err}")
     if probe is not None:
         lines.append(f"probe: held-out relative error {probe.error:.4f} (ridge {probe.ridge:g}, {probe.search} search)")
     if args.stability:
@@ -395,12 +429,17 @@ def _top_row_energy(Z):
     return rows.max(axis=1) / rows.sum(axis=1)
 
 
+def _notice(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"elsi: warning: {message}", file=sys.stderr)
+
+
 def main(argv=None) -> int:
     os.environ.setdefault("ELSI_PROGRESS", "stderr")  # bars on stderr: stdout stays the answer
     args = build_parser().parse_args(argv)  # bad syntax: argparse prints usage and exits 2
     answer = sys.stdout
     try:
-        with contextlib.redirect_stdout(sys.stderr):  # library notices (cache rebuilt, ...) are not the answer
+        with contextlib.redirect_stdout(sys.stderr), warnings.catch_warnings():  # notices are not the answer
+            warnings.showwarning = _notice  # a library's warning as one line, not Python's source excerpt
             _check(args)
             text = {"select": cmd_select, "capture": cmd_capture, "report": cmd_report}[args.command](args)
             if getattr(args, "out", None):
@@ -424,3 +463,7 @@ def main(argv=None) -> int:
 def console_main() -> None:
     """The `elsi` console script."""
     sys.exit(main())
+
+
+if __name__ == "__main__":  # `python -m elsi_lib.cli` as `python -m elsi_lib`
+    console_main()

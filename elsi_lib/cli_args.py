@@ -85,12 +85,13 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="elsi", description="Which layers should my EAGLE-3 draft see?", formatter_class=fmt
+        prog="elsi", description="Which layers should my EAGLE-3 draft see?", formatter_class=fmt, allow_abbrev=False
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="{select,capture,report}")
     select = commands.add_parser(
         "select",
         formatter_class=fmt,
+        allow_abbrev=False,
         help="choose the draft's layers",
         description="Capture (or reuse the cached capture), select a layer set and print "
         "it next to EAGLE3's and the exhaustive optimum.",
@@ -151,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     capture = commands.add_parser(
         "capture",
         formatter_class=fmt,
+        allow_abbrev=False,
         help="capture layer statistics only",
         description="Capture the per-layer statistics (cached) that select and report read.",
         epilog="example:\n  elsi capture --model smollm2-135m --prompts 200",
@@ -159,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report",
         formatter_class=fmt,
+        allow_abbrev=False,
         help="print a depth profile",
         description="Per-layer entropy, top-row energy share and CKA compartment boundaries.",
         epilog="example:\n  elsi report --model smollm2-135m --figures figures/",
@@ -175,8 +178,8 @@ def _check(args) -> None:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if not 0 < args.rho <= 1:
         raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
-    if args.block < 1:
-        raise UsageError(f"--block must be at least 1, got {args.block}")
+    if args.block < 2:  # a block of one row has no spread: every set's entropy is 0
+        raise UsageError(f"--block must be at least 2, got {args.block}")
     if args.seed < 0:
         raise UsageError(f"--seed must be 0 or more (it seeds the sample and the bootstrap), got {args.seed}")
     if args.command == "select":
@@ -267,7 +270,7 @@ def _check_stability(args) -> None:
         raise UsageError("--stability resamples the entropy capture; --method probe is not scored from it")
     if args.method not in MEASURED:
         raise UsageError(
-            f"--stability needs a measured method ({', '.join(MEASURED)}), not --method {args.method}: "
+            f"--stability needs a method scored from the capture ({', '.join(m for m in MEASURED if m != 'probe')}), not --method {args.method}: "
             f"{args.method}'s set is fixed by the layer count, so there is nothing to resample"
         )
     if args.prompts < 2:

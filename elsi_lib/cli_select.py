@@ -26,9 +26,10 @@ class _Chosen(NamedTuple):
     entropy: float
 
 
-def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
+def stability(args, stats, layers: tuple, n_prompts: int, restricted=None) -> dict:
     """How often `layers` wins over --stability bootstrap resamples of the prompts that filled a block
-    (the others add nothing to resample): refused when fewer than 2 did."""
+    (the others add nothing to resample): refused when fewer than 2 did. Each resample chooses among the
+    sets --engine's restriction (`restricted`) allows, as the answer did."""
 
     if stats.sample_blocks is not None and np.count_nonzero(stats.sample_blocks) < 2:
         raise UsageError(
@@ -39,8 +40,10 @@ def stability(args, stats, layers: tuple, n_prompts: int) -> dict:
     choose = METHODS[args.method].choose  # a capture method (the parser refuses --stability for the others)
     assert choose is not None, f"--stability needs a method that chooses from the capture, not {args.method}"
 
+    where = {} if restricted is None else {"allowed": restricted.allowed, "required": restricted.required}
+
     def method(Z, m):
-        return _Chosen(*choose(Z, m, args.k_beam, args.k_expand, {}))
+        return _Chosen(*choose(Z, m, args.k_beam, args.k_expand, where))
 
     choices = resampling.bootstrap_choices(stats, args.m, n_boot=args.stability, seed=args.seed, method=method)
     wins = choices[choices.layers == layers]["share"].sum()

@@ -250,7 +250,10 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
     cases = [
         (["--m", 2, "--format", "specforge"], "exactly three"),
         (["--m", N_LAYERS + 1], f"--m {N_LAYERS + 1} exceeds the model's {N_LAYERS} layers"),
-        (["--method", "eagle3", "--stability", 3], "--stability needs a measured method"),
+        (
+            ["--method", "eagle3", "--stability", 3],
+            "--stability needs a method scored from the capture (elsi, elsi-c, exhaustive)",
+        ),
         (["--method", "eagle2", "--format", "sglang"], "last decoder layer"),  # (7,): out of SGLang's reach
         (["--method", "eagle2", "--format", "specforge"], "exactly three"),
         (["--prompts", 25], "--prompts 25: --data"),  # the file holds 24: refused, not clamped
@@ -613,8 +616,9 @@ def test_a_negative_seed_and_figures_inside_the_model_folder_are_refused_first(c
 
 
 def test_data_with_an_empty_user_turn_is_refused_and_repeats_count_once(capsys, folder, tmp_path, no_capture):
-    """An empty user turn gives the reply model nothing to answer: refused before any work, naming the
-    conversation. A conversation given twice in one file would weigh twice in the capture: counted once,
+    """An empty user turn gives the reply model nothing to answer, an empty assistant turn the capture no
+    reply to read (whitespace or zero-width characters alike): refused before any work, naming the
+    conversation by its number and its first words. A conversation given twice in one file would weigh twice in the capture: counted once,
     said so."""
     empty = tmp_path / "empty.jsonl"
     turns = [{"from": "human", "value": "Hello"}, {"from": "gpt", "value": "Hi"}]
@@ -622,8 +626,61 @@ def test_data_with_an_empty_user_turn_is_refused_and_repeats_count_once(capsys, 
         "\n".join(json.dumps({"conversations": t}) for t in (turns, [{"from": "human", "value": "  "}])) + "\n"
     )
     code, out, err = run(capsys, "select", "--model", folder, "--data", empty, "--prompts", 1, "--method", "elsi")
-    assert code == 2 and "conversation 2 has an empty user turn" in err
+    assert code == 2 and "conversation 2 (the one starting '') has an empty user turn" in err
+    for blank_turns, what in (
+        ([{"from": "human", "value": "\u200b"}], "empty user turn"),  # a zero-width space is nothing to answer
+        ([{"from": "human", "value": "Name a colour"}, {"from": "gpt", "value": ""}], "empty assistant turn"),
+    ):
+        empty.write_text("\n".join(json.dumps({"conversations": t}) for t in (turns, blank_turns)) + "\n")
+        code, out, err = run(capsys, "select", "--model", folder, "--data", empty, "--prompts", 1, "--method", "elsi")
+        assert code == 2 and what in err and not out, err
+    assert "(the one starting 'Name a colour')" in err  # numbered after dropped records: named by its words too
     repeated = tmp_path / "repeated.jsonl"
     repeated.write_text("\n".join(json.dumps({"conversations": turns}) for _ in range(3)) + "\n")
     code, out, err = run(capsys, "select", "--model", folder, "--data", repeated, "--prompts", 2, "--method", "elsi")
     assert code == 2 and "2 repeated conversation(s) counted once" in err and "holds only 1" in err
+
+
+def test_the_bootstrap_chooses_among_the_sets_the_engine_allows(monkeypatch):
+    """--stability with --engine: each resample chooses among the engine's sets, as the answer did (without
+    the restriction every resample picked a set the engine cannot feed, and the answer read as never chosen)."""
+    import argparse
+
+    import numpy as np
+
+    from elsi_lib import cli_select
+    from elsi_lib.selection import stability as resampling
+    from elsi_lib.selection.feasible import Restriction
+
+    seen = {}
+
+    def fake_bootstrap(stats, m, *, n_boot, seed, method):
+        rng = np.random.default_rng(0)
+        Z = rng.normal(size=(8, 6, 5))  # layers 0 and 7 full rank; the engine's 1..6 nearly rank one
+        Z[1:7] = rng.normal(size=(6, 6, 1)) * rng.normal(size=(6, 1, 5)) + 0.01 * rng.normal(size=(6, 6, 5))
+        from elsi_lib import elsi
+
+        assert {0, 7} & set(elsi(Z, m).layers)  # unrestricted, the choice is a set the engine cannot feed
+        seen["chosen"] = method(Z, m).layers
+        import pandas as pd
+
+        return pd.DataFrame({"layers": [tuple(seen["chosen"])], "share": [1.0]})
+
+    monkeypatch.setattr(resampling, "bootstrap_choices", fake_bootstrap)
+    args = argparse.Namespace(method="elsi", m=3, k_beam=4, k_expand=3, stability=20, seed=0, block=4)
+    stats = argparse.Namespace(sample_blocks=np.ones(5))
+    allowed = Restriction("sglang", (1, 2, 3, 4, 5, 6), (), None, ("test",))
+    out = cli_select.stability(args, stats, (1, 2, 3), 5, allowed)
+    assert set(seen["chosen"]) <= set(allowed.allowed) and out["choices"][0]["layers"] == list(seen["chosen"])
+
+
+def test_conversations_cut_at_max_length_are_said_so(capsys, folder, data, tmp_path):
+    """A conversation longer than the capture's max_length is cut there, its reply past the cut unread: the
+    command says how many were cut (stderr, and the JSON's provenance), never silently."""
+    long = tmp_path / "long.jsonl"
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    records[0]["conversations"][0]["value"] = " ".join(["word"] * 3000)  # far past 1024 tokens
+    long.write_text("\n".join(json.dumps(r) for r in records))
+    code, out, err = run(capsys, "select", *select_base(folder, long), "--format", "json")
+    assert code == 0 and "1 of 24 conversations are longer than 1024 tokens" in err
+    assert json.loads(out)["provenance"]["cut_at_max_length"] == 1

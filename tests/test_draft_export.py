@@ -469,7 +469,7 @@ def test_a_resealed_export_that_contradicts_itself_is_refused_naming_the_file(ta
         (
             "openvino",
             lambda c, w: c.update(eagle_aux_hidden_state_layer_ids=[0, 0, 0]),
-            r"eagle_aux_hidden_state_layer_ids = \[0, 0, 0\], elsi writes '<absent>'",
+            r"holds both OpenVINO's hidden_layers_list and vLLM's layer ids",  # which of the two an engine reads
         ),
         ("eagle", lambda c, w: c.update(torch_dtype="float16"), "torch_dtype = 'float16'"),
         ("speculators", lambda c, w: c.update(speculators_config=None), "config.json: malformed"),
@@ -581,11 +581,21 @@ def test_a_draft_saved_with_another_target_of_its_shapes_is_refused(target, tmp_
         {"speculators_model_type": "eagle3", "eagle_aux_hidden_state_layer_ids": []},
         {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 2, 2]}},
         {"architectures": ["LlamaForCausalLMEagle3"], "hidden_layers_list": [2.0, 15, 27]},
+        {"architectures": "LlamaForCausalLMEagle3", "hidden_layers_list": [2, 15, 27]},
+        {"architectures": None, "hidden_layers_list": [2, 15, 27]},
+        {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "hidden_layers_list": [1, 2, 4],
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 5]},
+        },
     ],
 )
 def test_a_config_whose_layer_ids_are_no_layers_is_refused(tmp_path, config):
     """The ids an engine reads from an exported config: text, negative, true/false, repeated or missing ids
     are no layer set, so read_layout refuses them naming the file (it had returned them as found)."""
     (tmp_path / "config.json").write_text(json.dumps(config))
-    with pytest.raises(X.ExportError, match=r"config\.json: its layer ids .* distinct non-negative integers"):
+    with pytest.raises(
+        X.ExportError,
+        match=r"config\.json: (its layer ids .* distinct non-negative integers|field 'architectures'|holds both)",
+    ):
         X.read_layout(tmp_path)

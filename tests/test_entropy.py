@@ -512,3 +512,9 @@ def test_complex_layers_are_refused_not_cast():
         set_entropy(Z, [0, 1])
     with pytest.raises(TypeError, match="complex"):
         set_entropy(torch.from_numpy(Z), [0, 1])
+
+
+def test_text_layers_are_refused_not_parsed():
+    """numpy parses strings such as "1.0" as numbers without a word: layers given as text are refused."""
+    with pytest.raises(TypeError, match="must be numbers"):
+        set_entropy(random_layers(3, 4, 5).astype(str), [0, 1])

@@ -555,3 +555,25 @@ def test_the_evidence_builder_writes_nothing_it_cannot_make_whole(tmp_path, monk
         evidence_file.main(["--out", str(tmp_path)])
     assert "is a folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_bundled_weights_are_the_family_by_their_path_or_converted_folder(tmp_path):
+    """The bundled model given as its own GGUF file, or as the folder elsi converted it into, is the family
+    the ledger measured (its evidence and fit, not the pooled one's); a copy of the GGUF with one byte
+    changed, or a converted folder of other weights, is not."""
+    from elsi_lib.common.cachefiles import MANIFEST, sha256_file
+    from elsi_lib.inputs.models import bundled_weights_path
+
+    gguf, _ = bundled_weights_path("smollm2-135m")
+    assert ev.family_of(str(gguf)) == "smollm2-135m"
+    converted = tmp_path / "SmolLM2-135M-Instruct.Q4_1-0123456789ab"
+    converted.mkdir()
+    (converted / MANIFEST).write_text(json.dumps({"key": {"gguf_sha256": sha256_file(gguf)}, "files": {}}))
+    assert ev.family_of(str(converted)) == "smollm2-135m"
+    (converted / MANIFEST).write_text(json.dumps({"key": {"gguf_sha256": "0" * 64}, "files": {}}))
+    assert ev.family_of(str(converted)) is None
+    changed = tmp_path / "changed.gguf"
+    data = bytearray(gguf.read_bytes())
+    data[-1] ^= 1
+    changed.write_bytes(bytes(data))
+    assert ev.family_of(str(changed)) is None

@@ -237,3 +237,15 @@ def test_a_json_arrays_record_is_named_by_the_line_it_starts_on(tmp_path):
     path.write_text("[" + ",".join(json.dumps(r) for r in records) + "]")  # one line: every record on line 1
     with pytest.raises(readers.DataFormatError, match=r"arr\.json:1: missing field 'value'"):
         load_prompts(path)
+
+
+@pytest.mark.parametrize("shape", ["jsonl", "array", "object"])
+def test_a_key_given_twice_in_a_record_is_refused(tmp_path, shape):
+    """{"from": "human", "from": "gpt"}: json keeps the last, turning a user turn into a reply without a
+    word; refused naming the file (and the line where one record a line)."""
+    record = '{"conversations": [{"from": "human", "from": "gpt", "value": "hi"}]}'
+    text = {"jsonl": record + "\n", "array": f"[{record}]", "object": record.replace(", ", ",\n")}[shape]
+    path = tmp_path / f"dup.{'jsonl' if shape == 'jsonl' else 'json'}"
+    path.write_text(text)
+    with pytest.raises(readers.DataFormatError, match=r"dup\.jsonl?:(1: )?.*key 'from' appears twice"):
+        load_prompts(path)

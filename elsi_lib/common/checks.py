@@ -19,6 +19,8 @@ def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
         raise TypeError(f"{name} must be real; got complex values (their imaginary part would be dropped)")
     if hasattr(X, "detach"):  # torch.Tensor, without importing torch
         X = X.detach().to("cpu").double().numpy()
+    if np.asarray(X).dtype.kind in "USO":  # text (or objects) numpy would parse as numbers without a word
+        raise TypeError(f"{name} must be numbers; got {np.asarray(X).dtype} values")
     array = np.asarray(X, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # a finite array whose sum overflows: checked in full
         suspect = check_finite and not np.isfinite(array.sum())

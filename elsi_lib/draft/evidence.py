@@ -21,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..common.checks import unique_keys
-from ..inputs.models import REGISTRY
+from ..inputs.models import REGISTRY, bundled_weights_of
 from ..selection.conventions import eagle3_layers
 from ..selection.methods import METHODS
 from .decision import Decision, Fit, decide
@@ -102,7 +102,7 @@ def family_of(model: str) -> str | None:
             return family if _layer_count(Path(name)) == REGISTRY[family].n_layers else None  # its config decides
         if folder is None and name.lower() in aliases:
             return family
-    return None
+    return bundled_weights_of(name)  # the bundled GGUF by its path, or the folder elsi converted it into
 
 
 def _layer_count(folder: Path) -> int | None:

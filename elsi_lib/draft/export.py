@@ -336,8 +336,16 @@ def _layout(path: Path, config: dict) -> tuple[str, dict, list[int]]:
                 "not recognise the layout)"
             )
         return "speculators", config, list(config["eagle_aux_hidden_state_layer_ids"])
-    if any("Eagle3" in a for a in config.get("architectures", [])):
+    architectures = config.get("architectures", [])
+    if not (isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)):
+        raise ExportError(f"{path}: field 'architectures' is {architectures!r}, not a list of class names")
+    if any("Eagle3" in a for a in architectures):
         if "hidden_layers_list" in config:
+            if "eagle_config" in config or "eagle_aux_hidden_state_layer_ids" in config:
+                raise ExportError(
+                    f"{path}: holds both OpenVINO's hidden_layers_list and vLLM's layer ids: one engine's "
+                    "layout each (each engine would read other ids)"
+                )
             return "openvino", config, list(config["hidden_layers_list"])
         ids = list(config["eagle_config"]["eagle_aux_hidden_state_layer_ids"])
         if (

@@ -75,7 +75,10 @@ def probe_rows(
             parts["next"].append(_next_tokens(model, rows[1]))
             parts["conversation"].append(np.full(len(rows[0]), sample.index))
     if not parts["x"]:
-        raise ValueError("no conversation has a reply token to probe")
+        raise ValueError(
+            "no conversation has a reply token to probe (conversations are cut at max_length tokens: a prompt "
+            "that long leaves no reply)"
+        )
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
@@ -121,7 +124,10 @@ class ProbeRows:
         for file in self.files.values():
             file.close()
         if not self.paths["train", "y"].stat().st_size or not self.paths["heldout", "y"].stat().st_size:
-            raise ValueError("no conversation has a reply token to probe on both sides of the split")
+            raise ValueError(
+                "no conversation has a reply token to probe on both sides of the split (conversations are cut at "
+                "max_length tokens: a prompt that long leaves no reply; give shorter prompts or more of them)"
+            )
         next_tokens = np.concatenate(self.heldout_next)
         return probe_stats_of(self._source("train"), self._source("heldout"), rank, next_tokens)[0]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from ..common.cachefiles import (
+    MANIFEST,
     atomic_write_chunks,
     cache_dir,
     replace_folder,
@@ -152,6 +154,32 @@ def _torch_dtype(dtype):
         return getattr(torch, str(dtype))
     except AttributeError:
         raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'") from None
+
+
+def bundled_weights_of(path: str | os.PathLike) -> str | None:
+    """The registry name whose bundled weights `path` is: the GGUF itself (its sha256 the pinned one, or
+    the installed file's), or the folder `converted_gguf_folder` made of it (its manifest names that
+    sha256); None for anything else, and for a family whose package is not installed."""
+    path = Path(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        digest = sha256_file(path)
+    elif path.is_dir() and (path / MANIFEST).is_file():
+        try:
+            digest = json.loads((path / MANIFEST).read_text())["key"]["gguf_sha256"]
+        except (OSError, ValueError, RecursionError, KeyError, TypeError):
+            return None
+    else:
+        return None
+    for name, entry in REGISTRY.items():
+        known = entry.sha256
+        if known is None and len(entry.files) == 1:
+            try:
+                known = sha256_file(_package_file(entry, *entry.files[0]))
+            except ModelNotFoundError:
+                continue
+        if known == digest:
+            return name
+    return None
 
 
 def converted_gguf_folder(

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..common.checks import unique_keys
 from . import fetch_data
 
 Conversation = list[dict]
@@ -102,22 +103,27 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
             if not line.strip():
                 continue
             try:
-                yield lineno, json.loads(line)
+                record = json.loads(line, object_pairs_hook=unique_keys)
             except json.JSONDecodeError as err:
                 raise DataFormatError(f"{path}:{lineno}: malformed JSON ({err.msg}); {SHAPES}") from None
+            except ValueError as err:  # a key twice: json would keep the last without a word
+                raise DataFormatError(f"{path}:{lineno}: {err}") from None
+            yield lineno, record
 
 
 def _one_document(path: Path):
     """The whole file parsed as one JSON value, or the JSONDecodeError saying where it is not one."""
     try:
-        return json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM))
+        return json.loads(_decoded(path.read_bytes(), path, 1).removeprefix(BOM), object_pairs_hook=unique_keys)
     except json.JSONDecodeError as err:
         return err
+    except ValueError as err:  # a key twice
+        raise DataFormatError(f"{path}: {err}") from None
 
 
 def _array_records(text: str) -> Iterator[tuple[int, object]]:
     """(line where it starts, record) of each element of a JSON array already known to parse."""
-    decoder, at, counted, line = json.JSONDecoder(), text.index("[") + 1, 0, 1
+    decoder, at, counted, line = json.JSONDecoder(object_pairs_hook=unique_keys), text.index("[") + 1, 0, 1
     while True:
         while text[at] in " \t\r\n,":
             at += 1
@@ -137,9 +143,11 @@ def _read_records(path: Path) -> Iterator[tuple[int, object]]:
     if head.startswith("["):
         text = _decoded(path.read_bytes(), path, 1).removeprefix(BOM)
         try:
-            json.loads(text)
+            json.loads(text, object_pairs_hook=unique_keys)
         except json.JSONDecodeError as err:
             raise DataFormatError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from None
+        except ValueError as err:  # a key twice
+            raise DataFormatError(f"{path}: {err}") from None
         yield from _array_records(text)  # numbered by the line each record starts on
         return
     lines = read_jsonl(path)
