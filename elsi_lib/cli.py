@@ -394,7 +394,7 @@ def cmd_capture(args) -> str:
     stats, described = _stats(args, _Job(args))
     return (
         f"{args.model}: Z {stats.Z.shape} from {described['prompts']} conversations, "
-        f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (cached)"
+        f"{stats.counts.get('tokens_seen', '?')} tokens, {stats.counts.get('blocks', '?')} blocks (kept in the cache)"
     )
 
 

@@ -255,6 +255,8 @@ def test_calibration_count_and_seed_are_checked(shared, monkeypatch):
 
 
 def test_sample_checks_its_arguments():
+    with pytest.raises(ValueError, match="seed must be 0 or more, got -7"):  # random would draw seed 7's sample
+        sample([1, 2, 3], 2, seed=-7)
     with pytest.raises(TypeError, match="n must be"):
         sample([1, 2, 3], True)
     with pytest.raises(TypeError, match="n must be"):

@@ -321,6 +321,15 @@ def test_the_targets_dtype_is_a_lever_read_from_a_pair_of_vllm_records(tmp_path)
     (tmp_path / "cost_vllm_tiny_coding_f32.json").write_text(json.dumps(coding_f32))
     lines = speed.dtype_finding(speed.cost_results(tmp_path))
     assert len(lines) == 2 and sum("SpecBench coding" in line for line in lines) == 1
+    # a second float32 run of one pair: which one pairs would be a guess, so it is refused naming both
+    again = json.loads(json.dumps(records[0]))
+    again["benchmark"] = "cost_vllm_tiny_float32_again"
+    again["settings"]["repeat"] = 2  # another run, not a copy of the first
+    (tmp_path / "cost_vllm_tiny_float32_again.json").write_text(json.dumps(again))
+    with pytest.raises(
+        ValueError, match="cost_vllm_tiny_float32(_again)? and cost_vllm_tiny_float32(_again)?: two float32 runs"
+    ):
+        speed.dtype_pairs(speed.cost_results(tmp_path))
 
 
 def test_each_question_set_reports_the_median_over_its_lossless_float32_runs_with_the_range(tmp_path):
@@ -721,6 +730,7 @@ def _weight_first(record: dict, **usual) -> dict:
         (lambda e, v: v.pop("benchmark"), "benchmark None, not its file's name 'cost_vllm_tiny'"),
         # counts and shares as what they are
         (lambda e, v: v["settings"].update(repeat=True), "repeat = True, not a count"),
+        (lambda e, v: v["settings"].update({"engines per chain": "2"}), "engines per chain = '2', not a count"),
         (
             lambda e, v: v["settings"].update(repeat=3) or v["rows"][0].update(spread="0.075"),
             "spread '0.075' is no share",

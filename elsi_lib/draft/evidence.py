@@ -264,8 +264,9 @@ def criterion_line(evidence: dict, method: str | None = None) -> str | None:
     r = rows[0]
     held = evidence["default_method"] == "probe"
     return (
-        f"criteria: the probe's error against tau minus EAGLE3's, pooled out of sample over {int(r['drafts'])} drafts "
-        f"({r['protocols']}): rho {r['pooled rho']:+.2f}, p = {r['p (stratified permutation)']:.3f}; "
+        f"criteria: a lower probe error against a higher tau minus EAGLE3's, pooled out of sample over "
+        f"{int(r['drafts'])} drafts ({r['protocols']}): rho {r['pooled rho']:+.2f}, "
+        f"p = {r['p (stratified permutation)']:.3f}; "
         + (
             "it tells poor sets from good ones, so the probe's set is the one compared with the default"
             if held

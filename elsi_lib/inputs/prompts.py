@@ -100,6 +100,8 @@ def _check_seed(seed) -> None:
         raise TypeError(
             f"seed must be an integer (the sample is reproducible for a given seed), got {type(seed).__name__} {seed!r}"
         )
+    if seed < 0:  # random.Random seeds by the absolute value: -7 would draw seed 7's sample
+        raise ValueError(f"seed must be 0 or more, got {seed}")
 
 
 def sample(items: list, n: int, seed: int = 0) -> list:

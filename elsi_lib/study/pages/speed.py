@@ -148,6 +148,8 @@ def _check_result(result: dict, path: Path) -> None:
             raise ValueError(
                 f"{path}: settings' plain tok/s {s['plain tok/s']} is not generated / plain s = {rate:.2f}"
             )
+    if "engines per chain" in s and not _count(s["engines per chain"]):
+        raise ValueError(f"{path}: settings' engines per chain = {s['engines per chain']!r}, not a count >= 1")
     if "repeat" in s and not _count(s["repeat"]):
         raise ValueError(f"{path}: settings' repeat = {s['repeat']!r}, not a count >= 1")
     if any(isinstance(r, dict) and "spread" in r for r in result["rows"]) and "repeat" not in s:
@@ -563,7 +565,13 @@ def dtype_pairs(results: list[dict]) -> list[tuple[dict, dict]]:
         if s["engine"].startswith("vLLM"):
             questions = (s.get("question set", ONE_PER_COLUMN), s.get("questions"), s.get("max_tokens"))
             key = (s["family"], s["draft"], questions, m["cpu"], m["date"][:10])
-            groups.setdefault(key, {})[s.get("dtype", "float32")] = result
+            dtype = s.get("dtype", "float32")
+            if dtype in groups.setdefault(key, {}):  # which of two would pair is a guess: say so
+                raise ValueError(
+                    f"{result['benchmark']} and {groups[key][dtype]['benchmark']}: two {dtype} runs of one family, "
+                    "draft, question set, CPU and day; the dtype line pairs one run of each dtype"
+                )
+            groups[key][dtype] = result
     return [(g["float32"], g["bfloat16"]) for g in groups.values() if {"float32", "bfloat16"} <= set(g)]
 
 
