@@ -152,6 +152,17 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
             else replies.reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
         )
         described = {"data": "calibration mix"}
+    empty = sum(c[-1]["role"] == "assistant" and _blank(c[-1]["content"]) for c in conversations)
+    if empty == len(conversations):  # nothing but prompts and the template would be captured
+        raise UsageError(
+            f"--reply-model {args.reply_model} wrote an empty reply to every one of the {empty} prompts: the capture "
+            "reads the replies' tokens; use another reply model, or give replies with --data"
+        )
+    if empty:
+        print(
+            f"{empty} of {len(conversations)} replies are empty: those conversations add no reply token",
+            file=sys.stderr,
+        )
     described.update(
         {
             "prompts": len(conversations),
@@ -282,7 +293,8 @@ def cmd_select(args) -> str:
         except ValueError as err:
             raise UsageError(f"--format {args.format} cannot express the selected set {layers}: {err}") from None
     eagle3 = eagle3_layers(N) if N >= EAGLE3_MIN_LAYERS else None
-    optimum = select.exhaustive(Z, len(layers))
+    where = {} if restricted is None else {"allowed": restricted.allowed, "required": restricted.required}
+    optimum = select.exhaustive(Z, len(layers), **where)  # among the sets the engine can feed, as the answer
     result = {
         "layers": list(layers),
         "entropy": set_entropy(Z, layers),
@@ -456,7 +468,10 @@ def main(argv=None) -> int:
     except Exception as err:  # a failure while running: one line, no traceback
         print(f"elsi: failed: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
-    print(text, file=answer)
+    try:
+        print(text, file=answer)
+    except BrokenPipeError:  # `elsi select ... | head`: the reader left; nothing is wrong with the answer
+        os.dup2(os.open(os.devnull, os.O_WRONLY), answer.fileno())  # no second error when Python flushes
     return 0
 
 

@@ -82,6 +82,9 @@ def _capture_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+MAX_BLOCK = 4096  # rows a block averages: the paper uses 32
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -178,8 +181,8 @@ def _check(args) -> None:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if not 0 < args.rho <= 1:
         raise UsageError(f"--rho must be in (0, 1], got {args.rho}")
-    if args.block < 2:  # a block of one row has no spread: every set's entropy is 0
-        raise UsageError(f"--block must be at least 2, got {args.block}")
+    if not 2 <= args.block <= MAX_BLOCK:  # one row has no spread (every entropy 0); B x B Grams beyond are no block
+        raise UsageError(f"--block must be from 2 to {MAX_BLOCK}, got {args.block}")
     if args.seed < 0:
         raise UsageError(f"--seed must be 0 or more (it seeds the sample and the bootstrap), got {args.seed}")
     if args.command == "select":

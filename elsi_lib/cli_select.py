@@ -129,7 +129,8 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
         "family": family,
         "pooled_because": None if made.model != "pooled" else f"{args.model} is not a family the ledger holds",
         "rests_on": ev.rests_on(evidence, args.method),
-        "recommended_layers": list(layers) if made.verdict == "change" else list(default),
+        # kept: the default; changed, or nothing to decide with (every "no verdict"): the criterion's set
+        "recommended_layers": list(default) if made.verdict == "keep the default" else list(layers),
     }
 
 
@@ -141,7 +142,9 @@ def decision_lines(d: dict) -> list[str]:
     elif d["verdict"] == "keep the default":
         head = f"decision: keep the default {default} ({d['default_is']}, what {d['engine']} uses with no layers given)"
     else:
-        head = "decision: none"
+        head = (
+            f"decision: none, so the answer is the criterion's set {best}, which the ledger neither backs nor refutes"
+        )
     lines = [f"{head}; why: {d['reason']}"]
     if d.get("predicted_tau_difference"):
         cells = "; ".join(

@@ -684,3 +684,33 @@ def test_conversations_cut_at_max_length_are_said_so(capsys, folder, data, tmp_p
     code, out, err = run(capsys, "select", *select_base(folder, long), "--format", "json")
     assert code == 0 and "1 of 24 conversations are longer than 1024 tokens" in err
     assert json.loads(out)["provenance"]["cut_at_max_length"] == 1
+
+
+def test_empty_generated_replies_are_refused_or_said(capsys, folder, data, tmp_path, monkeypatch):
+    """A reply model that writes nothing leaves the capture only prompts and the template: every reply empty
+    is refused (as empty replies given in --data are), some empty is said, never captured silently."""
+    prompts = tmp_path / "prompts.jsonl"
+    records = [json.loads(line) for line in data.read_text().splitlines()]
+    prompts.write_text("\n".join(json.dumps({"conversations": r["conversations"][:1]}) for r in records))
+
+    def replying(text_of):
+        def reply(model, tokenizer, conversations, **kwargs):
+            return [[*c, {"role": "assistant", "content": text_of(i)}] for i, c in enumerate(conversations)]
+
+        return reply
+
+    monkeypatch.setattr(cli.replies, "reply_conversations", replying(lambda i: ""))
+    code, out, err = run(capsys, "select", *select_base(folder, prompts))
+    assert code == 2 and "wrote an empty reply to every one of the 24 prompts" in err and not out
+    monkeypatch.setattr(cli.replies, "reply_conversations", replying(lambda i: "" if i < 3 else "a reply of words"))
+    code, out, err = run(capsys, "select", *select_base(folder, prompts))
+    assert code == 0 and "3 of 24 replies are empty" in err
+
+
+def test_a_set_size_the_ledger_never_drafted_answers_with_the_criterions_set(capsys, folder, data):
+    """--m 4: the decision cannot predict a 4-layer set (no verdict), so the answer and every engine id it
+    prints are the criterion's 4 layers, never the 3-layer default's."""
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--m", 4, "--format", "json")
+    result = json.loads(out)
+    assert code == 0 and result["decision"]["verdict"] == "no verdict" and "4-layer set" in result["decision"]["reason"]
+    assert result["recommended_layers"] == result["layers"] and len(result["vllm_layer_ids"]) == 4

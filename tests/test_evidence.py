@@ -299,6 +299,15 @@ def _resealed(data: dict) -> dict:
         (lambda d: d.pop("models"), "no 'models'"),
         (lambda d: d.update(nodes=30), "nodes 30; elsi's readers compare at 60"),
         (
+            lambda d: d.update(
+                pooled_criteria=[r for r in d["pooled_criteria"] if r["criterion"] != "probe error"],
+                default_method="elsi",
+            ),
+            r"pooled criteria rows for \[\('probe error', 'step 1'\), \('probe error', 'tau minus EAGLE3'\)\] missing",
+        ),
+        (lambda d: d.update(pooled_criteria=[], default_method="elsi"), "pooled criteria rows for .* missing"),
+        (lambda d: d["models"]["probe error"]["0"].update(family=None), r"\['family'\]: no fit, but its"),
+        (
             lambda d: d["provenance"]["records"].update({"../../etc/qwen_strong/eagle3-seed0.json": "0" * 64}),
             r"provenance must name each record it rests on \(<protocol>/<unit>.json\)",
         ),

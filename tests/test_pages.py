@@ -576,6 +576,11 @@ def _swap(f: pd.DataFrame, a: str, b: str) -> pd.DataFrame:
     return f.assign(**{a: f[b], b: f[a]})
 
 
+def _dup_column(f: pd.DataFrame) -> pd.DataFrame:
+    """`f` with its second column written twice under one name (pandas reads the second as "name.1")."""
+    return pd.concat([f, f.iloc[:, [1]]], axis=1)
+
+
 CURVE = "table2_learning_curve_smollm2-135m"
 PAIRED = "table2_paired_smollm2-135m"
 FAM = "(table2: smollm2-135m)"
@@ -596,6 +601,15 @@ FAM = "(table2: smollm2-135m)"
             lambda f: f.assign(**{"low (sets)": 0.9, "high (sets)": 0.95}),
             "against its interval",
         ),
+        (
+            "criteria_rank_correlations",
+            findings.criteria,
+            lambda f: f.assign(**{"low (questions and sets)": 0.95, "high (questions and sets)": 0.99}),
+            r"against its interval \(questions and sets\)",
+        ),
+        ("criteria_rank_correlations", findings.criteria, lambda f: f.assign(prompts=-936), "prompts = -936, not in"),
+        ("families_compared", findings.families, lambda f: _twice(f, effect=f.effect[0] + " "), "spaces around it"),
+        ("fig02_layer_entropy_summary", findings.wave, lambda f: _dup_column(f), "named twice"),
         (
             "families_compared",
             findings.families,
@@ -686,15 +700,16 @@ def test_a_results_row_its_own_numbers_contradict_is_refused(tmp_path, stem, rea
     """Each results table a page shows is checked against itself: an interval with swapped ends or one that
     leaves out its own value, one set with two entropies, a layer list that does not parse as one, a
     P(ahead) against its interval's side, a renamed or textual interval end, CKA shares that grow with the
-    threshold, a largest compartment below 1/k, a pair gain above the best one or a seed its own companion:
-    refused naming the file (and the row), the committed table passing the same check."""
+    threshold, a largest compartment below 1/k, a pair gain above the best one or a seed its own companion,
+    a name with spaces around it (a second row to the one-row-each check), a column named twice: refused
+    naming the file (and the row), the committed table passing the same check."""
     copy = tmp_path / "results"
     shutil.copytree(results_dir(), copy)
     path = copy / f"{stem}.csv"
     change(pd.read_csv(path)).to_csv(path, index=False)
     call = (
         (lambda folder: read(folder))
-        if read in (findings.criteria, findings.families, findings.selection, findings.compartments)
+        if read in (findings.criteria, findings.families, findings.selection, findings.compartments, findings.wave)
         else (lambda folder: read(folder, stem))
     )
     with pytest.raises(ValueError, match=reason) as caught:

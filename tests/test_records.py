@@ -476,14 +476,25 @@ def test_a_record_that_measured_nothing_in_a_block_is_refused(tmp_path):
 
 
 def test_the_records_are_the_protocol_folders_json_files_and_nothing_else(tmp_path, monkeypatch):
-    """A record spelt NAME.JSON would be left out of every table without a word (refused); a hidden folder
-    (.git, an editor's backup) holds no record; a records folder that is a file is said to be one."""
+    """A record spelt NAME.JSON or "NAME.json " or moved into a subfolder would be left out of every table
+    without a word, as would a protocol folder replaced by a file (all refused); a hidden folder (.git, an
+    editor's backup) holds no record; a records folder that is a file is said to be one."""
     path, _ = R.write_record(a_record(), tmp_path)
     (tmp_path / ".old").mkdir()
     (tmp_path / ".old" / "x.json").write_text("{}")
     assert R.record_paths(tmp_path) == [path]
-    path.rename(path.with_suffix(".JSON"))
-    with pytest.raises(R.RecordError, match=r"\['elsi-m3-seed0.JSON'\] end in another spelling of .json"):
+    for name in ("elsi-m3-seed0.JSON", "elsi-m3-seed0.json ", "old/elsi-m3-seed0.json"):
+        moved = path.parent / name
+        moved.parent.mkdir(exist_ok=True)
+        path.rename(moved)
+        with pytest.raises(R.RecordError, match=rf"\['{name.split('/')[0]}'\] are no records"):
+            R.read_records("table3_f32", tmp_path)
+        moved.rename(path)
+        if moved.parent != path.parent:
+            moved.parent.rmdir()
+    other = tmp_path / "table3"
+    other.write_text("")
+    with pytest.raises(R.RecordError, match="table3: a file where the protocol's folder of records belongs"):
         R.read_records("table3_f32", tmp_path)
     (tmp_path / "file").write_text("")
     with pytest.raises(R.RecordError, match="records folder .*file is a file, not a folder"):

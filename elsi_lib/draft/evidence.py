@@ -275,6 +275,18 @@ def criterion_line(evidence: dict, method: str | None = None) -> str | None:
         + (
             ""
             if method in (None, evidence["default_method"])
-            else f" by default; this answer compares --method {method}'s"
+            else f" by default; this answer compares --method {method}'s" + _own_criterion(evidence, method)
         )
     )
+
+
+def _own_criterion(evidence: dict, method: str) -> str:
+    """The pooled test of `method`'s own criterion, where it is another than the probe's error."""
+    criterion = criterion_of(method)
+    rows = [
+        r for r in evidence["pooled_criteria"] if r["criterion"] == criterion and r["outcome"] == "tau minus EAGLE3"
+    ]
+    if criterion in (None, "probe error") or not rows:
+        return ""
+    r = rows[0]
+    return f", whose {criterion} shows rho {r['pooled rho']:+.2f}, p = {r['p (stratified permutation)']:.3f} there"

@@ -442,9 +442,14 @@ def _check_refit(where: str, entry: dict, criterion: str, pts: list[dict]) -> No
     y = np.array([c["diff"] for c in pts], float)
     for kind in ("family", "pooled"):
         stored = entry[kind]
-        if stored is None:
-            continue
         refit = decision.fit([c["family"] for c in pts], x, y, pooled=kind == "pooled")
+        if stored is None:  # none only where no fit exists or no out-of-sample judgement (widen) was made
+            if refit is not None and entry.get("widen") is not None:
+                raise EvidenceUnavailable(
+                    f"{where}[{kind!r}]: no fit, but its {len(pts)} comparisons give one (the decision would fall "
+                    "back to another fit)"
+                )
+            continue
         differs = (
             refit is None
             or list(refit.columns) != stored["columns"]

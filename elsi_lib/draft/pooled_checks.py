@@ -54,6 +54,9 @@ def check_pooled_rows(data: dict, path) -> None:
             raise EvidenceUnavailable(f"{where}: a pooled criteria row listed twice ({pair})")
         pairs.add(pair)
         check_pooled(where, r, data["provenance"]["records"])
+    lacking = sorted({(c, o) for c in POOLED_CRITERIA for o in OUTCOMES} - pairs)
+    if lacking:  # a missing row reads as a criterion never tested: the default method would fall back unsaid
+        raise EvidenceUnavailable(f"{path}: pooled criteria rows for {lacking} missing: one per criterion and outcome")
     chooses = [name for name, m in METHODS.items() if m.criterion]
     if data["default_method"] not in chooses:
         raise EvidenceUnavailable(f"{path}: default_method {data['default_method']!r} is not one of {chooses}")

@@ -349,10 +349,14 @@ def record_paths(root: Path | None = None) -> list[Path]:
             "is it the records folder (ELSI_DRAFT_RECORDS)?"
         )
     paths = []
-    for folder in sorted(root / name for name in PROTOCOLS if (root / name).is_dir()):
-        odd = sorted(p.name for p in folder.iterdir() if p.suffix.lower() == ".json" and p.suffix != ".json")
-        if odd:
-            raise RecordError(f"{folder}: {odd} end in another spelling of .json: name each record <unit>.json")
+    for folder in sorted(root / name for name in PROTOCOLS if (root / name).exists()):
+        if not folder.is_dir():
+            raise RecordError(f"{folder}: a file where the protocol's folder of records belongs")
+        odd = sorted(
+            p.name for p in folder.iterdir() if not p.name.startswith(".") and not (p.is_file() and p.suffix == ".json")
+        )
+        if odd:  # read as no record, a ledger run would train it again
+            raise RecordError(f"{folder}: {odd} are no records: each record is a file <unit>.json")
         paths += sorted(folder.glob("*.json"))
     return paths
 

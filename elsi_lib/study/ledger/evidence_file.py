@@ -27,6 +27,7 @@ import pandas as pd
 from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
 from ...common.results import results_dir
 from ...draft.decision import fit, widening
+from ...draft.pooled_checks import OUTCOMES, POOLED_CRITERIA
 from ...draft.evidence import EVIDENCE_PATH, SCHEMA, canonical
 from ...draft.evidence_checks import CRITERIA, NODES
 from ...draft.evidence_checks import held_out
@@ -150,8 +151,12 @@ def build(folder: Path | None = None) -> dict:
     if table.empty:
         raise ValueError(f"records folder {root}: no draft compared with EAGLE3's, so nothing to give evidence of")
     pooled = pooled_criteria_rows(folder)
-    if not pooled:
-        raise ValueError(f"{Path(folder or results_dir()) / 'criteria_pooled.csv'}: no row (make ledger-tables)")
+    have = {(r["criterion"], r["outcome"]) for r in pooled}
+    lacking = sorted({(c, o) for c in POOLED_CRITERIA for o in OUTCOMES} - have)
+    if lacking:  # a row missing would read as a criterion never tested, and move the default method unsaid
+        raise ValueError(
+            f"{Path(folder or results_dir()) / 'criteria_pooled.csv'}: no row for {lacking} (make ledger-tables)"
+        )
     payload = {
         "schema": SCHEMA,
         "provenance": {

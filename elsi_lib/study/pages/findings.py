@@ -8,6 +8,7 @@ the pages show: `tables`). A file a page needs that is missing is a
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import re
@@ -63,8 +64,13 @@ def results_csv(
         raise MissingResult(f"{path}: a page of the site needs it (run the notebook that writes it)")
     try:
         rows = pd.read_csv(path, dtype={c: str for c in integers})
-    except (ValueError, pd.errors.ParserError) as err:
+        with open(path, newline="", encoding="utf-8-sig") as handle:
+            header = next(csv.reader(handle), [])
+    except (ValueError, pd.errors.ParserError, csv.Error) as err:
         raise ValueError(f"{path}: not a results CSV ({err})") from None
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:  # pandas renames the second "x" to "x.1" and the page reads the first without a word
+        raise ValueError(f"{path}: column(s) {twice} named twice in its header")
     enums, ranges = enums or {}, ranges or {}
     missing = [
         c for c in dict.fromkeys((*numbers, *texts, *integers, *enums, *ranges, *unique)) if c not in rows.columns
@@ -89,6 +95,11 @@ def results_csv(
         bad = np.flatnonzero(rows[column].isna().to_numpy() | (rows[column].astype(str).str.strip() == ""))
         if len(bad):
             raise ValueError(f"{path}, row {bad[0] + 2}: {column} is empty")
+        spaced = np.flatnonzero((rows[column].astype(str) != rows[column].astype(str).str.strip()).to_numpy())
+        if len(spaced):  # "x " is another row than "x" to every check of one row each
+            raise ValueError(
+                f"{path}, row {spaced[0] + 2}: {column} = {rows[column].iloc[spaced[0]]!r}: spaces around it"
+            )
     for column, allowed in enums.items():
         bad = np.flatnonzero(~rows[column].isin(list(allowed)).to_numpy(bool))
         if len(bad):
@@ -305,16 +316,35 @@ def criteria(folder):
         ("protocol", "outcome", "criterion"),
         integers=("prompts", "nodes", "drafts", "distinct sets"),
         enums={"criterion": POOLED_CRITERIA, "outcome": OUTCOMES},
-        ranges={"temperature": (0, 2), "rho": (-1, 1), "p (permutation)": (0, 1), "drafts": (3, np.inf)},
+        ranges={
+            "temperature": (0, 2),
+            "rho": (-1, 1),
+            "p (permutation)": (0, 1),
+            "drafts": (3, np.inf),
+            "prompts": (1, np.inf),
+            "nodes": (1, np.inf),
+            "low (questions and sets)": (-1, 1),
+            "high (questions and sets)": (-1, 1),
+        },
         unique=("protocol", "prompts", "temperature", "nodes", "criterion", "outcome"),
     )
+    both = ["low (questions and sets)", "high (questions and sets)"]  # a number, or empty: never text
+    for end in both:
+        parsed = pd.to_numeric(rows[end], errors="coerce")
+        bad = rows.index[parsed.isna() & rows[end].notna()]
+        if len(bad):
+            raise ValueError(f"{path}, row {bad[0] + 2}: {end} = {rows[end][bad[0]]!r}, not a number")
+        rows[end] = parsed
     for i, r in rows.iterrows():
-        low, high = r["low (sets)"], r["high (sets)"]
-        if not (low <= r.rho <= high and -1 <= low and high <= 1):  # the sets' bootstrap around its rho
-            raise ValueError(
-                f"{path}, row {i + 2}: rho {r.rho:+.3f} against its interval [{low:+.3f}, {high:+.3f}]: an interval "
-                "within [-1, 1] that holds its rho expected"
-            )
+        for kind in ("sets", "questions and sets"):  # each bootstrap's interval around its rho
+            low, high = r[f"low ({kind})"], r[f"high ({kind})"]
+            if kind != "sets" and pd.isna(low) and pd.isna(high):  # not resampled over questions: no interval
+                continue
+            if not (low <= r.rho <= high and -1 <= low and high <= 1):
+                raise ValueError(
+                    f"{path}, row {i + 2}: rho {r.rho:+.3f} against its interval ({kind}) [{low:+.3f}, {high:+.3f}]: "
+                    "an interval within [-1, 1] that holds its rho expected"
+                )
         if r["distinct sets"] > r.drafts or r["distinct sets"] < 1:
             raise ValueError(f"{path}, row {i + 2}: {r['distinct sets']} distinct sets of {r.drafts} drafts")
         try:  # a permutation p of its drafts' rho (notebook 08: 10,000 shuffles)

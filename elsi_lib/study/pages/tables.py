@@ -196,6 +196,8 @@ def table_markdown(folder: Path, stem: str) -> str:
 INTERVALS = {  # (low, high) -> the estimate they bound, the first of these columns a table has
     ("low", "high"): ("diff", "tau", "value"),
     ("diff low", "diff high"): ("minus EAGLE3",),
+    ("low (sets)", "high (sets)"): ("rho",),
+    ("low (questions and sets)", "high (questions and sets)"): ("rho",),
 }
 
 
