@@ -161,6 +161,7 @@ def test_an_engine_restriction_in_text_and_the_evidence(capsys, folder, data):
     code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json", "--engine", "sglang")
     result = json.loads(out)
     assert code == 0 and N_LAYERS - 1 not in result["layers"] and result["restriction"]["engine"] == "sglang"
+    assert N_LAYERS - 1 not in result["exhaustive_optimum"]["layers"]  # the optimum among the engine's sets too
     decision = result["decision"]
     assert (
         decision["default_set"] == [1, 3, 4] and decision["best_set"] == result["layers"]
@@ -262,6 +263,8 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         (["--out", a_file / "set.json"], "is not a folder"),
         (["--out", folder / "answer.json"], "lies inside --model"),  # else written into the model's folder
         (["--out", ev.EVIDENCE_PATH], "lies inside elsi's package"),  # else the evidence file is overwritten
+        (["--block", 1], "--block must be from 2 to 4096, got 1"),  # one row: every set's entropy is 0
+        (["--block", 10**12], "--block must be from 2 to 4096"),  # else a Gram torch cannot allocate
     ]
     for extra, message in cases:
         code, out, err = run(capsys, "select", *select_base(folder, data), *extra)

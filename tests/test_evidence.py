@@ -586,3 +586,14 @@ def test_the_bundled_weights_are_the_family_by_their_path_or_converted_folder(tm
     data[-1] ^= 1
     changed.write_bytes(bytes(data))
     assert ev.family_of(str(changed)) is None
+
+
+def test_the_criteria_line_quotes_the_answers_own_criterion(evidence):
+    """--method elsi's decision rests on set entropy: the line quotes that criterion's pooled test beside the
+    probe's, so the reader never takes the probe's rho for the criterion the answer used."""
+    line = ev.criterion_line(evidence, "elsi")
+    row = next(
+        r for r in evidence["pooled_criteria"] if r["criterion"] == "set entropy" and r["outcome"] == "tau minus EAGLE3"
+    )
+    assert f"whose set entropy shows rho {row['pooled rho']:+.2f}" in line
+    assert "whose" not in ev.criterion_line(evidence, evidence["default_method"])
