@@ -491,6 +491,13 @@ def _with(rows: list, i: int, **change) -> list:
         (_with(REPLY_ROWS, 1, same="maybe"), {}, "row 1: same = 'maybe': the column holds true/false"),
         ([{"target": "t", "ms per triple": -3.0, "all triples (s)": 1.0}], {}, "ms per triple = -3.0, not a positive"),
         ([{"target": "t", "ms per triple": 3.0, "all triples (s)": 0}], {}, r"all triples \(s\) = 0, not a positive"),
+        (
+            [{"measure": "draft", "value": -11.5, "unit": "ms per batch"}],
+            {},
+            r"value = -11.5 \(ms per batch\), not a positive",
+        ),
+        ([{"measure": "draft", "value": "fast", "unit": "tok/s"}], {}, r"value = 'fast' \(tok/s\), not a positive"),
+        ([{"measure": "draft", "value": 3.0, "unit": "tok/s"}, {}], {}, "row 1 holds no value"),
     ],
 )
 def test_what_any_benchmark_row_says_is_what_its_numbers_give(tmp_path, rows, settings, reason):

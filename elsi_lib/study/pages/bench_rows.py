@@ -3,7 +3,8 @@ rules a table on the benchmarks page is checked by before it is shown. Each name
 and the column it refuses.
 
 - a column of true/false holds nothing else (an empty cell, "" or null, is no value);
-- a time or a rate ("... ms", "... s", "seconds", "tok/s", "ms per ...", "... ms/round", "... (s)") positive;
+- a time or a rate ("... ms", "... s", "seconds", "tok/s", "ms per ...", "... ms/round", "... (s)", or a
+  "value" whose "unit" is one) positive; no row without a value;
 - a ratio "X / Y" what its row's "X ... ms" over "Y ... ms" give, within their rounding;
 - a speed ratio "vs X" its row's tok/s over the reference's (the row whose "vs X" is 1, else the
   settings' "X tok/s"), within their rounding; tok/s what tokens over seconds give;
@@ -65,9 +66,15 @@ def check_rows(rows: list[dict], path: Path, settings: dict | None = None) -> No
             raise ValueError(f"{path}: row {i}: {c} = {rows[i][c]!r}: the column holds true/false")
     timed = [c for c in columns if TIME.search(c)]
     for i, r in enumerate(rows):
+        if all(_empty(v) for v in r.values()):
+            raise ValueError(f"{path}: row {i} holds no value (an empty row of the table)")
         for c in timed:  # a number above 0, or no value ("", as a plain row's empty cells)
             if not _empty(r.get(c)) and not (_number(r[c]) and r[c] > 0):
                 raise ValueError(f"{path}: row {i}: {c} = {r[c]!r}, not a positive time or rate")
+        unit = r.get("unit")  # a "value" whose unit is a time or a rate ("tok/s", "ms per batch")
+        if isinstance(unit, str) and TIME.search(f"x {unit.split(' per ')[0]}") and not _empty(r.get("value")):
+            if not (_number(r["value"]) and r["value"] > 0):
+                raise ValueError(f"{path}: row {i}: value = {r['value']!r} ({unit}), not a positive time or rate")
         _check_ratios(r, i, columns, path)
         _check_taus(r, i, path)
         _check_counts(r, i, path, settings)

@@ -108,7 +108,8 @@ def table(path: Path) -> str:
         "| " + " | ".join(" ".join(str(r.get(c, "")).split()).replace("|", "\\|") for c in columns) + " |" for r in rows
     ]  # a cell on one line: a line break would end the table
     notes = record.get("notes") or ""
-    return "\n".join([head, "", *body] + (["", str(notes)] if notes else [])) + "\n"
+    notes = " ".join(str(notes).split())  # one paragraph: a line break could start a table or a heading
+    return "\n".join([head, "", *body] + (["", notes] if notes else [])) + "\n"
 
 
 if __name__ == "__main__":
