@@ -8,6 +8,8 @@ import gzip
 import json
 import zlib
 
+import pytest
+
 from conftest import make_conversations
 from elsi_lib.hidden.replies import generate_responses
 
@@ -187,3 +189,18 @@ def test_an_archive_whose_body_is_not_a_key_and_replies_is_skipped_naming_it(tmp
     assert same_making({"model": "m", "library": {}}, [folder]) == []
     err = capsys.readouterr().err
     assert all(f"a{n}.json.gz: unreadable archive" in err for n in range(4)), err
+
+
+def test_with_replies_takes_one_text_for_each_conversation_awaiting_one():
+    """A string is no list of replies (it would be read one reply a character), None is no text, and a
+    conversation that already ends with a reply would get a second assistant turn: each refused."""
+    from elsi_lib.hidden.replies import with_replies
+
+    asked = [[{"role": "user", "content": "hi"}], [{"role": "user", "content": "yo"}]]
+    assert with_replies(asked, ["a", "b"])[1][-1] == {"role": "assistant", "content": "b"}
+    with pytest.raises(TypeError, match="list of texts"):
+        with_replies(asked, "ab")
+    with pytest.raises(TypeError, match="list of texts"):
+        with_replies(asked, ["a", None])
+    with pytest.raises(ValueError, match=r"conversation\(s\) \[1\] do not end with a user turn"):
+        with_replies([asked[0], [*asked[1], {"role": "assistant", "content": "x"}]], ["a", "b"])

@@ -297,9 +297,14 @@ def same_making(key: dict, folders: list[Path]) -> list[tuple]:
 
 
 def with_replies(conversations: list[list[dict]], replies: list[str]) -> list[list[dict]]:
-    """Each conversation followed by its reply as an assistant turn."""
+    """Each conversation, ending with a user turn, followed by its reply (text) as an assistant turn."""
+    if isinstance(replies, (str, bytes)) or not all(isinstance(r, str) for r in replies):
+        raise TypeError("replies must be a list of texts, one a conversation")
     if len(replies) != len(conversations):
         raise ValueError(f"{len(replies)} replies for {len(conversations)} conversations")
+    ended = [i for i, c in enumerate(conversations) if not c or c[-1].get("role") != "user"]
+    if ended:  # a reply to a reply would be a second assistant turn
+        raise ValueError(f"conversation(s) {ended[:5]} do not end with a user turn: nothing to reply to")
     return [list(c) + [{"role": "assistant", "content": r}] for c, r in zip(conversations, replies)]
 
 
