@@ -61,13 +61,13 @@ def test_its_opening_numbers_are_the_evidence_files():
     assert f"on 4,744 prompts the probe's lead is not shown ({_cell(strong)}, {each} seed" in text
     assert strong["low"] <= 0 and strong["seeds"] == strong["baseline seeds"] and strong["prompts"] == 4744
     smol = one("table2_strong", "ELSI m=3", 0.0)
-    each = {1: "one", 2: "two", 3: "three"}[smol["seeds"]]
     probe = one("table2_strong", "probe m=3", 0.0)
+    words = {1: "one", 2: "two", 3: "three"}
     assert (
-        f"ELSI's and the probe's with their intervals below zero ({_cell(smol)} and {_cell(probe)}, {each} seeds each)"
-        in text
+        f"ELSI's and the probe's with intervals below zero ({_cell(smol)}, {words[smol['seeds']]} seeds against "
+        f"{words[smol['baseline seeds']]}; {_cell(probe)}, {words[probe['seeds']]} seeds each)" in text
     )
-    assert smol["high"] < 0 and probe["high"] < 0 and smol["seeds"] == smol["baseline seeds"] == probe["seeds"]
+    assert smol["high"] < 0 and probe["high"] < 0 and probe["seeds"] == probe["baseline seeds"]
     assert all(c["diff"] < 0 for c in rows if c["family"] == "smollm2-135m" and c["temperature"] == 0.0)
 
 
