@@ -9,7 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .speed import BENCH, _number, _positive, check_machine, check_timings, read_json, unique_runs
+from .cost_records import _number, _positive, check_machine, check_timings, read_json
+from .speed import BENCH, unique_runs
 
 
 def device_results(folder: Path = BENCH) -> list[dict]:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .speed import BENCH, MIN_QUESTIONS, TOLERANCE, _positive, check_machine, read_json
+from .cost_records import TOLERANCE, _positive, check_machine, read_json
+from .speed import BENCH, MIN_QUESTIONS
 
 MIN_REPEATS = 3  # the repeats of each generation a wall-clock claim needs
 

@@ -10,10 +10,9 @@ import json
 from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
+from .cost_records import check_machine, read_json
 from .speed import (
     BENCH,
-    check_machine,
-    read_json,
     cost_results,
     dtype_finding,
     finding,

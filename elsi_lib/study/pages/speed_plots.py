@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .speed import TOLERANCE, curve, label, predicted_chains
+from .cost_records import TOLERANCE
+from .speed import curve, label, predicted_chains
 
 
 def curves(results: list[dict]):
