@@ -9,6 +9,7 @@ load) and loaded from there afterwards.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -156,13 +157,25 @@ def _torch_dtype(dtype):
         raise ValueError(f"unknown dtype {dtype!r}; use e.g. 'float32' or 'bfloat16'") from None
 
 
+def _sha256_of(path: Path) -> str:
+    """sha256_file, once a process for a file of one size and modification time (a command asks for its
+    model's family several times; a GGUF is 100 MB and more)."""
+    stat = path.stat()
+    return _sha256_keyed(str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _sha256_keyed(path: str, size: int, mtime_ns: int) -> str:
+    return sha256_file(path)
+
+
 def bundled_weights_of(path: str | os.PathLike) -> str | None:
     """The registry name whose bundled weights `path` is: the GGUF itself (its sha256 the pinned one, or
     the installed file's), or the folder `converted_gguf_folder` made of it (its manifest names that
     sha256); None for anything else, and for a family whose package is not installed."""
     path = Path(path)
     if path.is_file() and path.suffix.lower() == ".gguf":
-        digest = sha256_file(path)
+        digest = _sha256_of(path)
     elif path.is_dir() and (path / MANIFEST).is_file():
         try:
             digest = json.loads((path / MANIFEST).read_text())["key"]["gguf_sha256"]
@@ -174,7 +187,7 @@ def bundled_weights_of(path: str | os.PathLike) -> str | None:
         known = entry.sha256
         if known is None and len(entry.files) == 1:
             try:
-                known = sha256_file(_package_file(entry, *entry.files[0]))
+                known = _sha256_of(_package_file(entry, *entry.files[0]))
             except ModelNotFoundError:
                 continue
         if known == digest:

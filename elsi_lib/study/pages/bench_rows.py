@@ -19,11 +19,9 @@ import math
 import re
 from pathlib import Path
 
+from .cost_records import _number
+
 TIME = re.compile(r"( ms| s|tok/s|seconds| \(s\))$|^ms | ms/")  # "draft ms", "all triples (s)", "ms per triple"
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _whole(value) -> bool:

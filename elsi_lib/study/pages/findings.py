@@ -51,13 +51,15 @@ def results_csv(
     enums: dict | None = None,
     ranges: dict | None = None,
     unique: tuple = (),
+    optional_numbers: tuple = (),
 ) -> pd.DataFrame:
     """A results CSV a page reads, checked as it is read, in every row (not only those `keep` keeps): its
     `numbers`, `texts` and `integers` columns there, every number finite, every text non-empty, every
     integer written as one; each `enums` column one of its values (a value spelt otherwise would drop a
     line without a word); each `ranges` column within its (low, high); no two rows alike in the `unique`
     columns (two would print two contradicting lines); then a row at least of those `keep` keeps
-    (`empty_ok`: a table of no rows says "none", as numeric_twins does before any twin is compared).
+    (`empty_ok`: a table of no rows says "none", as numeric_twins does before any twin is compared);
+    `optional_numbers` columns there, each cell a number or empty, read as floats.
     ValueError naming the file, the row and the column. Returns the rows kept."""
     path = folder / f"{stem}.csv"
     if not path.is_file():
@@ -73,7 +75,9 @@ def results_csv(
         raise ValueError(f"{path}: column(s) {twice} named twice in its header")
     enums, ranges = enums or {}, ranges or {}
     missing = [
-        c for c in dict.fromkeys((*numbers, *texts, *integers, *enums, *ranges, *unique)) if c not in rows.columns
+        c
+        for c in dict.fromkeys((*numbers, *texts, *integers, *enums, *ranges, *unique, *optional_numbers))
+        if c not in rows.columns
     ]
     if missing:
         raise ValueError(f"{path}: no column(s) {missing} (a page reads them)")
@@ -91,6 +95,12 @@ def results_csv(
         bad = np.flatnonzero(np.isinf(values) | (np.isnan(values) & (rows[column].notna().to_numpy() | read)))
         if len(bad):
             raise ValueError(f"{path}, row {bad[0] + 2}: {column} = {_cell(rows[column].iloc[bad[0]])}, not a number")
+    for column in optional_numbers:  # a number or empty (no value there), never text or infinite
+        parsed = pd.to_numeric(rows[column], errors="coerce")
+        bad = np.flatnonzero(((parsed.isna() & rows[column].notna()) | np.isinf(parsed.to_numpy(float))).to_numpy())
+        if len(bad):
+            raise ValueError(f"{path}, row {bad[0] + 2}: {column} = {_cell(rows[column].iloc[bad[0]])}, not a number")
+        rows[column] = parsed
     for column in texts:
         bad = np.flatnonzero(rows[column].isna().to_numpy() | (rows[column].astype(str).str.strip() == ""))
         if len(bad):
@@ -330,14 +340,8 @@ def criteria(folder):
             "high (questions and sets)": (-1, 1),
         },
         unique=("protocol", "prompts", "temperature", "nodes", "criterion", "outcome"),
+        optional_numbers=("low (questions and sets)", "high (questions and sets)"),  # empty: not resampled
     )
-    both = ["low (questions and sets)", "high (questions and sets)"]  # a number, or empty: never text
-    for end in both:
-        parsed = pd.to_numeric(rows[end], errors="coerce")
-        bad = rows.index[parsed.isna() & rows[end].notna()]
-        if len(bad):
-            raise ValueError(f"{path}, row {bad[0] + 2}: {end} = {rows[end][bad[0]]!r}, not a number")
-        rows[end] = parsed
     for i, r in rows.iterrows():
         for kind in ("sets", "questions and sets"):  # each bootstrap's interval around its rho
             low, high = r[f"low ({kind})"], r[f"high ({kind})"]
