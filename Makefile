@@ -227,8 +227,9 @@ ledger-%: venv models
 # From the drafts' records (data/drafts/): the paper's accepted-token tables in its layout with seed-level
 # intervals (data/results/<protocol>_records_<family>.*), then the one evidence file `elsi select` reads
 # (elsi_lib/evidence.json: the seed-level comparisons, the decision's fits judged leave one protocol out,
-# the pooled criteria test; schema, provenance, checksum). Rerun after a record lands (make ledger-*).
-evidence: venv
+# the pooled criteria test; schema, provenance, checksum). Rerun after a record lands (make ledger-*): it remakes
+# notebook 10's tables first, as the evidence refuses a criteria_pooled.csv the records do not give.
+evidence: venv ledger-tables
 	$(BIN)/python -m elsi_lib.study.ledger.paper_tables
 	$(BIN)/python -m elsi_lib.study.ledger.evidence_file
 

@@ -31,6 +31,7 @@ from .common.version import __version__
 from .draft import evidence as ev
 from .hidden import calibration, probe_capture, replies
 from .hidden.settings import CaptureSettings
+from .inputs.chat import render, reply_starts
 from .inputs.models import load_model
 from .inputs.weights import ModelNotFoundError
 from .inputs.prompts import calibration_prompts, conversations_hash, load_prompts, sample
@@ -117,6 +118,7 @@ class _Job:
             0
         ]
         self._replier: tuple[Any, Any] | None = self.loaded if args.reply_model in ("self", args.model) else None
+        _check_template(args, self.loaded[1], self.prompts)
         self.conversations: list[list[dict]] | None = None  # set by `_stats`: the conversations captured ...
         self.max_length: int | None = None  # ... and their max_length, the probe's data too
         self.probe: ProbeChoice | None = None  # set by `_selection` with --method probe: the answer's choice
@@ -126,6 +128,32 @@ class _Job:
         if self._replier is None:
             self._replier = load_model(args.reply_model)
         return self._replier
+
+
+def _check_template(args, tokenizer, prompts: list) -> None:
+    """Before any reply or capture: the model's chat template renders every conversation (a template that
+    refuses one, say a second user turn in a row, names it), and where the probe reads the replies, it
+    renders a reply after the prompt's generation prompt (a template that opens a thinking block in the
+    generation prompt alone does not, and the replies' tokens cannot be found)."""
+    for conversation in prompts:
+        try:
+            render(tokenizer, conversation, add_generation_prompt=conversation[-1]["role"] == "user")
+        except Exception as err:  # a template's own error (jinja's TemplateError, a raise_exception call)
+            raise UsageError(
+                f"{'--data' if args.data else 'the calibration mix'}: {args.model}'s chat template refuses the "
+                f"conversation starting {_opening(conversation)!r}: {type(err).__name__}: {err}"
+            ) from None
+    if getattr(args, "method", None) != "probe" or not getattr(tokenizer, "chat_template", None):
+        return
+    try:
+        reply_starts(tokenizer, [[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi."}]], 64)
+    except ValueError:
+        given = "" if "method" in getattr(args, "_given", {}) else " (the default)"
+        raise UsageError(
+            f"--method probe{given}: {args.model}'s chat template does not render a reply after the prompt's "
+            "generation prompt (it adds text there alone, such as an opening thinking block), so the probe "
+            "cannot find the replies' tokens; use --method elsi, which reads every position"
+        ) from None
 
 
 def _stats(args, job: _Job, *, with_probe: bool = False):
@@ -203,26 +231,23 @@ def _fixed_layers(method: str, n_layers: int):
     return rule(n_layers)
 
 
-def _restriction(args, job: _Job):
-    """The sets --engine can feed a draft on this model (`selection.feasible.restriction`), None without --engine."""
-
-    return restriction(args.engine, job.n_layers, job.architecture) if args.engine else None
-
-
-def _check_select(args, job: _Job) -> None:
+def _check_select(args, job: _Job):
     """The checks the model's layer count and architecture allow, before the capture: --m fits the
-    model and the engine's restriction; a fixed method's set is one the engine can feed."""
+    model and the engine's restriction; a fixed method's set is one the engine can feed. Returns the
+    sets --engine can feed a draft on this model (`selection.feasible.restriction`), None without --engine."""
 
-    N, restricted = job.n_layers, _restriction(args, job)
+    N = job.n_layers
+    restricted = restriction(args.engine, N, job.architecture) if args.engine else None
     if args.method in MEASURED:
         if args.m > N:
-            raise UsageError(f"--m {args.m} exceeds the model's {N} layers")
+            given = "" if "m" in getattr(args, "_given", {}) else " (the default)"
+            raise UsageError(f"--m {args.m}{given} exceeds the model's {N} layers")
         if restricted is not None:
             try:
                 check_size(restricted, args.m)
             except ValueError as err:
                 raise UsageError(f"--engine {args.engine} --m {args.m}: {err}") from None
-        return
+        return restricted
     try:
         layers = _fixed_layers(args.method, N)
     except ValueError as err:
@@ -230,6 +255,7 @@ def _check_select(args, job: _Job) -> None:
     problem = feasible(layers, N, args.engine, job.architecture) if args.engine else None
     if problem:
         raise UsageError(f"--engine {args.engine} cannot feed a draft --method {args.method}'s set {layers}: {problem}")
+    return restricted
 
 
 def _selection(Z, args, job=None, restricted=None) -> tuple[tuple, float]:
@@ -279,11 +305,10 @@ def cmd_select(args) -> str:
     except ev.EvidenceUnavailable as err:
         evidence, unavailable = None, str(err)
     job = _Job(args)
-    _check_select(args, job)
+    restricted = _check_select(args, job)
     stats, described = _stats(args, job, with_probe=METHODS[args.method].reads == "probe")
     model = job.loaded[0]
     Z, N = stats.Z, stats.Z.shape[0]
-    restricted = _restriction(args, job)
     layers, score = _selection(Z, args, job, restricted)
     probe = job.probe  # the probe's choice with --method probe, else None
     fragment = None
@@ -331,7 +356,7 @@ def cmd_select(args) -> str:
     if evidence is None:
         result["evidence"] = [f"evidence: unavailable: {unavailable}"]
     else:
-        result["evidence"] = ev.comparison_lines(evidence, args.model, args.method, len(layers))
+        result["evidence"] = ev.comparison_lines(evidence, args.model, args.method, len(layers), layers)
         result["evidence"] += [line for line in [ev.criterion_line(evidence, args.method)] if line]
     if probe is not None:
         result["probe"] = {"heldout_relative_error": probe.error, "ridge": probe.ridge, "search": probe.search}

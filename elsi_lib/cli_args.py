@@ -177,6 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args) -> None:
     """Every check the arguments alone allow, before any file is read or model loaded; fills in the
     defaults of --m, --k-beam and --k-expand (None in the parser, to tell an explicit value apart)."""
+    if not str(args.model).strip():
+        raise UsageError(
+            f"--model {args.model!r} is empty: give a bundled model's name (default smollm2-135m), a folder or a hub id"
+        )
     if args.prompts < 1:
         raise UsageError(f"--prompts must be at least 1, got {args.prompts}")
     if not 0 < args.rho <= 1:
@@ -185,6 +189,12 @@ def _check(args) -> None:
         raise UsageError(f"--block must be from 2 to {MAX_BLOCK}, got {args.block}")
     if args.seed < 0:
         raise UsageError(f"--seed must be 0 or more (it seeds the sample and the bootstrap), got {args.seed}")
+    if args.command == "select" and args.method == "probe" and args.prompts < 2:  # it fits on some, judges on others
+        given = "" if "method" in getattr(args, "_given", {}) else " (the default)"
+        raise UsageError(
+            f"--prompts {args.prompts} with --method probe{given}: the probe is fitted on some conversations and "
+            "judged on held-out others, so it needs at least 2; pass more, or --method elsi"
+        )
     if args.command == "select":
         _check_method_options(args)
         _check_stability(args)
@@ -366,3 +376,14 @@ def _check_out_is_no_input(args) -> None:
             raise UsageError(
                 f"--out {args.out} lies inside {what}, which the command reads: write the answer elsewhere"
             )
+        linked = out.is_file() and next((f for f in _files_of(folder) if os.path.samefile(f, out)), None)
+        if linked:  # a hard link to one of its files, elsewhere: writing it would write that file
+            raise UsageError(f"--out {args.out} is {linked}, a file of {what}: the answer would overwrite it")
+
+
+def _files_of(folder: Path) -> list:
+    """The files directly in `folder`, and in its first level of subfolders (a model folder's layout)."""
+    found = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
+    for sub in [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []:
+        found += [p for p in sub.iterdir() if p.is_file()]
+    return found

@@ -270,6 +270,17 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         code, out, err = run(capsys, "select", *select_base(folder, data), *extra)
         assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
     assert "holds only 24 conversations" in run(capsys, "select", *select_base(folder, data), "--prompts", 25)[2]
+    linked = tmp_path / "linked.json"
+    os.link(folder / "config.json", linked)  # a hard link to the model's own config, outside its folder
+    defaults = [
+        (["--prompts", 1], "--prompts 1 with --method probe (the default): the probe is fitted on some"),
+        (["--model", " "], "--model ' ' is empty: give a bundled model's name"),
+        (["--out", linked], f"is {folder / 'config.json'}, a file of --model"),
+    ]
+    for extra, message in defaults:  # the default method, the probe, where no --method is given
+        code, out, err = run(capsys, "select", *base(folder, data), *extra)
+        assert code == 2 and message in err and not out and "Traceback" not in err, (extra, err)
+    assert linked.read_text() == (folder / "config.json").read_text()
 
 
 def test_stability_needs_prompts_to_resample_and_a_sane_number_of_resamples(capsys, folder, data, no_capture):
@@ -717,3 +728,46 @@ def test_a_set_size_the_ledger_never_drafted_answers_with_the_criterions_set(cap
     result = json.loads(out)
     assert code == 0 and result["decision"]["verdict"] == "no verdict" and "4-layer set" in result["decision"]["reason"]
     assert result["recommended_layers"] == result["layers"] and len(result["vllm_layer_ids"]) == 4
+
+
+def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_before_the_capture(
+    capsys, folder, data, tmp_path, monkeypatch
+):
+    """A chat template that raises on a conversation (roles that must alternate) is named with the
+    conversation, and one whose generation prompt is not where the reply follows (a thinking block opened
+    there alone) is refused for the probe, the default, with the method that works: before any reply is
+    generated or any capture made."""
+    from conftest import CHAT_TEMPLATE
+
+    from elsi_lib.hidden import capture
+
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(capture, "capture_variants", lambda *a, **k: pytest.fail("captured before the checks"))
+    strict = tmp_path / "strict"
+    strict.mkdir()
+    for f in folder.iterdir():
+        (strict / f.name).write_bytes(f.read_bytes())
+    config = json.loads((strict / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for m in messages %}{% if not loop.first and m['role'] == messages[loop.index0 - 1]['role'] %}"
+        "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}{% endfor %}"
+        + CHAT_TEMPLATE
+    )
+    (strict / "tokenizer_config.json").write_text(json.dumps(config))
+    (strict / "chat_template.jinja").unlink(missing_ok=True)
+    lone = tmp_path / "lone.jsonl"
+    turns = [("human", "a question asked twice"), ("human", "asked again"), ("gpt", "an answer")]
+    lone.write_text(json.dumps({"conversations": [{"from": f, "value": v} for f, v in turns]}) + "\n")
+    code, _, err = run(capsys, "select", *base(strict, lone), "--prompts", 1, "--method", "elsi")
+    assert code == 2 and "chat template refuses the conversation starting 'a question asked twice'" in err
+    assert "Conversation roles must alternate" in err
+    thinking = tmp_path / "thinking"
+    thinking.mkdir()
+    for f in folder.iterdir():
+        (thinking / f.name).write_bytes(f.read_bytes())
+    config["chat_template"] = CHAT_TEMPLATE.replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n<think>\n'")
+    assert config["chat_template"] != CHAT_TEMPLATE
+    (thinking / "tokenizer_config.json").write_text(json.dumps(config))
+    (thinking / "chat_template.jinja").unlink(missing_ok=True)
+    code, _, err = run(capsys, "select", *[a for a in base(thinking, data) if a != "--method"])
+    assert code == 2 and "--method probe (the default)" in err and "use --method elsi" in err

@@ -5,6 +5,7 @@ drafts."""
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from scipy import stats as scipy_stats
 from elsi_lib.draft import evidence as ev
 from elsi_lib.draft.decision import decide, fit, widening
 from elsi_lib.common.cachefiles import REPO_ROOT
+from elsi_lib.inputs.models import REGISTRY
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +105,12 @@ def test_a_thin_ledger_fits_nothing():
     assert fit(["a", "a"], [0.0, 1.0], [0.0, 1.0], pooled=True) is None  # no residual degree of freedom
     assert fit(["a"] * 4, [1.0] * 4, [0.0, 1.0, 2.0, 3.0], pooled=True) is None  # one criterion value
     assert fit(["a"] * 4, [0.0, 1.0, float("nan"), 3.0], [0.0, 1.0, 2.0, 3.0], pooled=True) is None
+    # x varies, but only between the families: their intercepts take it all, no slope is left to fit
+    assert fit(["a", "a", "b", "b", "b"], [0.0, 0.0, 1.0, 1.0, 1.0], [0.1, 0.2, 0.3, 0.4, 0.5], pooled=False) is None
+    up = fit(["a"] * 3, [0.0, 1.0, 2.0], [0.0, 0.5, 1.01], pooled=True)
+    for nan in (float("nan"), float("inf")):  # a criterion difference that is no number gives no verdict
+        made = decide({0.0: {"family": None, "pooled": up}}, None, nan, (5, 6), (1, 2))
+        assert made.verdict == "no verdict" and "nothing to predict from" in made.reason
 
 
 def test_intervals_are_widened_to_cover_out_of_sample(evidence):
@@ -133,20 +141,30 @@ def test_a_bundled_family_is_matched_as_users_name_it(name, family, tmp_path):
     name = name.format(tmp=tmp_path)
     if "nowhere" not in name and name.startswith(str(tmp_path)):
         Path(name).mkdir(parents=True)
-        layers = 24 if "Qwen" in name else 30
-        (Path(name) / "config.json").write_text(json.dumps({"num_hidden_layers": layers}))
+        (Path(name) / "config.json").write_text(
+            json.dumps(_config("qwen2.5-coder-0.5b" if "Qwen" in name else "smollm2-135m"))
+        )
     assert ev.family_of(name) == family
 
 
+def _config(family: str, **changes) -> dict:
+    """A config.json of the family's shape (what a hub download of it holds), with `changes`."""
+    entry = REGISTRY[family]
+    shape = {"num_hidden_layers": entry.n_layers, "hidden_size": entry.hidden_size, "vocab_size": entry.vocab_size}
+    return {**shape, **changes}
+
+
 def test_a_folder_named_as_the_family_holding_another_model_is_not_the_family(tmp_path):
-    """A folder named Qwen2.5-Coder-0.5B-Instruct whose config gives 30 layers (another model saved under
-    that name) would get the family's fit and drafts: it is no family, nor is a folder without a config."""
+    """A folder named Qwen2.5-Coder-0.5B-Instruct whose config gives 30 layers, or the family's 24 layers at
+    another width or vocabulary (another model saved under that name) would get the family's fit and
+    drafts: it is no family, nor is a folder without a config."""
     folder = tmp_path / "Qwen2.5-Coder-0.5B-Instruct"
     folder.mkdir()
     assert ev.family_of(str(folder)) is None
-    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 30}))
-    assert ev.family_of(str(folder)) is None
-    (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", "num_hidden_layers": 24}))
+    for other in ({"num_hidden_layers": 30}, {"hidden_size": 16}, {"vocab_size": 32000}):
+        (folder / "config.json").write_text(json.dumps(_config("qwen2.5-coder-0.5b", model_type="qwen2", **other)))
+        assert ev.family_of(str(folder)) is None, other
+    (folder / "config.json").write_text(json.dumps(_config("qwen2.5-coder-0.5b", model_type="qwen2")))
     assert ev.family_of(str(folder)) == "qwen2.5-coder-0.5b"
 
 
@@ -154,11 +172,11 @@ def test_a_hub_id_that_names_a_local_folder_is_judged_by_the_folder(tmp_path, mo
     """Where a hub id is also a folder here, the loader reads the folder: its config decides the family."""
     folder = tmp_path / "HuggingFaceTB" / "SmolLM2-135M-Instruct"
     folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 12}))
+    (folder / "config.json").write_text(json.dumps(_config("smollm2-135m", num_hidden_layers=12)))
     monkeypatch.chdir(tmp_path)
     assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct") is None
     assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct/") is None
-    (folder / "config.json").write_text(json.dumps({"num_hidden_layers": 30}))
+    (folder / "config.json").write_text(json.dumps(_config("smollm2-135m")))
     assert ev.family_of("HuggingFaceTB/SmolLM2-135M-Instruct") == "smollm2-135m"
 
 
@@ -172,6 +190,18 @@ def test_comparison_lines_say_the_seeds(evidence):
     )
 
 
+def test_comparison_lines_say_when_the_drafts_set_is_not_the_answers(evidence):
+    """The method's drafts may have chosen another set than this answer (another restriction, other data):
+    said in the line; EAGLE2's drafts read the state after the final norm, which no engine id of the last
+    layer gives: never quoted for its set."""
+    mine = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3, (1, 22, 23))[0]
+    assert "(layers 1 22 23) on" in mine
+    other = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3, (1, 11, 22))[0]
+    assert "(layers 1 22 23, not this answer's set) on" in other
+    (eagle2,) = ev.comparison_lines(evidence, "smollm2-135m", "eagle2", 1, (29,))
+    assert eagle2.startswith("evidence: none for this set: the EAGLE2 drafts here read") and "[" not in eagle2
+
+
 def test_the_default_method_is_the_files(evidence):
     from elsi_lib.cli_args import build_parser
 
@@ -183,7 +213,8 @@ def test_the_default_method_is_the_files(evidence):
     assert line is not None and f"rho {row['pooled rho']:+.2f}" in line
     assert ev.criterion_line(evidence, evidence["default_method"]) == line  # the answer used the default
     other = "elsi" if evidence["default_method"] == "probe" else "probe"
-    assert f"by default; this answer compares --method {other}'s" in ev.criterion_line(evidence, other)
+    assert f"by default; this answer compares --method {other}'s set" in ev.criterion_line(evidence, other)
+    assert ev.criterion_line(evidence, "eagle2").endswith("this answer compares --method eagle2's set")
 
 
 def _every_fit(data: dict, **change) -> None:
@@ -564,6 +595,46 @@ def test_the_evidence_builder_writes_nothing_it_cannot_make_whole(tmp_path, monk
         evidence_file.main(["--out", str(tmp_path)])
     assert "is a folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_the_evidence_builder_refuses_a_pooled_test_the_records_no_longer_give(tmp_path, monkeypatch):
+    """criteria_pooled.csv made before a record was added or removed would carry its drafts into the
+    default method and the criteria line: the builder compares it with what the records give now."""
+    from elsi_lib.study.ledger import evidence_file
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
+    committed = (REPO_ROOT / "data" / "results" / "criteria_pooled.csv").read_text()
+    (tmp_path / "criteria_pooled.csv").write_text(committed)
+    n = int(committed.splitlines()[1].split(",")[2])  # the drafts column
+    fewer = re.sub(r"(?m)^([^,\n]*,[^,\n]*,)(\d+),", lambda m: f"{m[1]}{int(m[2]) - 1},", committed)
+    assert fewer != committed  # what the records would give with one draft less
+    monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": fewer})
+    with pytest.raises(
+        ValueError, match=rf"not what the records give now \(it pools {n} drafts, the records {n - 1}\)"
+    ):
+        evidence_file.build(tmp_path)
+    monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": committed})
+    assert evidence_file.build(tmp_path)["pooled_criteria"] == evidence_file.pooled_criteria_rows(tmp_path)
+
+
+def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_beside_it(tmp_path, monkeypatch):
+    """A file `elsi select` would refuse is never written (the committed one stays); an --out elsewhere gets
+    its comparisons table beside it, leaving the results folder's (the package file's) as it was."""
+    from elsi_lib.study.ledger import evidence_file
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
+    monkeypatch.setenv("ELSI_RESULTS", str(tmp_path / "results"))
+    good = ev.load()
+    out = tmp_path / "out" / "evidence.json"
+    out.parent.mkdir()
+    monkeypatch.setattr(evidence_file, "build", lambda: {**good, "default_method": "elsi"})  # its checksum no longer
+    with pytest.raises(SystemExit, match="nothing written: the file made would be refused as it is read: .*checksum"):
+        evidence_file.main(["--out", str(out)])
+    assert not out.exists() and not (tmp_path / "results").exists()
+    monkeypatch.setattr(evidence_file, "build", lambda: good)
+    evidence_file.main(["--out", str(out)])
+    assert ev.load(out) == good
+    assert (out.parent / "comparisons_seed_level.csv").is_file() and not (tmp_path / "results").exists()
 
 
 def test_the_bundled_weights_are_the_family_by_their_path_or_converted_folder(tmp_path):

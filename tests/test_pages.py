@@ -459,6 +459,18 @@ def test_any_benchmark_record_a_page_shows_is_checked(tmp_path, record, reason):
     assert "bench_x.json" in str(caught.value)
 
 
+def test_a_records_column_names_and_notes_stay_inside_its_table(tmp_path):
+    """A column named with a "|" would shift the table's cells, and notes opening with "##" or "1." would
+    read as a heading or a list: escaped, so the page shows the record as it is."""
+    from elsi_lib.study.pages import speed_page
+
+    rows = [{"shape | size": r["shape"], **{k: v for k, v in r.items() if k != "shape"}} for r in ROWS]
+    for notes, shown in (("## not a heading", "\\## not a heading"), ("1. not a list", "1\\. not a list")):
+        (tmp_path / "bench_x.json").write_text(json.dumps({**_bench(rows), "notes": notes}))
+        text = speed_page.table(tmp_path / "bench_x.json")
+        assert "| shape \\| size | float32 ms |" in text and text.rstrip().endswith(shown)
+
+
 ENGINE_ROWS = [
     {"draft": "plain decoding", "k": "", "tau vLLM": "", "tok/s": 12.4, "vs plain": 1.0, "outputs equal": ""},
     {"draft": "ELSI m=3", "k": 1, "tau vLLM": 1.177, "tok/s": 13.5, "vs plain": 1.09, "outputs equal": 12},

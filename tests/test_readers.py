@@ -249,3 +249,16 @@ def test_a_key_given_twice_in_a_record_is_refused(tmp_path, shape):
     path.write_text(text)
     with pytest.raises(readers.DataFormatError, match=r"dup\.jsonl?:(1: )?.*key 'from' appears twice"):
         load_prompts(path)
+
+
+@pytest.mark.parametrize("shape", ["jsonl", "array", "object"])
+def test_a_record_nested_past_what_json_reads_is_refused_naming_the_file(tmp_path, shape):
+    """A value nested 100,000 deep raises Python's RecursionError in json: refused as a data error naming
+    the file, never a crash without one."""
+    deep = "[" * 100_000 + "]" * 100_000
+    record = '{"conversations": [{"from": "human", "value": "hi", "x": ' + deep + "}]}"
+    text = {"jsonl": record + "\n", "array": f"[{record}]", "object": record.replace(", ", ",\n")}[shape]
+    path = tmp_path / f"deep.{'jsonl' if shape == 'jsonl' else 'json'}"
+    path.write_text(text)
+    with pytest.raises(readers.DataFormatError, match=r"deep\.jsonl?:(1: )?.*nested too deeply"):
+        load_prompts(path)

@@ -18,7 +18,10 @@ def test_its_evidence_line_is_the_committed_results():
     text = README.read_text()
     quoted = [line for line in text.splitlines() if line.startswith("evidence: ")]
     assert quoted, "the README's example shows no evidence line"
-    assert quoted[0] == ev.comparison_lines(ev.load(), "smollm2-135m", "probe", 3)[0]  # the default method's
+    answer = re.search(r"^probe m=3 +\(([\d, ]+)\)", text, re.M)  # the example's set, which the line compares
+    assert answer, "the README's example shows no probe m=3 row"
+    layers = tuple(int(x) for x in answer[1].split(","))
+    assert quoted[0] == ev.comparison_lines(ev.load(), "smollm2-135m", "probe", 3, layers)[0]  # the default method's
 
 
 def test_what_it_names_exists():

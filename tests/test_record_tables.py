@@ -133,6 +133,25 @@ def test_each_seed_is_compared_with_eagle3s_same_seed(tmp_path, monkeypatch):
     assert set(found.family) == {"qwen2.5-coder-0.5b"} and set(found.prompts) == {936}  # what `elsi select` reads
 
 
+def test_a_method_without_the_first_seed_is_refused_not_dropped_from_the_pooled_drafts(tmp_path, monkeypatch):
+    """The pooled test compares each protocol's drafts at its first seed: a method recorded only at later
+    seeds would vanish from it unsaid (while the evidence's comparisons still list it): refused, naming the
+    method, the seeds it has and the seed it lacks."""
+    from test_records import a_record
+
+    from elsi_lib.study.ledger import draft_records as R
+    from elsi_lib.study.ledger.record_tables import drafts
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    own = {"eagle3": {"label": "EAGLE3", "layers": "1 11 20"}, "elsi-m3": {"label": "ELSI m=3"}}
+    for method, seed, tau in [("eagle3", 0, 1.5), ("eagle3", 1, 1.52), ("elsi-m3", 1, 1.53), ("elsi-m3", 2, 1.55)]:
+        R.write_record({**a_record("table3_f32", method, seed=seed, tau=tau), **own[method]}, tmp_path)
+    with pytest.raises(ValueError, match=r"ELSI m=3 has drafts at seed\(s\) \[1, 2\] but none at seed 0"):
+        drafts(("table3_f32",))
+    R.write_record({**a_record("table3_f32", "elsi-m3", seed=0, tau=1.6), **own["elsi-m3"]}, tmp_path)
+    assert len(drafts(("table3_f32",))) == 2  # EAGLE3's and ELSI's at seed 0
+
+
 def test_a_constant_criterion_is_left_out_of_the_observed_rho_and_the_null_alike():
     """A protocol whose criterion never varies has no ranking to test: with it left out of both sides,
     the pooled p-value is the one the other protocols give alone (it is about 60 times too small

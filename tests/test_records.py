@@ -213,6 +213,19 @@ def test_the_ledger_lists_its_units_in_order_and_which_are_present(tmp_path, mon
     assert len(table) == len(protocol("table3_f32").ledger) == 16
 
 
+def test_a_record_outside_the_ledger_fills_none_of_its_units(tmp_path, monkeypatch, capsys):
+    """A seed the ledger does not name is listed, but counts toward no unit: the status line (the one
+    `make ledger-status` shows) says how many of the ledger's units are present, and the record apart."""
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    R.write_record(a_record(seed=0), tmp_path)
+    R.write_record(a_record(seed=7, tau=1.6), tmp_path)
+    assert owed_units.main(["table3_f32"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("table3_f32: 1 of 16 units present (1 record(s) outside the ledger)"), last
+    both = owed_units.counts(owed_units.table_ledgers("table3"))
+    assert both.loc["table3_f32", ["present", "owed", "units"]].tolist() == [1, 15, 16]
+
+
 def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     R.write_record(a_record(), tmp_path)
@@ -396,6 +409,13 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     with pytest.raises(R.RecordError, match="every tau is within 0.001 of elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     copied.unlink()
+    for row in (0, 1):  # a copy with one tau set to NaN, the first or another: still a copy
+        blanked = a_record(seed=1)
+        blanked["questions"][row] = [*blanked["questions"][row][:4], float("nan")]
+        copied, _ = R.write_record(blanked, tmp_path)
+        with pytest.raises(R.RecordError, match="every tau is within 0.001 of elsi-m3-seed0.json's"):
+            R.read_records("table3_f32", tmp_path)
+        copied.unlink()
     nudged = a_record(seed=1)  # the same taus, each moved by 4e-4 (rounded): still one draft recorded twice
     nudged["questions"] = [[*row[:4], row[4] + 4e-4] for row in nudged["questions"]]
     copied, _ = R.write_record(nudged, tmp_path)

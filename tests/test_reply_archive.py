@@ -79,6 +79,33 @@ def test_shipped_replies_are_read_and_never_written(tiny_model, tiny_tokenizer, 
     assert calls and "unreadable archive" in capsys.readouterr().err
 
 
+def test_an_edited_generation_config_gets_new_replies_and_a_plain_one_keeps_the_old_keys(
+    tiny_model, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """`generate` reads the generation config's end-of-sequence ids and processors in greedy decoding too:
+    a generation_config.json whose eos_token_id or repetition penalty was edited gets its own replies, never
+    the cached ones; one that only mirrors the model's config adds nothing to the key (old archives hold)."""
+    from elsi_lib.hidden.replies import generation_changes
+
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    prompts = make_conversations(3)
+    assert generation_changes(tiny_model) == {}
+    first = generate_responses(tiny_model, tiny_tokenizer, prompts, **SETTINGS)
+    calls = counted(tiny_model, monkeypatch)
+    config = tiny_model.generation_config
+    for name, value in (("eos_token_id", 5), ("repetition_penalty", 1.3), ("no_repeat_ngram_size", 2)):
+        monkeypatch.setattr(config, name, value)
+        calls.clear()
+        generate_responses(tiny_model, tiny_tokenizer, prompts, **SETTINGS)
+        assert calls, f"{name} {value}: the replies cached before it were used"
+        assert name in generation_changes(tiny_model)
+        monkeypatch.undo()
+        calls = counted(tiny_model, monkeypatch)
+        monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    calls.clear()
+    assert generate_responses(tiny_model, tiny_tokenizer, prompts, **SETTINGS) == first and calls == []
+
+
 def test_the_bundled_models_calibration_replies_ship_with_the_package(bundled, monkeypatch):
     """`elsi select --model smollm2-135m` on a cold cache reads its 200 calibration replies from the
     package (`make calibration-replies` after a change of model, library or settings makes this fail)."""

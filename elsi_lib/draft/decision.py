@@ -44,7 +44,7 @@ class Fit:
 
 def fit(groups: list[str], x: np.ndarray, y: np.ndarray, *, pooled: bool) -> Fit | None:
     """Least squares of y on one intercept ("pooled") or one per group (its family), and a slope on x;
-    None where the points leave no residual degree of freedom or x does not vary."""
+    None where the points leave no residual degree of freedom or x does not vary (within the groups)."""
     x, y = np.asarray(x, float), np.asarray(y, float)
     names = ["pooled"] if pooled else sorted(set(groups))
     if not len(y) or np.ptp(x) == 0 or not np.isfinite(np.r_[x, y]).all():
@@ -52,7 +52,7 @@ def fit(groups: list[str], x: np.ndarray, y: np.ndarray, *, pooled: bool) -> Fit
     intercepts = [np.ones(len(x))] if pooled else [np.array([g == name for g in groups], float) for name in names]
     X = np.column_stack([*intercepts, x])  # (points, intercepts + 1)
     df = len(y) - X.shape[1]
-    if df < 1:
+    if df < 1 or np.linalg.matrix_rank(X) < X.shape[1]:  # x constant within each family: no slope to fit
         return None
     xtx_inv = np.linalg.inv(X.T @ X)
     beta = xtx_inv @ X.T @ y
@@ -137,6 +137,9 @@ def decide(
         return Decision("keep the default", "the criterion's best set is the default set", default, best)
     if not fits:
         return Decision("no verdict", "the evidence holds no fit of the criterion's model", default, best)
+    if not np.isfinite(dscore):
+        reason = f"the criterion's difference between the two sets is {dscore}: nothing to predict from"
+        return Decision("no verdict", reason, default, best)
     if sizes is not None and len(best) not in sizes:
         fitted = ", ".join(map(str, sorted(sizes))) or "no"
         return Decision(

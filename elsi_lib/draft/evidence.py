@@ -47,10 +47,20 @@ def load(path: str | Path | None = None) -> dict:
     """The evidence file, checked: readable JSON, schema SCHEMA, the checksum its contents give."""
     path = Path(path or EVIDENCE_PATH)
     try:
-        data = json.loads(path.read_bytes(), object_pairs_hook=unique_keys)
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise EvidenceUnavailable(f"no evidence file at {path} (make evidence writes it)") from None
-    except (OSError, ValueError, RecursionError) as err:
+    except OSError as err:
+        raise EvidenceUnavailable(f"{path} is not readable JSON ({err})") from None
+    return checked(raw, path)
+
+
+def checked(raw: bytes, path: Path) -> dict:
+    """The evidence file's bytes `raw` (named `path` in errors) as `load` reads them, checked: the builder
+    runs this on what it made before writing it, so it never writes a file the reader refuses."""
+    try:
+        data = json.loads(raw, object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError) as err:
         raise EvidenceUnavailable(f"{path} is not readable JSON ({err})") from None
     if not isinstance(data, dict) or type(data.get("schema")) is not int or data["schema"] != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else type(data).__name__
@@ -89,30 +99,34 @@ def current() -> dict:
 def family_of(model: str) -> str | None:
     """The bundled family a model name means, as the registry matches it: its registry name exactly, its
     hub id in any capitals, or an existing folder named as the hub id's last part (where a hub download
-    lands) whose config.json has the family's layer count; else None. Another owner's hub id of the same
-    name ("someone/SmolLM2-135M-Instruct", a fine-tune perhaps), a folder of another model under that
-    name, and a name ending in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base model, not
-    the instruct one the evidence was measured on) are not the family."""
+    lands) whose config.json has the family's shape (layers, d, vocabulary); else None. Another owner's hub
+    id of the same name ("someone/SmolLM2-135M-Instruct", a fine-tune perhaps), a folder of another model
+    under that name, and a name ending in the registry name alone (HuggingFaceTB/SmolLM2-135M: the base
+    model, not the instruct one the evidence was measured on) are not the family."""
     if str(model) in FAMILY_ALIASES:  # a registry name is the bundled model, as the loader reads it
         return str(model)
     name = str(model).rstrip("/")
     folder = Path(name).name.lower() if Path(name).is_dir() else None  # what the loader reads is a folder then
     for family, aliases in FAMILY_ALIASES.items():
         if folder is not None and (folder in aliases[1:] or name.lower() in aliases):
-            return family if _layer_count(Path(name)) == REGISTRY[family].n_layers else None  # its config decides
+            entry = REGISTRY[family]
+            shape = (entry.n_layers, entry.hidden_size, entry.vocab_size)
+            return family if _shape(Path(name)) == shape else None  # its config decides
         if folder is None and name.lower() in aliases:
             return family
     return bundled_weights_of(name)  # the bundled GGUF by its path, or the folder elsi converted it into
 
 
-def _layer_count(folder: Path) -> int | None:
-    """The decoder layers a model folder's config.json gives (None without a readable one)."""
+def _shape(folder: Path) -> tuple | None:
+    """(decoder layers, d, vocabulary) of a model folder's config.json (None without a readable one)."""
     try:
         config = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError, RecursionError):
         return None
-    count = config.get("num_hidden_layers") if isinstance(config, dict) else None
-    return count if isinstance(count, int) else None
+    if not isinstance(config, dict):
+        return None
+    config = config.get("text_config", config) if isinstance(config.get("text_config"), dict) else config
+    return tuple(config.get(k) for k in ("num_hidden_layers", "hidden_size", "vocab_size"))
 
 
 def label(method: str, m: int) -> str | None:
@@ -219,12 +233,18 @@ def rests_on(evidence: dict, method: str) -> list[str]:
     return lines
 
 
-def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[str]:
+def comparison_lines(evidence: dict, model: str, method: str, m: int, layers: tuple | None = None) -> list[str]:
     """The family's drafts of `method`'s set against EAGLE3's, per protocol (the most training prompts
-    first, then the most seeds), at the seed level, at NODES nodes."""
+    first, then the most seeds), at the seed level, at NODES nodes; a protocol whose drafts of the method
+    chose another set than `layers` (the answer's, where given) says so."""
     family, name = family_of(model), label(method, m)
     if method == "eagle3":
         return ["evidence: EAGLE3's fixed set is the baseline every trained draft here is compared with"]
+    if method == "eagle2":  # as `measured`: its drafts here read another state than an engine's id of the layer
+        return [
+            "evidence: none for this set: the EAGLE2 drafts here read the last layer's state after the final norm, "
+            "while an engine's id of the last layer gives its state before it"
+        ]
     rows = [
         c
         for c in evidence["comparisons"]
@@ -246,9 +266,10 @@ def comparison_lines(evidence: dict, model: str, method: str, m: int) -> list[st
         c = mine[0]
         seeds = f"{c['seeds']} seed{'s' * (c['seeds'] > 1)} against EAGLE3's {c['baseline seeds']}"
         seeds += "" if c["seed level"] == "yes" else ", seed variance not measured"
+        other = layers is not None and c["layers"] != " ".join(map(str, sorted(layers)))
         lines.append(
-            f"{name} drafts (layers {c['layers']}) on {family} ({protocol}: {c['prompts']:,} training prompts, {seeds}): tau minus "
-            f"EAGLE3's at {NODES} nodes {cells}"
+            f"{name} drafts (layers {c['layers']}{', not this answer' + chr(39) + 's set' if other else ''}) on {family} "
+            f"({protocol}: {c['prompts']:,} training prompts, {seeds}): tau minus EAGLE3's at {NODES} nodes {cells}"
         )
     return ["evidence: " + lines[0], *("  " + line for line in lines[1:])]
 
@@ -275,7 +296,7 @@ def criterion_line(evidence: dict, method: str | None = None) -> str | None:
         + (
             ""
             if method in (None, evidence["default_method"])
-            else f" by default; this answer compares --method {method}'s" + _own_criterion(evidence, method)
+            else f" by default; this answer compares --method {method}'s set" + _own_criterion(evidence, method)
         )
     )
 

@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 
 import torch
+from transformers import GenerationConfig
 
 from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
 from ..inputs.prompts import conversations_hash
@@ -77,6 +78,9 @@ def generate_responses(
         **({"temperature": float(temperature), "seed": int(seed)} if temperature > 0 else {}),
         **({"ids": True} if with_ids else {}),
     }
+    changes = generation_changes(model)
+    if changes:  # a generation config that only mirrors the model's config adds nothing (nor changes old keys)
+        key["generation"] = changes
     path = keyed_path("responses", key, suffix=".json")
     archived = Path(archive) / f"{path.name}.gz" if archive is not None and cache else None
     read_only = Path(shipped) / f"{path.name}.gz" if shipped is not None and cache else None
@@ -182,6 +186,57 @@ class GumbelSampler:
         )  # (b, V) uniform
         gumbel = -torch.log(-torch.log(noise.clamp(1e-300, 1 - 1e-16)))
         return (scores.double() / self.temperature + gumbel.to(scores.device)).to(scores.dtype)
+
+
+# What `generate` reads from a model's generation config in greedy decoding, beyond the model's config
+# (which `model_fingerprint` covers): its logits processors and search. Sampling settings (temperature,
+# top_p, top_k) are not read with do_sample=False.
+GREEDY_FIELDS = (
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "bad_words_ids",
+    "sequence_bias",
+    "encoder_repetition_penalty",
+    "min_length",
+    "min_new_tokens",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "exponential_decay_length_penalty",
+    "num_beams",
+    "penalty_alpha",
+    "stop_strings",
+)
+
+
+def generation_changes(model) -> dict:
+    """{field: value} of the model's generation config that change a greedy reply: each of GREEDY_FIELDS
+    set to other than `GenerationConfig`'s default, and end-of-sequence ids other than the model config's.
+    Part of the replies' key where not empty: a hub model whose generation_config.json is edited (its
+    eos_token_id, a repetition penalty) gets new replies, never the old ones."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return {}
+    default = GenerationConfig()
+    changes = {
+        name: _plain(getattr(config, name, None))
+        for name in GREEDY_FIELDS
+        if getattr(config, name, None) != getattr(default, name, None)
+    }
+    own = getattr(model.config, "eos_token_id", None)
+    own = [int(e) for e in (own if isinstance(own, (list, tuple)) else [own])] if own is not None else []
+    if eos_ids(model) != own:
+        changes["eos_token_id"] = eos_ids(model)
+    return changes
+
+
+def _plain(value):
+    """A generation-config value as the key's JSON holds it (a tuple-keyed sequence_bias by its repr)."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _check_plain_sampling(model) -> None:

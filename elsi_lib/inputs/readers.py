@@ -93,6 +93,9 @@ BOM = "\ufeff"  # a UTF-8 byte-order mark some editors write first: not part of 
 SHAPES = "expected JSON Lines (one JSON record per line) or a JSON array of records ([{...}, {...}])"
 
 
+TOO_DEEP = "a value nested too deeply to read (no conversation record nests more than a few levels)"
+
+
 def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
     """(line number, record) of each non-blank line of a JSON Lines file."""
     with open(path, "rb") as handle:
@@ -108,6 +111,8 @@ def read_jsonl(path: Path) -> Iterator[tuple[int, object]]:
                 raise DataFormatError(f"{path}:{lineno}: malformed JSON ({err.msg}); {SHAPES}") from None
             except ValueError as err:  # a key twice: json would keep the last without a word
                 raise DataFormatError(f"{path}:{lineno}: {err}") from None
+            except RecursionError:
+                raise DataFormatError(f"{path}:{lineno}: {TOO_DEEP}") from None
             yield lineno, record
 
 
@@ -119,6 +124,8 @@ def _one_document(path: Path):
         return err
     except ValueError as err:  # a key twice
         raise DataFormatError(f"{path}: {err}") from None
+    except RecursionError:
+        raise DataFormatError(f"{path}: {TOO_DEEP}") from None
 
 
 def _array_records(text: str) -> Iterator[tuple[int, object]]:
@@ -148,6 +155,8 @@ def _read_records(path: Path) -> Iterator[tuple[int, object]]:
             raise DataFormatError(f"{path}:{err.lineno}: malformed JSON ({err.msg})") from None
         except ValueError as err:  # a key twice
             raise DataFormatError(f"{path}: {err}") from None
+        except RecursionError:
+            raise DataFormatError(f"{path}: {TOO_DEEP}") from None
         yield from _array_records(text)  # numbered by the line each record starts on
         return
     lines = read_jsonl(path)

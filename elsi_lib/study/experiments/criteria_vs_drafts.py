@@ -139,7 +139,18 @@ def _first_seed(rows, temperature, nodes):
     part = rows[(rows.temperature == temperature) & (rows.nodes == nodes)]
     if part.empty:
         raise ValueError(f"no rows at temperature {temperature} and {nodes} nodes")
-    part = part[part.seed == part.groupby(["protocol", "prompts"]).seed.transform("min")]
+    first = part.groupby(["protocol", "prompts"]).seed.transform("min")
+    lacking = part[~part.method.isin(part[part.seed == first].method) | part.method.isna()]
+    missing = lacking.groupby(["protocol", "prompts", "method"], sort=False).seed.unique()
+    if len(missing):  # dropped, its set would leave the pooled test unsaid; paired at another seed, a mix
+        (protocol, prompts, method), seeds = next(iter(missing.items()))
+        first_seed = int(first[lacking.index[0]])
+        raise ValueError(
+            f"{protocol} at {prompts} prompts: {method} has drafts at seed(s) {sorted(map(int, seeds))} but none "
+            f"at seed {first_seed}, the first seed of the point, which the drafts are compared at (train "
+            f"{method} at seed {first_seed}, or leave its other seeds out)"
+        )
+    part = part[part.seed == first]
     _check_rows(part, f"at temperature {temperature}, {nodes} nodes")
     return part
 
@@ -191,7 +202,9 @@ def _differences(group: pd.DataFrame, baseline: str, point) -> pd.DataFrame:
     tau = group.pivot_table(index="question_id", columns="id", values="tau", aggfunc="first")
     labels = group.drop_duplicates("id").set_index("id").method
     if baseline not in set(labels):
-        raise ValueError(f"{point[0]} at {point[1]} prompts has no {baseline} draft to pair the others with")
+        raise ValueError(
+            f"{point[0]} at {point[1]} prompts has no {baseline} draft at its first seed to pair the others with"
+        )
     base = tau[labels.index[labels == baseline][0]]
     return tau.sub(base, axis=0)[labels.index.tolist()]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
 from ...common.results import results_dir
 from ...draft.decision import fit, widening
 from ...draft.pooled_checks import OUTCOMES, POOLED_CRITERIA
-from ...draft.evidence import EVIDENCE_PATH, SCHEMA, canonical
+from ...draft.evidence import EVIDENCE_PATH, SCHEMA, EvidenceUnavailable, canonical, checked
 from ...draft.evidence_checks import CRITERIA, NODES
 from ...draft.evidence_checks import held_out
 from ...draft.evidence_checks import points as fit_points
@@ -36,6 +37,7 @@ from ..paper.plots import save_table
 from .protocols import PROTOCOLS
 from .record_tables import final_rows, verdict
 from .draft_records import RecordError, read_records, record_paths, records_dir
+from .ledger_tables import tables_now
 from .seed_stats import difference
 from ..experiments.criteria_vs_drafts import BASELINE
 
@@ -135,6 +137,12 @@ def pooled_criteria_rows(folder: Path | None = None) -> list[dict]:
     return rows.astype(object).where(rows.notna(), None).to_dict("records")
 
 
+def pooled_drafts(text: str) -> str:
+    """The drafts a criteria_pooled.csv's rows pool, as written ("20"; "20 and 19" where rows differ)."""
+    rows = pd.read_csv(io.StringIO(text))
+    return " and ".join(str(n) for n in dict.fromkeys(rows["drafts"].tolist())) if "drafts" in rows else "?"
+
+
 def _commit() -> str | None:
     try:
         done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True)
@@ -153,9 +161,14 @@ def build(folder: Path | None = None) -> dict:
     pooled = pooled_criteria_rows(folder)
     have = {(r["criterion"], r["outcome"]) for r in pooled}
     lacking = sorted({(c, o) for c in POOLED_CRITERIA for o in OUTCOMES} - have)
+    path = Path(folder or results_dir()) / "criteria_pooled.csv"
     if lacking:  # a row missing would read as a criterion never tested, and move the default method unsaid
+        raise ValueError(f"{path}: no row for {lacking} (make ledger-tables)")
+    if path.read_text() != tables_now()["criteria_pooled"]:  # made from other records, or altered
+        now = pooled_drafts(tables_now()["criteria_pooled"])
         raise ValueError(
-            f"{Path(folder or results_dir()) / 'criteria_pooled.csv'}: no row for {lacking} (make ledger-tables)"
+            f"{path}: not what the records give now (it pools {pooled_drafts(path.read_text())} drafts, the records "
+            f"{now}): stale or altered; `make ledger-tables` writes it anew from the records"
         )
     payload = {
         "schema": SCHEMA,
@@ -189,10 +202,17 @@ def main(argv=None) -> None:
         parser.error(f"--out {args.out} is a folder: give the evidence file's path")
     try:
         evidence = build()
+        raw = json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"
+        checked(raw, Path(args.out))  # what `elsi select` would refuse is never written
+    except EvidenceUnavailable as err:
+        sys.exit(f"evidence: nothing written: the file made would be refused as it is read: {err}")
     except (OSError, ValueError, RecordError) as err:  # nothing written: the committed file stays as it was
         sys.exit(f"evidence: {err}")
-    atomic_write_chunks(args.out, [json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"])
-    save_table(comparisons_table(evidence), "comparisons_seed_level", results_dir())
+    atomic_write_chunks(args.out, [raw])
+    beside = Path(args.out).resolve() != EVIDENCE_PATH.resolve()  # another file's table goes beside it
+    save_table(
+        comparisons_table(evidence), "comparisons_seed_level", Path(args.out).parent if beside else results_dir()
+    )
     print(f"wrote {args.out}: {len(evidence['comparisons'])} comparisons, default method {evidence['default_method']}")
 
 

@@ -9,13 +9,17 @@ them and the docs site checks the committed files against them (`site._ledger`):
 
 from __future__ import annotations
 
+import hashlib
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from ...common.cachefiles import REPO_ROOT
+from ..paper.plots import csv_text
 from . import record_tables, twins
+from .draft_records import record_paths, records_dir
 from .protocols import PROTOCOLS
 
 SCALE = REPO_ROOT / "notebooks" / "ledger_scale.yaml"  # the resampling `make ledger-tables` writes them with
@@ -46,3 +50,24 @@ def committed_scale(path: Path = SCALE) -> dict:
     """{"n_boot", "n_perm", "seed"} of the parameter file the committed tables were made with."""
     params = yaml.safe_load(Path(path).read_text())
     return {"n_boot": params["N_BOOT"], "n_perm": params["N_PERM"], "seed": params.get("SEED", 0)}
+
+
+def records_digest() -> str:
+    """What the records folder holds, by content: the key of `tables_now`."""
+    root = records_dir()
+    digest = hashlib.sha256(str(root).encode())
+    for path in record_paths(root):
+        digest.update(str(path.relative_to(root)).encode() + hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def tables_now() -> dict:
+    """{name: CSV text} of the three tables as the records give them now, at the committed resampling:
+    what the committed files (and the evidence built from criteria_pooled.csv) are checked against."""
+    return _tables_for(records_digest())
+
+
+@lru_cache(maxsize=2)
+def _tables_for(records: str) -> dict:
+    tables = ledger_tables(**committed_scale())  # made once a process for one content of the records folder
+    return {name: csv_text(tables[name]) for name in ("ledger_findings", "criteria_pooled", "numeric_twins")}

@@ -38,6 +38,7 @@ from .unit_groups import MAX_GROUP, UnitCost, describe, next_group
 from .units import started_at_commit
 
 COLUMNS = ["protocol", "method", "seed", "present", "in twin", "owed", "record"]  # table_ledgers'
+OUTSIDE = "(outside the ledger)"  # the record column of a record no unit of the ledger names
 REPLAY_SHARE = 1 / 3  # replay per draft over training, Table 3's run (912 s / 2,748 s), with no record to go by
 
 
@@ -61,9 +62,7 @@ def status(proto: Protocol) -> pd.DataFrame:
         for m, s in proto.ledger
     ]
     extra = sorted(present - set(proto.ledger))
-    rows += [
-        {"method": m, "seed": s, "present": True, "in twin": "", "record": "(outside the ledger)"} for m, s in extra
-    ]
+    rows += [{"method": m, "seed": s, "present": True, "in twin": "", "record": OUTSIDE} for m, s in extra]
     table = pd.DataFrame(rows)
     return table.assign(owed=~table.present & (table["in twin"] == ""))
 
@@ -79,7 +78,8 @@ def table_ledgers(table: str) -> pd.DataFrame:
 
 def counts(table: pd.DataFrame) -> pd.DataFrame:
     """Per protocol of `table_ledgers`'s rows (or `status`'s with a protocol column): units present, in
-    its agreeing twin, owed, and in all."""
+    its agreeing twin, owed, and in all (of the ledger's units: a record outside it fills none)."""
+    table = table[table.record != OUTSIDE]
     by = table.assign(**{"in twin": table["in twin"] != ""}).groupby("protocol", sort=False)
     return by.agg(
         **{
@@ -249,11 +249,14 @@ def main(argv=None) -> int:
     if not args.run:
         table = status(proto)
         print(table.to_string(index=False))
-        twin = set(table["in twin"]) - {""}
-        also = f" and {int((table['in twin'] != '').sum())} in its agreeing twin {twin.pop()}" if twin else ""
+        units = table[table.record != OUTSIDE]  # a record outside the ledger fills none of its units
+        twin = set(units["in twin"]) - {""}
+        also = f" and {int((units['in twin'] != '').sum())} in its agreeing twin {twin.pop()}" if twin else ""
+        outside = len(table) - len(units)
         print(
-            f"{proto.name}: {int(table.present.sum())} of {len(proto.ledger)} units present{also}; "
-            f"numeric {proto.numeric}"
+            f"{proto.name}: {int(units.present.sum())} of {len(proto.ledger)} units present{also}"
+            + (f" ({outside} record(s) outside the ledger)" if outside else "")
+            + f"; numeric {proto.numeric}"
         )
         return 0
     run(proto, args.budget)

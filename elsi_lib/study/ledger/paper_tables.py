@@ -11,13 +11,15 @@ the numeric settings the drafts ran under.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import pandas as pd
 
 from ...common.results import result_path
 from .record_tables import final_rows
 from ..paper.plots import CSV_FLOAT_FORMAT, markdown_table
-from .draft_records import read_records
+from .draft_records import RecordError, read_records
+from .protocols import PROTOCOLS
 from .seed_stats import difference, level
 from ..experiments.criteria_vs_drafts import BASELINE
 
@@ -98,10 +100,14 @@ def markdown(table: pd.DataFrame) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", default=list(TABLES))
+    parser.add_argument("names", nargs="*", default=list(TABLES), choices=sorted(PROTOCOLS), metavar="PROTOCOL")
     args = parser.parse_args(argv)
-    for name in args.names:
-        table = paper_table(name)
+    tables = {}
+    try:  # every table made before any is written: a bad record leaves the committed ones as they were
+        tables = {name: paper_table(name) for name in args.names}
+    except (RecordError, ValueError) as err:
+        sys.exit(f"paper tables: {err}")
+    for name, table in tables.items():
         if table.empty:
             print(f"{name}: no records")
             continue

@@ -98,8 +98,10 @@ def _check_ratios(r: dict, i: int, columns: list, path: Path) -> None:
 
 
 def _check_taus(r: dict, i: int, path: Path) -> None:
-    """A tau (tokens a target forward yields) is at least 1, at most the drafted tokens plus one."""
-    size = r.get("k") if _whole(r.get("k")) else r.get("nodes") if _whole(r.get("nodes")) else None
+    """A tau (tokens a target forward yields) is at least 1, at most the drafted tokens plus one: a chain's
+    k, a tree's depth (one path of it is accepted) or else its nodes."""
+    sizes = [r[c] for c in ("k", "depth", "nodes") if _whole(r.get(c))]
+    size = min(sizes) if sizes else None
     for c in [c for c in r if c.startswith("tau") and _number(r.get(c))]:
         top = size + 1 if size is not None else math.inf
         if not 1 - half_unit(r[c]) <= r[c] <= top + half_unit(r[c]):

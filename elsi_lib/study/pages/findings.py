@@ -9,7 +9,6 @@ the pages show: `tables`). A file a page needs that is missing is a
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import re
 from functools import lru_cache
@@ -25,10 +24,9 @@ from ...hidden.calibration import SELECTIONS
 from ...inputs.models import REGISTRY
 from ...selection.conventions import eagle3_layers
 from ..ledger import twins
-from ..ledger.draft_records import record_paths, records_dir
 from ..ledger.evidence_file import build as build_evidence
 from ..ledger.evidence_file import comparisons_table, pooled_criteria_rows
-from ..ledger.ledger_tables import committed_scale, ledger_tables
+from ..ledger.ledger_tables import records_digest, tables_now
 from ..paper.layer_sets import TABLE1_METHODS, TABLE1_SETTINGS
 from ..paper.plots import csv_text
 
@@ -420,25 +418,8 @@ def families(folder):
     return [f"- T = {r.temperature:g}, {r.effect}: {r[last]:+.3f} ({last})." for _, r in kept.iterrows()]
 
 
-def _records_digest() -> str:
-    """What the records folder holds, by content: the key of `_ledger_made`'s tables."""
-    root = records_dir()
-    digest = hashlib.sha256(str(root).encode())
-    for path in record_paths(root):
-        digest.update(str(path.relative_to(root)).encode() + hashlib.sha256(path.read_bytes()).digest())
-    return digest.hexdigest()
-
-
 def _ledger_made() -> dict:
-    return _ledger_made_for(_records_digest())
-
-
-@lru_cache(maxsize=2)
-def _ledger_made_for(records: str) -> dict:
-    """Notebook 10's tables as the records give them, at `make ledger-tables`' resampling, as CSV text
-    (made once a process for one content of the records folder, `records`)."""
-    tables = ledger_tables(**committed_scale())
-    return {name: csv_text(tables[name]) for name in ("ledger_findings", "criteria_pooled", "numeric_twins")}
+    return tables_now()
 
 
 def check_made(path: Path, text: str, how: str) -> None:
@@ -473,7 +454,7 @@ def check_evidence(folder: Path) -> dict:
     check_made(
         pooled, _ledger_made()["criteria_pooled"], "make ledger-tables"
     )  # what the evidence's pooled rows come from
-    made = _evidence_made_for(_records_digest(), pooled.read_text() if pooled.is_file() else "", str(folder))
+    made = _evidence_made_for(records_digest(), pooled.read_text() if pooled.is_file() else "", str(folder))
     for part in ("schema", "nodes", "default_method", "pooled_criteria", "comparisons"):
         if evidence[part] != made[part]:
             raise ValueError(f"{ev.EVIDENCE_PATH}: its {part} are not what the committed records give (make evidence)")

@@ -7,6 +7,7 @@ and the figures (`speed_plots`), then each benchmark's table.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from ...common.cachefiles import REPO_ROOT
@@ -102,12 +103,20 @@ def table(path: Path) -> str:
         f"load before the run {load}; settings {json.dumps(record['settings'])}"
     )
     columns = list(dict.fromkeys(c for r in rows for c in r))  # every column any row holds
-    body = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    body = [
+        "| " + " | ".join(" ".join(c.split()).replace("|", "\\|") for c in columns) + " |",
+        "|" + "---|" * len(columns),
+    ]
     body += [
         "| " + " | ".join(" ".join(str(r.get(c, "")).split()).replace("|", "\\|") for c in columns) + " |" for r in rows
     ]  # a cell on one line: a line break would end the table
     notes = record.get("notes") or ""
     notes = " ".join(str(notes).split())  # one paragraph: a line break could start a table or a heading
+    numbered = re.match(r"\d+(?=[.)](\s|$))", notes)  # nor may its opening make a heading, quote or list
+    if numbered:
+        notes = notes[: numbered.end()] + "\\" + notes[numbered.end() :]
+    elif notes[:1] in ("#", ">", "-", "*", "+", "|", "="):
+        notes = "\\" + notes
     return "\n".join([head, "", *body] + (["", notes] if notes else [])) + "\n"
 
 
