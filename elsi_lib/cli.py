@@ -23,18 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .cli_args import MEASURED, UsageError, _check, build_parser
+from .cli_args import MEASURED, READ_BY, UsageError, _check, build_parser
 from .cli_select import decision_for, decision_lines, recipe_commands, recipe_line, restriction_lines, stability
-from .common.identity import model_fingerprint
+from .common.identity import conversations_hash, model_fingerprint
 from .common.results import slug
 from .common.version import __version__
 from .draft import evidence as ev
 from .hidden import calibration, probe_capture, replies
+from .hidden.capture import capture_variants
 from .hidden.settings import CaptureSettings
 from .inputs.chat import render, reply_starts
 from .inputs.models import load_model
 from .inputs.weights import ModelNotFoundError
-from .inputs.prompts import calibration_prompts, conversations_hash, load_prompts, sample
+from .inputs.prompts import calibration_prompts, load_prompts, sample
 from .selection import select
 from .selection.cka import compartments
 from .selection.conventions import EAGLE3_MIN_LAYERS, convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
@@ -73,6 +74,8 @@ def _prompts(args) -> list:
     pool = []
     for prompt_set in args.data:
         conversations = load_prompts(prompt_set)
+        if not conversations and Path(prompt_set).is_file() and not Path(prompt_set).read_bytes().strip():
+            raise UsageError(f"--data {prompt_set}: the file is empty")
         if not conversations:
             raise UsageError(
                 f"--data {prompt_set}: no usable conversation (each needs a user turn: ShareGPT "
@@ -161,25 +164,20 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
     the probe's statistics of the same conversations from the same forward (`probe_alongside`)."""
 
     settings = CaptureSettings().replace(rho=args.rho, block=args.block)
-    if args.data:
-        prompts = job.prompts
-        needs = [c for c in prompts if c[-1]["role"] == "user"]
-        replied = (
-            iter(replies.reply_conversations(*job.replier(args), needs, max_length=settings.max_length, batch_size=16))
-            if needs
-            else iter(())
+    needs = [c for c in job.prompts if c[-1]["role"] == "user"]  # the rest carry their replies (--data)
+    replied = iter(
+        replies.reply_conversations(
+            *job.replier(args),
+            needs,
+            max_length=settings.max_length,
+            batch_size=calibration.REPLY_BATCH,
+            shipped=calibration.SHIPPED_REPLIES,  # the bundled model's replies to the calibration mix
         )
-        conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in prompts]
-        described: dict[str, Any] = {"data": list(args.data)}
-    else:
-        conversations = (
-            calibration.calibration_conversations(
-                args.prompts, seed=args.seed, max_length=settings.max_length, loaded=job.replier(args)
-            )
-            if args.reply_model != "self"
-            else replies.reply_conversations(*job.loaded, job.prompts, max_length=settings.max_length, batch_size=16)
-        )
-        described = {"data": "calibration mix"}
+        if needs
+        else ()
+    )
+    conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in job.prompts]
+    described: dict[str, Any] = {"data": list(args.data) if args.data else "calibration mix"}
     empty = sum(c[-1]["role"] == "assistant" and _blank(c[-1]["content"]) for c in conversations)
     if empty == len(conversations):  # nothing but prompts and the template would be captured
         raise UsageError(
@@ -201,15 +199,14 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
     job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
     # the selection the answer reads, alone: the others cost time
     paper = {"entropy": calibration.SELECTIONS["entropy"]}
+    model, tokenizer = job.loaded
     probe = (
-        probe_capture.probe_alongside(*job.loaded, conversations, max_length=settings.max_length)
+        probe_capture.probe_alongside(model, tokenizer, conversations, max_length=settings.max_length)
         if with_probe
         else None
     )
     with probe or contextlib.nullcontext() as on_batch:
-        captured = calibration.capture_selections(
-            args.model, conversations, settings, selections=paper, loaded=job.loaded, on_batch=on_batch
-        )
+        captured = capture_variants(model, tokenizer, conversations, paper, settings, on_batch=on_batch)
     stats = captured["entropy"]
     if stats.Z.shape[0] != job.n_layers:
         raise RuntimeError(f"the capture has {stats.Z.shape[0]} layers, the model {job.n_layers}")
@@ -334,8 +331,11 @@ def cmd_select(args) -> str:
             "rho": args.rho,
             "block": args.block,
             "seed": args.seed,
-            "k_beam": args.k_beam,
-            "k_expand": args.k_expand,
+            **{  # the searches' settings, where a search ran (the probe's answer shows ELSI's beside it)
+                o: getattr(args, o)
+                for o in ("k_beam", "k_expand")
+                if {args.method, "elsi" if args.method == "probe" else args.method} & set(READ_BY[o])
+            },
             "elsi_version": __version__,
             "n_layers": N,
             "convention": "elsi: layer l = output of decoder layer l",

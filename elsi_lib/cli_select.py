@@ -16,7 +16,7 @@ from .hidden import probe_capture
 from .selection import stability as resampling
 from .selection.conventions import SPECULATORS_RECIPE, eagle3_layers
 from .selection.entropy import set_entropy
-from .selection.methods import METHODS, default_rule, default_set
+from .selection.methods import METHODS, default_of
 
 
 class _Chosen(NamedTuple):
@@ -91,10 +91,10 @@ def decision_for(args, job, Z, layers: tuple, evidence: dict | None) -> dict:
     best feasible set, the predicted difference in tau with its interval, and the verdict."""
 
     try:
-        default = tuple(default_set(args.engine, job.n_layers))
+        default, rule = default_of(args.engine, job.n_layers)
     except ValueError as err:
         return {"verdict": "no verdict", "reason": f"{err}: nothing to compare the set with", "best_set": list(layers)}
-    head = {"default_set": list(default), "default_is": default_rule(args.engine), "best_set": list(layers)}
+    head = {"default_set": list(default), "default_is": rule, "best_set": list(layers)}
     head["engine"] = args.engine or "any (no --engine)"
     if evidence is None:
         return {**head, "verdict": "no verdict", "reason": "the evidence file is unavailable"}

@@ -276,6 +276,7 @@ def test_checks_run_before_the_capture(capsys, folder, data, tmp_path, no_captur
         (["--prompts", 1], "--prompts 1 with --method probe (the default): the probe is fitted on some"),
         (["--model", " "], "--model ' ' is empty: give a bundled model's name"),
         (["--out", linked], f"is {folder / 'config.json'}, a file of --model"),
+        (["--data", a_file], "--data " + str(a_file) + ": the file is empty"),
     ]
     for extra, message in defaults:  # the default method, the probe, where no --method is given
         code, out, err = run(capsys, "select", *base(folder, data), *extra)
@@ -771,3 +772,12 @@ def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_be
     (thinking / "chat_template.jinja").unlink(missing_ok=True)
     code, _, err = run(capsys, "select", *[a for a in base(thinking, data) if a != "--method"])
     assert code == 2 and "--method probe (the default)" in err and "use --method elsi" in err
+
+
+def test_provenance_names_the_search_settings_only_where_a_search_ran(capsys, folder, data):
+    """A fixed method's set is its rule's: --k-beam and --k-expand, which it never read, are not in its
+    provenance; ELSI's are."""
+    code, out, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--format", "json")
+    assert code == 0 and not {"k_beam", "k_expand"} & set(json.loads(out)["provenance"])
+    code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json")
+    assert code == 0 and {"k_beam", "k_expand"} <= set(json.loads(out)["provenance"])

@@ -315,12 +315,14 @@ def test_openvino_reads_exactly_the_fragments_layers(layers):
 def test_openvino_takes_three_layers_and_defaults_one_layer_deeper_than_eagle3():
     with pytest.raises(ValueError, match="exactly three layers"):
         conventions.engine_fragment((1, 14), 30, "openvino")
-    from elsi_lib.selection.methods import default_rule, default_set
+    from elsi_lib.selection.methods import default_of
 
     # with no hidden_layers_list OpenVINO takes {2, N/2, N-3} as outputs of those layers
-    assert default_set("openvino", 30) == (2, 15, 27) == openvino_captured([2, 30 // 2, 30 - 3], 30)
-    assert default_set("vllm", 30) == (1, 14, 26)  # EAGLE-3's rule read as inputs
-    assert "outputs" in default_rule("openvino") and default_rule("vllm") == "EAGLE-3's rule [2, N//2, N-3]"
+    assert default_of("openvino", 30).layers == (2, 15, 27) == openvino_captured([2, 30 // 2, 30 - 3], 30)
+    assert default_of("vllm", 30).layers == (1, 14, 26)  # EAGLE-3's rule read as inputs
+    assert (
+        "outputs" in default_of("openvino", 30).rule and default_of("vllm", 30).rule == "EAGLE-3's rule [2, N//2, N-3]"
+    )
 
 
 def test_eagle3s_rule_needs_seven_layers_for_three_distinct_ones():

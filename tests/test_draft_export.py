@@ -218,6 +218,15 @@ def test_save_draft_refuses_nonsensical_speculative_tokens(target, tmp_path, tok
         X.save_draft(trained_like(target, (1, 3), 24), tmp_path / "x", target=target, speculative_tokens=tokens)
 
 
+@pytest.mark.parametrize("fmt", ["eagle", "openvino"])
+def test_speculative_tokens_for_a_format_without_the_field_is_refused(target, tmp_path, fmt):
+    """Only a speculators config carries the draft length: given for another format it would be dropped unsaid."""
+    with pytest.raises(ValueError, match=f"speculators config only; the {fmt} format has no field"):
+        X.save_draft(
+            trained_like(target, (0, 2, 3), 24), tmp_path / "x", target=target, format=fmt, speculative_tokens=7
+        )
+
+
 def test_save_draft_never_overwrites_a_foreign_folder(target, tmp_path):
     """A model folder (or anything that is not an earlier elsi export) is refused and left as it was."""
     model_folder = tmp_path / "model"

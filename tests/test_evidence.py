@@ -508,13 +508,13 @@ def test_drafts_measured_against_eagle3s_set_never_speak_for_another_default(evi
     """OpenVINO's default reads the rule's layers as outputs (another set than EAGLE3's): the family's
     drafts, all measured against EAGLE3's set, say nothing of it: "this family's own drafts of that set
     trail the default" would quote them against OpenVINO's set."""
-    from elsi_lib.selection.methods import default_set
+    from elsi_lib.selection.methods import default_of
 
     best = (9, 10, 29)
-    against_eagle3 = ev.decision("elsi", "smollm2-135m", -0.5, best, default_set("speculators", 30), evidence)
+    against_eagle3 = ev.decision("elsi", "smollm2-135m", -0.5, best, default_of("speculators", 30).layers, evidence)
     assert against_eagle3.measured and "trail the default" in against_eagle3.reason
-    against_openvino = ev.decision("elsi", "smollm2-135m", -0.5, best, default_set("openvino", 30), evidence)
-    assert default_set("openvino", 30) != default_set("speculators", 30)
+    against_openvino = ev.decision("elsi", "smollm2-135m", -0.5, best, default_of("openvino", 30).layers, evidence)
+    assert default_of("openvino", 30).layers != default_of("speculators", 30).layers
     assert against_openvino.measured == [] and "trail" not in against_openvino.reason
 
 
@@ -594,6 +594,11 @@ def test_the_evidence_builder_writes_nothing_it_cannot_make_whole(tmp_path, monk
     with pytest.raises(SystemExit):
         evidence_file.main(["--out", str(tmp_path)])
     assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit):  # before the build, not a traceback after it
+        evidence_file.main(["--out", str(tmp_path / "a-file" / "sub" / "evidence.json")])
+    assert "a-file is a file, not a folder" in capsys.readouterr().err
+    (tmp_path / "a-file").unlink()
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -79,13 +79,13 @@ def test_a_fake_engine_gets_its_own_rules_never_anothers(monkeypatch):
     rule = feasible.restriction("toy", 10)
     assert rule.allowed == tuple(range(9)) and rule.m == 2
     assert rule.why == ("no last layer (9): toy reads the last layer as its logits", "exactly two layers: toy's rule")
-    assert methods.default_set("toy", 10) == (9,)  # its declared default, EAGLE-2's set
+    assert methods.default_of("toy", 10).layers == (9,)  # its declared default, EAGLE-2's set
     with pytest.raises(ValueError, match="no id conversion"):
         engine_fragment((1, 2), 10, "toy")
     with pytest.raises(ValueError, match="unknown engine 'nope'"):
         feasible.restriction("nope", 10)
     with pytest.raises(ValueError, match="unknown engine 'nope'"):
-        methods.default_set("nope", 10)
+        methods.default_of("nope", 10)
 
 
 def test_every_declared_engine_and_method_is_consistent():

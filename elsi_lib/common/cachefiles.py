@@ -94,7 +94,7 @@ def check_writable(folder: str | os.PathLike) -> None:
     except OSError as err:
         raise PermissionError(
             f"cannot write to the cache folder {folder} ({err.strerror or err}): set "
-            "ELSI_CACHE_DIR to a writable folder, or pass cache=False"
+            "ELSI_CACHE_DIR to a writable folder (in Python, the functions that cache also take cache=False)"
         ) from err
 
 

@@ -79,6 +79,13 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def conversations_hash(conversations: list) -> str:
+    """sha256 of the conversations' canonical JSON: what identifies a prompt set (or conversations with
+    their replies) in a cache key."""
+    payload = json.dumps(conversations, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return hashlib.sha256(payload).hexdigest()
+
+
 def versions() -> dict:
     """The versions of elsi and of the libraries that compute a result."""
 

@@ -245,7 +245,7 @@ def save_draft(
     target,
     format: str = "speculators",
     verifier: str | None = None,
-    speculative_tokens: int = 3,
+    speculative_tokens: int | None = None,
 ) -> Path:
     """Write `draft` to `folder` in `format` ("speculators", "eagle" or "openvino"). `target` (the transformers
     model the draft was trained on) must fit the draft (`DraftConfig.check_target`) and gives the
@@ -265,6 +265,11 @@ def save_draft(
             f"OpenVINO GenAI's EAGLE-3 pipeline takes exactly three layers (its hidden_layers_list; optimum-intel "
             f"sizes the draft's fc as 3 x hidden), this draft reads {draft.config.m}: {draft.config.layer_ids}"
         )
+    if speculative_tokens is not None and format != "speculators":  # an engine takes it at launch there
+        raise ValueError(
+            f"speculative_tokens goes into a speculators config only; the {format} format has no field for it"
+        )
+    speculative_tokens = 3 if speculative_tokens is None else speculative_tokens
     if not is_integer(speculative_tokens) or not 1 <= speculative_tokens <= MAX_SPECULATIVE_TOKENS:
         raise ValueError(
             f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens!r}"

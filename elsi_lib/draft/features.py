@@ -38,7 +38,7 @@ from ..common.cachefiles import (
     verify_manifest,
     write_manifest,
 )
-from ..inputs.prompts import conversations_hash
+from ..common.identity import conversations_hash
 from ..inputs.chat import reply_starts
 from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions

@@ -17,9 +17,8 @@ import torch.distributed as dist
 
 
 from ..common.cachefiles import check_writable, key_digest, keyed_path
-from ..inputs.prompts import conversations_hash
 from .forward import HiddenBatch, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
-from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.identity import conversations_hash, model_fingerprint, tokenizer_fingerprint, versions
 from .accumulate import Accumulator, accumulate, finish
 from .layerstats import CacheError, LayerStats
 from ..common.progress import progress_bar

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..common.cachefiles import REPO_ROOT, atomic_write_bytes, check_writable, key_digest, keyed_path
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..inputs.chat import tokenize_conversation, truncate
-from ..inputs.prompts import conversations_hash
+from ..common.identity import conversations_hash
 from .engine_env import engine_environment, engines_python, model_folder, vllm_version
 from .forward import check_conversations
 from .replies import cache_payload, eos_ids, read_cache

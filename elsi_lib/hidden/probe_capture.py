@@ -22,10 +22,9 @@ import numpy as np
 import torch
 
 from ..common.cachefiles import check_writable, keyed_path, read_checked, write_checked
-from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.identity import conversations_hash, model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from ..inputs.chat import reply_starts
-from ..inputs.prompts import conversations_hash
 from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats_of, set_errors
 from .forward import HiddenBatch, Sample, hidden_batches, pad_id, plan_batches, tokenize_samples
 

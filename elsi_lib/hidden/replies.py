@@ -18,10 +18,9 @@ import torch
 from transformers import GenerationConfig
 
 from ..common.cachefiles import atomic_write_bytes, check_writable, keyed_path, sha256_text
-from ..inputs.prompts import conversations_hash
 from ..inputs.chat import tokenize_conversation, truncate
 from .forward import check_conversations
-from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
+from ..common.identity import conversations_hash, model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 
 
@@ -191,7 +190,7 @@ class GumbelSampler:
 # What `generate` reads from a model's generation config in greedy decoding, beyond the model's config
 # (which `model_fingerprint` covers): its logits processors and search. Sampling settings (temperature,
 # top_p, top_k) are not read with do_sample=False.
-GREEDY_FIELDS = (
+PROCESSORS = (  # the logits processors (a sampled draw is then not from softmax(logits / T))
     "repetition_penalty",
     "no_repeat_ngram_size",
     "suppress_tokens",
@@ -199,6 +198,8 @@ GREEDY_FIELDS = (
     "bad_words_ids",
     "sequence_bias",
     "encoder_repetition_penalty",
+)
+GREEDY_FIELDS = PROCESSORS + (
     "min_length",
     "min_new_tokens",
     "forced_bos_token_id",
@@ -223,6 +224,7 @@ def generation_changes(model) -> dict:
         name: _plain(getattr(config, name, None))
         for name in GREEDY_FIELDS
         if getattr(config, name, None) != getattr(default, name, None)
+        and not (getattr(config, name, None) in ([], {}, ()) and getattr(default, name, None) is None)  # unset too
     }
     own = getattr(model.config, "eos_token_id", None)
     own = [int(e) for e in (own if isinstance(own, (list, tuple)) else [own])] if own is not None else []
@@ -242,20 +244,7 @@ def _plain(value):
 def _check_plain_sampling(model) -> None:
     """`generate` applies these generation-config processors in greedy mode too, before
     `GumbelSampler`: with any of them set, a draw is not from softmax(logits / T)."""
-    config = getattr(model, "generation_config", None)
-    changed = {
-        name: getattr(config, name, None)
-        for name in (
-            "repetition_penalty",
-            "no_repeat_ngram_size",
-            "suppress_tokens",
-            "begin_suppress_tokens",
-            "bad_words_ids",
-            "sequence_bias",
-            "encoder_repetition_penalty",
-        )
-    }
-    changed = {k: v for k, v in changed.items() if v not in (None, 1.0, 0, [], {})}
+    changed = {k: v for k, v in generation_changes(model).items() if k in PROCESSORS}
     if changed:
         raise ValueError(
             f"the model's generation config sets {changed}: sampled replies would not follow "

@@ -5,8 +5,6 @@ Files are read by `readers` from the data folder; a conversation is a list of ch
 
 from __future__ import annotations
 
-import hashlib
-import json
 import numbers
 import os
 import random
@@ -297,9 +295,3 @@ def check_disjoint(calibration: list[Conversation], evaluation: list[Conversatio
     if shared:
         examples = "; ".join(sorted(s[:60] for s in shared)[:3])
         raise OverlapError(f"{len(shared)} prompt(s) appear in both sets, e.g. {examples}")
-
-
-def conversations_hash(conversations: list[Conversation]) -> str:
-    """sha256 of the conversations' canonical JSON: a cache key for a prompt set."""
-    payload = json.dumps(conversations, sort_keys=True, ensure_ascii=False).encode("utf-8")
-    return hashlib.sha256(payload).hexdigest()

@@ -124,7 +124,13 @@ def scaled_layer_grams(
     or pairs: their Grams, CKA). On ordinary data the shifts are 0 and these are the Grams of Z
     itself, bit for bit. layer_ids name Z's layers in errors."""
     check_normalize(normalize)
-    Z = as_layer_stack(Z, check_finite=False)  # checked from the peaks
+    return _scaled_grams(
+        as_layer_stack(Z, check_finite=False), normalize, layer_ids, per_layer
+    )  # finite: from the peaks
+
+
+def _scaled_grams(Z: np.ndarray, normalize: str, layer_ids, per_layer: bool) -> tuple[np.ndarray, np.ndarray]:
+    """`scaled_layer_grams` of a Z already checked as a layer stack."""
     shifts = power_of_two_shifts(Z, normalize == "none" and not per_layer, layer_ids)
     if shifts.any():
         Z = np.ldexp(Z, shifts[:, None, None])
@@ -196,7 +202,7 @@ def set_entropy(Z, layers: Iterable[int], alpha: float = 1.0, normalize: str = "
     Z = as_layer_stack(Z)
     layers = check_layers(layers, Z.shape[0])
     alpha = check_alpha(alpha)
-    grams, _ = scaled_layer_grams(Z[list(layers)], normalize, layer_ids=layers)
+    grams, _ = _scaled_grams(Z[list(layers)], check_normalize(normalize), layers, per_layer=False)
     return float(spectrum_entropy(grams.sum(axis=0), alpha))
 
 

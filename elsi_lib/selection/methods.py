@@ -8,7 +8,7 @@ Z, a `fixed` rule for one fixed by the layer count).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from . import select
 from .conventions import eagle2_layers, eagle3_layers, eagle3_paper_layers
@@ -108,16 +108,18 @@ def method(name: str) -> Method:
 NO_ENGINE_DEFAULT = "eagle3"  # the set an answer without --engine is compared with: EAGLE-3's rule
 
 
-def default_rule(engine_name: str | None) -> str:
-    """In words, the rule behind `default_set(engine_name, ...)`."""
-    name = NO_ENGINE_DEFAULT if engine_name is None else engine(engine_name).default
-    return METHODS[name].rule or METHODS[name].label
+class Default(NamedTuple):
+    """What an engine uses when no layers are given: its default method's set (elsi's convention) and
+    that method's rule in words."""
+
+    layers: tuple[int, ...]
+    rule: str
 
 
-def default_set(engine_name: str | None, n_layers: int) -> tuple[int, ...]:
-    """The layers `engine_name` uses when none are given (elsi's convention): its default method's set;
-    a ValueError for an undeclared engine or a model too shallow for the rule."""
+def default_of(engine_name: str | None, n_layers: int) -> Default:
+    """The layers `engine_name` uses when none are given and the rule behind them; a ValueError for an
+    undeclared engine or a model too shallow for the rule."""
     name = NO_ENGINE_DEFAULT if engine_name is None else engine(engine_name).default
     rule = METHODS[name].fixed
     assert rule is not None, f"an engine's default method must be a fixed one, not {name}"
-    return tuple(rule(n_layers))
+    return Default(tuple(rule(n_layers)), METHODS[name].rule or METHODS[name].label)

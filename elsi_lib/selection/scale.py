@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..common.checks import as_layer_stack
-
 # Peaks (max |Z_l|, max |X|) inside SAFE_PEAK are used as they are. A Gram's entries are at most
 # peak^2 d; the Grams' inner products (CKA) and the bounds' G_a G_b v at most peak^4 (d B)^2, below
 # 2^(4 x 128 + 96) < 2^1023 for d B up to 2^48; and peak^4 >= 2^-960 stays above 2^-969, where
@@ -49,7 +47,7 @@ def layer_peaks(Z: np.ndarray, layer_ids=None) -> np.ndarray:
     named by `layer_ids` (Z's own indices by default: pass them when Z is a subset of layers)."""
     peaks = np.maximum(Z.max(axis=(1, 2)), -Z.min(axis=(1, 2)))  # (N,); NaN where Z_l has a NaN
     if not np.all(np.isfinite(peaks)):
-        as_layer_stack(Z)  # names NaN/Inf
+        raise ValueError("Z contains NaN or Inf")  # as `checks.as_float64` says it
     if np.any(peaks == 0):
         ids = np.arange(len(Z)) if layer_ids is None else np.asarray(list(layer_ids))
         raise ValueError(f"layer(s) {ids[peaks == 0].tolist()} of Z are all zero")

@@ -27,7 +27,7 @@ from ...draft.vocabulary import draft_vocabulary
 from .experiment_settings import Experiment
 from ...common.cachefiles import REPO_ROOT
 from ...common.identity import model_fingerprint, tokenizer_fingerprint, versions
-from ...inputs.prompts import conversations_hash
+from ...common.identity import conversations_hash
 
 
 def continuations_dir() -> Path:

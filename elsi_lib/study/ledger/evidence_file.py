@@ -200,6 +200,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if Path(args.out).is_dir():
         parser.error(f"--out {args.out} is a folder: give the evidence file's path")
+    existing = next((p for p in Path(args.out).absolute().parents if p.exists()), None)
+    if existing is not None and not existing.is_dir():
+        parser.error(f"--out {args.out}: {existing} is a file, not a folder the evidence file could go in")
     try:
         evidence = build()
         raw = json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"
