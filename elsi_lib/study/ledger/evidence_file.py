@@ -29,8 +29,8 @@ from ...common.cachefiles import REPO_ROOT, atomic_write_chunks
 from ...common.results import results_dir
 from ...draft.decision import fit, widening
 from ...draft.pooled_checks import OUTCOMES, POOLED_CRITERIA
-from ...draft.evidence import EVIDENCE_PATH, SCHEMA, EvidenceUnavailable, canonical, checked
-from ...draft.evidence_checks import CRITERIA, NODES
+from ...draft.evidence import EVIDENCE_PATH, SCHEMA, canonical, checked
+from ...draft.evidence_checks import CRITERIA, NODES, EvidenceUnavailable
 from ...draft.evidence_checks import held_out
 from ...draft.evidence_checks import points as fit_points
 from ..paper.plots import save_table
