@@ -30,8 +30,8 @@ import record  # noqa: E402
 
 STAGES = {  # (module, function): the stage it is
     ("elsi_lib.inputs.models", "load_model"): "load the model",
-    ("elsi_lib.hidden.calibration", "calibration_conversations"): "calibration replies",
-    ("elsi_lib.hidden.calibration", "capture_selections"): "capture (and the probe's rows, one forward)",
+    ("elsi_lib.hidden.replies", "reply_conversations"): "calibration replies",
+    ("elsi_lib.cli", "capture_variants"): "capture (and the probe's rows, one forward)",  # as the command calls it
     ("elsi_lib.hidden.probe_capture", "ProbeRows.stats"): "probe statistics (from the spilled rows)",
     ("elsi_lib.hidden.probe_capture", "cached_probe_choice"): "probe choice (and its statistics when not built above)",
     ("elsi_lib.hidden.probe_capture", "cached_probe_error"): "probe error of the default set",

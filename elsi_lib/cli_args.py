@@ -5,6 +5,7 @@ allow (`_check`), run before any file is read or model loaded. Bad arguments rai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 
@@ -376,14 +377,24 @@ def _check_out_is_no_input(args) -> None:
             raise UsageError(
                 f"--out {args.out} lies inside {what}, which the command reads: write the answer elsewhere"
             )
-        linked = out.is_file() and next((f for f in _files_of(folder) if os.path.samefile(f, out)), None)
+        linked = _linked_file(out, folder)
         if linked:  # a hard link to one of its files, elsewhere: writing it would write that file
             raise UsageError(f"--out {args.out} is {linked}, a file of {what}: the answer would overwrite it")
 
 
-def _files_of(folder: Path) -> list:
-    """The files directly in `folder`, and in its first level of subfolders (a model folder's layout)."""
-    found = [p for p in folder.iterdir() if p.is_file()] if folder.is_dir() else []
-    for sub in [p for p in folder.iterdir() if p.is_dir()] if folder.is_dir() else []:
-        found += [p for p in sub.iterdir() if p.is_file()]
-    return found
+def _linked_file(out: Path, folder: Path) -> Path | None:
+    """The file under `folder` that `out` is a hard link of, if any (looked for only where `out` has another
+    link: a file of one link is no other file); an unreadable subfolder is passed over."""
+    try:
+        if not out.is_file() or out.stat().st_nlink < 2:
+            return None
+        mine = out.stat()
+        for root, _, files in os.walk(folder):
+            for name in files:
+                found = Path(root) / name
+                with contextlib.suppress(OSError):
+                    if os.path.samestat(found.stat(), mine):
+                        return found
+    except OSError:
+        return None
+    return None

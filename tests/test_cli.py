@@ -229,15 +229,13 @@ def test_refusals_and_exit_codes(capsys, folder, data):
 @pytest.fixture
 def no_capture(monkeypatch):
     """The command must refuse before it writes a reply or captures anything."""
-    import elsi_lib.hidden.calibration
     import elsi_lib.hidden.replies
 
     def reached(*args, **kwargs):
         raise AssertionError("the command started its work before refusing")
 
     for module, name in (
-        (elsi_lib.hidden.calibration, "capture_selections"),
-        (elsi_lib.hidden.calibration, "calibration_conversations"),
+        (cli, "capture_variants"),  # the capture, as the command calls it
         (elsi_lib.hidden.replies, "reply_conversations"),
     ):
         monkeypatch.setattr(module, name, reached)
@@ -740,10 +738,9 @@ def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_be
     generated or any capture made."""
     from conftest import CHAT_TEMPLATE
 
-    from elsi_lib.hidden import capture
-
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(capture, "capture_variants", lambda *a, **k: pytest.fail("captured before the checks"))
+    monkeypatch.setattr(cli, "capture_variants", lambda *a, **k: pytest.fail("captured before the checks"))
+    monkeypatch.setattr(cli.replies, "reply_conversations", lambda *a, **k: pytest.fail("replied before the checks"))
     strict = tmp_path / "strict"
     strict.mkdir()
     for f in folder.iterdir():

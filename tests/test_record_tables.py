@@ -152,6 +152,23 @@ def test_a_method_without_the_first_seed_is_refused_not_dropped_from_the_pooled_
     assert len(drafts(("table3_f32",))) == 2  # EAGLE3's and ELSI's at seed 0
 
 
+def test_the_first_seed_is_asked_of_each_point_on_its_own():
+    """A method at the first seed of one point is no excuse for its missing first seed at another."""
+    from elsi_lib.study.experiments.criteria_vs_drafts import _first_seed
+
+    rows = pd.DataFrame(
+        [
+            {"protocol": p, "prompts": 936, "id": f"{m}-{p}-{s}", "seed": s, "method": m, "temperature": 0.0}
+            | {"nodes": 60, "question_id": q, "tau": 1.5}
+            for p, m, s in [("a", "EAGLE3", 0), ("a", "probe", 0), ("b", "EAGLE3", 0), ("b", "probe", 1)]
+            for q in (1, 2)
+        ]
+    )
+    with pytest.raises(ValueError, match=r"b at 936 prompts: probe has drafts at seed\(s\) \[1\] but none at seed 0"):
+        _first_seed(rows, 0.0, 60)
+    assert len(_first_seed(rows[rows.protocol == "a"], 0.0, 60)) == 4
+
+
 def test_a_constant_criterion_is_left_out_of_the_observed_rho_and_the_null_alike():
     """A protocol whose criterion never varies has no ranking to test: with it left out of both sides,
     the pooled p-value is the one the other protocols give alone (it is about 60 times too small

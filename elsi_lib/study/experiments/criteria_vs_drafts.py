@@ -140,7 +140,9 @@ def _first_seed(rows, temperature, nodes):
     if part.empty:
         raise ValueError(f"no rows at temperature {temperature} and {nodes} nodes")
     first = part.groupby(["protocol", "prompts"]).seed.transform("min")
-    lacking = part[~part.method.isin(part[part.seed == first].method) | part.method.isna()]
+    at_first = part[part.seed == first].groupby(["protocol", "prompts"]).method.agg(set)  # per point
+    has_first = [m in at_first.get((p, n), set()) for p, n, m in zip(part.protocol, part.prompts, part.method)]
+    lacking = part[~np.array(has_first, dtype=bool)]
     missing = lacking.groupby(["protocol", "prompts", "method"], sort=False).seed.unique()
     if len(missing):  # dropped, its set would leave the pooled test unsaid; paired at another seed, a mix
         (protocol, prompts, method), seeds = next(iter(missing.items()))

@@ -405,7 +405,7 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
         taus = {(t, n, q): tau for t, n, q, _, tau in record["questions"]}
         for other, other_path in numbers_of.setdefault(method, []):
             gaps = [abs(tau - other[k]) for k, tau in taus.items() if not (math.isnan(tau) or math.isnan(other[k]))]
-            if max(gaps, default=0.0) < COPY_TOLERANCE:  # where both have a number (a NaN set in a copy hides nothing)
+            if gaps and max(gaps) < COPY_TOLERANCE:  # where both have a number (a NaN set in a copy hides nothing)
                 raise RecordError(
                     f"{path}: every tau is within {COPY_TOLERANCE:g} of {other_path.name}'s: one seed's draft "
                     "recorded again as another seed"

@@ -100,8 +100,12 @@ def markdown(table: pd.DataFrame) -> str:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", default=list(TABLES), choices=sorted(PROTOCOLS), metavar="PROTOCOL")
+    parser.add_argument("names", nargs="*", metavar="PROTOCOL", help=f"default: {' '.join(TABLES)}")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in PROTOCOLS]
+    if unknown:
+        parser.error(f"unknown protocol(s) {unknown}; use some of {sorted(PROTOCOLS)}")
+    args.names = args.names or list(TABLES)
     tables = {}
     try:  # every table made before any is written: a bad record leaves the committed ones as they were
         tables = {name: paper_table(name) for name in args.names}
