@@ -228,8 +228,9 @@ def generation_changes(model) -> dict:
     }
     own = getattr(model.config, "eos_token_id", None)
     own = [int(e) for e in (own if isinstance(own, (list, tuple)) else [own])] if own is not None else []
-    if eos_ids(model) != own:
-        changes["eos_token_id"] = eos_ids(model)
+    eos = eos_ids(model)
+    if eos != own:
+        changes["eos_token_id"] = eos
     return changes
 
 

@@ -164,11 +164,11 @@ def build(folder: Path | None = None) -> dict:
     path = Path(folder or results_dir()) / "criteria_pooled.csv"
     if lacking:  # a row missing would read as a criterion never tested, and move the default method unsaid
         raise ValueError(f"{path}: no row for {lacking} (make ledger-tables)")
-    if path.read_text() != tables_now()["criteria_pooled"]:  # made from other records, or altered
-        now = pooled_drafts(tables_now()["criteria_pooled"])
+    found, now = path.read_text(), tables_now()["criteria_pooled"]
+    if found != now:  # made from other records, or altered
         raise ValueError(
-            f"{path}: not what the records give now (it pools {pooled_drafts(path.read_text())} drafts, the records "
-            f"{now}): stale or altered; `make ledger-tables` writes it anew from the records"
+            f"{path}: not what the records give now (it pools {pooled_drafts(found)} drafts, the records "
+            f"{pooled_drafts(now)}): stale or altered; `make ledger-tables` writes it anew from the records"
         )
     payload = {
         "schema": SCHEMA,
