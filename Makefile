@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM ?= false
 # No MPLBACKEND here: the kernel would inherit it and never switch to inline figures (make lab,
 # and the executed notebooks in build/). Headless matplotlib picks Agg on its own.
 
-.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-openvino bench-openvino-rounds test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
+.PHONY: evidence calibration-replies venv docs lab-check ledger-status models test figures tables tables-qwen tables-strong criteria families ledger-tables lab data bench bench-live-batch bench-cost bench-cost-dtype clean test-openvino bench-openvino-rounds bench-openvino-wallclock test-engines test-engines-qwen test-engines-strong replies-strong replies-qwen replies-qwen-strong replies-archive
 
 # the git filter that keeps notebooks/ output-free (see the venv target): nbstripout, keeping the
 # committed cell ids, and stripping the kernel details JupyterLab writes into metadata.language_info
@@ -94,6 +94,17 @@ test-openvino: venv models $(OPENVINO_STAMP)
 bench-openvino-rounds: venv models $(OPENVINO_STAMP)
 	$(BIN)/python bench/openvino_rounds_plan.py
 	$(OPENVINO_VENV)/bin/python bench/bench_openvino_rounds.py
+
+# a finished ledger unit's draft in OpenVINO GenAI's chains: 42 mixed SpecBench questions and its 10 coding ones, 128
+# new tokens, 3 interleaved rounds, every output's digest beside plain decoding's (about an hour for a Qwen draft on
+# 2 cores): bench/results/openvino_wallclock_<ledger>_<method>-seed<seed>; it times: never beside another job
+WALL_LEDGER ?= qwen_strong
+WALL_METHOD ?= elsi-m3
+WALL_SEED ?= 0
+bench-openvino-wallclock: venv models $(OPENVINO_STAMP)
+	$(BIN)/python bench/openvino_wallclock_plan.py --ledger $(WALL_LEDGER) --method $(WALL_METHOD) --seed $(WALL_SEED)
+	$(OPENVINO_VENV)/bin/python bench/bench_openvino_wallclock.py \
+	  build/openvino-wallclock/$(WALL_LEDGER)_$(WALL_METHOD)-seed$(WALL_SEED)/plan.json
 
 # elsi's drafts served by a real engine (about 30 minutes from a clean clone; not part of `make test`):
 # engines/prepare.py trains and exports two SmolLM2 drafts, engines/check_engines.py runs vLLM on them.

@@ -297,3 +297,97 @@ def round_costs(folder: Path = BENCH) -> list[str]:
                 f"{r['predicted speed-up (decode)']}x plain decoding in OpenVINO GenAI (1.3x needs tau {r['tau for 1.3x']})."
             )
     return lines
+
+
+WALLCLOCK_FIELDS = ("questions", "decoding", "tau", "lossless", "round ms", "speed-up median", "range")
+RANGE = re.compile(r"(?P<low>\d+(\.\d+)?)-(?P<high>\d+(\.\d+)?)")
+
+
+def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
+    """openvino_wallclock: the settings' question counts and repeats; per question set one plain row and
+    one row a chain; a chain's tau within [1, k + 1], lossless a bool, a speed-up (median, its range over
+    the rounds around it) only where lossless, a positive round cost; where the details keep each round's
+    output digests, lossless is what they say. Returns the rows by question set."""
+    s = record["settings"]
+    runs_each = repeats(s, path)
+    counts = s.get("questions")
+    if not isinstance(counts, dict) or not counts:
+        raise ValueError(f"{path}: settings' questions = {counts!r}, not a count per question set")
+    by_set: dict[str, list[dict]] = {}
+    for i, r in enumerate(record["rows"]):
+        where = f"{path}: row {i}"
+        kind = str(r["questions"]).split(" (")[0]
+        if kind not in counts or r["questions"] != f"{kind} ({counts[kind]})":
+            raise ValueError(f"{where}: questions {r['questions']!r} is no question set of the settings {counts}")
+        if not _positive(r["round ms"]):
+            raise ValueError(f"{where}: round ms = {r['round ms']!r}, not a positive time")
+        by_set.setdefault(kind, []).append(r)
+        if r["decoding"] == "plain":
+            continue
+        most = _most_tokens(where, r["decoding"])
+        if not (_positive(r["tau"]) and 1 <= r["tau"] <= most + 1e-9):
+            raise ValueError(f"{where}: tau = {r['tau']!r}, not a number in [1, {most}]")
+        if not isinstance(r["lossless"], bool):
+            raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
+        if not r["lossless"]:
+            if _positive(r["speed-up median"]):
+                raise ValueError(f"{where}: a lossy run with a speed-up ({r['speed-up median']}): none is reported")
+            continue
+        span = RANGE.fullmatch(str(r["range"]))
+        if not (
+            _positive(r["speed-up median"])
+            and span
+            and float(span["low"]) <= r["speed-up median"] <= float(span["high"])
+        ):
+            raise ValueError(
+                f"{where}: speed-up {r['speed-up median']!r} not a positive median within its range {r['range']!r}"
+            )
+        digests = ((record.get("details") or {}).get(kind) or {}) if isinstance(record.get("details"), dict) else {}
+        if r["decoding"] in digests and "plain" in digests:
+            rounds = list(zip(digests["plain"], digests[r["decoding"]]))
+            if len(rounds) != runs_each or (all(p["digests"] == c["digests"] for p, c in rounds)) != r["lossless"]:
+                raise ValueError(
+                    f"{where}: lossless {r['lossless']}, but its {len(rounds)} rounds' output digests say otherwise"
+                )
+    for kind, rows in by_set.items():
+        if [r["decoding"] for r in rows].count("plain") != 1 or len({r["decoding"] for r in rows}) != len(rows):
+            raise ValueError(f"{path}: the {kind} questions need one plain row and one row a chain")
+    return by_set
+
+
+def wallclock(folder: Path = BENCH) -> list[str]:
+    """Per record and question set: the median speed-up over plain decoding with its range over the
+    rounds, per chain; the best named as the best; what 1.3x would need at the measured round cost; a
+    set of fewer than MIN_QUESTIONS questions or MIN_REPEATS rounds said to be short of a claim."""
+    lines = []
+    for path in sorted(Path(folder).glob("openvino_wallclock_*.json")):
+        record = _read(path, WALLCLOCK_FIELDS)
+        by_set = _check_wallclock(path, record)
+        s, m = record["settings"], record["machine"]
+        for kind, rows in by_set.items():
+            chains = [r for r in rows if r["decoding"] != "plain"]
+            lossless = [r for r in chains if r["lossless"] is True]
+            line = (
+                f"**{s['engine']}, {s['draft']}, {kind} questions** ({m['cpu']}, {m['date'][:10]}; {s['questions'][kind]} "
+                f"questions, {s['max_tokens']} new tokens, {s['repeat']} rounds): "
+            )
+            line += "; ".join(
+                f"{r['decoding']} {r['speed-up median']}x plain decoding (range {r['range']}, tau {r['tau']})"
+                if r["lossless"]
+                else f"{r['decoding']} changed the output (lossy: no speed-up)"
+                for r in chains
+            )
+            if lossless:
+                best = max(lossless, key=lambda r: r["speed-up median"])
+                line += (
+                    f". The best is {best['decoding']}, {best['speed-up median']}x; at its round cost ({best['round ms']} ms "
+                    f"against a plain step of {rows[0]['round ms']} ms) 1.3x needs tau {best.get('tau for 1.3x', '?')}"
+                )
+            short = [f"the {MIN_QUESTIONS} questions"] * (s["questions"][kind] < MIN_QUESTIONS)
+            short += [f"the {MIN_REPEATS} repeats"] * (s["repeat"] < MIN_REPEATS)
+            if short:
+                line += (
+                    f"; fewer than {' and '.join(short)} a wall-clock claim needs: a check's numbers, not a measurement"
+                )
+            lines.append(line + ".")
+    return lines

@@ -23,7 +23,7 @@ from .speed import (
 )
 from .bench_rows import check_rows
 from .speed_device import device_finding, device_results
-from .speed_openvino import engine_check, round_costs
+from .speed_openvino import engine_check, round_costs, wallclock
 from .speed_plots import save_figures
 
 
@@ -58,7 +58,7 @@ def page(images: Path, folder: Path = BENCH) -> str:
         lines += [lever, ""]
     for line in dtype_finding(results):
         lines += [line, ""]
-    openvino = engine_check(folder) + round_costs(folder)
+    openvino = engine_check(folder) + round_costs(folder) + wallclock(folder)
     if openvino:
         lines += ["## OpenVINO GenAI: chains and token trees", ""]
         for line in openvino:
@@ -75,7 +75,7 @@ def page(images: Path, folder: Path = BENCH) -> str:
         for line in device_finding(devices):
             lines += [line, ""]
     lines += ["![cost model](images/cost_model.png)", "", "![cost model's accuracy](images/cost_accuracy.png)", ""]
-    records = [*Path(folder).glob("cost_*.json"), *Path(folder).glob("openvino_rounds_*.json")]
+    records = [*Path(folder).glob("cost_*.json"), *Path(folder).glob("openvino_*.json")]
     records += [p for p in [Path(folder) / "engines_openvino.json"] if p.is_file()]
     for path in sorted(records):  # the levers' table too
         lines += [f"## `{path.stem}`", "", table(path), ""]
