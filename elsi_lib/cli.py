@@ -116,6 +116,11 @@ class _Job:
         self.prompts = _prompts(args)
         self.loaded: tuple[Any, Any] = load_model(args.model)  # (model, tokenizer)
         decoder = self.loaded[0].get_decoder()
+        if not hasattr(decoder, "layers"):  # GPT-2's `h`, Falcon's: a layout the capture does not read
+            raise UsageError(
+                f"--model {args.model}: a {type(decoder).__name__}, whose decoder layers elsi cannot find (it reads "
+                "model.get_decoder().layers, as Llama, Qwen, Mistral and Gemma models name them)"
+            )
         self.n_layers = len(decoder.layers)
         self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[
             0
@@ -137,10 +142,14 @@ def _check_template(args, tokenizer, prompts: list) -> None:
     """Before any reply or capture: the model's chat template renders every conversation (a template that
     refuses one, say a second user turn in a row, names it), and where the probe reads the replies, it
     renders a reply after the prompt's generation prompt (a template that opens a thinking block in the
-    generation prompt alone does not, and the replies' tokens cannot be found)."""
+    generation prompt alone does not, and the replies' tokens cannot be found). A prompt is rendered as the
+    replies see it (with the generation prompt) and as the capture does (with a reply after it)."""
     for conversation in prompts:
         try:
-            render(tokenizer, conversation, add_generation_prompt=conversation[-1]["role"] == "user")
+            if conversation[-1]["role"] == "user":
+                render(tokenizer, conversation, add_generation_prompt=True)
+                conversation = [*conversation, {"role": "assistant", "content": "Hi."}]  # a reply, as captured
+            render(tokenizer, conversation, add_generation_prompt=False)
         except Exception as err:  # a template's own error (jinja's TemplateError, a raise_exception call)
             raise UsageError(
                 f"{'--data' if args.data else 'the calibration mix'}: {args.model}'s chat template refuses the "
@@ -148,14 +157,22 @@ def _check_template(args, tokenizer, prompts: list) -> None:
             ) from None
     if getattr(args, "method", None) != "probe" or not getattr(tokenizer, "chat_template", None):
         return
-    try:
-        reply_starts(tokenizer, [[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi."}]], 64)
-    except ValueError:
+    first = (
+        prompts[0] if prompts[0][-1]["role"] == "assistant" else [*prompts[0], {"role": "assistant", "content": "Hi."}]
+    )
+    try:  # the user's own first conversation (a template may need a system turn, say), with a reply
+        reply_starts(tokenizer, [first], 1 << 30)
+    except Exception as err:  # ValueError: not a prefix; a template's own error on an assistant turn
         given = "" if "method" in getattr(args, "_given", {}) else " (the default)"
+        why = (
+            "does not render a reply after the prompt's generation prompt (it adds text there alone, such as an "
+            "opening thinking block)"
+            if isinstance(err, ValueError)
+            else f"refuses the conversation starting {_opening(first)!r} with a reply ({type(err).__name__}: {err})"
+        )
         raise UsageError(
-            f"--method probe{given}: {args.model}'s chat template does not render a reply after the prompt's "
-            "generation prompt (it adds text there alone, such as an opening thinking block), so the probe "
-            "cannot find the replies' tokens; use --method elsi, which reads every position"
+            f"--method probe{given}: {args.model}'s chat template {why}, so the probe cannot find the replies' "
+            "tokens; use --method elsi, which reads every position"
         ) from None
 
 
@@ -193,7 +210,7 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
         {
             "prompts": len(conversations),
             "conversations_sha256": conversations_hash(conversations),
-            "reply_model": args.reply_model,
+            "reply_model": args.reply_model if needs else "none (every conversation carries its reply)",
         }
     )
     job.conversations, job.max_length = conversations, settings.max_length  # the probe's data too
@@ -365,6 +382,12 @@ def cmd_select(args) -> str:
     if args.format == "json":
         return json.dumps(result, indent=2)
     if fragment is not None:
+        if recommended != tuple(layers):  # the config holds another set than the criterion chose: said, not only in it
+            print(
+                f"--format {args.format}: the config carries the decision's set {recommended}, not "
+                f"{args.method}'s {layers} ({decision.get('verdict', 'keep the default')})",
+                file=sys.stderr,
+            )
         extra = {"recipe_commands": recipe_commands(fragment)} if "launch_args" in fragment else {}
         return json.dumps(
             {
@@ -379,6 +402,7 @@ def cmd_select(args) -> str:
                     "architecture": job.architecture,
                     "ids_for": engine_reading(args.format, job.architecture),
                     **({"restriction": result["restriction"]} if restricted is not None else {}),
+                    **({"stability": result["stability"]} if args.stability else {}),
                     "evidence": result["evidence"],
                     "decision": decision,
                 },

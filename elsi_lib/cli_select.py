@@ -151,7 +151,13 @@ def decision_lines(d: dict) -> list[str]:
             f"T = {t}: {c['diff']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}]"
             for t, c in d["predicted_tau_difference"].items()
         )
-        model = f"the pooled fit ({d['pooled_because']})" if d["pooled_because"] else f"{d['model'].split()[-1]}'s fit"
+        model = (
+            f"the pooled fit ({d['pooled_because']})"
+            if d["pooled_because"]
+            else f"{d['model'].split()[-1]}'s fit"
+            if " at T = " not in d["model"]
+            else f"the fits ({d['model']})"
+        )
         lines.append(
             f"  {d['criterion']}: {best} {d['criterion_best']:.4f}, the default {d['criterion_default']:.4f}; predicted "
             f"tau of {best} minus the default's at 60 nodes, by {model}: {cells}"

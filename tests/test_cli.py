@@ -87,8 +87,11 @@ def test_select_text_json_and_cache(capsys, folder, data):
     # the engine's ids are the decision's set's (the criterion's, or the default it keeps), as --format vllm writes
     assert result["recommended_layers"] == result["decision"]["recommended_layers"]
     assert result["vllm_layer_ids"] == [l + 1 for l in result["recommended_layers"]]
-    code, fragment, _ = run(capsys, "select", *select_base(folder, data), "--format", "vllm")
+    code, fragment, err = run(capsys, "select", *select_base(folder, data), "--format", "vllm", "--stability", 20)
     assert json.loads(fragment)["elsi_provenance"]["layers_fragment"] == result["recommended_layers"]
+    assert "share_choosing_this_set" in json.loads(fragment)["elsi_provenance"]["stability"]  # the bootstrap it ran
+    assert result["recommended_layers"] != result["layers"]  # no family's evidence: the default kept, ...
+    assert f"the config carries the decision's set {tuple(result['recommended_layers'])}" in err  # ... and said
     again = run(capsys, "select", *select_base(folder, data), "--format", "json")
     assert again[0] == 0 and json.loads(again[1]) == result  # the same inputs: the same answer (cached capture)
 
@@ -769,6 +772,15 @@ def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_be
     (thinking / "chat_template.jinja").unlink(missing_ok=True)
     code, _, err = run(capsys, "select", *[a for a in base(thinking, data) if a != "--method"])
     assert code == 2 and "--method probe (the default)" in err and "use --method elsi" in err
+    config["chat_template"] = (  # a template that takes no assistant turn: the replies could not be captured
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ raise_exception('no assistant turns') }}"
+        "{% endif %}{% endfor %}" + CHAT_TEMPLATE
+    )
+    (thinking / "tokenizer_config.json").write_text(json.dumps(config))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"conversations": [{"from": "human", "value": "only a question"}]}) + "\n")
+    code, _, err = run(capsys, "select", *base(thinking, prompts), "--prompts", 1, "--method", "elsi")
+    assert code == 2 and "refuses the conversation starting 'only a question'" in err and "no assistant turns" in err
 
 
 def test_provenance_names_the_search_settings_only_where_a_search_ran(capsys, folder, data):
@@ -776,5 +788,18 @@ def test_provenance_names_the_search_settings_only_where_a_search_ran(capsys, fo
     provenance; ELSI's are."""
     code, out, _ = run(capsys, "select", *base(folder, data), "--method", "eagle3", "--format", "json")
     assert code == 0 and not {"k_beam", "k_expand"} & set(json.loads(out)["provenance"])
+    assert json.loads(out)["provenance"]["reply_model"].startswith("none")  # every conversation carried its reply
     code, out, _ = run(capsys, "select", *select_base(folder, data), "--format", "json")
     assert code == 0 and {"k_beam", "k_expand"} <= set(json.loads(out)["provenance"])
+
+
+def test_a_model_whose_decoder_layers_elsi_cannot_find_is_named(capsys, data, tiny_tokenizer, tmp_path):
+    """GPT-2 keeps its blocks in `h`: one line naming the model and what elsi reads, exit 2, not an
+    AttributeError about an internal class."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    folder = tmp_path / "gpt2"
+    GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tiny_tokenizer))).save_pretrained(folder)
+    tiny_tokenizer.save_pretrained(folder)
+    code, _, err = run(capsys, "select", *select_base(folder, data))
+    assert code == 2 and "a GPT2Model, whose decoder layers elsi cannot find" in err

@@ -156,6 +156,12 @@ def test_missing_or_unexpected_weights_are_an_error(target, tmp_path):
 
 def test_refusals(target, tmp_path):
     draft = trained_like(target, (4,), 24)
+    for broken in (lambda d: d.fc.weight.data.__setitem__((0, 0), float("nan")), lambda d: d.to(torch.bfloat16)):
+        bad = trained_like(target, (4,), 24)
+        broken(bad)
+        with pytest.raises(ValueError, match="fc.weight is not finite float32"):  # before anything is written
+            X.save_draft(bad, tmp_path / "bad", target=target)
+        assert not (tmp_path / "bad").exists()
     eagle2 = Eagle3Draft.from_target(target, FINAL_NORM, 24, seed=0)
     with pytest.raises(ValueError, match="no engine layer id"):
         X.save_draft(eagle2, tmp_path, target=target)
@@ -371,6 +377,25 @@ def test_an_empty_verifier_is_refused(target, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="names no folder or hub id"):
         X.save_draft(draft, tmp_path / "b", target=target)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_a_relative_verifier_folder_is_recorded_by_its_absolute_path(target, tmp_path, monkeypatch):
+    """Engines started from another folder would read "tiny" as a hub id or another folder; a hub id that
+    is no folder here stays as given. A numpy integer is a speculative_tokens like any other."""
+    import numpy as np
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    draft = trained_like(target, (1, 3), 24)
+    X.save_draft(draft, tmp_path / "a", target=target, verifier="tiny", speculative_tokens=np.int64(4))
+    config = json.loads((tmp_path / "a" / "config.json").read_text())["speculators_config"]
+    assert config["verifier"]["name_or_path"] == str(tmp_path / "tiny")
+    assert config["proposal_methods"][0]["speculative_tokens"] == 4
+    X.save_draft(draft, tmp_path / "b", target=target, verifier="org/target")
+    assert (
+        json.loads((tmp_path / "b" / "config.json").read_text())["speculators_config"]["verifier"]["name_or_path"]
+        == "org/target"
+    )
 
 
 def test_the_export_records_the_numeric_settings(target, tmp_path):

@@ -518,3 +518,13 @@ def test_text_layers_are_refused_not_parsed():
     """numpy parses strings such as "1.0" as numbers without a word: layers given as text are refused."""
     with pytest.raises(TypeError, match="must be numbers"):
         set_entropy(random_layers(3, 4, 5).astype(str), [0, 1])
+
+
+def test_masked_layers_are_refused_not_read_through_their_mask():
+    """np.asarray drops a masked array's mask: the masked entries would enter the spectrum as data."""
+    Z = random_layers(3, 4, 5)
+    masked = np.ma.masked_array(Z, mask=np.zeros_like(Z, dtype=bool))
+    assert set_entropy(masked, [0, 1]) == pytest.approx(set_entropy(Z, [0, 1]))  # no entry masked: the same
+    masked[0, 0, 0] = np.ma.masked
+    with pytest.raises(ValueError, match="masked entries"):
+        set_entropy(masked, [0, 1])

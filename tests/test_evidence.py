@@ -86,6 +86,18 @@ def test_a_strong_enough_prediction_changes_the_set():
     assert "is the default" in decide({}, None, 0.0, (1, 2), (1, 2)).reason
 
 
+def test_the_fit_each_temperature_used_is_named():
+    """Where the family's fit holds one temperature and the pooled fit the other, the decision says which
+    fit made which prediction (it named the last one used, "pooled", for both)."""
+    x = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
+    y = [0.1 + 0.5 * v + e for v, e in zip(x, (0.01, -0.01, 0.0, 0.01, -0.01, 0.0))]
+    own, pooled = fit(["a"] * 6, x, y, pooled=False), fit(["a"] * 6, x, y, pooled=True)
+    assert own is not None and pooled is not None
+    both = {0.0: {"family": own, "pooled": pooled}, 1.0: {"family": None, "pooled": pooled}}
+    assert decide(both, "a", 3.0, (5, 6), (1, 2)).model == "family a at T = 0, pooled at T = 1"
+    assert decide({0.0: both[0.0]}, "a", 3.0, (5, 6), (1, 2)).model == "family a"
+
+
 def test_a_set_of_a_size_no_draft_had_gets_no_verdict(evidence):
     """The fits saw drafts of 1-, 2- and 3-layer sets: a set of another size is outside what they predict,
     so the answer says so instead of a prediction (the verdict the rule would give to a 3-layer set stays)."""
@@ -182,8 +194,12 @@ def test_a_hub_id_that_names_a_local_folder_is_judged_by_the_folder(tmp_path, mo
 
 def test_comparison_lines_say_the_seeds(evidence):
     lines = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3)
-    assert lines[0].startswith("evidence: ELSI m=3 drafts (layers 1 22 23) on qwen2.5-coder-0.5b (table3_f32: 936")
-    assert any("3 seeds against EAGLE3's 3" in line for line in lines)
+    head = "evidence: ELSI m=3 drafts (layers 1 22 23) on qwen2.5-coder-0.5b ("
+    assert lines[0].startswith(head + "qwen_strong: 4,744 training prompts, 1 seed against EAGLE3's 1")  # most data
+    assert any(
+        line.startswith("  " + head[len("evidence: ") :] + "table3_f32: 936") and "3 seeds against EAGLE3's 3" in line
+        for line in lines
+    )
     assert any("seed variance not measured" in line for line in lines)  # table3's single-seed bf16 drafts
     assert ev.comparison_lines(evidence, "some/other-model", "probe", 3)[0].startswith(
         "evidence: none of this model's own"
@@ -260,8 +276,8 @@ def _pooled(data: dict) -> dict:
 def _weak_rho(p: float) -> dict:
     """The probe's pooled row given a rho near zero and a p of `p`."""
     return {
-        "per protocol rho": "+0.00 +0.02",
-        "per protocol p": "0.990 0.970",
+        "per protocol rho": "+0.00 +0.02 +0.01",
+        "per protocol p": "0.990 0.970 0.980",
         "pooled rho": 0.01,
         "p (stratified permutation)": p,
     }
@@ -373,7 +389,7 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["pooled_criteria"][0].update(drafts=4), "fewer than the 3 a rank test needs"),
         (
             lambda d: d["models"]["probe error"]["0"]["rests on"].update(drafts=19),
-            "rests on drafts 19, its comparisons give 20",
+            r"rests on drafts 19, its comparisons give \d+",
         ),
         (
             lambda d: d["models"]["probe error"]["0"]["rests on"].update(groups=7),
@@ -400,8 +416,8 @@ def _resealed(data: dict) -> dict:
         (lambda d: d["models"]["probe error"]["0"].update({"out of sample": []}), "out-of-sample rows are not what"),
         # a fit that is not its comparisons', sets and baselines that are not what the labels and the rule
         # say, counts and intervals that contradict each other
-        (lambda d: _every_fit(d, s2=1e-300), r"\['family'\]: not the fit its 20 comparisons"),
-        (lambda d: _every_fit(d, df=100000), "not the fit its 20 comparisons"),
+        (lambda d: _every_fit(d, s2=1e-300), r"\['family'\]: not the fit its \d+ comparisons"),
+        (lambda d: _every_fit(d, df=100000), r"not the fit its \d+ comparisons"),
         (lambda d: d["models"]["probe error"]["0"]["rests on"].update(seeds=1000), "rests on seeds 1000"),
         (lambda d: _rows(d, "probe m=3", layers="19"), "a label says its set's size"),
         (lambda d: _rows(d, "probe m=3", layers="abc"), "layers = 'abc', not ascending distinct layer ids"),
@@ -427,7 +443,10 @@ def _resealed(data: dict) -> dict:
         (lambda d: d.update(schema=True), "schema True"),
         (lambda d: d.update(provenance="junk"), "provenance must name each record"),
         (lambda d: _pooled(d).update(drafts=9999), "9999 drafts, but its protocols hold"),
-        (lambda d: _pooled(d).update(protocols="nonexistent_protocol other"), "hold no record this file rests on"),
+        (
+            lambda d: _pooled(d).update(protocols="nonexistent_protocol other third"),
+            "hold no record this file rests on",
+        ),
         (lambda d: _pooled(d).update({"pooled rho": -0.9}), "pooled rho -0.900, but its protocols' rho"),
         # a pooled p its drafts' permutations cannot give: the probe's weak rho made significant, a strong
         # one made insignificant, a Monte Carlo p below one shuffle, counts that are not the drafts'
@@ -435,12 +454,12 @@ def _resealed(data: dict) -> dict:
         (lambda d: _pooled(d).update(_weak_rho(0.001)), "a permutation test gives a p between 0.05"),
         (
             lambda d: _pooled(d).update({"p (stratified permutation)": 0.6}),
-            "a permutation test gives a p between 0 and 0.129",
+            r"a permutation test gives a p between 0 and [\d.]+",
         ),
-        (lambda d: _pooled(d).update({"per protocol p": "0.9 0.209"}), "per protocol p of table3_f32 0.9"),
-        (lambda d: _pooled(d).update({"per protocol drafts": "10 9"}), "are not counts summing to its 20"),
+        (lambda d: _pooled(d).update({"per protocol p": "0.9 0.333 0.213"}), "per protocol p of table3_f32 0.9"),
+        (lambda d: _pooled(d).update({"per protocol drafts": "10 3 9"}), r"are not counts summing to its \d+"),
         (lambda d: _pooled(d).pop("per protocol drafts"), "per protocol drafts None"),
-        (lambda d: _pooled(d).update({"per protocol rho": "+0.88 +0.10"}), "weighted by their drafts"),
+        (lambda d: _pooled(d).update({"per protocol rho": "+0.88 +1.00 +0.10"}), "weighted by their drafts"),
         (lambda d: _pooled(d).update({"p exact": "yes"}), "p exact 'yes' with 10000 permutations"),
         (lambda d: _pooled(d).update(permutations=2.5), "permutations = 2.5, not an integer"),
         # comparisons a record does not stand behind, or that contradict each other's df and criteria
@@ -622,7 +641,7 @@ def test_the_evidence_builder_refuses_a_pooled_test_the_records_no_longer_give(t
     assert evidence_file.build(tmp_path)["pooled_criteria"] == evidence_file.pooled_criteria_rows(tmp_path)
 
 
-def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_beside_it(tmp_path, monkeypatch):
+def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_beside_it(tmp_path, monkeypatch, capsys):
     """A file `elsi select` would refuse is never written (the committed one stays); an --out elsewhere gets
     its comparisons table beside it, leaving the results folder's (the package file's) as it was."""
     from elsi_lib.study.ledger import evidence_file
@@ -640,13 +659,30 @@ def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_be
     evidence_file.main(["--out", str(out)])
     assert ev.load(out) == good
     assert (out.parent / "comparisons_seed_level.csv").is_file() and not (tmp_path / "results").exists()
+    assert out.stat().st_mode & 0o044 == 0o044 & ~_umask()  # readable by others as a plain write makes it
+    for wrong, said in ((out.parent / "comparisons_seed_level.json", "comparisons table is written beside"),
+                        (out.parent / "link.json", "is a link")):  # fmt: skip
+        if said == "is a link":
+            wrong.symlink_to(out)
+        with pytest.raises(SystemExit):
+            evidence_file.main(["--out", str(wrong)])
+        assert said in capsys.readouterr().err
+    assert ev.load(out) == good
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def test_the_bundled_weights_are_the_family_by_their_path_or_converted_folder(tmp_path):
     """The bundled model given as its own GGUF file, or as the folder elsi converted it into, is the family
     the ledger measured (its evidence and fit, not the pooled one's); a copy of the GGUF with one byte
     changed, or a converted folder of other weights, is not."""
-    from elsi_lib.common.cachefiles import MANIFEST, sha256_file
+    from elsi_lib.common.cachefiles import MANIFEST, sha256_file, write_manifest
     from elsi_lib.inputs.models import bundled_weights_path
 
     gguf, _ = bundled_weights_path("smollm2-135m")
@@ -654,6 +690,16 @@ def test_the_bundled_weights_are_the_family_by_their_path_or_converted_folder(tm
     converted = tmp_path / "SmolLM2-135M-Instruct.Q4_1-0123456789ab"
     converted.mkdir()
     (converted / MANIFEST).write_text(json.dumps({"key": {"gguf_sha256": sha256_file(gguf)}, "files": {}}))
+    assert ev.family_of(str(converted)) == "smollm2-135m"
+    (converted / "model.safetensors").write_bytes(b"weights")  # the converted weights, listed in its manifest
+    write_manifest(converted, {"gguf_sha256": sha256_file(gguf)})
+    assert ev.family_of(str(converted)) == "smollm2-135m"
+    (converted / "model.safetensors").write_bytes(b"tuned weights")  # a fine-tune saved over them: another model
+    assert ev.family_of(str(converted)) is None
+    (converted / "model.safetensors").write_bytes(b"weights")
+    (converted / "extra.bin").write_bytes(b"x")  # a file the conversion did not write
+    assert ev.family_of(str(converted)) is None
+    (converted / "extra.bin").unlink()
     assert ev.family_of(str(converted)) == "smollm2-135m"
     (converted / MANIFEST).write_text(json.dumps({"key": {"gguf_sha256": "0" * 64}, "files": {}}))
     assert ev.family_of(str(converted)) is None

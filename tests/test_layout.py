@@ -14,7 +14,7 @@ STAGES = ("inputs", "hidden", "selection", "draft", "study", "common")
 # the study: the paper's figures and tables, the accepted-token experiments and their records; it imports
 # the core (everything else) and is never imported by it
 STUDY = "elsi_lib.study"
-MAX_LINES = 600  # a backstop well above every module today: modules are split by concept, never to fit it
+MAX_LINES = 800  # a backstop well above every module today: modules are split by concept, never to fit it
 
 
 def _module_name(path: Path) -> str:

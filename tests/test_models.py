@@ -31,6 +31,12 @@ def test_missing_files_and_bad_folders(tmp_path):
         models._torch_dtype("float7")
 
 
+def test_a_model_folder_without_its_tokenizer_is_named(tmp_path):
+    random_model(n_layers=2, hidden_size=32, vocab_size=64, seed=0).save_pretrained(tmp_path / "bare")
+    with pytest.raises(ModelNotFoundError, match=r"bare: no tokenizer files .*save the model's tokenizer beside it"):
+        load_model(tmp_path / "bare")
+
+
 def test_manifest_detects_corruption_and_staleness(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"0123456789" * 100)
     (tmp_path / "config.json").write_text("{}")
@@ -200,6 +206,23 @@ def test_empty_or_foreign_file_named_gguf(tmp_path):
     foreign.write_bytes(b"PK\x03\x04 a zip file, not a GGUF" * 10)
     with pytest.raises(models.ModelFileError, match=r"weights\.gguf.*not a GGUF"):
         load_model(foreign)
+
+
+def test_a_gguf_in_other_capitals_is_read_as_one(tmp_path):
+    foreign = tmp_path / "Weights.GGUF"
+    foreign.write_bytes(b"PK\x03\x04 a zip file, not a GGUF" * 10)
+    with pytest.raises(models.ModelFileError, match=r"Weights\.GGUF.*not a GGUF"):
+        load_model(foreign)
+
+
+def test_a_folder_named_as_a_bundled_model_is_refused_as_ambiguous(tmp_path, monkeypatch):
+    """transformers would load ./smollm2-135m, the registry its bundled weights: neither is chosen unsaid."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "smollm2-135m").mkdir()
+    with pytest.raises(ModelNotFoundError, match=r"names both the bundled model and the folder .*pass ./smollm2-135m"):
+        models.resolve_model_path("smollm2-135m")
+    with pytest.raises(ModelNotFoundError, match="without config.json"):  # ./NAME is the folder
+        models.resolve_model_path("./smollm2-135m")
 
 
 def test_intact_gguf_that_transformers_cannot_convert_keeps_its_own_error(tmp_path):

@@ -109,6 +109,23 @@ def test_the_builder_never_deletes_what_it_did_not_write(tmp_path):
         (ours / mine).unlink()
 
 
+def test_a_file_saved_into_the_site_while_it_is_built_is_refused_not_deleted(tmp_path, monkeypatch):
+    """The check at the start is not enough: a build takes minutes, and a file saved into its folder
+    meanwhile would go with the old site. Checked again before the swap; the old site and the file stay."""
+    ours = tmp_path / "site"
+    site.build(ours)
+    write_site = site._write_site
+
+    def saving_meanwhile(fresh, folder, bench):
+        (ours / "docs" / "draft-notes.md").write_text("mine")
+        return write_site(fresh, folder, bench)
+
+    monkeypatch.setattr(site, "_write_site", saving_meanwhile)
+    with pytest.raises(FileExistsError, match=r"holds \['docs/draft-notes.md'\], which the pages builder did not"):
+        site.build(ours)
+    assert (ours / "docs" / "draft-notes.md").read_text() == "mine" and (ours / "docs" / "index.md").is_file()
+
+
 def test_a_site_under_a_file_is_refused_naming_the_file(tmp_path):
     """A site under a file is refused naming the file, not with "[Errno 17] File exists" without the path
     that is a file."""

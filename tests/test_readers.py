@@ -262,3 +262,19 @@ def test_a_record_nested_past_what_json_reads_is_refused_naming_the_file(tmp_pat
     path.write_text(text)
     with pytest.raises(readers.DataFormatError, match=r"deep\.jsonl?:(1: )?.*nested too deeply"):
         load_prompts(path)
+
+
+def test_a_sharegpt_records_system_text_is_its_first_turn(tmp_path):
+    """LLaMA-Factory's ShareGPT keeps the system prompt beside the turns: read as the first turn, not
+    dropped; a system that is not text is refused naming the line."""
+    import json
+
+    from elsi_lib.inputs.readers import DataFormatError, parse_sharegpt
+
+    path = tmp_path / "lf.jsonl"
+    turns = [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello"}]
+    path.write_text(json.dumps({"system": "Be brief.", "conversations": turns}) + "\n")
+    assert parse_sharegpt(path)[0][0] == {"role": "system", "content": "Be brief."}
+    path.write_text(json.dumps({"system": 3, "conversations": turns}) + "\n")
+    with pytest.raises(DataFormatError, match=r"lf.jsonl:1: system is int, not text"):
+        parse_sharegpt(path)

@@ -63,6 +63,9 @@ def test_its_opening_numbers_are_the_evidence_files():
     each = {1: "one", 2: "two", 3: "three"}[strong["seeds"]]
     assert f"on 4,744 prompts the probe's lead is not shown ({_cell(strong)}, {each} seed" in text
     assert strong["low"] <= 0 and strong["seeds"] == strong["baseline seeds"] and strong["prompts"] == 4744
+    paper = one("qwen_strong", "ELSI m=3", 0.0)
+    assert f"one seed each), nor ELSI's ({_cell(paper)})" in text and strong["seeds"] == 1  # "each": ELSI's too
+    assert paper["low"] <= 0 and paper["seeds"] == paper["baseline seeds"] == 1
     smol = one("table2_strong", "ELSI m=3", 0.0)
     probe = one("table2_strong", "probe m=3", 0.0)
     words = {1: "one", 2: "two", 3: "three"}

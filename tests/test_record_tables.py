@@ -152,6 +152,23 @@ def test_a_method_without_the_first_seed_is_refused_not_dropped_from_the_pooled_
     assert len(drafts(("table3_f32",))) == 2  # EAGLE3's and ELSI's at seed 0
 
 
+def test_a_protocol_without_an_eagle3_draft_is_named_in_the_pooled_tests_left_out(tmp_path, monkeypatch):
+    """A protocol whose records hold no EAGLE3 draft has no tau minus EAGLE3's: it cannot join the pooled
+    test, and says so in "left out" instead of vanishing from it."""
+    from test_records import a_record
+
+    from elsi_lib.study.ledger import draft_records as R
+    from elsi_lib.study.ledger.record_tables import drafts
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    R.write_record({**a_record("table3_f32", "elsi-m3", seed=0, tau=1.6), "label": "ELSI m=3"}, tmp_path)
+    table = drafts(("table3_f32",))
+    assert table.empty and table.attrs["left out"] == ["table3_f32 (1 draft, no EAGLE3 draft: no tau minus EAGLE3's)"]
+    few = _protocol("table2_strong", 3, rank_right=True)
+    few.attrs["left out"] = table.attrs["left out"]
+    assert (pooled_criteria(few, n_perm=100)["left out"] == table.attrs["left out"][0]).all()
+
+
 def test_the_first_seed_is_asked_of_each_point_on_its_own():
     """A method at the first seed of one point is no excuse for its missing first seed at another."""
     from elsi_lib.study.experiments.criteria_vs_drafts import _first_seed

@@ -226,6 +226,22 @@ def test_a_record_outside_the_ledger_fills_none_of_its_units(tmp_path, monkeypat
     assert both.loc["table3_f32", ["present", "owed", "units"]].tolist() == [1, 15, 16]
 
 
+def test_a_hidden_file_beside_the_records_is_none_and_a_malformed_record_ends_the_status_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """macOS's ._NAME.json beside a record is no record; a record that fails its checks ends the status
+    with the record's name and why, not a traceback."""
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
+    R.write_record(a_record(seed=0), tmp_path)
+    (tmp_path / "table3_f32" / "._eagle3-seed0.json").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    assert len(R.read_records("table3_f32")) == 1 and owed_units.main(["table3_f32"]) == 0
+    (tmp_path / "table3_f32" / "elsi-m3-seed0.json").write_text("{}")
+    capsys.readouterr()
+    assert owed_units.main(["table3_f32"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("owed_units: ") and "elsi-m3-seed0.json" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_tables_ledgers_are_its_protocol_and_the_float32_twin(tmp_path, monkeypatch):
     monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(tmp_path))
     R.write_record(a_record(), tmp_path)

@@ -106,6 +106,38 @@ def test_an_edited_generation_config_gets_new_replies_and_a_plain_one_keeps_the_
     assert generate_responses(tiny_model, tiny_tokenizer, prompts, **SETTINGS) == first and calls == []
 
 
+def test_every_generation_field_greedy_decoding_applies_is_in_the_key_and_a_neutral_value_is_not(
+    tiny_model, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """guidance and a watermark change greedy replies (generate applies both with do_sample=False): in the
+    key; a repetition penalty of 1.0, one beam, and end-of-sequence ids given in another order or twice
+    change nothing: not in it (no replies written again for them)."""
+    from transformers.generation import WatermarkingConfig
+
+    from elsi_lib.hidden.replies import generation_changes
+
+    config = tiny_model.generation_config
+    for name, value in (("guidance_scale", 3.0), ("watermarking_config", WatermarkingConfig(bias=10.0))):
+        monkeypatch.setattr(config, name, value)
+        assert name in generation_changes(tiny_model)
+        monkeypatch.undo()
+    own = tiny_model.config.eos_token_id
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(config, "stop_strings", ["zz"])  # generate needs the tokenizer for them: given
+    assert len(generate_responses(tiny_model, tiny_tokenizer, make_conversations(2), **SETTINGS)) == 2
+    assert generation_changes(tiny_model) == {"stop_strings": ["zz"]}
+    monkeypatch.undo()
+    for name, value in (
+        ("repetition_penalty", 1.0),
+        ("num_beams", 1),
+        ("no_repeat_ngram_size", 0),
+        ("eos_token_id", [own, own]),
+    ):
+        monkeypatch.setattr(config, name, value)
+        assert generation_changes(tiny_model) == {}, name
+        monkeypatch.undo()
+
+
 def test_the_bundled_models_calibration_replies_ship_with_the_package(bundled, monkeypatch):
     """`elsi select --model smollm2-135m` on a cold cache reads its 200 calibration replies from the
     package (`make calibration-replies` after a change of model, library or settings makes this fail)."""

@@ -94,3 +94,17 @@ def test_a_seed_without_a_tau_is_no_seed():
     got, want = difference(blank, "A", temperature=0.0), difference(alone, "A", temperature=0.0)
     assert got["seeds"] == 1 and got["diff"] == pytest.approx(want["diff"])
     assert (got["low"], got["high"]) == pytest.approx((want["low"], want["high"]))
+
+
+def test_paper_tables_name_a_results_folder_that_is_missing_or_a_file(tmp_path, monkeypatch):
+    """Every table is made first; a results folder that is not there (or is a file) is then named, not a
+    pandas traceback that calls a file a non-existent directory."""
+    from elsi_lib.common.cachefiles import REPO_ROOT
+    from elsi_lib.study.ledger import paper_tables
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
+    (tmp_path / "a-file").write_text("")
+    for where, said in ((tmp_path / "a-file", "is a file, not a folder"), (tmp_path / "none", "does not exist")):
+        monkeypatch.setenv("ELSI_RESULTS", str(where))
+        with pytest.raises(SystemExit, match=f"results folder {where} {said}"):
+            paper_tables.main(["table2_strong"])

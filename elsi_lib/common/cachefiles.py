@@ -143,6 +143,10 @@ def atomic_write_chunks(path: str | os.PathLike, chunks) -> None:
                 handle.write(chunk)
             handle.flush()
             os.fsync(handle.fileno())
+            if hasattr(os, "fchmod"):  # the mode a plain write gives (mkstemp's is 0600: others could not read it)
+                umask = os.umask(0)
+                os.umask(umask)
+                os.fchmod(handle.fileno(), 0o666 & ~umask)
             if fcntl is not None:
                 os.replace(tmp, path)  # still open, so still locked: never taken for a stale file
         if fcntl is None:

@@ -17,6 +17,8 @@ def as_float64(X, name: str = "X", check_finite: bool = True) -> np.ndarray:
     non-finite values are an error unless check_finite=False (for callers that check later)."""
     if getattr(X, "is_complex", lambda: False)() or np.iscomplexobj(X):  # a torch.Tensor's or numpy's
         raise TypeError(f"{name} must be real; got complex values (their imaginary part would be dropped)")
+    if np.ma.is_masked(X):  # np.asarray would use the masked entries as data
+        raise ValueError(f"{name} has masked entries: fill them (X.filled(...)) or leave those rows out")
     if hasattr(X, "detach"):  # torch.Tensor, without importing torch
         X = X.detach().to("cpu").double().numpy()
     if np.asarray(X).dtype.kind in "USO":  # text (or objects) numpy would parse as numbers without a word

@@ -149,7 +149,7 @@ def decide(
             default,
             best,
         )
-    predicted, model = {}, ""
+    predicted, models = {}, {}
     for t, pair in sorted(fits.items()):
         own = pair.get("family")
         use = own if own is not None and family in own.columns[:-1] else pair.get("pooled")
@@ -161,9 +161,15 @@ def decide(
                 default,
                 best,
             )
-        model = f"family {family}" if use is own else "pooled"
+        models[float(t)] = f"family {family}" if use is own else "pooled"
         d, half = predict(use, family if use is own else None, dscore, anchored=anchored)
         predicted[float(t)] = (d, d - half, d + half)
+    # one fit at every temperature, or which at each (a family's fit may lack a temperature the pooled has)
+    model = (
+        next(iter(models.values()))
+        if len(set(models.values())) == 1
+        else ", ".join(f"{m} at T = {t:g}" for t, m in models.items())
+    )
     behind = [m for m in measured if m["high"] < 0]
     if behind:
         where = ", ".join(

@@ -235,7 +235,8 @@ def _verifier(verifier, target) -> str:
         raise ValueError(
             f"verifier must be the path or hub id engines load the target from (no surrounding spaces), got {verifier!r}"
         )
-    return str(verifier)
+    local = Path(verifier)  # a folder here: its absolute path, or engines started elsewhere read it as another
+    return str(local.resolve()) if not local.is_absolute() and local.exists() else str(verifier)
 
 
 def save_draft(
@@ -274,6 +275,7 @@ def save_draft(
         raise ValueError(
             f"speculative_tokens must be an integer in 1..{MAX_SPECULATIVE_TOKENS}, got {speculative_tokens!r}"
         )
+    speculative_tokens = int(speculative_tokens)  # numpy's integers too: the config is JSON
     draft.config.check_target(target)
     if not torch.equal(draft._shared[0].detach().cpu(), target.get_input_embeddings().weight.detach().cpu()):
         raise ValueError(  # of the same shapes, another model: the export would name it as the draft's verifier
@@ -282,6 +284,11 @@ def save_draft(
         )
     if draft.numeric is not None:
         _check_numeric(draft.numeric, "the draft")
+    for name, w in draft.state_dict().items():  # engines would load a diverged draft without a word
+        if w.is_floating_point() and (w.dtype != torch.float32 or not w.isfinite().all()):
+            raise ValueError(
+                f"the draft's {name} is not finite float32 ({w.dtype}): elsi exports finite float32 weights"
+            )
     folder = Path(folder)
     _check_destination(folder)
     verifier = _verifier(verifier, target)

@@ -118,7 +118,13 @@ def generate_responses(
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
         out = _generate_batch(
-            model, [prompts[i] for i in batch], pad, max_new_tokens, temperature, [seed * 1_000_003 + i for i in batch]
+            model,
+            [prompts[i] for i in batch],
+            pad,
+            max_new_tokens,
+            temperature,
+            [seed * 1_000_003 + i for i in batch],
+            tokenizer=tokenizer,
         )  # (b, new tokens)
         for row, i in enumerate(batch):
             replies[i] = tokenizer.decode(out[row], skip_special_tokens=True).strip()
@@ -138,7 +144,7 @@ def generate_responses(
 
 
 def _generate_batch(
-    model, prompts: list[list[int]], pad: int, max_new_tokens: int, temperature: float, seeds: list[int]
+    model, prompts: list[list[int]], pad: int, max_new_tokens: int, temperature: float, seeds: list[int], tokenizer=None
 ):
     """`generate` on one batch of prompt ids, left-padded so that every prompt ends where generation
     starts: greedy at temperature 0, else an exact seeded sample per row (`GumbelSampler`). Returns
@@ -159,7 +165,8 @@ def _generate_batch(
             do_sample=False,
             pad_token_id=pad,
             logits_processor=sampler,
-        )
+            **({"tokenizer": tokenizer} if getattr(model.generation_config, "stop_strings", None) else {}),
+        )  # a generation config's stop strings need the tokenizer
     return out[:, width:]
 
 
@@ -198,6 +205,10 @@ PROCESSORS = (  # the logits processors (a sampled draw is then not from softmax
     "bad_words_ids",
     "sequence_bias",
     "encoder_repetition_penalty",
+    "encoder_no_repeat_ngram_size",
+    "guidance_scale",
+    "watermarking_config",
+    "remove_invalid_values",
 )
 GREEDY_FIELDS = PROCESSORS + (
     "min_length",
@@ -206,9 +217,29 @@ GREEDY_FIELDS = PROCESSORS + (
     "forced_eos_token_id",
     "exponential_decay_length_penalty",
     "num_beams",
+    "num_beam_groups",
+    "diversity_penalty",
     "penalty_alpha",
+    "dola_layers",
+    "token_healing",
     "stop_strings",
+    "max_time",
 )
+NEUTRAL = {  # values of GREEDY_FIELDS that change no reply (generate applies nothing with them)
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "guidance_scale": 1.0,
+    "remove_invalid_values": False,
+    "min_length": 0,
+    "min_new_tokens": 0,
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "penalty_alpha": 0.0,
+    "token_healing": False,
+}
 
 
 def generation_changes(model) -> dict:
@@ -225,12 +256,13 @@ def generation_changes(model) -> dict:
         for name in GREEDY_FIELDS
         if getattr(config, name, None) != getattr(default, name, None)
         and not (getattr(config, name, None) in ([], {}, ()) and getattr(default, name, None) is None)  # unset too
+        and not (name in NEUTRAL and getattr(config, name, None) == NEUTRAL[name])
     }
     own = getattr(model.config, "eos_token_id", None)
     own = [int(e) for e in (own if isinstance(own, (list, tuple)) else [own])] if own is not None else []
     eos = eos_ids(model)
-    if eos != own:
-        changes["eos_token_id"] = eos
+    if sorted(set(eos)) != sorted(set(own)):  # a set: generation stops at any of them, in any order
+        changes["eos_token_id"] = sorted(set(eos))
     return changes
 
 

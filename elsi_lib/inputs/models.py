@@ -177,6 +177,18 @@ def _sha256_keyed(path: str, size: int, mtime_ns: int) -> str:
     return sha256_file(path)
 
 
+def _stamp(folder: Path) -> tuple:
+    """What `_manifest_problem`'s memo is keyed by: each file's name, size and modification time."""
+    return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
+
+
+@functools.lru_cache(maxsize=8)
+def _manifest_problem(folder: Path, key: str, stamp: tuple) -> str | None:
+    """`verify_manifest` of a folder against the key its manifest states (hashes read), once a process for
+    the folder's files as they stand (`stamp`)."""
+    return verify_manifest(folder, json.loads(key))
+
+
 def bundled_weights_of(path: str | os.PathLike) -> str | None:
     """The registry name whose bundled weights `path` is: the GGUF itself (its sha256 the pinned one, or
     the installed file's), or the folder `converted_gguf_folder` made of it (its manifest names that
@@ -186,9 +198,12 @@ def bundled_weights_of(path: str | os.PathLike) -> str | None:
         digest = _sha256_of(path)
     elif path.is_dir() and (path / MANIFEST).is_file():
         try:
-            digest = json.loads((path / MANIFEST).read_text())["key"]["gguf_sha256"]
+            key = json.loads((path / MANIFEST).read_text())["key"]
+            digest = key["gguf_sha256"]
         except (OSError, ValueError, RecursionError, KeyError, TypeError):
             return None
+        if _manifest_problem(path, json.dumps(key, sort_keys=True), _stamp(path)) is not None:
+            return None  # a file changed (a fine-tune saved over it) or added: no longer the converted weights
     else:
         return None
     for name, entry in REGISTRY.items():
@@ -293,6 +308,11 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
     _check_model_name(name)
     name = DEFAULT_MODEL if name is None else name
     if isinstance(name, str) and name in REGISTRY:
+        if Path(name).is_dir():  # transformers would load the folder; the registry would load the bundled weights
+            raise ModelNotFoundError(
+                f"{name!r} names both the bundled model and the folder {Path(name).resolve()}: pass "
+                f"./{name} (or its absolute path) for the folder, or run from another folder for the bundled model"
+            )
         path, sha256 = bundled_weights_path(name)
         try:
             return str(converted_gguf_folder(path, verified_sha256=sha256)), True
@@ -303,7 +323,7 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
                 f"--force-reinstall --no-deps {' '.join(entry.distributions)}`"
             ) from err
     path = Path(name)
-    if path.suffix == ".gguf":
+    if path.suffix.lower() == ".gguf":
         return str(converted_gguf_folder(path)), True
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -339,6 +359,11 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     except Exception as err:
         if is_local:
             raise_weights_problem(Path(path), err)  # a weights file cut short: name it
+            names = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+            if Path(path).is_dir() and not any((Path(path) / n).is_file() for n in names):
+                raise ModelNotFoundError(  # transformers' advice (install sentencepiece) names no folder
+                    f"{path}: no tokenizer files ({', '.join(names)}): save the model's tokenizer beside it"
+                ) from err
             raise
         if not isinstance(err, OSError):
             raise

@@ -218,12 +218,16 @@ SHAREGPT_ROLES = {
 
 
 def parse_sharegpt(path: Path) -> list[Conversation]:
-    """ShareGPT `{conversations: [{from, value}]}` records (JSON list or JSONL), the paper's format; a record
-    without a user turn is left out, with a warning naming the file and how many."""
+    """ShareGPT `{conversations: [{from, value}]}` records (JSON list or JSONL), the paper's format, a record's
+    `system` text (LLaMA-Factory's layout) its first turn; a record without a user turn is left out, with a
+    warning naming the file and how many."""
     out, dropped = [], 0
     for lineno, record in _read_records(path):
         turns = record_field(record, "conversations", path, lineno, list)
-        conversation = []
+        system = record.get("system") if isinstance(record, dict) else None  # LLaMA-Factory's record-level prompt
+        if system is not None and not isinstance(system, str):
+            raise DataFormatError(f"{path}:{lineno}: system is {type(system).__name__}, not text")
+        conversation = [{"role": "system", "content": system}] if system and system.strip() else []
         for turn in turns:
             speaker = record_field(turn, "from", path, lineno)
             if speaker.lower() not in SHAREGPT_ROLES:

@@ -357,7 +357,7 @@ def record_paths(root: Path | None = None) -> list[Path]:
         )
         if odd:  # read as no record, a ledger run would train it again
             raise RecordError(f"{folder}: {odd} are no records: each record is a file <unit>.json")
-        paths += sorted(folder.glob("*.json"))
+        paths += sorted(p for p in folder.glob("*.json") if not p.name.startswith("."))  # ._x.json: macOS's, no record
     return paths
 
 

@@ -55,7 +55,8 @@ def comparisons(names=tuple(PROTOCOLS)) -> pd.DataFrame:
         if not records:
             continue
         rows = final_rows(records)
-        if BASELINE not in set(rows.method):
+        if BASELINE not in set(rows.method):  # nothing to compare with: said, never dropped unsaid
+            print(f"{name}: {rows.id.nunique()} drafts but no EAGLE3 draft: no comparison of it", file=sys.stderr)
             continue
         first = rows.drop_duplicates("method").set_index("method")
         base = first.loc[BASELINE]
@@ -203,6 +204,10 @@ def main(argv=None) -> None:
     existing = next((p for p in Path(args.out).absolute().parents if p.exists()), None)
     if existing is not None and not existing.is_dir():
         parser.error(f"--out {args.out}: {existing} is a file, not a folder the evidence file could go in")
+    if Path(args.out).is_symlink():  # replaced by a file, the link's target would keep the old evidence
+        parser.error(f"--out {args.out} is a link: give the evidence file's own path ({Path(args.out).resolve()})")
+    if Path(args.out).stem == "comparisons_seed_level":  # the table written beside it would overwrite it
+        parser.error(f"--out {args.out}: the comparisons table is written beside the evidence under that name")
     try:
         evidence = build()
         raw = json.dumps(evidence, indent=1, sort_keys=True).encode() + b"\n"

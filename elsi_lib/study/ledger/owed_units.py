@@ -31,7 +31,7 @@ from ...common.hardware import bf16_matmul_is_slow
 from ...draft import checkpoints
 from ..experiments import experiment
 from . import prepared
-from .draft_records import lockstep_groups, read_records, unit_path, write_record
+from .draft_records import RecordError, lockstep_groups, read_records, unit_path, write_record
 from .protocols import PROTOCOLS, Protocol, protocol
 from .twins import agreeing_twin
 from .unit_groups import MAX_GROUP, UnitCost, describe, next_group
@@ -247,7 +247,11 @@ def main(argv=None) -> int:
         parser.error(f"--budget must be a positive number of minutes, got {args.budget}")
     proto = protocol(args.protocol)
     if not args.run:
-        table = status(proto)
+        try:
+            table = status(proto)
+        except RecordError as err:  # a malformed record: named, one line
+            print(f"owed_units: {err}", file=sys.stderr)
+            return 1
         print(table.to_string(index=False))
         units = table[table.record != OUTSIDE]  # a record outside the ledger fills none of its units
         twin = set(units["in twin"]) - {""}

@@ -15,7 +15,7 @@ import sys
 
 import pandas as pd
 
-from ...common.results import result_path
+from ...common.results import result_path, results_dir
 from .record_tables import final_rows
 from ..paper.plots import CSV_FLOAT_FORMAT, markdown_table
 from .draft_records import RecordError, read_records
@@ -111,6 +111,10 @@ def main(argv=None) -> None:
         tables = {name: paper_table(name) for name in args.names}
     except (RecordError, ValueError) as err:
         sys.exit(f"paper tables: {err}")
+    folder = results_dir()
+    if not folder.is_dir():  # pandas would call a file "a non-existent directory"
+        what = "is a file, not a folder" if folder.exists() else "does not exist"
+        sys.exit(f"paper tables: results folder {folder} {what} (ELSI_RESULTS?)")
     for name, table in tables.items():
         if table.empty:
             print(f"{name}: no records")

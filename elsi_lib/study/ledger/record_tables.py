@@ -107,19 +107,23 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0, joined: dict | None
     joined = joined or {}
     inside = {r["unit"]["protocol"] for records in joined.values() for r in records}
     tables = [(name, read_records(name), False) for name in names if name not in inside]
-    parts = []
+    parts, left_out = [], []
     for name, records, twins in [*tables, *((name, records, True) for name, records in joined.items())]:
         if not records:
             continue
         rows = final_rows(records, twins=twins).assign(protocol=name)
-        if BASELINE not in set(rows.method) or rows.id.nunique() < 2:
+        if BASELINE not in set(rows.method) or rows.id.nunique() < 2:  # no outcome to measure: named, not dropped
+            why = "no EAGLE3 draft: no tau minus EAGLE3's" if BASELINE not in set(rows.method) else "one draft"
+            left_out.append(f"{name} ({rows.id.nunique()} draft{'s' * (rows.id.nunique() > 1)}, {why})")
             continue
         table = draft_table(rows, temperature=temperature, nodes=NODES)
         # one draft for the criteria (SAME_DRAFT), or a set two methods chose would count twice
         table = table.drop_duplicates(SAME_DRAFT)
         probe = rows.drop_duplicates("id").set_index("id")[["probe error", "probe agreement"]]
         parts.append(table.join(probe, on="id"))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+    out.attrs["left out"] = left_out  # protocols with records but no draft to pool, and why
+    return out
 
 
 def one_per_twins(groups: list[pd.DataFrame]) -> list[pd.DataFrame]:
@@ -231,7 +235,7 @@ def pooled_criteria(table: pd.DataFrame, *, n_perm: int = 10000, seed: int = 0) 
     groups = [g for g in by_protocol if len(g) >= 3]
     few = [
         f"{g.protocol.iloc[0]} ({len(g)} draft{'s' * (len(g) > 1)}, fewer than 3)" for g in by_protocol if len(g) < 3
-    ]
+    ] + list(table.attrs.get("left out", []))  # protocols `drafts` had nothing to pool of
     out, reasons = [], []
     for criterion, sign in CRITERIA.items():
         for outcome in OUTCOMES:

@@ -234,6 +234,28 @@ CHECKS_JS = """window.addEventListener("load", function () {
 MARKER = ".elsi-pages"  # in every folder the builder wrote: the only kind it ever replaces
 
 
+def _check_foreign(out: Path, files: list[str] | None) -> None:
+    """FileExistsError where `out` holds a file the pages builder did not write: anything in a folder
+    without its MARKER; beside a marker, a file its last build did not list (an older builder's marker
+    lists none: judged by `files`, what this build writes, and not before they are known: None)."""
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    marker = out / MARKER
+    if marker.is_symlink() or not marker.is_file():
+        raise FileExistsError(
+            f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
+        )
+    written = [line for line in marker.read_text().splitlines()[1:] if line] or files
+    if written is None:
+        return
+    foreign = sorted(_contents(out) - _with_folders(written))
+    if foreign:
+        raise FileExistsError(
+            f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder did not "
+            "write: move them out (the builder replaces its folder whole), or give it another folder"
+        )
+
+
 def build(out: Path, folder: Path | None = None, bench: Path | None = None) -> list[Path]:
     """Write the site's source (mkdocs.yml and docs/) as the folder `out`; returns the pages written.
     The site is written into a fresh folder beside `out` and replaces it only once complete: a failed
@@ -254,24 +276,7 @@ def build(out: Path, folder: Path | None = None, bench: Path | None = None) -> l
             f"{out} is a {'link' if out.is_symlink() else 'file'}, not a folder: the pages builder writes a folder "
             "there and replaces only a folder it wrote (give it a new or empty folder)"
         )
-    marker = out / MARKER
-    present: set[str] = set()  # what is there now, when its marker names no files (an older builder's)
-    if out.is_dir() and any(out.iterdir()):
-        if marker.is_symlink() or not marker.is_file():
-            raise FileExistsError(
-                f"{out} holds files the pages builder did not write: give it a new or empty folder (make docs: build/docs-src)"
-            )
-        written = [line for line in marker.read_text().splitlines()[1:] if line]
-        here = _contents(out)
-        if not written:  # a marker of an older builder lists none: judged by what this build writes
-            present = here
-        else:  # the files its last build wrote, and their folders
-            foreign = sorted(here - _with_folders(written))
-            if foreign:
-                raise FileExistsError(
-                    f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder did not "
-                    "write: move them out (the builder replaces its folder whole), or give it another folder"
-                )
+    _check_foreign(out, None)
     out.parent.mkdir(parents=True, exist_ok=True)
     fresh = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     umask = os.umask(0)
@@ -280,12 +285,7 @@ def build(out: Path, folder: Path | None = None, bench: Path | None = None) -> l
     try:
         names = _write_site(fresh, folder, bench)
         files = sorted(str(p.relative_to(fresh)) for p in fresh.rglob("*") if p.is_file())
-        foreign = sorted(present - _with_folders(files))
-        if foreign:
-            raise FileExistsError(
-                f"{out} holds {foreign[:5]}{' ...' if len(foreign) > 5 else ''}, which the pages builder does not "
-                "write, beside an older builder's marker: move them out, or give it another folder"
-            )
+        _check_foreign(out, files)  # again: a file saved there while the site was built is not deleted either
         (fresh / MARKER).write_text(
             "written by elsi_lib.study.pages.site: replaced whole by the next build; the files it wrote:\n"
             + "".join(f"{f}\n" for f in files)
