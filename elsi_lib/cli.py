@@ -35,7 +35,7 @@ from .hidden.settings import CaptureSettings
 from .inputs.chat import render, reply_starts
 from .inputs.models import load_model
 from .inputs.weights import ModelNotFoundError
-from .inputs.prompts import calibration_prompts, load_prompts, sample
+from .inputs.prompts import PROMPT_SETS, calibration_prompts, load_prompts, sample
 from .selection import select
 from .selection.cka import compartments
 from .selection.conventions import EAGLE3_MIN_LAYERS, convert_layer_ids, eagle3_layers, engine_fragment, engine_reading
@@ -73,6 +73,11 @@ def _prompts(args) -> list:
             raise UsageError(f"--prompts {args.prompts}: {err}") from None
     pool = []
     for prompt_set in args.data:
+        if prompt_set in PROMPT_SETS and Path(prompt_set).is_file():  # the user's file, or the bundled set?
+            raise UsageError(
+                f"--data {prompt_set} names both a bundled prompt set and the file {Path(prompt_set).resolve()}: "
+                f"pass ./{prompt_set} for the file"
+            )
         conversations = load_prompts(prompt_set)
         if not conversations and Path(prompt_set).is_file() and not Path(prompt_set).read_bytes().strip():
             raise UsageError(f"--data {prompt_set}: the file is empty")

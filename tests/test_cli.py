@@ -803,3 +803,14 @@ def test_a_model_whose_decoder_layers_elsi_cannot_find_is_named(capsys, data, ti
     tiny_tokenizer.save_pretrained(folder)
     code, _, err = run(capsys, "select", *select_base(folder, data))
     assert code == 2 and "a GPT2Model, whose decoder layers elsi cannot find" in err
+
+
+def test_a_data_file_named_as_a_bundled_prompt_set_is_refused_as_ambiguous(capsys, folder, tmp_path, monkeypatch):
+    """--data ifeval with a file ./ifeval of the user's: the bundled set is not read in its place unsaid."""
+    from elsi_lib.inputs.prompts import PROMPT_SETS
+
+    name = sorted(PROMPT_SETS)[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text('{"conversations": [{"from": "human", "value": "mine"}]}\n')
+    code, _, err = run(capsys, "select", "--model", folder, "--data", name, "--prompts", 1, "--method", "elsi")
+    assert code == 2 and "names both a bundled prompt set and the file" in err and f"pass ./{name}" in err

@@ -660,7 +660,7 @@ def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_be
     assert ev.load(out) == good
     assert (out.parent / "comparisons_seed_level.csv").is_file() and not (tmp_path / "results").exists()
     assert out.stat().st_mode & 0o044 == 0o044 & ~_umask()  # readable by others as a plain write makes it
-    for wrong, said in ((out.parent / "comparisons_seed_level.json", "comparisons table is written beside"),
+    for wrong, said in ((out.parent / "comparisons_seed_level.csv", "comparisons table is written beside"),
                         (out.parent / "link.json", "is a link")):  # fmt: skip
         if said == "is a link":
             wrong.symlink_to(out)

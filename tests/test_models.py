@@ -223,6 +223,7 @@ def test_a_folder_named_as_a_bundled_model_is_refused_as_ambiguous(tmp_path, mon
         models.resolve_model_path("smollm2-135m")
     with pytest.raises(ModelNotFoundError, match="without config.json"):  # ./NAME is the folder
         models.resolve_model_path("./smollm2-135m")
+    assert models.resolve_model_path(None)[1]  # the default, never typed: the bundled model, not refused
 
 
 def test_intact_gguf_that_transformers_cannot_convert_keeps_its_own_error(tmp_path):

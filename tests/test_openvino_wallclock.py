@@ -101,6 +101,11 @@ def test_the_page_refuses_a_record_whose_digests_contradict_its_lossless_column(
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match="row 2: lossless True, but its 2 rounds' output digests"):
         wallclock(tmp_path)
+    flipped = json.loads(path.read_text())  # the other way: lossless runs recorded as lossy
+    flipped["rows"][1].update({"lossless": False, "speed-up median": "lossy: none", "range": ""})
+    path.write_text(json.dumps(flipped))
+    with pytest.raises(ValueError, match="row 1: lossless False, but its 2 rounds' output digests"):
+        wallclock(tmp_path)
     record["rows"][1]["speed-up median"] = 9.0  # outside its own range
     record["rows"][2].update({"lossless": False, "speed-up median": "lossy: none", "range": ""})
     path.write_text(json.dumps(record))

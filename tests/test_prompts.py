@@ -285,15 +285,3 @@ def test_specbench_question_ids_are_distinct_integers(tmp_path):
     for bad, shown in ((True, "True"), (1.5, "1.5"), ("7", "'7'"), (None, "None"), (2.0, "2.0")):
         with pytest.raises(DataFormatError, match=rf"question\.jsonl:2: .*question_id.*{shown}"):
             load_specbench(bench(0, bad))
-
-
-def test_a_file_named_as_a_bundled_prompt_set_is_refused_as_ambiguous(tmp_path, monkeypatch):
-    """--data ifeval with a file ./ifeval of the user's: the bundled set is not read in its place unsaid."""
-    from elsi_lib.inputs.prompts import PROMPT_SETS, load_prompts
-
-    name = sorted(PROMPT_SETS)[0]
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / name).write_text('{"conversations": [{"from": "human", "value": "mine"}]}\n')
-    with pytest.raises(ValueError, match=rf"names both a bundled prompt set and the file .*pass ./{name}"):
-        load_prompts(name)
-    assert load_prompts(f"./{name}")[0][0]["content"] == "mine"

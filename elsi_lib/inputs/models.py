@@ -306,9 +306,11 @@ def _check_model_name(name) -> None:
 def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
     """Map a model name to (path or hub id, is_local)."""
     _check_model_name(name)
-    name = DEFAULT_MODEL if name is None else name
+    typed, name = name is not None, DEFAULT_MODEL if name is None else name
     if isinstance(name, str) and name in REGISTRY:
-        if Path(name).is_dir():  # transformers would load the folder; the registry would load the bundled weights
+        if (
+            typed and Path(name).is_dir()
+        ):  # transformers would load the folder; the registry would load the bundled weights
             raise ModelNotFoundError(
                 f"{name!r} names both the bundled model and the folder {Path(name).resolve()}: pass "
                 f"./{name} (or its absolute path) for the folder, or run from another folder for the bundled model"
@@ -359,8 +361,10 @@ def load_model(name: str | os.PathLike | None = None, *, dtype="float32", device
     except Exception as err:
         if is_local:
             raise_weights_problem(Path(path), err)  # a weights file cut short: name it
-            names = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
-            if Path(path).is_dir() and not any((Path(path) / n).is_file() for n in names):
+            names = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json", "vocab.txt")
+            known = [*names, "spiece.model", "sentencepiece.bpe.model", "merges.txt"]
+            here = Path(path)
+            if here.is_dir() and not any((here / n).is_file() for n in known) and not any(here.glob("*.tiktoken")):
                 raise ModelNotFoundError(  # transformers' advice (install sentencepiece) names no folder
                     f"{path}: no tokenizer files ({', '.join(names)}): save the model's tokenizer beside it"
                 ) from err

@@ -68,11 +68,6 @@ def load_prompts(prompt_set: str | os.PathLike, data_dir_path: str | os.PathLike
             f"prompt_set must be a prompt-set name or a file path, got {type(prompt_set).__name__} {prompt_set!r}"
         )
     if isinstance(prompt_set, str) and prompt_set in PROMPT_SETS:
-        if Path(prompt_set).is_file():  # a file here under a bundled set's name: which one is meant is unsaid
-            raise ValueError(
-                f"{prompt_set!r} names both a bundled prompt set and the file {Path(prompt_set).resolve()}: pass "
-                f"./{prompt_set} for the file"
-            )
         relative, parser = PROMPT_SETS[prompt_set]
         return parser(verify_pinned(data_dir(data_dir_path), relative))
     path = Path(prompt_set)

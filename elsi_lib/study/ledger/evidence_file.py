@@ -206,7 +206,7 @@ def main(argv=None) -> None:
         parser.error(f"--out {args.out}: {existing} is a file, not a folder the evidence file could go in")
     if Path(args.out).is_symlink():  # replaced by a file, the link's target would keep the old evidence
         parser.error(f"--out {args.out} is a link: give the evidence file's own path ({Path(args.out).resolve()})")
-    if Path(args.out).stem == "comparisons_seed_level":  # the table written beside it would overwrite it
+    if Path(args.out).name in ("comparisons_seed_level.csv", "comparisons_seed_level.md"):  # the table beside it
         parser.error(f"--out {args.out}: the comparisons table is written beside the evidence under that name")
     try:
         evidence = build()

@@ -113,7 +113,7 @@ def drafts(names=OUT_OF_SAMPLE, *, temperature: float = 0.0, joined: dict | None
             continue
         rows = final_rows(records, twins=twins).assign(protocol=name)
         if BASELINE not in set(rows.method) or rows.id.nunique() < 2:  # no outcome to measure: named, not dropped
-            why = "no EAGLE3 draft: no tau minus EAGLE3's" if BASELINE not in set(rows.method) else "one draft"
+            why = "no EAGLE3 draft: no tau minus EAGLE3's" if BASELINE not in set(rows.method) else "EAGLE3's alone"
             left_out.append(f"{name} ({rows.id.nunique()} draft{'s' * (rows.id.nunique() > 1)}, {why})")
             continue
         table = draft_table(rows, temperature=temperature, nodes=NODES)

@@ -303,6 +303,10 @@ WALLCLOCK_FIELDS = ("questions", "decoding", "tau", "lossless", "round ms", "spe
 RANGE = re.compile(r"(?P<low>\d+(\.\d+)?)-(?P<high>\d+(\.\d+)?)")
 
 
+def _whole_count(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1
+
+
 def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
     """openvino_wallclock: the settings' question counts and repeats; per question set one plain row and
     one row a chain; a chain's tau within [1, k + 1], lossless a bool, a speed-up (median, its range over
@@ -311,8 +315,11 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
     s = record["settings"]
     runs_each = repeats(s, path)
     counts = s.get("questions")
-    if not isinstance(counts, dict) or not counts:
+    if not isinstance(counts, dict) or not counts or not all(_whole_count(n) for n in counts.values()):
         raise ValueError(f"{path}: settings' questions = {counts!r}, not a count per question set")
+    lacking = [f for f in ("engine", "draft", "max_tokens") if f not in s]
+    if lacking:
+        raise ValueError(f"{path}: settings lack {lacking}")
     by_set: dict[str, list[dict]] = {}
     for i, r in enumerate(record["rows"]):
         where = f"{path}: row {i}"
@@ -329,6 +336,13 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
             raise ValueError(f"{where}: tau = {r['tau']!r}, not a number in [1, {most}]")
         if not isinstance(r["lossless"], bool):
             raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
+        digests = ((record.get("details") or {}).get(kind) or {}) if isinstance(record.get("details"), dict) else {}
+        if r["decoding"] in digests and "plain" in digests:  # either way: lossless is what the digests say
+            rounds = list(zip(digests["plain"], digests[r["decoding"]]))
+            if len(rounds) != runs_each or (all(p["digests"] == c["digests"] for p, c in rounds)) != r["lossless"]:
+                raise ValueError(
+                    f"{where}: lossless {r['lossless']}, but its {len(rounds)} rounds' output digests say otherwise"
+                )
         if not r["lossless"]:
             if _positive(r["speed-up median"]):
                 raise ValueError(f"{where}: a lossy run with a speed-up ({r['speed-up median']}): none is reported")
@@ -342,13 +356,6 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
             raise ValueError(
                 f"{where}: speed-up {r['speed-up median']!r} not a positive median within its range {r['range']!r}"
             )
-        digests = ((record.get("details") or {}).get(kind) or {}) if isinstance(record.get("details"), dict) else {}
-        if r["decoding"] in digests and "plain" in digests:
-            rounds = list(zip(digests["plain"], digests[r["decoding"]]))
-            if len(rounds) != runs_each or (all(p["digests"] == c["digests"] for p, c in rounds)) != r["lossless"]:
-                raise ValueError(
-                    f"{where}: lossless {r['lossless']}, but its {len(rounds)} rounds' output digests say otherwise"
-                )
     for kind, rows in by_set.items():
         if [r["decoding"] for r in rows].count("plain") != 1 or len({r["decoding"] for r in rows}) != len(rows):
             raise ValueError(f"{path}: the {kind} questions need one plain row and one row a chain")
@@ -381,7 +388,7 @@ def wallclock(folder: Path = BENCH) -> list[str]:
                 best = max(lossless, key=lambda r: r["speed-up median"])
                 line += (
                     f". The best is {best['decoding']}, {best['speed-up median']}x; at its round cost ({best['round ms']} ms "
-                    f"against a plain step of {rows[0]['round ms']} ms) 1.3x needs tau {best.get('tau for 1.3x', '?')}"
+                    f"against a plain step of {next(r for r in rows if r['decoding'] == 'plain')['round ms']} ms) 1.3x needs tau {best.get('tau for 1.3x', '?')}"
                 )
             short = [f"the {MIN_QUESTIONS} questions"] * (s["questions"][kind] < MIN_QUESTIONS)
             short += [f"the {MIN_REPEATS} repeats"] * (s["repeat"] < MIN_REPEATS)
