@@ -149,11 +149,11 @@ def _check_template(args, tokenizer, prompts: list) -> None:
     renders a reply after the prompt's generation prompt (a template that opens a thinking block in the
     generation prompt alone does not, and the replies' tokens cannot be found). A prompt is rendered as the
     replies see it (with the generation prompt) and as the capture does (with a reply after it)."""
-    for conversation in prompts:
+    replied = [c if c[-1]["role"] == "assistant" else [*c, {"role": "assistant", "content": "Hi."}] for c in prompts]
+    for prompt, conversation in zip(prompts, replied):  # with a reply, as captured; a prompt as the replies see it
         try:
-            if conversation[-1]["role"] == "user":
-                render(tokenizer, conversation, add_generation_prompt=True)
-                conversation = [*conversation, {"role": "assistant", "content": "Hi."}]  # a reply, as captured
+            if conversation is not prompt:
+                render(tokenizer, prompt, add_generation_prompt=True)
             render(tokenizer, conversation, add_generation_prompt=False)
         except Exception as err:  # a template's own error (jinja's TemplateError, a raise_exception call)
             raise UsageError(
@@ -162,9 +162,7 @@ def _check_template(args, tokenizer, prompts: list) -> None:
             ) from None
     if getattr(args, "method", None) != "probe" or not getattr(tokenizer, "chat_template", None):
         return
-    first = (
-        prompts[0] if prompts[0][-1]["role"] == "assistant" else [*prompts[0], {"role": "assistant", "content": "Hi."}]
-    )
+    first = replied[0]
     try:  # the user's own first conversation (a template may need a system turn, say), with a reply
         reply_starts(tokenizer, [first], 1 << 30)
     except Exception as err:  # ValueError: not a prefix; a template's own error on an assistant turn

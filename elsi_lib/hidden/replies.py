@@ -165,7 +165,7 @@ def _generate_batch(
             do_sample=False,
             pad_token_id=pad,
             logits_processor=sampler,
-            **({"tokenizer": tokenizer} if _needs_tokenizer(model) else {}),
+            tokenizer=tokenizer,  # what a generation config's stop strings or token healing need
         )
     return out[:, width:]
 
@@ -240,12 +240,6 @@ NEUTRAL = {  # values of GREEDY_FIELDS that change no reply (generate applies no
     "penalty_alpha": 0.0,
     "token_healing": False,
 }
-
-
-def _needs_tokenizer(model) -> bool:
-    """A generation config whose stop strings or token healing `generate` applies with the tokenizer only."""
-    config = getattr(model, "generation_config", None)
-    return bool(getattr(config, "stop_strings", None) or getattr(config, "token_healing", False))
 
 
 def generation_changes(model) -> dict:
