@@ -31,6 +31,7 @@ from .common.version import __version__
 from .draft import evidence as ev
 from .hidden import calibration, probe_capture, replies
 from .hidden.capture import capture_variants
+from .hidden.forward import decoder_layers
 from .hidden.settings import CaptureSettings
 from .inputs.chat import render, reply_starts
 from .inputs.models import load_model
@@ -120,13 +121,10 @@ class _Job:
 
         self.prompts = _prompts(args)
         self.loaded: tuple[Any, Any] = load_model(args.model)  # (model, tokenizer)
-        decoder = self.loaded[0].get_decoder()
-        if not hasattr(decoder, "layers"):  # GPT-2's `h`, Falcon's: a layout the capture does not read
-            raise UsageError(
-                f"--model {args.model}: a {type(decoder).__name__}, whose decoder layers elsi cannot find (it reads "
-                "model.get_decoder().layers, as Llama, Qwen, Mistral and Gemma models name them)"
-            )
-        self.n_layers = len(decoder.layers)
+        try:
+            self.n_layers = len(decoder_layers(self.loaded[0]))
+        except ValueError as e:  # before the replies and the capture
+            raise UsageError(f"--model {args.model}: {e}") from None
         self.architecture = (getattr(self.loaded[0].config, "architectures", None) or [type(self.loaded[0]).__name__])[
             0
         ]

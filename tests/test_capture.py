@@ -292,9 +292,33 @@ def test_long_prompts_truncate_or_refuse(tiny_model, tiny_tokenizer):
         capture(tiny_model, tiny_tokenizer, conversations, max_length=64, on_long="error", cache=False, **OPTS)
 
 
-def test_no_full_block_is_an_error(tiny_model, tiny_tokenizer):
-    with pytest.raises(ValueError, match="no full block"):
+def test_no_full_block_is_an_error_before_the_forward(tiny_model, tiny_tokenizer, monkeypatch):
+    """The count of kept positions is known from the tokens alone: no forward is run for nothing."""
+    import elsi_lib.hidden.capture as capture_module
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the forward ran")
+
+    monkeypatch.setattr(capture_module, "hidden_batches", no_forward)
+    with pytest.raises(ValueError, match="no full block of 4096"):
         capture(tiny_model, tiny_tokenizer, make_conversations(2), cache=False, **{**OPTS, "block": 4096})
+    with pytest.raises(ValueError, match="no full block"):  # a variant that keeps too little
+        capture_variants(
+            tiny_model,
+            tiny_tokenizer,
+            make_conversations(2),
+            {"all": {"rho": 1.0}, "few": {"rho": 1e-4}},
+            cache=False,
+            **OPTS,
+        )
+
+
+def test_a_model_whose_layers_elsi_cannot_read_is_named_before_the_capture(tiny_tokenizer):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tiny_tokenizer)))
+    with pytest.raises(ValueError, match="a GPT2Model, whose decoder layers elsi cannot find"):
+        capture(gpt2, tiny_tokenizer, make_conversations(2), cache=False, **OPTS)
 
 
 def test_token_entropy_chunks_and_selection():

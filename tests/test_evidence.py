@@ -86,6 +86,20 @@ def test_a_strong_enough_prediction_changes_the_set():
     assert "is the default" in decide({}, None, 0.0, (1, 2), (1, 2)).reason
 
 
+def test_a_fit_withheld_for_one_protocol_group_says_so(evidence):
+    """Fits of one protocol group cannot be judged out of sample and are withheld: the reason says that,
+    not that the ledger is too thin to fit (it named the wrong cause)."""
+    import copy
+
+    one_group = copy.deepcopy(evidence)
+    for entry in one_group["models"]["probe error"].values():
+        entry.update({"family": None, "pooled": None, "coverage": None})
+    made = ev.decision("probe", "smollm2-135m", -0.05, (21, 27, 28), (1, 14, 26), one_group)
+    assert made.verdict == "no verdict" and "judged out of sample" in made.reason and "too thin" not in made.reason
+    thin = decide({0.0: {"family": None, "pooled": None, "unjudged": False}}, None, 3.0, (5, 6), (1, 2))
+    assert "too thin" in thin.reason
+
+
 def test_the_fit_each_temperature_used_is_named():
     """Where the family's fit holds one temperature and the pooled fit the other, the decision says which
     fit made which prediction (it named the last one used, "pooled", for both)."""
@@ -542,13 +556,32 @@ def test_a_set_two_methods_chose_is_fitted_once_by_its_most_seeded_row_and_eagle
     the rows' order; EAGLE2's feature (after the final norm) is not the layer set the criteria score."""
     from elsi_lib.draft.evidence_checks import points
 
+    common = {"protocol": "p", "group": "p", "temperature": 0.0, "nodes": 60, "baseline seeds": 1}
     rows = [
-        {"protocol": "p", "layers": "1 2 3", "temperature": 0.0, "nodes": 60, "method": m, "seeds": s, "diff": d}
+        {**common, "layers": "1 2 3", "method": m, "seeds": s, "diff": d}
         for m, s, d in (("ELSI-C m=3", 1, 0.03), ("ELSI m=3", 3, 0.02))
     ]
     rows.append({**rows[0], "layers": "23", "method": "EAGLE2", "seeds": 1, "diff": 0.05})
     for order in (rows, rows[::-1]):
         assert [(p["method"], p["diff"]) for p in points(order, 0.0)] == [("ELSI m=3", 0.02)]
+
+
+def test_numeric_twins_drafts_of_one_set_are_fitted_once():
+    """bf16 and float32 twins train the same sets on the same data: a set both trained is one point
+    (the most seeded row, then the protocol with more drafts), a set one of them trained is its own."""
+    from elsi_lib.draft.evidence_checks import points
+
+    def row(protocol, layers, diff, seeds=1):
+        return {"protocol": protocol, "group": "t/t_f32", "temperature": 0.0, "nodes": 60, "method": "ELSI m=3",
+                "layers": layers, "seeds": seeds, "baseline seeds": 1, "diff": diff}  # fmt: skip
+
+    rows = [row("t", "1 2 3", 0.01), row("t_f32", "1 2 3", 0.02), row("t_f32", "4 5 6", 0.03), row("t", "7 8 9", 0.04)]
+    rows.append(row("t_f32", "10 11 12", 0.05))
+    for order in (rows, rows[::-1]):
+        got = sorted((p["layers"], p["diff"]) for p in points(order, 0.0))
+        assert got == [("1 2 3", 0.02), ("10 11 12", 0.05), ("4 5 6", 0.03), ("7 8 9", 0.04)]
+    seeded = [row("t", "1 2 3", 0.01, seeds=3), row("t_f32", "1 2 3", 0.02)]
+    assert [p["diff"] for p in points(seeded, 0.0)] == [0.01]
 
 
 def test_eagle2s_drafts_never_speak_for_the_set_of_its_layer(evidence):
@@ -637,8 +670,31 @@ def test_the_evidence_builder_refuses_a_pooled_test_the_records_no_longer_give(t
         ValueError, match=rf"not what the records give now \(it pools {n} drafts, the records {n - 1}\)"
     ):
         evidence_file.build(tmp_path)
+    other = committed.replace(",10000,", ",9999,", 1)  # the same drafts, another count of shuffles
+    assert other != committed
+    monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": other})
+    with pytest.raises(ValueError, match=r"it pools the same drafts, other values\)"):
+        evidence_file.build(tmp_path)
     monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": committed})
     assert evidence_file.build(tmp_path)["pooled_criteria"] == evidence_file.pooled_criteria_rows(tmp_path)
+
+
+def test_a_criterion_no_record_holds_is_named_not_sent_back_to_make_ledger_tables(tmp_path, monkeypatch):
+    """Records whose probe agreement is null everywhere give no pooled row for it: rerunning the tables
+    cannot add one, so the builder says the records cannot test it instead of advising the rerun."""
+    from elsi_lib.study.ledger import evidence_file
+
+    monkeypatch.setenv("ELSI_DRAFT_RECORDS", str(REPO_ROOT / "data" / "drafts"))
+    committed = (REPO_ROOT / "data" / "results" / "criteria_pooled.csv").read_text()
+    without = "\n".join(l for l in committed.splitlines() if not l.startswith("probe agreement,")) + "\n"
+    assert without != committed
+    (tmp_path / "criteria_pooled.csv").write_text(without)
+    monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": without})
+    with pytest.raises(ValueError, match=r"no protocol's drafts can test \[\('probe agreement'"):
+        evidence_file.build(tmp_path)
+    monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": committed})
+    with pytest.raises(ValueError, match=r"no row for \[\('probe agreement'.*make ledger-tables writes them"):
+        evidence_file.build(tmp_path)
 
 
 def test_the_evidence_builder_writes_only_what_the_reader_takes_and_its_table_beside_it(tmp_path, monkeypatch, capsys):

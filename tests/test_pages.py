@@ -518,6 +518,11 @@ def _with(rows: list, i: int, **change) -> list:
         (_with(REPLY_ROWS, 1, seconds=-637.9), {}, "row 1: seconds = -637.9, not a positive time"),
         (_with(REPLY_ROWS, 0, **{"tok/s": 374.0}), {}, r"row 0: tok/s = 374.0, but tokens / seconds = 67.8"),
         (_with(REPLY_ROWS, 1, same="maybe"), {}, "row 1: same = 'maybe': the column holds true/false"),
+        (
+            [{"method": "elsi m=3", "naive s": 5.247, "fast s": 16.1, "ratio": 3.259}],
+            {},
+            r"row 0: ratio = 3.259, but naive s / fast s = 0.326",
+        ),
         ([{"target": "t", "ms per triple": -3.0, "all triples (s)": 1.0}], {}, "ms per triple = -3.0, not a positive"),
         ([{"target": "t", "ms per triple": 3.0, "all triples (s)": 0}], {}, r"all triples \(s\) = 0, not a positive"),
         (

@@ -159,6 +159,7 @@ def _fits(evidence: dict, criterion: str) -> dict:
             kind: (Fit(**{k: _tuple(v) for k, v in entry[kind].items()}) if entry[kind] else None)
             for kind in ("family", "pooled")
         }
+        out[float(t)]["unjudged"] = entry["coverage"] is None  # one protocol group: no fit is kept untested
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 
 import numpy as np
 from scipy import stats
@@ -35,6 +36,9 @@ DRAFT_LABEL = re.compile(
     r"EAGLE2|(ELSI|ELSI-C|probe|lowest-entropy|exhaustive) m=\d+(, [A-Za-z][A-Za-z ]*)?"
 )  # as spelt
 FIT_TOLERANCE = 1e-6  # relative: a stored fit against the refit of its comparisons
+# absolute: two records of one set hold one criterion value up to this (the ledger's records check); a row's
+# d is a difference of two such values, so two rows of one set may differ by twice it
+SAME_SCORE = 1e-6
 
 
 class EvidenceUnavailable(ValueError):
@@ -43,19 +47,24 @@ class EvidenceUnavailable(ValueError):
 
 def points(comparisons: list[dict], temperature: float) -> list[dict]:
     """The drafts a criterion's model is fitted on: the comparisons at NODES nodes and `temperature` with
-    a measured difference, one per distinct set of a protocol (two methods that chose the same layers
-    trained one draft: the row of the most seeds speaks for it, the first of equals), EAGLE2 left out
-    (its feature is the last layer after the final norm, not the layer set the criteria score)."""
+    a measured difference, one per distinct set of a protocol group (numeric twins train the same sets
+    on the same data, and two methods that chose the same layers trained one draft: the row of the
+    most seeds, then of the most baseline seeds, then of the protocol with more drafts speaks for it,
+    the first of equals), EAGLE2 left out (its feature is the last layer after the final norm, not the
+    layer set the criteria score)."""
+    rows = [
+        c
+        for c in comparisons
+        if float(c["temperature"]) == float(temperature) and c["nodes"] == NODES and c["method"] != "EAGLE2"
+        if c.get("diff") is not None and math.isfinite(c["diff"])
+    ]
+    drafts = Counter(c["protocol"] for c in rows)
     best: dict = {}
-    for c in comparisons:
-        if float(c["temperature"]) != float(temperature) or c["nodes"] != NODES or c["method"] == "EAGLE2":
-            continue
-        if c.get("diff") is None or not math.isfinite(c["diff"]):
-            continue
-        key = (c["protocol"], c["layers"])
-        if key not in best or c["seeds"] > best[key]["seeds"]:
-            best[key] = c
-    return list(best.values())
+    for c in rows:
+        key, rank = (c["group"], c["layers"]), (c["seeds"], c["baseline seeds"], drafts[c["protocol"]])
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, c)
+    return [c for _, c in best.values()]
 
 
 TEXT_FIELDS = ("protocol", "group", "family", "method", "layers", "baseline layers", "baseline", "seed level")
@@ -363,7 +372,7 @@ def _check_comparison(where: str, c: dict, protocols: dict) -> None:
             raise EvidenceUnavailable(f"{where}: d {criterion} {d:+.4g} for the baseline's own set: it is 0 there")
         if c["method"] != "EAGLE2":  # a criterion scores the set on its protocol's capture, whichever method chose it
             first = protocols.setdefault((c["protocol"], c["layers"], criterion), (d, c["method"]))
-            if not math.isclose(first[0], d, rel_tol=1e-9, abs_tol=1e-12):
+            if not math.isclose(first[0], d, rel_tol=0.0, abs_tol=2 * SAME_SCORE):
                 raise EvidenceUnavailable(
                     f"{where}: d {criterion} {d:+.6g} for layers {c['layers']}, {first[1]}'s row of the same set "
                     f"{first[0]:+.6g}: one set has one score on its protocol's capture"

@@ -176,16 +176,28 @@ def accumulate(acc: "Accumulator", spec: CaptureSettings, sample: Sample, hidden
     acc.counts["samples"] += 1
 
 
+def no_block_error(block: int, eligible: int) -> ValueError:
+    return ValueError(
+        f"no full block of {block} retained tokens in any sample ({eligible} eligible tokens): use more or "
+        "longer prompts, a larger rho or a smaller block"
+    )
+
+
+def check_some_block(spec: CaptureSettings, samples: list[Sample]) -> None:
+    """Before the forward: some sample keeps a full block under `spec` (`select_positions` keeps
+    ceil(rho * n) of a sample's n eligible positions, whatever their entropies), else
+    `no_block_error`, the one `finish` would raise after the whole forward."""
+    eligible = [sum(s.eligible(spec.exclude)) for s in samples]
+    if not any(math.ceil(spec.rho * n - 1e-9) >= spec.block for n in eligible):
+        raise no_block_error(spec.block, sum(eligible))
+
+
 def finish(acc: "Accumulator", distributed: bool, truncated: int, block: int, metadata: dict) -> LayerStats:
     tensors = _reduce(acc, distributed)
     counts = {k: int(v) for k, v in tensors.pop("counts").items()}
     counts["truncated_samples"] = truncated
     if counts["blocks"] == 0:
-        raise ValueError(
-            f"no full block of {block} retained tokens in any sample "
-            f"({counts['tokens_eligible']} eligible tokens): use more or longer prompts, "
-            "a larger rho or a smaller block"
-        )
+        raise no_block_error(block, counts["tokens_eligible"])
     order = np.argsort(tensors["sample_index"].numpy(), kind="stable")
     extra = {}
     if "sample_sums" in tensors:

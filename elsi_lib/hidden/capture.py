@@ -17,9 +17,17 @@ import torch.distributed as dist
 
 
 from ..common.cachefiles import check_writable, key_digest, keyed_path
-from .forward import HiddenBatch, check_conversations, hidden_batches, pad_id, plan_batches, tokenize_samples
+from .forward import (
+    HiddenBatch,
+    check_conversations,
+    decoder_layers,
+    hidden_batches,
+    pad_id,
+    plan_batches,
+    tokenize_samples,
+)
 from ..common.identity import conversations_hash, model_fingerprint, tokenizer_fingerprint, versions
-from .accumulate import Accumulator, accumulate, finish
+from .accumulate import Accumulator, accumulate, check_some_block, finish
 from .layerstats import CacheError, LayerStats
 from ..common.progress import progress_bar
 from .settings import CaptureSettings
@@ -99,6 +107,7 @@ def capture_variants(
 
     specs = _variant_settings(variants, _settings(settings, overrides))
     check_conversations(conversations)
+    n_layers = len(decoder_layers(model))  # before any work: a model whose layers elsi cannot read
     distributed = dist.is_available() and dist.is_initialized()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     run = {
@@ -122,9 +131,11 @@ def capture_variants(
 
     shared = specs[todo[0]]  # the fields a pass shares are equal in every variant
     samples, truncated = tokenize_samples(tokenizer, conversations, shared.max_length, shared.on_long)
+    for name in todo:
+        check_some_block(specs[name], samples)
     shard = [s for s in samples if s.index % world == rank]
     batches = plan_batches([len(s.ids) for s in shard], batch_size, max_batch_tokens)
-    shape = (len(model.get_decoder().layers), shared.block, model.config.hidden_size)  # (N, B, d)
+    shape = (n_layers, shared.block, model.config.hidden_size)  # (N, B, d)
     partials = {
         name: _path(metadata[name]).with_name(
             f"{key_digest(metadata[name], 32)}.rank{rank}of{world}.partial.safetensors"

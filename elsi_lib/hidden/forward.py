@@ -110,6 +110,20 @@ def pad_batch(samples: list[Sample], pad_id: int):
     return ids, mask
 
 
+def decoder_layers(model) -> torch.nn.ModuleList:
+    """The decoder layers of a causal LM (`model.get_decoder().layers`, as Llama, Qwen, Mistral and
+    Gemma name them); a ValueError naming the decoder where the model keeps them elsewhere (GPT-2's
+    `h`, Falcon's), which no capture, probe or draft here can read."""
+    decoder = model.get_decoder()
+    layers = getattr(decoder, "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(
+            f"a {type(decoder).__name__}, whose decoder layers elsi cannot find (it reads model.get_decoder().layers, "
+            "as Llama, Qwen, Mistral and Gemma models name them)"
+        )
+    return layers
+
+
 def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
 
@@ -117,8 +131,8 @@ def pad_id(tokenizer) -> int:
 @contextmanager
 def layer_outputs(model) -> Iterator[list]:
     """Collect the output of every decoder layer during a forward; hooks removed in `finally`."""
-    decoder = model.get_decoder()
-    captured: list = [None] * len(decoder.layers)
+    layers = decoder_layers(model)
+    captured: list = [None] * len(layers)
 
     def hook_for(i):
         def hook(module, args, output):
@@ -126,7 +140,7 @@ def layer_outputs(model) -> Iterator[list]:
 
         return hook
 
-    handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(decoder.layers)]
+    handles = [layer.register_forward_hook(hook_for(i)) for i, layer in enumerate(layers)]
     try:
         yield captured
     finally:

@@ -26,7 +26,7 @@ from ..common.identity import conversations_hash, model_fingerprint, tokenizer_f
 from ..common.progress import progress_bar
 from ..inputs.chat import reply_starts
 from ..selection.probe import ProbeChoice, ProbeStats, probe_choice, probe_stats_of, set_errors
-from .forward import HiddenBatch, Sample, hidden_batches, pad_id, plan_batches, tokenize_samples
+from .forward import HiddenBatch, Sample, decoder_layers, hidden_batches, pad_id, plan_batches, tokenize_samples
 
 FORMAT = 2  # 2: the forward's batching in the key; the statistics from rows spilled to disk, in chunks
 RANK = 64  # principal components kept per block (at most the model's width)
@@ -94,7 +94,7 @@ class ProbeRows:
         self.starts = reply_starts(tokenizer, conversations, max_length)
         self.plan = plan_batches([len(s.ids) for s in self.samples], *batching)
         self.held = set(heldout_conversations(len(conversations), heldout_share, seed).tolist())
-        self.width = (len(model.get_decoder().layers) + 1, model.config.hidden_size)  # (N + 1, d)
+        self.width = (len(decoder_layers(model)) + 1, model.config.hidden_size)  # (N + 1, d)
         self.paths = {(side, a): folder / f"{side}.{a}.f32" for side in ("train", "heldout") for a in "xy"}
         self.files = {key: open(path, "wb") for key, path in self.paths.items()}
         self.heldout_next: list[np.ndarray] = []

@@ -27,7 +27,7 @@ from ...common.checks import unique_keys
 from ...common.hardware import NUMERIC_COLUMNS
 from ...inputs.models import REGISTRY
 from ...draft.corpus import COLUMNS, column_of
-from ...draft.evidence_checks import MAX_TEMPERATURE
+from ...draft.evidence_checks import MAX_TEMPERATURE, SAME_SCORE
 from ...inputs.prompts import load_specbench
 from ..experiments.layer_choices import label_of
 from ...selection.methods import METHODS
@@ -394,7 +394,7 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
         feature = (record["layers"], record["unit"]["method"] == "eagle2")  # EAGLE2's: after the final norm
         known, where = by_set.setdefault(feature, (criteria, path))
         if not all(
-            (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, abs_tol=1e-6))
+            (a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, abs_tol=SAME_SCORE))
             for a, b in zip(known, criteria)
         ):
             raise RecordError(

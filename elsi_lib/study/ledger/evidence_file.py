@@ -163,13 +163,24 @@ def build(folder: Path | None = None) -> dict:
     have = {(r["criterion"], r["outcome"]) for r in pooled}
     lacking = sorted({(c, o) for c in POOLED_CRITERIA for o in OUTCOMES} - have)
     path = Path(folder or results_dir()) / "criteria_pooled.csv"
-    if lacking:  # a row missing would read as a criterion never tested, and move the default method unsaid
-        raise ValueError(f"{path}: no row for {lacking} (make ledger-tables)")
     found, now = path.read_text(), tables_now()["criteria_pooled"]
+    if lacking:  # a row missing would read as a criterion never tested, and move the default method unsaid
+        rows = pd.read_csv(io.StringIO(now))
+        untestable = sorted(set(lacking) - set(zip(rows.get("criterion", []), rows.get("outcome", []))))
+        if untestable:  # a rerun cannot help: no protocol of these records holds the criterion to test
+            raise ValueError(
+                f"records folder {root}: no protocol's drafts can test {untestable} (the pooled test needs the "
+                "criterion and the outcome for three or more drafts of a protocol): no evidence from these records"
+            )
+        raise ValueError(f"{path}: no row for {lacking} (make ledger-tables writes them from the records)")
     if found != now:  # made from other records, or altered
+        drafts = (pooled_drafts(found), pooled_drafts(now))
+        pools = (
+            "the same drafts, other values" if drafts[0] == drafts[1] else "{} drafts, the records {}".format(*drafts)
+        )
         raise ValueError(
-            f"{path}: not what the records give now (it pools {pooled_drafts(found)} drafts, the records "
-            f"{pooled_drafts(now)}): stale or altered; `make ledger-tables` writes it anew from the records"
+            f"{path}: not what the records give now (it pools {pools}): stale or altered; `make ledger-tables` "
+            "writes it anew from the records"
         )
     payload = {
         "schema": SCHEMA,

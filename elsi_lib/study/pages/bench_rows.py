@@ -87,14 +87,23 @@ def check_rows(rows: list[dict], path: Path, settings: dict | None = None) -> No
 
 
 def _check_ratios(r: dict, i: int, columns: list, path: Path) -> None:
-    for c in [c for c in columns if " / " in c and _number(r.get(c))]:
+    """ "X / Y" is the row's "X ... ms" over its "Y ... ms"; a bare "ratio" beside exactly two columns of
+    seconds ("naive s", "fast s") is the first over the second, as the benchmarks write them."""
+    pairs = []
+    for c in [c for c in columns if " / " in c]:
         top, bottom = c.split(" / ", 1)
         a = [x for x in columns if x.endswith(" ms") and x.startswith(top + " ")]
         b = [x for x in columns if x.endswith(" ms") and x.startswith(bottom + " ")]
-        if len(a) != 1 or len(b) != 1 or not (_number(r.get(a[0])) and _number(r.get(b[0]))):
+        if len(a) == 1 and len(b) == 1:
+            pairs.append((c, a[0], b[0]))
+    seconds = [c for c in columns if c.endswith(" s")]
+    if "ratio" in columns and len(seconds) == 2:
+        pairs.append(("ratio", *seconds))
+    for c, a, b in pairs:
+        if not all(_number(r.get(x)) for x in (c, a, b)):
             continue
-        if not _ratio_holds(r[c], r[a[0]], r[b[0]]):
-            raise ValueError(f"{path}: row {i}: {c} = {r[c]}, but {a[0]} / {b[0]} = {r[a[0]] / r[b[0]]:.3f}")
+        if not _ratio_holds(r[c], r[a], r[b]):
+            raise ValueError(f"{path}: row {i}: {c} = {r[c]}, but {a} / {b} = {r[a] / r[b]:.3f}")
 
 
 def _check_taus(r: dict, i: int, path: Path) -> None:
