@@ -438,6 +438,17 @@ def test_a_protocols_records_ask_the_same_questions_and_no_seed_is_another_copie
     with pytest.raises(R.RecordError, match="every tau is within 0.001 of elsi-m3-seed0.json's"):
         R.read_records("table3_f32", tmp_path)
     copied.unlink()
+    rounded = a_record(seed=1)  # seed 0's taus rounded to 2 decimals: gaps up to 0.005, still one draft
+    rounded["questions"] = [[*row[:4], round(row[4], 2)] for row in rounded["questions"]]
+    copied, _ = R.write_record(rounded, tmp_path)
+    with pytest.raises(R.RecordError, match="every tau is elsi-m3-seed0.json's rounded to the decimals"):
+        R.read_records("table3_f32", tmp_path)
+    copied.unlink()
+    moved = a_record(seed=1)  # every tau 0.005 from seed 0's, not a rounding of it: another draft
+    moved["questions"] = [[*row[:4], row[4] + 0.005] for row in moved["questions"]]
+    moved_path, _ = R.write_record(moved, tmp_path)
+    assert len(R.read_records("table3_f32", tmp_path)) == 2
+    moved_path.unlink()
     fewer = a_record(seed=1, tau=1.6)
     fewer["questions"] = fewer["questions"][:2]
     with pytest.raises(R.RecordError, match=r"blocks \[\(0.0, 30\)\] \(temperature, nodes\), the protocol evaluates"):

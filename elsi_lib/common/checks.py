@@ -86,3 +86,13 @@ def unique_keys(pairs: list) -> dict:
             raise ValueError(f"key {key!r} appears twice in one object")
         out[key] = value
     return out
+
+
+def half_unit(value) -> float:
+    """Half a unit of the last decimal a number is written with (its shortest repr): how far a rounding
+    to that many decimals may have moved it; 0 for a number written with an exponent."""
+    text = repr(float(value))
+    if "e" in text or "." not in text:
+        return 0.0
+    decimals = text.split(".")[1]
+    return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from ...common.cachefiles import REPO_ROOT, atomic_write_bytes
-from ...common.checks import unique_keys
+from ...common.checks import half_unit, unique_keys
 from ...common.hardware import NUMERIC_COLUMNS
 from ...inputs.models import REGISTRY
 from ...draft.corpus import COLUMNS, column_of
@@ -58,6 +58,7 @@ NOT_NUMBERS = ("stages", "ran on")
 
 
 COPY_TOLERANCE = 1e-3  # two seeds' drafts whose every tau agrees this closely are one draft recorded twice
+PATTERN = 10  # distinct taus a record needs before its pattern across questions can show a rounded copy
 # (rounded, perhaps): two trainings differ by 0.45 or more on some question in every committed pair
 MAX_LOST = 0.10  # the share of a block's questions a record may leave without a tau
 
@@ -374,6 +375,17 @@ def read_records(protocol_name: str, root: Path | None = None) -> list[dict]:
     return records
 
 
+def _rounded_copy(pairs: list[tuple[float, float]]) -> bool:
+    """Two seeds' taus, question by question, where each pair is one number and the same number rounded
+    (its gap within half a unit of the last decimal either is written with), over a pattern of at least
+    PATTERN distinct values: a question's tau is a ratio of counts, so two drafts' taus agree this way on
+    every question only when one record is the other rounded. Records whose questions hold a few values
+    (the tests' uniform ones) show no pattern to judge."""
+    if len({a for a, _ in pairs}) < PATTERN and len({b for _, b in pairs}) < PATTERN:
+        return False
+    return all(abs(a - b) <= max(half_unit(a), half_unit(b)) + 1e-12 for a, b in pairs)
+
+
 def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> None:
     """A protocol's seeds of one method share its label and its layer set, and two methods never share a
     label (the tables pool seeds by label: a relabelled or re-layered record would pool other drafts)."""
@@ -404,11 +416,17 @@ def _one_label_and_set_per_method(records: list[dict], paths: list[Path]) -> Non
         method = record["unit"]["method"]
         taus = {(t, n, q): tau for t, n, q, _, tau in record["questions"]}
         for other, other_path in numbers_of.setdefault(method, []):
-            gaps = [abs(tau - other[k]) for k, tau in taus.items() if not (math.isnan(tau) or math.isnan(other[k]))]
-            if gaps and max(gaps) < COPY_TOLERANCE:  # where both have a number (a NaN set in a copy hides nothing)
+            both = [(tau, other[k]) for k, tau in taus.items() if not (math.isnan(tau) or math.isnan(other[k]))]
+            gaps = [abs(a - b) for a, b in both]  # where both have a number (a NaN set in a copy hides nothing)
+            if gaps and max(gaps) < COPY_TOLERANCE:
                 raise RecordError(
                     f"{path}: every tau is within {COPY_TOLERANCE:g} of {other_path.name}'s: one seed's draft "
                     "recorded again as another seed"
+                )
+            if _rounded_copy(both):
+                raise RecordError(
+                    f"{path}: every tau is {other_path.name}'s rounded to the decimals one of the two is written "
+                    "with: one seed's draft recorded again as another seed"
                 )
         numbers_of[method].append((taus, path))
         method = record["unit"]["method"]

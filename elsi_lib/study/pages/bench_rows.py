@@ -19,6 +19,7 @@ import math
 import re
 from pathlib import Path
 
+from ...common.checks import half_unit
 from .cost_records import _number
 
 TIME = re.compile(r"( ms| s|tok/s|seconds| \(s\))$|^ms | ms/")  # "draft ms", "all triples (s)", "ms per triple"
@@ -30,15 +31,6 @@ def _whole(value) -> bool:
 
 def _empty(value) -> bool:
     return value is None or value == ""
-
-
-def half_unit(value) -> float:
-    """Half a unit of the last decimal a number is written with: how far its rounding may have moved it."""
-    text = repr(float(value))
-    if "e" in text:
-        return 0.0
-    decimals = text.split(".")[1]
-    return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)
 
 
 def _ratio_holds(ratio: float, x: float, y: float) -> bool:
