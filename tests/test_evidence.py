@@ -96,7 +96,15 @@ def test_a_fit_withheld_for_one_protocol_group_says_so(evidence):
         entry.update({"family": None, "pooled": None, "coverage": None})
     made = ev.decision("probe", "smollm2-135m", -0.05, (21, 27, 28), (1, 14, 26), one_group)
     assert made.verdict == "no verdict" and "judged out of sample" in made.reason and "too thin" not in made.reason
-    thin = decide({0.0: {"family": None, "pooled": None, "unjudged": False}}, None, 3.0, (5, 6), (1, 2))
+    assert "could be predicted from the others' drafts" in made.reason  # several groups: not "one protocol group"
+    for entry in one_group["models"]["probe error"].values():
+        entry["rests on"]["groups"] = 1
+    made = ev.decision("probe", "smollm2-135m", -0.05, (21, 27, 28), (1, 14, 26), one_group)
+    assert "its drafts come from one protocol group" in made.reason
+    assert "not judged out of sample (its drafts come from one protocol group)" in " ".join(
+        ev.rests_on(one_group, "probe")
+    )
+    thin = decide({0.0: {"family": None, "pooled": None}}, None, 3.0, (5, 6), (1, 2))
     assert "too thin" in thin.reason
 
 
@@ -663,17 +671,19 @@ def test_the_evidence_builder_refuses_a_pooled_test_the_records_no_longer_give(t
     committed = (REPO_ROOT / "data" / "results" / "criteria_pooled.csv").read_text()
     (tmp_path / "criteria_pooled.csv").write_text(committed)
     n = int(committed.splitlines()[1].split(",")[2])  # the drafts column
+    pooled = re.escape(committed.splitlines()[1].split(",")[3])  # the protocols column
     fewer = re.sub(r"(?m)^([^,\n]*,[^,\n]*,)(\d+),", lambda m: f"{m[1]}{int(m[2]) - 1},", committed)
     assert fewer != committed  # what the records would give with one draft less
     monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": fewer})
     with pytest.raises(
-        ValueError, match=rf"not what the records give now \(it pools {n} drafts, the records {n - 1}\)"
+        ValueError,
+        match=rf"not what the records give now \(it pools {n} drafts of {pooled}, the records {n - 1} drafts",
     ):
         evidence_file.build(tmp_path)
     other = committed.replace(",10000,", ",9999,", 1)  # the same drafts, another count of shuffles
     assert other != committed
     monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": other})
-    with pytest.raises(ValueError, match=r"it pools the same drafts, other values\)"):
+    with pytest.raises(ValueError, match=rf"it pools the same {n} drafts of {pooled}, other values\)"):
         evidence_file.build(tmp_path)
     monkeypatch.setattr(evidence_file, "tables_now", lambda: {"criteria_pooled": committed})
     assert evidence_file.build(tmp_path)["pooled_criteria"] == evidence_file.pooled_criteria_rows(tmp_path)

@@ -111,3 +111,38 @@ def test_the_page_refuses_a_record_whose_digests_contradict_its_lossless_column(
     path.write_text(json.dumps(record))
     with pytest.raises(ValueError, match="row 1: speed-up 9.0 not a positive median within its range"):
         wallclock(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (  # a median and range its rounds' seconds do not give
+            lambda r: r["rows"][1].update({"speed-up median": 1.5, "range": "1.400-1.600"}),
+            r"row 1: speed-up 1.5 \(range 1.400-1.600\), but its rounds' plain seconds over the chain's give 1.308",
+        ),
+        (  # a tau for 1.3x that the round costs do not give
+            lambda r: r["rows"][1].update({"tau for 1.3x": 1.05}),
+            r"row 1: tau for 1.3x = 1.05, but 1.3 x its round ms .* over the plain step",
+        ),
+        (  # the plain step changed: every chain's need contradicts it
+            lambda r: r["rows"][0].update({"round ms": 5000.0}),
+            r"row 1: tau for 1.3x = .*, but 1.3 x its round ms",
+        ),
+        (lambda r: r["settings"].pop("repeat"), r"settings lack \['repeat'\]"),
+    ],
+)
+def test_the_page_refuses_speed_ups_and_needs_the_record_itself_contradicts(tmp_path, change, reason):
+    """The speed-up median and range are the rounds' plain seconds over the chain's, "tau for Nx" is N x the
+    round cost over the plain step, and a record names its repeats: a number the record's own details or
+    rows contradict is refused naming the row and the field, not shown on the page."""
+    import json
+
+    from elsi_lib.study.pages.speed_openvino import wallclock
+
+    path = _record(tmp_path)
+    assert wallclock(tmp_path)  # as written: accepted
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+    with pytest.raises(ValueError, match=reason):
+        wallclock(tmp_path)

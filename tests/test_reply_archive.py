@@ -110,14 +110,16 @@ def test_every_generation_field_greedy_decoding_applies_is_in_the_key_and_a_neut
     tiny_model, tiny_tokenizer, tmp_path, monkeypatch
 ):
     """guidance and a watermark change greedy replies (generate applies both with do_sample=False): in the
-    key; a repetition penalty of 1.0, one beam, and end-of-sequence ids given in another order or twice
-    change nothing: not in it (no replies written again for them)."""
+    key, as beam search's length penalty and early stopping are; a repetition penalty of 1.0, one beam, and
+    end-of-sequence ids given in another order or twice change nothing: not in it (no replies written again
+    for them). A config asking for several sequences a prompt still gets one reply each, in its order."""
     from transformers.generation import WatermarkingConfig
 
     from elsi_lib.hidden.replies import generation_changes
 
     config = tiny_model.generation_config
-    for name, value in (("guidance_scale", 3.0), ("watermarking_config", WatermarkingConfig(bias=10.0))):
+    changing = (("guidance_scale", 3.0), ("watermarking_config", WatermarkingConfig(bias=10.0)))
+    for name, value in (*changing, ("length_penalty", 2.0), ("early_stopping", True)):  # beam search's too
         monkeypatch.setattr(config, name, value)
         assert name in generation_changes(tiny_model)
         monkeypatch.undo()
@@ -126,6 +128,13 @@ def test_every_generation_field_greedy_decoding_applies_is_in_the_key_and_a_neut
     monkeypatch.setattr(config, "stop_strings", ["zz"])  # generate needs the tokenizer for them: given
     assert len(generate_responses(tiny_model, tiny_tokenizer, make_conversations(2), **SETTINGS)) == 2
     assert generation_changes(tiny_model) == {"stop_strings": ["zz"]}
+    monkeypatch.undo()
+    monkeypatch.setattr(config, "num_beams", 2)  # beam search may return several sequences a prompt
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache2"))
+    beams = generate_responses(tiny_model, tiny_tokenizer, make_conversations(3), **SETTINGS)
+    monkeypatch.setattr(config, "num_return_sequences", 2)
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache3"))
+    assert generate_responses(tiny_model, tiny_tokenizer, make_conversations(3), **SETTINGS) == beams
     monkeypatch.undo()
     for name, value in (
         ("repetition_penalty", 1.0),

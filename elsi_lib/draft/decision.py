@@ -127,8 +127,8 @@ def decide(
     anchored: bool = True,
     sizes: set | None = None,
 ) -> Decision:
-    """The verdict from `fits` ({temperature: {"family": Fit | None, "pooled": Fit | None, "unjudged": bool}},
-    unjudged: the fits were withheld since one protocol group cannot test them out of sample): the family's
+    """The verdict from `fits` ({temperature: {"family": Fit | None, "pooled": Fit | None, "unjudged": why}},
+    unjudged: why the fits were withheld, not testable out of sample): the family's
     fit where `family` is one of its families, else the pooled one; `measured`: the family's own
     seed-level differences of drafts of `best` against the default's ({temperature, diff, low, high, ...});
     `anchored`: the default is the set the fits' differences are against (`predict`); `sizes`: the set sizes
@@ -156,8 +156,8 @@ def decide(
         use = own if own is not None and family in own.columns[:-1] else pair.get("pooled")
         if use is None:
             reason = (
-                "the criterion's model cannot be judged out of sample (its drafts come from one protocol group), "
-                "and an untested model makes no prediction"
+                f"the criterion's model cannot be judged out of sample ({pair['unjudged']}), and an untested model "
+                "makes no prediction"
                 if pair.get("unjudged")
                 else "the ledger is too thin to fit the criterion's model (fewer drafts than its terms, or one "
                 "criterion value): no prediction can be made"

@@ -159,8 +159,18 @@ def _fits(evidence: dict, criterion: str) -> dict:
             kind: (Fit(**{k: _tuple(v) for k, v in entry[kind].items()}) if entry[kind] else None)
             for kind in ("family", "pooled")
         }
-        out[float(t)]["unjudged"] = entry["coverage"] is None  # one protocol group: no fit is kept untested
+        if entry["coverage"] is None:  # withheld untested: why, by the protocol groups the drafts came from
+            out[float(t)]["unjudged"] = unjudged_reason(entry["rests on"]["groups"])
     return out
+
+
+def unjudged_reason(groups: int) -> str:
+    """Why a criterion's model could not be judged out of sample, from its drafts' protocol groups."""
+    if groups <= 1:
+        return "its drafts come from one protocol group"
+    return (
+        f"no one of its {groups} protocol groups could be predicted from the others' drafts (too few to fit without it)"
+    )
 
 
 def _tuple(v):
@@ -220,7 +230,7 @@ def rests_on(evidence: dict, method: str) -> list[str]:
     for t, e in sorted(entries.items(), key=lambda kv: float(kv[0])):
         r = e["rests on"]
         if e["coverage"] is None:
-            cover = "not judged out of sample (one protocol group)"
+            cover = f"not judged out of sample ({unjudged_reason(r['groups'])})"
         else:
             cover = (
                 f"its 95% intervals covered {100 * e['coverage']:.0f}% of them out of sample (leave one protocol out)"

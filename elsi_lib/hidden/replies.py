@@ -163,6 +163,7 @@ def _generate_batch(
             attention_mask=mask.to(model.device),
             max_new_tokens=max_new_tokens,
             do_sample=False,
+            num_return_sequences=1,  # one reply per prompt, whatever the generation config asks
             pad_token_id=pad,
             logits_processor=sampler,
             tokenizer=tokenizer,  # what a generation config's stop strings or token healing need
@@ -217,6 +218,8 @@ GREEDY_FIELDS = PROCESSORS + (
     "forced_eos_token_id",
     "exponential_decay_length_penalty",
     "num_beams",
+    "length_penalty",  # with num_beams > 1: beam scores by length
+    "early_stopping",  # with num_beams > 1: when beam search ends
     "num_beam_groups",
     "diversity_penalty",
     "penalty_alpha",

@@ -139,9 +139,12 @@ def pooled_criteria_rows(folder: Path | None = None) -> list[dict]:
 
 
 def pooled_drafts(text: str) -> str:
-    """The drafts a criteria_pooled.csv's rows pool, as written ("20"; "20 and 19" where rows differ)."""
-    rows = pd.read_csv(io.StringIO(text))
-    return " and ".join(str(n) for n in dict.fromkeys(rows["drafts"].tolist())) if "drafts" in rows else "?"
+    """The drafts a criteria_pooled.csv's rows pool, as written: "20 drafts of table3_f32 qwen_strong" (each
+    different count and protocols joined by "; " where rows differ)."""
+    rows = pd.read_csv(io.StringIO(text), keep_default_na=False)
+    if not {"drafts", "protocols"} <= set(rows.columns):
+        return "?"
+    return "; ".join(dict.fromkeys(f"{n} drafts of {p}" for n, p in zip(rows["drafts"], rows["protocols"])))
 
 
 def _commit() -> str | None:
@@ -176,7 +179,7 @@ def build(folder: Path | None = None) -> dict:
     if found != now:  # made from other records, or altered
         drafts = (pooled_drafts(found), pooled_drafts(now))
         pools = (
-            "the same drafts, other values" if drafts[0] == drafts[1] else "{} drafts, the records {}".format(*drafts)
+            f"the same {drafts[0]}, other values" if drafts[0] == drafts[1] else "{}, the records {}".format(*drafts)
         )
         raise ValueError(
             f"{path}: not what the records give now (it pools {pools}): stale or altered; `make ledger-tables` "

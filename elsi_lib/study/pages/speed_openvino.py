@@ -9,10 +9,12 @@ from those files; a file that lacks a field it should have is refused naming the
 from __future__ import annotations
 
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
 
+from ...common.checks import half_unit
 from .cost_records import TOLERANCE, _positive, check_machine, read_json
 from .speed import BENCH, MIN_QUESTIONS
 
@@ -301,6 +303,7 @@ def round_costs(folder: Path = BENCH) -> list[str]:
 
 WALLCLOCK_FIELDS = ("questions", "decoding", "tau", "lossless", "round ms", "speed-up median", "range")
 RANGE = re.compile(r"(?P<low>\d+(\.\d+)?)-(?P<high>\d+(\.\d+)?)")
+NEEDS = re.compile(r"tau for (?P<n>\d+(\.\d+)?)x")  # what a chain of the row's round cost needs for N x plain
 
 
 def _whole_count(n) -> bool:
@@ -317,7 +320,7 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
     counts = s.get("questions")
     if not isinstance(counts, dict) or not counts or not all(_whole_count(n) for n in counts.values()):
         raise ValueError(f"{path}: settings' questions = {counts!r}, not a count per question set")
-    lacking = [f for f in ("engine", "draft", "max_tokens") if f not in s]
+    lacking = [f for f in ("engine", "draft", "max_tokens", "repeat") if f not in s]
     if lacking:
         raise ValueError(f"{path}: settings lack {lacking}")
     by_set: dict[str, list[dict]] = {}
@@ -356,10 +359,46 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
             raise ValueError(
                 f"{where}: speed-up {r['speed-up median']!r} not a positive median within its range {r['range']!r}"
             )
+        if (
+            r["decoding"] in digests and "plain" in digests
+        ):  # the speed-up is the rounds' plain seconds over the chain's
+            seconds = [(p.get("seconds"), c.get("seconds")) for p, c in rounds]
+            if not all(_positive(a) and _positive(b) for a, b in seconds):
+                raise ValueError(f"{where}: its rounds' seconds {seconds} are not all positive times")
+            _check_speedups(where, r, [a / b for a, b in seconds], span)
     for kind, rows in by_set.items():
         if [r["decoding"] for r in rows].count("plain") != 1 or len({r["decoding"] for r in rows}) != len(rows):
             raise ValueError(f"{path}: the {kind} questions need one plain row and one row a chain")
+    for i, r in enumerate(record["rows"]):
+        if r["decoding"] != "plain":
+            rows = by_set[str(r["questions"]).split(" (")[0]]
+            _check_needs(f"{path}: row {i}", r, next(x for x in rows if x["decoding"] == "plain")["round ms"])
     return by_set
+
+
+def _check_speedups(where: str, r: dict, speedups: list[float], span) -> None:
+    """A row's speed-up median and range are its rounds' (within the decimals they are written with)."""
+    got = (statistics.median(speedups), min(speedups), max(speedups))
+    written = (r["speed-up median"], float(span["low"]), float(span["high"]))
+    if not all(abs(g - w) <= half_unit(w) + 1e-9 for g, w in zip(got, written)):
+        raise ValueError(
+            f"{where}: speed-up {r['speed-up median']} (range {r['range']}), but its rounds' plain seconds over the "
+            f"chain's give {got[0]:.3f} (range {got[1]:.3f}-{got[2]:.3f})"
+        )
+
+
+def _check_needs(where: str, r: dict, plain_ms: float) -> None:
+    """ "tau for Nx" is N x the row's round ms over the plain step, each as rounded where written."""
+    for field in [f for f in r if NEEDS.fullmatch(f) and _positive(r[f])]:
+        n = float(NEEDS.fullmatch(field)["n"])
+        hr, hp, ht = half_unit(r["round ms"]), half_unit(plain_ms), half_unit(r[field])
+        low = n * (r["round ms"] - hr) / (plain_ms + hp) - ht
+        high = n * (r["round ms"] + hr) / max(plain_ms - hp, 1e-300) + ht
+        if not low - 1e-9 <= r[field] <= high + 1e-9:
+            raise ValueError(
+                f"{where}: {field} = {r[field]}, but {n:g} x its round ms {r['round ms']} over the plain step "
+                f"{plain_ms} ms is {n * r['round ms'] / plain_ms:.3f}"
+            )
 
 
 def wallclock(folder: Path = BENCH) -> list[str]:
