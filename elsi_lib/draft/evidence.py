@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from ..common.checks import unique_keys
 from ..inputs.models import REGISTRY, bundled_weights_of
@@ -153,7 +153,7 @@ def criterion_of(method: str) -> str | None:
 
 
 def _fits(evidence: dict, criterion: str) -> dict:
-    out = {}
+    out: dict[float, dict[str, Any]] = {}
     for t, entry in evidence["models"][criterion].items():
         out[float(t)] = {
             kind: (Fit(**{k: _tuple(v) for k, v in entry[kind].items()}) if entry[kind] else None)
