@@ -217,7 +217,9 @@ def test_a_hub_id_that_names_a_local_folder_is_judged_by_the_folder(tmp_path, mo
 def test_comparison_lines_say_the_seeds(evidence):
     lines = ev.comparison_lines(evidence, "qwen2.5-coder-0.5b", "elsi", 3)
     head = "evidence: ELSI m=3 drafts (layers 1 22 23) on qwen2.5-coder-0.5b ("
-    assert lines[0].startswith(head + "qwen_strong: 4,744 training prompts, 1 seed against EAGLE3's 1")  # most data
+    strong = next(c for c in evidence["comparisons"] if c["protocol"] == "qwen_strong" and c["method"] == "ELSI m=3")
+    seeds = f"{strong['seeds']} seed{'s' * (strong['seeds'] > 1)} against EAGLE3's {strong['baseline seeds']}"
+    assert lines[0].startswith(head + f"qwen_strong: 4,744 training prompts, {seeds}")  # the most data first
     assert any(
         line.startswith("  " + head[len("evidence: ") :] + "table3_f32: 936") and "3 seeds against EAGLE3's 3" in line
         for line in lines
