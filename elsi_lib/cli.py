@@ -33,7 +33,7 @@ from .hidden import calibration, probe_capture, replies
 from .hidden.capture import capture_variants
 from .hidden.forward import decoder_layers
 from .hidden.settings import CaptureSettings
-from .inputs.chat import render, reply_starts
+from .inputs.chat import TemplateRefusal, blank, opening, render, reply_starts
 from .inputs.models import load_model
 from .inputs.weights import ModelNotFoundError
 from .inputs.prompts import PROMPT_SETS, calibration_prompts, load_prompts, sample
@@ -46,20 +46,6 @@ from .selection.methods import METHODS
 
 if TYPE_CHECKING:
     from .selection.probe import ProbeChoice
-
-
-ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))  # characters no one sees
-
-
-def _blank(text: str) -> bool:
-    """Nothing a reader would see: whitespace and zero-width characters only."""
-    return not text.translate(ZERO_WIDTH).strip()
-
-
-def _opening(conversation: list) -> str:
-    """The first words of a conversation's first non-empty turn: how a user finds it in the file."""
-    text = next((m["content"] for m in conversation if not _blank(m["content"])), "")
-    return " ".join(text.split())[:40]
 
 
 def _prompts(args) -> list:
@@ -88,15 +74,15 @@ def _prompts(args) -> list:
                 "'from': 'human' or 'user')"
             )
         for i, conversation in enumerate(conversations, 1):
-            which = f"conversation {i} (the one starting {_opening(conversation)!r})"  # numbered after drops
+            which = f"conversation {i} (the one starting {opening(conversation)!r})"  # numbered after drops
             if conversation[-1]["role"] not in ("user", "assistant"):
                 raise UsageError(
                     f"--data {prompt_set}: {which} ends with a {conversation[-1]['role']} turn; "
                     "end it with a user turn (the reply model answers it) or an assistant reply"
                 )
-            if any(m["role"] == "user" and _blank(m["content"]) for m in conversation):
+            if any(m["role"] == "user" and blank(m["content"]) for m in conversation):
                 raise UsageError(f"--data {prompt_set}: {which} has an empty user turn (nothing to reply to)")
-            if any(m["role"] == "assistant" and _blank(m["content"]) for m in conversation):
+            if any(m["role"] == "assistant" and blank(m["content"]) for m in conversation):
                 raise UsageError(
                     f"--data {prompt_set}: {which} has an empty assistant turn: the capture reads the replies' "
                     "tokens; drop the turn (the reply model then answers) or give the reply"
@@ -154,9 +140,10 @@ def _check_template(args, tokenizer, prompts: list) -> None:
                 render(tokenizer, prompt, add_generation_prompt=True)
             render(tokenizer, conversation, add_generation_prompt=False)
         except Exception as err:  # a template's own error (jinja's TemplateError, a raise_exception call)
+            reason = err.reason if isinstance(err, TemplateRefusal) else f"{type(err).__name__}: {err}"
             raise UsageError(
                 f"{'--data' if args.data else 'the calibration mix'}: {args.model}'s chat template refuses the "
-                f"conversation starting {_opening(conversation)!r}: {type(err).__name__}: {err}"
+                f"conversation starting {opening(conversation)!r}: {reason}"
             ) from None
     if getattr(args, "method", None) != "probe" or not getattr(tokenizer, "chat_template", None):
         return
@@ -169,7 +156,7 @@ def _check_template(args, tokenizer, prompts: list) -> None:
             "does not render a reply after the prompt's generation prompt (it adds text there alone, such as an "
             "opening thinking block)"
             if isinstance(err, ValueError)
-            else f"refuses the conversation starting {_opening(first)!r} with a reply ({type(err).__name__}: {err})"
+            else f"refuses the conversation starting {opening(first)!r} with a reply ({type(err).__name__}: {err})"
         )
         raise UsageError(
             f"--method probe{given}: {args.model}'s chat template {why}, so the probe cannot find the replies' "
@@ -196,7 +183,7 @@ def _stats(args, job: _Job, *, with_probe: bool = False):
     )
     conversations = [c if c[-1]["role"] == "assistant" else next(replied) for c in job.prompts]
     described: dict[str, Any] = {"data": list(args.data) if args.data else "calibration mix"}
-    empty = sum(c[-1]["role"] == "assistant" and _blank(c[-1]["content"]) for c in conversations)
+    empty = sum(c[-1]["role"] == "assistant" and blank(c[-1]["content"]) for c in conversations)
     if empty == len(conversations):  # nothing but prompts and the template would be captured
         raise UsageError(
             f"--reply-model {args.reply_model} wrote an empty reply to every one of the {empty} prompts: the capture "
@@ -508,6 +495,9 @@ def main(argv=None) -> int:
                 Path(args.out).write_text(text + "\n")
     except UsageError as err:
         print(f"elsi: error: {err}", file=sys.stderr)
+        return 2
+    except TemplateRefusal as err:  # on a reply the pre-check's stub could not foresee
+        print(f"elsi: error: --model {getattr(args, 'model', None)}: {err}", file=sys.stderr)
         return 2
     except (ValueError, TypeError, FileNotFoundError, ModelNotFoundError) as err:
         kind = (

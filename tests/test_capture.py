@@ -18,6 +18,7 @@ from elsi_lib import (
 )
 from elsi_lib.inputs.chat import tokenize_conversation
 from elsi_lib.hidden.forward import tokenize_samples
+from elsi_lib.inputs.models import random_model
 
 from conftest import interrupted_then_rerun, make_conversations, make_tiny_tokenizer
 
@@ -300,9 +301,10 @@ def test_no_full_block_is_an_error_before_the_forward(tiny_model, tiny_tokenizer
         raise AssertionError("the forward ran")
 
     monkeypatch.setattr(capture_module, "hidden_batches", no_forward)
-    with pytest.raises(ValueError, match="no full block of 4096"):
-        capture(tiny_model, tiny_tokenizer, make_conversations(2), cache=False, **{**OPTS, "block": 4096})
-    with pytest.raises(ValueError, match="no full block"):  # a variant that keeps too little
+    long = {**OPTS, "block": 4096, "max_length": 4096}
+    with pytest.raises(ValueError, match=r"no full block of 4096.*the best sample keeps \d+ \(rho 0.5 of its"):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2), cache=False, **long)
+    with pytest.raises(ValueError, match=r"^variant 'few': no full block.*rho 0.0001"):  # names the variant
         capture_variants(
             tiny_model,
             tiny_tokenizer,
@@ -311,6 +313,16 @@ def test_no_full_block_is_an_error_before_the_forward(tiny_model, tiny_tokenizer
             cache=False,
             **OPTS,
         )
+    cut = {**OPTS, "block": 48, "max_length": 48, "rho": 1.0, "exclude": "first"}  # cut to 48 tokens, 47 kept
+    with pytest.raises(
+        ValueError, match=r"keeps 47 \(rho 1 of its 47 eligible tokens; it was cut to max_length=48 tokens"
+    ):
+        capture(tiny_model, tiny_tokenizer, make_conversations(2, words=(80, 90)), cache=False, **cut)
+
+
+def test_a_block_longer_than_max_length_is_refused_in_the_settings():
+    with pytest.raises(ValueError, match="block 64 exceeds max_length 32"):
+        CaptureSettings(block=64, max_length=32)
 
 
 def test_a_model_whose_layers_elsi_cannot_read_is_named_before_the_capture(tiny_tokenizer):
@@ -319,6 +331,34 @@ def test_a_model_whose_layers_elsi_cannot_read_is_named_before_the_capture(tiny_
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=len(tiny_tokenizer)))
     with pytest.raises(ValueError, match="a GPT2Model, whose decoder layers elsi cannot find"):
         capture(gpt2, tiny_tokenizer, make_conversations(2), cache=False, **OPTS)
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda v: random_model(n_layers=0, hidden_size=32, vocab_size=v), "a LlamaForCausalLM with no decoder layers"),
+        (lambda v: random_model(n_layers=2, hidden_size=32, vocab_size=v).model, "a LlamaModel has no LM head"),
+        (
+            lambda v: random_model(
+                "opt",
+                n_layers=2,
+                hidden_size=32,
+                vocab_size=v,
+                ffn_dim=64,
+                word_embed_proj_dim=16,
+                max_position_embeddings=512,
+            ),
+            r"an? OPTDecoder whose output is projected out of the hidden size \(32\)",
+        ),
+    ],
+    ids=["no layers", "base model", "opt project_out"],
+)
+def test_models_capture_cannot_read_are_refused_before_any_work(tiny_tokenizer, monkeypatch, build, message):
+    import elsi_lib.hidden.capture as capture_module
+
+    monkeypatch.setattr(capture_module, "tokenize_samples", lambda *a, **k: pytest.fail("tokenized"))
+    with pytest.raises(ValueError, match=message):
+        capture(build(len(tiny_tokenizer)), tiny_tokenizer, make_conversations(2), cache=False, **OPTS)
 
 
 def test_token_entropy_chunks_and_selection():

@@ -783,6 +783,37 @@ def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_be
     assert code == 2 and "refuses the conversation starting 'only a question'" in err and "no assistant turns" in err
 
 
+def test_a_template_that_refuses_only_the_real_replies_is_named_with_the_conversation(
+    capsys, folder, data, tmp_path, monkeypatch
+):
+    """The pre-check renders a stub reply ("Hi."); a template that refuses longer assistant turns fails
+    on the real ones inside the capture: the same one line, naming the model and the conversation,
+    exit 2, not a bare TemplateError."""
+    from conftest import CHAT_TEMPLATE
+
+    monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
+    picky = tmp_path / "picky"
+    picky.mkdir()
+    for f in folder.iterdir():
+        (picky / f.name).write_bytes(f.read_bytes())
+    config = json.loads((picky / "tokenizer_config.json").read_text())
+    config["chat_template"] = (
+        "{% for m in messages %}{% if m['role'] == 'assistant' and m['content'] | length > 12 %}"
+        "{{ raise_exception('assistant turns longer than 12 characters are not supported') }}{% endif %}{% endfor %}"
+        + CHAT_TEMPLATE
+    )
+    (picky / "tokenizer_config.json").write_text(json.dumps(config))
+    (picky / "chat_template.jinja").unlink(missing_ok=True)
+    questions = tmp_path / "questions.jsonl"  # no replies: the tiny model's own are generated, then refused
+    first = "a question for the tiny model, without its reply"
+    questions.write_text(
+        "\n".join(json.dumps({"conversations": [{"from": "human", "value": f"{first} {i}"}]}) for i in range(4))
+    )
+    code, _, err = run(capsys, "select", *base(picky, questions), "--prompts", 4, "--method", "elsi")
+    assert code == 2 and f"elsi: error: --model {picky}: the chat template refuses the conversation starting" in err
+    assert repr(" ".join(first.split())[:40]) in err and "longer than 12 characters" in err
+
+
 def test_provenance_names_the_search_settings_only_where_a_search_ran(capsys, folder, data):
     """A fixed method's set is its rule's: --k-beam and --k-expand, which it never read, are not in its
     provenance; ELSI's are."""

@@ -128,6 +128,20 @@ def test_the_loop_reads_the_draft_s_own_layers(monkeypatch):
         D.target_forward(target, prompt, "final")  # not FINAL_NORM's name
 
 
+def test_a_target_whose_decoder_layers_elsi_cannot_find_is_named_by_the_draft_side_too():
+    """The draft's readers of the target's layers (its features, the decoding's target forward) refuse
+    GPT-2 as the capture does, naming the decoder, not with an AttributeError."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from elsi_lib.draft.features import checked_layers
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=40)).eval()
+    with pytest.raises(ValueError, match="a GPT2Model, whose decoder layers elsi cannot find"):
+        checked_layers(gpt2, [0, 1])
+    with pytest.raises(ValueError, match="a GPT2Model, whose decoder layers elsi cannot find"):
+        D.target_forward(gpt2, torch.tensor([1, 5, 6]), (0, 1))
+
+
 BAD_ARGUMENTS = [
     ({"prompt_ids": torch.zeros(2, 3, dtype=torch.long)}, ValueError, "one sequence"),
     ({"prompt_ids": torch.tensor([1.0, 2.7])}, TypeError, "integer token ids"),

@@ -226,6 +226,21 @@ def test_a_folder_named_as_a_bundled_model_is_refused_as_ambiguous(tmp_path, mon
     assert models.resolve_model_path(None)[1]  # the default, never typed: the bundled model, not refused
 
 
+def test_a_registry_name_given_as_a_path_and_a_hub_id_without_a_name_are_refused_saying_why(tmp_path, monkeypatch):
+    """A Path is a folder or a file: Path("smollm2-135m") with no such folder is not the bundled model,
+    and "owner/" is no hub id."""
+    from pathlib import Path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(models, "bundled_weights_path", lambda *a: pytest.fail("the bundled weights were read"))
+    with pytest.raises(ModelNotFoundError, match=r"a Path is read as a folder or file.*pass the string 'smollm2-135m'"):
+        models.resolve_model_path(Path("smollm2-135m"))
+    for name in ("smollm2-135m/", "/qwen", "owner/"):
+        with pytest.raises(ModelNotFoundError, match="unknown model"):
+            models.resolve_model_path(name)
+    assert models.resolve_model_path("Qwen/Qwen3-4B-Instruct-2507") == ("Qwen/Qwen3-4B-Instruct-2507", False)
+
+
 def test_intact_gguf_that_transformers_cannot_convert_keeps_its_own_error(tmp_path):
     """The corrupt-file diagnosis is not applied to a well-formed file (here: no tokenizer)."""
     gguf_path = _tiny_gguf(tmp_path / "no_tokenizer.gguf")

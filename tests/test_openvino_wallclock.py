@@ -129,6 +129,19 @@ def test_the_page_refuses_a_record_whose_digests_contradict_its_lossless_column(
             r"row 1: tau for 1.3x = .*, but 1.3 x its round ms",
         ),
         (lambda r: r["settings"].pop("repeat"), r"settings lack \['repeat'\]"),
+        (  # lossless read off some of the questions only
+            lambda r: [
+                run.update(digests=run["digests"][:1])
+                for runs in r["details"]["mixed"].values()
+                if isinstance(runs, list)
+                for run in runs
+            ],
+            r"row 1: 'plain' rounds hold \[1, 1\] output digests, not one for each of the 2 questions",
+        ),
+        (  # a chain's digests dropped: its lossless then rests on nothing
+            lambda r: r["details"]["mixed"].pop("chain k=1"),
+            r"row 1: the details keep the plain rounds' output digests but not 'chain k=1''s",
+        ),
     ],
 )
 def test_the_page_refuses_speed_ups_and_needs_the_record_itself_contradicts(tmp_path, change, reason):

@@ -112,7 +112,8 @@ def test_every_generation_field_greedy_decoding_applies_is_in_the_key_and_a_neut
     """guidance and a watermark change greedy replies (generate applies both with do_sample=False): in the
     key, as beam search's length penalty and early stopping are; a repetition penalty of 1.0, one beam, and
     end-of-sequence ids given in another order or twice change nothing: not in it (no replies written again
-    for them). A config asking for several sequences a prompt still gets one reply each, in its order."""
+    for them). A config asking for several sequences a prompt still gets one reply each, in its order, and one
+    asking for prompt lookup (assisted decoding, one prompt a batch) gets the greedy replies."""
     from transformers.generation import WatermarkingConfig
 
     from elsi_lib.hidden.replies import generation_changes
@@ -135,6 +136,10 @@ def test_every_generation_field_greedy_decoding_applies_is_in_the_key_and_a_neut
     monkeypatch.setattr(config, "num_return_sequences", 2)
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache3"))
     assert generate_responses(tiny_model, tiny_tokenizer, make_conversations(3), **SETTINGS) == beams
+    monkeypatch.undo()
+    greedy = generate_responses(tiny_model, tiny_tokenizer, make_conversations(3), **SETTINGS, cache=False)
+    monkeypatch.setattr(config, "prompt_lookup_num_tokens", 3)  # assisted decoding takes one prompt a batch
+    assert generate_responses(tiny_model, tiny_tokenizer, make_conversations(3), **SETTINGS, cache=False) == greedy
     monkeypatch.undo()
     for name, value in (
         ("repetition_penalty", 1.0),

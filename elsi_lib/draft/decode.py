@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from ..hidden.forward import layer_outputs
+from ..hidden.forward import decoder_layers, layer_outputs
 from ..hidden.replies import eos_ids
 from ..common.checks import is_integer
 from .model import Eagle3Draft
@@ -66,7 +66,7 @@ def target_forward(model, ids, source, *, cache=None, positions=None, allowed=No
     [cached ; new] keys (None: causal). Returns logits (n, V) float32, the draft's features of the
     new tokens (n, m*d) float32 (float16-rounded unless `round_features` is False; `source` a layer
     set or FINAL_NORM, the normed last hidden state) and the updated cache."""
-    source = check_source(source, len(model.get_decoder().layers))
+    source = check_source(source, len(decoder_layers(model)))
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     dtype = next(model.parameters()).dtype
     mask = None if allowed is None else _additive(allowed, dtype)

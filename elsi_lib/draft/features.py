@@ -40,7 +40,7 @@ from ..common.cachefiles import (
 )
 from ..common.identity import conversations_hash
 from ..inputs.chat import reply_starts
-from ..hidden.forward import hidden_batches, pad_id, plan_batches, tokenize_samples
+from ..hidden.forward import decoder_layers, hidden_batches, pad_id, plan_batches, tokenize_samples
 from ..common.identity import model_fingerprint, tokenizer_fingerprint, versions
 from ..common.progress import progress_bar
 from .config import FINAL_NORM
@@ -211,7 +211,7 @@ def changed_files(folder: Path, stamps: dict) -> list[str]:
 def checked_layers(model, layers) -> tuple[int, ...]:
     """`layers` sorted and unique; ValueError unless a non-empty subset of the model's decoder layers."""
     layers = tuple(sorted(set(int(l) for l in layers)))
-    n_layers = len(model.get_decoder().layers)
+    n_layers = len(decoder_layers(model))
     if not layers or layers[0] < 0 or layers[-1] >= n_layers:
         raise ValueError(f"layers must be a non-empty subset of 0..{n_layers - 1}, got {layers}")
     return layers

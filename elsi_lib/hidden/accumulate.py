@@ -183,13 +183,25 @@ def no_block_error(block: int, eligible: int) -> ValueError:
     )
 
 
-def check_some_block(spec: CaptureSettings, samples: list[Sample]) -> None:
+def check_some_block(spec: CaptureSettings, samples: list[Sample], variant: str | None = None) -> None:
     """Before the forward: some sample keeps a full block under `spec` (`select_positions` keeps
     ceil(rho * n) of a sample's n eligible positions, whatever their entropies), else
-    `no_block_error`, the one `finish` would raise after the whole forward."""
+    `no_block_error`, the one `finish` would raise after the whole forward, with what limits the
+    best sample (rho, or max_length where samples were cut) and the variant's name when given."""
     eligible = [sum(s.eligible(spec.exclude)) for s in samples]
-    if not any(math.ceil(spec.rho * n - 1e-9) >= spec.block for n in eligible):
-        raise no_block_error(spec.block, sum(eligible))
+    kept = [math.ceil(spec.rho * n - 1e-9) for n in eligible]
+    if any(k >= spec.block for k in kept):
+        return
+    best = max(range(len(samples)), key=lambda i: kept[i]) if samples else None
+    why = "no samples"
+    if best is not None:
+        why = f"the best sample keeps {kept[best]} (rho {spec.rho:g} of its {eligible[best]} eligible tokens"
+        if len(samples[best].ids) >= spec.max_length:
+            why += f"; it was cut to max_length={spec.max_length} tokens"
+        why += ")"
+    error = no_block_error(spec.block, sum(eligible))
+    prefix = f"variant {variant!r}: " if variant is not None else ""
+    raise ValueError(f"{prefix}{error}; {why}")
 
 
 def finish(acc: "Accumulator", distributed: bool, truncated: int, block: int, metadata: dict) -> LayerStats:

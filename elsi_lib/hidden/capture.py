@@ -132,7 +132,7 @@ def capture_variants(
     shared = specs[todo[0]]  # the fields a pass shares are equal in every variant
     samples, truncated = tokenize_samples(tokenizer, conversations, shared.max_length, shared.on_long)
     for name in todo:
-        check_some_block(specs[name], samples)
+        check_some_block(specs[name], samples, None if name == "_" else name)
     shard = [s for s in samples if s.index % world == rank]
     batches = plan_batches([len(s.ids) for s in shard], batch_size, max_batch_tokens)
     shape = (n_layers, shared.block, model.config.hidden_size)  # (N, B, d)

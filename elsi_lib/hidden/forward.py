@@ -112,14 +112,28 @@ def pad_batch(samples: list[Sample], pad_id: int):
 
 def decoder_layers(model) -> torch.nn.ModuleList:
     """The decoder layers of a causal LM (`model.get_decoder().layers`, as Llama, Qwen, Mistral and
-    Gemma name them); a ValueError naming the decoder where the model keeps them elsewhere (GPT-2's
-    `h`, Falcon's), which no capture, probe or draft here can read."""
+    Gemma name them), checked before any work: a ValueError naming the model where the layers are
+    kept elsewhere (GPT-2's `h`, Falcon's), where there are none, where the model has no LM head (a
+    base model), or where the decoder's output is projected to another width (OPT's
+    `project_out`), none of which a capture, probe or draft here can read."""
     decoder = model.get_decoder()
     layers = getattr(decoder, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):
         raise ValueError(
             f"a {type(decoder).__name__}, whose decoder layers elsi cannot find (it reads model.get_decoder().layers, "
             "as Llama, Qwen, Mistral and Gemma models name them)"
+        )
+    if len(layers) == 0:
+        raise ValueError(f"a {type(model).__name__} with no decoder layers: there is no hidden state to read")
+    if model.get_output_embeddings() is None:
+        raise ValueError(
+            f"a {type(model).__name__} has no LM head (output embeddings), which the next-token entropies need: "
+            "pass the ...ForCausalLM model, not its base model"
+        )
+    if isinstance(getattr(decoder, "project_out", None), torch.nn.Module):
+        raise ValueError(
+            f"a {type(decoder).__name__} whose output is projected out of the hidden size "
+            f"({model.config.hidden_size}) before the LM head (project_out): elsi reads hidden states of one width"
         )
     return layers
 

@@ -164,6 +164,8 @@ def _generate_batch(
             max_new_tokens=max_new_tokens,
             do_sample=False,
             num_return_sequences=1,  # one reply per prompt, whatever the generation config asks
+            prompt_lookup_num_tokens=None,  # assisted decoding (one prompt a batch only) changes no greedy reply
+            assistant_early_exit=None,
             pad_token_id=pad,
             logits_processor=sampler,
             tokenizer=tokenizer,  # what a generation config's stop strings or token healing need

@@ -52,6 +52,11 @@ class CaptureSettings:
             raise ValueError(f"block must be an integer >= 2, got {self.block!r}")
         if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 2:
             raise ValueError(f"max_length must be an integer >= 2, got {self.max_length!r}")
+        if self.block > self.max_length:
+            raise ValueError(
+                f"block {self.block} exceeds max_length {self.max_length}: a sample keeps at most max_length "
+                "tokens, so no block could fill"
+            )
         if not (callable(self.exclude) or self.exclude in EXCLUDE_MODES):
             raise ValueError(f"exclude must be one of {EXCLUDE_MODES} or a predicate, got {self.exclude!r}")
         if self.select not in SELECT_MODES:

@@ -8,12 +8,41 @@ other token (system prompt, role markers, BOS, separators) belongs to the templa
 
 from __future__ import annotations
 
+from jinja2 import TemplateError
+
+ZERO_WIDTH = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff"))  # characters no one sees
+
+
+def blank(text: str) -> bool:
+    """Nothing a reader would see: whitespace and zero-width characters only."""
+    return not text.translate(ZERO_WIDTH).strip()
+
+
+def opening(conversation: list) -> str:
+    """The first words of a conversation's first non-empty turn: how a user finds it in the file."""
+    text = next((m["content"] for m in conversation if not blank(m["content"])), "")
+    return " ".join(text.split())[:40]
+
+
+class TemplateRefusal(ValueError):
+    """A chat template's own error on a conversation (jinja's TemplateError, a raise_exception call),
+    naming the conversation by its opening words."""
+
+    def __init__(self, conversation: list, err: Exception):
+        self.opening, self.reason = opening(conversation), f"{type(err).__name__}: {err}"
+        super().__init__(f"the chat template refuses the conversation starting {self.opening!r}: {self.reason}")
+
 
 def render(tokenizer, conversation: list[dict], add_generation_prompt: bool = False) -> str:
     """The conversation as the model sees it: its chat template, or plain text joined by blank
     lines for models without one."""
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=add_generation_prompt)
+        try:
+            return tokenizer.apply_chat_template(
+                conversation, tokenize=False, add_generation_prompt=add_generation_prompt
+            )
+        except TemplateError as err:  # the template's own refusal, on this conversation's content
+            raise TemplateRefusal(conversation, err) from err
     text = "\n\n".join(m["content"] for m in conversation)
     return text + "\n\n" if add_generation_prompt else text
 

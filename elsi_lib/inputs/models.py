@@ -332,8 +332,14 @@ def resolve_model_path(name: str | os.PathLike | None) -> tuple[str, bool]:
             raise ModelNotFoundError(f"{path} is a folder without config.json: not a Hugging Face model folder")
         check_weights_present(path)
         return str(path), True
+    if not isinstance(name, str) and str(name) in REGISTRY:
+        raise ModelNotFoundError(
+            f"a Path is read as a folder or file, and there is no {path.resolve()}: pass the string {str(name)!r} "
+            "for the bundled model"
+        )
     name = str(name)
-    if name.count("/") == 1 and not path.exists() and not name.startswith((".", "/")):
+    owner, _, repo = name.partition("/")
+    if name.count("/") == 1 and owner and repo and not path.exists() and not name.startswith((".", "/")):
         return name, False  # a hub id, e.g. Qwen/Qwen3-4B-Instruct-2507
     raise ModelNotFoundError(
         f"unknown model {name!r}: pass one of {sorted(REGISTRY)}, a local Hugging Face folder, "

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 import pandas as pd
 
 from ...common.progress import StageClock
+from ...hidden.forward import decoder_layers
 from ...inputs.models import load_model
 from ...draft.features import FeatureStore
 from ...draft.model import Eagle3Draft
@@ -246,7 +247,7 @@ def run(
     with clock("load the target"):
         model, tokenizer = loaded or load_model(exp.model)
         key = data_key(exp, model, tokenizer)
-    layers = feature_layers(methods, len(model.get_decoder().layers))
+    layers = feature_layers(methods, len(decoder_layers(model)))
     with clock("evaluation replies and features"):
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress)
     with clock("training replies and features"):

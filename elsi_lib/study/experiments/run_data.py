@@ -21,6 +21,7 @@ import torch
 
 from ...draft import corpus, features
 from ...draft.features import FeatureStore, build_features
+from ...hidden.forward import decoder_layers
 from ...draft.live import LiveFeatures
 from ...draft.config import FINAL_NORM
 from ...draft.vocabulary import draft_vocabulary
@@ -114,7 +115,7 @@ def training_data(exp: Experiment, methods: pd.DataFrame, model, tokenizer, prog
     store over every layer any method reads, and the draft vocabulary of the training replies."""
     convs = training_conversations(exp, model, tokenizer, progress=progress)
     train_convs, heldout_convs = convs[: exp.n_train - exp.n_heldout], convs[exp.n_train - exp.n_heldout :]
-    layers = feature_layers(methods, len(model.get_decoder().layers))
+    layers = feature_layers(methods, len(decoder_layers(model)))
     if exp.features == "live":
         store = LiveFeatures(model, tokenizer, train_convs, layers, max_length=exp.max_length, bf16=exp.live_bf16)
     else:

@@ -13,6 +13,7 @@ import torch
 
 from ...draft import checkpoints
 from ...draft.train import batch_plan, collate, soft_targets, train_step
+from ...hidden.forward import decoder_layers
 from ...inputs.models import load_model
 from ..experiments import experiment
 from ..experiments.criteria_vs_drafts import probe_scores
@@ -101,7 +102,7 @@ class Prepared:
         model, tokenizer = load_model(proto.family)
         n, rank = proto.calibration_prompts, proto.probe_rank
         methods, choice = protocol_methods(proto, (model, tokenizer))
-        layers = feature_layers(methods, len(model.get_decoder().layers))  # every method's: one store for all
+        layers = feature_layers(methods, len(decoder_layers(model)))  # every method's: one store for all
         evaluation = evaluation_data(exp, model, tokenizer, layers, progress, archive=continuations_dir())
         data = training_data(exp, methods, model, tokenizer, progress)
         heldout = heldout_features(exp, model, tokenizer, data, layers, progress)

@@ -340,6 +340,8 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
         if not isinstance(r["lossless"], bool):
             raise ValueError(f"{where}: lossless = {r['lossless']!r}, not true or false")
         digests = ((record.get("details") or {}).get(kind) or {}) if isinstance(record.get("details"), dict) else {}
+        if "plain" in digests:  # every round holds one digest a question, for plain and each chain alike
+            _check_digest_counts(where, digests, ("plain", r["decoding"]), counts[kind])
         if r["decoding"] in digests and "plain" in digests:  # either way: lossless is what the digests say
             rounds = list(zip(digests["plain"], digests[r["decoding"]]))
             if len(rounds) != runs_each or (all(p["digests"] == c["digests"] for p, c in rounds)) != r["lossless"]:
@@ -374,6 +376,19 @@ def _check_wallclock(path: Path, record: dict) -> dict[str, list[dict]]:
             rows = by_set[str(r["questions"]).split(" (")[0]]
             _check_needs(f"{path}: row {i}", r, next(x for x in rows if x["decoding"] == "plain")["round ms"])
     return by_set
+
+
+def _check_digest_counts(where: str, digests: dict, decodings: tuple[str, ...], questions: int) -> None:
+    """Where the details keep the plain rounds' output digests, a chain's are kept too, and every
+    round holds one a question of the set: lossless is never read off some of the questions."""
+    for decoding in decodings:
+        if decoding not in digests:
+            raise ValueError(f"{where}: the details keep the plain rounds' output digests but not {decoding!r}'s")
+        held = [len(run.get("digests") or []) if isinstance(run, dict) else None for run in digests[decoding]]
+        if any(n != questions for n in held):
+            raise ValueError(
+                f"{where}: {decoding!r} rounds hold {held} output digests, not one for each of the {questions} questions"
+            )
 
 
 def _check_speedups(where: str, r: dict, speedups: list[float], span) -> None:
