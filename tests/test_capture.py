@@ -123,6 +123,48 @@ def test_template_mask_marks_only_template_tokens(tiny_tokenizer):
     assert plain.decode([i for i, t in zip(ids, is_template) if not t]) == "what is two plus two"
 
 
+@pytest.mark.parametrize(
+    "conversation, trim, content",
+    [
+        (  # a reply that also occurs in the template's text before it
+            [{"role": "user", "content": "what is two plus two"}, {"role": "assistant", "content": "a"}],
+            False,
+            "what is two plus twoa",
+        ),
+        (  # a user turn that reads as a role marker
+            [{"role": "user", "content": "system"}, {"role": "assistant", "content": "the answer"}],
+            False,
+            "systemthe answer",
+        ),
+        (  # a template that trims each message (Llama-3's, Gemma's) and a turn ending in a newline
+            [{"role": "user", "content": " what is two plus two\n"}, {"role": "assistant", "content": "four"}],
+            True,
+            "what is two plus twofour",
+        ),
+    ],
+    ids=["reply in the template", "user turn 'system'", "trimmed turn"],
+)
+def test_template_mask_finds_each_message_where_the_template_put_it(conversation, trim, content):
+    """Each message is located by the template's own rendering, not by the first place its text occurs:
+    a role marker is never content, a message's own text never template (exclude="template" reads it)."""
+    from conftest import CHAT_TEMPLATE
+
+    tokenizer = make_tiny_tokenizer()
+    if trim:
+        tokenizer.chat_template = CHAT_TEMPLATE.replace("message['content']", "(message['content'] | trim)")
+        assert tokenizer.chat_template != CHAT_TEMPLATE
+    ids, is_template = tokenize_conversation(tokenizer, conversation)
+    assert tokenizer.decode([i for i, t in zip(ids, is_template) if not t]) == content
+    assert CaptureSettings(exclude="template").key()["template_mask"] == 2  # older captures are not read
+    assert "template_mask" not in CaptureSettings().key()  # the others keep their cache
+
+
+def test_a_model_in_training_mode_is_refused_not_captured_with_dropout(tiny_tokenizer):
+    model = random_model(n_layers=2, hidden_size=32, vocab_size=len(tiny_tokenizer), attention_dropout=0.5).train()
+    with pytest.raises(ValueError, match=r"LlamaForCausalLM is in training mode .*model.eval\(\)"):
+        capture(model, tiny_tokenizer, make_conversations(2), **OPTS)
+
+
 def test_cache_is_reused_and_corruption_is_detected(tiny_model, tiny_tokenizer, monkeypatch, capsys):
     conversations = make_conversations(4)
     first = capture(tiny_model, tiny_tokenizer, conversations, **OPTS)

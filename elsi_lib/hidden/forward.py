@@ -208,6 +208,8 @@ def hidden_batches(
     decoder layer; yields each batch's hidden states and, with `entropies`, one LM-head pass over
     its real positions (Eq. 9). Non-finite states are an error naming the layer and the sample."""
 
+    if model.training:  # dropout would make every state a random draw, and the cache would keep one
+        raise ValueError(f"the {type(model).__name__} is in training mode (dropout active): call model.eval() first")
     decoder, lm_head = model.get_decoder(), model.get_output_embeddings()
     softcap = getattr(model.config, "final_logit_softcapping", None)
     device = next(model.parameters()).device

@@ -96,4 +96,6 @@ class CaptureSettings:
         }
         if self.keep_samples:
             key["keep_samples"] = True
+        if self.exclude == "template":  # 2: messages located by the template's own rendering (`chat.content_spans`)
+            key["template_mask"] = 2
         return key

@@ -53,18 +53,46 @@ def tokenize_conversation(tokenizer, conversation: list[dict], add_generation_pr
     text = render(tokenizer, conversation, add_generation_prompt)
     templated = bool(getattr(tokenizer, "chat_template", None))
     encoding = tokenizer(text, add_special_tokens=not templated, return_offsets_mapping=True)
-    spans, cursor = [], 0
-    for message in conversation:
-        content = message["content"]
-        start = text.find(content, cursor) if content else -1
-        if start >= 0:
-            spans.append((start, start + len(content)))
-            cursor = start + len(content)
+    spans = content_spans(tokenizer, conversation, text, add_generation_prompt)
     is_template = []
     for begin, end in encoding["offset_mapping"]:
         inside = end > begin and any(s <= begin and end <= e for s, e in spans)
         is_template.append(not inside)
     return list(encoding["input_ids"]), is_template
+
+
+PLACEHOLDER = "ELSIMESSAGECONTENT"  # letters only: what a template trims or escapes, it leaves as is
+
+
+def content_spans(tokenizer, conversation: list[dict], text: str, add_generation_prompt: bool = False) -> list:
+    """(start, end) in `text` of each message's own text as the template rendered it (trimmed, say).
+    A message is located by rendering the conversation with a placeholder for its content: the text
+    before the placeholder and after it are the template's, so the rest of `text` is the message's. Where
+    a template renders the placeholder otherwise (it branches on the content), the content's first
+    occurrence after the previous message is taken instead."""
+    spans, cursor = [], 0
+    for i, message in enumerate(conversation):
+        content = message["content"]
+        if not content:
+            continue
+        span = None
+        if getattr(tokenizer, "chat_template", None):
+            marked = [*conversation[:i], {**message, "content": PLACEHOLDER}, *conversation[i + 1 :]]
+            try:
+                shown = render(tokenizer, marked, add_generation_prompt)
+            except TemplateRefusal:
+                shown = ""
+            at = shown.find(PLACEHOLDER)
+            before, after = shown[:at], shown[at + len(PLACEHOLDER) :]
+            if at >= 0 and text.startswith(before) and text.endswith(after) and len(before) + len(after) <= len(text):
+                span = (len(before), len(text) - len(after))
+        if span is None:
+            start = text.find(content, cursor)
+            span = (start, start + len(content)) if start >= 0 else None
+        if span is not None:
+            spans.append(span)
+            cursor = span[1]
+    return spans
 
 
 def truncate(ids: list, max_length: int) -> list:
