@@ -515,6 +515,11 @@ def _with(rows: list, i: int, **change) -> list:
         (_with(ENGINE_ROWS, 1, **{"outputs equal": -4}), {"questions": 12}, "row 1: outputs equal = -4, not a count"),
         (_with(ENGINE_ROWS, 1, **{"outputs equal": 13}), {"questions": 12}, "row 1: outputs equal = 13, not a count"),
         (_with(ENGINE_ROWS, 0, **{"vs plain": 0.9}), {}, "vs plain: no row of vs plain = 1"),
+        (  # a reference rate below zero, against which any ratio would hold
+            [{**r, "vs plain": 99.0} for r in ENGINE_ROWS[1:]],
+            {"plain tok/s": -12.4},
+            r"vs plain: its reference, plain tok/s = -12.4, is not a positive rate",
+        ),
         (_with(REPLY_ROWS, 1, seconds=-637.9), {}, "row 1: seconds = -637.9, not a positive time"),
         (_with(REPLY_ROWS, 0, **{"tok/s": 374.0}), {}, r"row 0: tok/s = 374.0, but tokens / seconds = 67.8"),
         (_with(REPLY_ROWS, 1, same="maybe"), {}, "row 1: same = 'maybe': the column holds true/false"),

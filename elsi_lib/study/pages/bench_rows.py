@@ -132,6 +132,8 @@ def _check_speeds(rows: list[dict], columns: list, path: Path, settings: dict) -
             reference = settings[f"{c[3:]} tok/s"]
         if reference is None:
             raise ValueError(f"{path}: {c}: no row of {c} = 1 and no settings' {c[3:]!r} tok/s to read it against")
+        if not reference > 0:  # a ratio to a rate at or below zero holds for any value
+            raise ValueError(f"{path}: {c}: its reference, {c[3:]} tok/s = {reference}, is not a positive rate")
         for i, r in enumerate(rows):
             if _number(r.get(c)) and _number(r.get("tok/s")) and not _ratio_holds(r[c], r["tok/s"], reference):
                 raise ValueError(
