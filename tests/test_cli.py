@@ -732,6 +732,17 @@ def test_a_set_size_the_ledger_never_drafted_answers_with_the_criterions_set(cap
     assert result["recommended_layers"] == result["layers"] and len(result["vllm_layer_ids"]) == 4
 
 
+def _with_template(folder, path, template: str):
+    """A copy of the model `folder` at `path` whose tokenizer's chat template is `template`."""
+    path.mkdir(exist_ok=True)
+    for f in folder.iterdir():
+        (path / f.name).write_bytes(f.read_bytes())
+    config = json.loads((path / "tokenizer_config.json").read_text())
+    (path / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    return path
+
+
 def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_before_the_capture(
     capsys, folder, data, tmp_path, monkeypatch
 ):
@@ -744,39 +755,30 @@ def test_a_template_that_refuses_a_conversation_or_hides_the_replies_is_named_be
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(cli, "capture_variants", lambda *a, **k: pytest.fail("captured before the checks"))
     monkeypatch.setattr(cli.replies, "reply_conversations", lambda *a, **k: pytest.fail("replied before the checks"))
-    strict = tmp_path / "strict"
-    strict.mkdir()
-    for f in folder.iterdir():
-        (strict / f.name).write_bytes(f.read_bytes())
-    config = json.loads((strict / "tokenizer_config.json").read_text())
-    config["chat_template"] = (
+    strict = _with_template(
+        folder,
+        tmp_path / "strict",
         "{% for m in messages %}{% if not loop.first and m['role'] == messages[loop.index0 - 1]['role'] %}"
         "{{ raise_exception('Conversation roles must alternate user/assistant') }}{% endif %}{% endfor %}"
-        + CHAT_TEMPLATE
+        + CHAT_TEMPLATE,
     )
-    (strict / "tokenizer_config.json").write_text(json.dumps(config))
-    (strict / "chat_template.jinja").unlink(missing_ok=True)
     lone = tmp_path / "lone.jsonl"
     turns = [("human", "a question asked twice"), ("human", "asked again"), ("gpt", "an answer")]
     lone.write_text(json.dumps({"conversations": [{"from": f, "value": v} for f, v in turns]}) + "\n")
     code, _, err = run(capsys, "select", *base(strict, lone), "--prompts", 1, "--method", "elsi")
     assert code == 2 and "chat template refuses the conversation starting 'a question asked twice'" in err
     assert "Conversation roles must alternate" in err
-    thinking = tmp_path / "thinking"
-    thinking.mkdir()
-    for f in folder.iterdir():
-        (thinking / f.name).write_bytes(f.read_bytes())
-    config["chat_template"] = CHAT_TEMPLATE.replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n<think>\n'")
-    assert config["chat_template"] != CHAT_TEMPLATE
-    (thinking / "tokenizer_config.json").write_text(json.dumps(config))
-    (thinking / "chat_template.jinja").unlink(missing_ok=True)
+    opened = CHAT_TEMPLATE.replace("'<|im_start|>assistant\n'", "'<|im_start|>assistant\n<think>\n'")
+    assert opened != CHAT_TEMPLATE
+    thinking = _with_template(folder, tmp_path / "thinking", opened)
     code, _, err = run(capsys, "select", *[a for a in base(thinking, data) if a != "--method"])
     assert code == 2 and "--method probe (the default)" in err and "use --method elsi" in err
-    config["chat_template"] = (  # a template that takes no assistant turn: the replies could not be captured
+    _with_template(  # a template that takes no assistant turn: the replies could not be captured
+        folder,
+        thinking,
         "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ raise_exception('no assistant turns') }}"
-        "{% endif %}{% endfor %}" + CHAT_TEMPLATE
+        "{% endif %}{% endfor %}" + CHAT_TEMPLATE,
     )
-    (thinking / "tokenizer_config.json").write_text(json.dumps(config))
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"conversations": [{"from": "human", "value": "only a question"}]}) + "\n")
     code, _, err = run(capsys, "select", *base(thinking, prompts), "--prompts", 1, "--method", "elsi")
@@ -792,18 +794,13 @@ def test_a_template_that_refuses_only_the_real_replies_is_named_with_the_convers
     from conftest import CHAT_TEMPLATE
 
     monkeypatch.setenv("ELSI_CACHE_DIR", str(tmp_path / "cache"))
-    picky = tmp_path / "picky"
-    picky.mkdir()
-    for f in folder.iterdir():
-        (picky / f.name).write_bytes(f.read_bytes())
-    config = json.loads((picky / "tokenizer_config.json").read_text())
-    config["chat_template"] = (
+    picky = _with_template(
+        folder,
+        tmp_path / "picky",
         "{% for m in messages %}{% if m['role'] == 'assistant' and m['content'] | length > 12 %}"
         "{{ raise_exception('assistant turns longer than 12 characters are not supported') }}{% endif %}{% endfor %}"
-        + CHAT_TEMPLATE
+        + CHAT_TEMPLATE,
     )
-    (picky / "tokenizer_config.json").write_text(json.dumps(config))
-    (picky / "chat_template.jinja").unlink(missing_ok=True)
     questions = tmp_path / "questions.jsonl"  # no replies: the tiny model's own are generated, then refused
     first = "a question for the tiny model, without its reply"
     questions.write_text(

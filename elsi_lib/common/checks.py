@@ -96,3 +96,11 @@ def half_unit(value) -> float:
         return 0.0
     decimals = text.split(".")[1]
     return 0.5 if decimals == "0" else 0.5 * 10.0 ** -len(decimals)
+
+
+def ratio_holds(ratio: float, x: float, y: float, scale: float = 1.0) -> bool:
+    """`ratio` is scale x x / y, each of ratio, x and y as rounded where written (`half_unit`)."""
+    ex, ey, er = half_unit(x), half_unit(y), half_unit(ratio)
+    low = scale * (x - ex) / (y + ey) - er
+    high = scale * (x + ex) / max(y - ey, 1e-300) + er
+    return low - 1e-9 <= ratio <= high + 1e-9

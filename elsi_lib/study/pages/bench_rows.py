@@ -19,7 +19,7 @@ import math
 import re
 from pathlib import Path
 
-from ...common.checks import half_unit
+from ...common.checks import half_unit, ratio_holds
 from .cost_records import _number
 
 TIME = re.compile(r"( ms| s|tok/s|seconds| \(s\))$|^ms | ms/")  # "draft ms", "all triples (s)", "ms per triple"
@@ -31,14 +31,6 @@ def _whole(value) -> bool:
 
 def _empty(value) -> bool:
     return value is None or value == ""
-
-
-def _ratio_holds(ratio: float, x: float, y: float) -> bool:
-    """`ratio` is x / y, each as rounded where written."""
-    ex, ey, er = half_unit(x), half_unit(y), half_unit(ratio)
-    low = (x - ex) / (y + ey) - er
-    high = (x + ex) / max(y - ey, 1e-300) + er
-    return low - 1e-9 <= ratio <= high + 1e-9
 
 
 def _kind(value) -> str:
@@ -93,7 +85,7 @@ def _check_ratios(r: dict, i: int, columns: list, path: Path) -> None:
     for c, a, b in pairs:
         if not all(_number(r.get(x)) for x in (c, a, b)):
             continue
-        if not _ratio_holds(r[c], r[a], r[b]):
+        if not ratio_holds(r[c], r[a], r[b]):
             raise ValueError(f"{path}: row {i}: {c} = {r[c]}, but {a} / {b} = {r[a] / r[b]:.3f}")
 
 
@@ -120,7 +112,7 @@ def _check_speeds(rows: list[dict], columns: list, path: Path, settings: dict) -
     """ "vs X" is tok/s over the reference's; tok/s is tokens over seconds where a row holds both."""
     for i, r in enumerate(rows):
         if all(_number(r.get(c)) for c in ("tokens", "seconds", "tok/s")):
-            if not _ratio_holds(r["tok/s"], r["tokens"], r["seconds"]):
+            if not ratio_holds(r["tok/s"], r["tokens"], r["seconds"]):
                 raise ValueError(
                     f"{path}: row {i}: tok/s = {r['tok/s']}, but tokens / seconds = {r['tokens'] / r['seconds']:.1f}"
                 )
@@ -135,7 +127,7 @@ def _check_speeds(rows: list[dict], columns: list, path: Path, settings: dict) -
         if not reference > 0:  # a ratio to a rate at or below zero holds for any value
             raise ValueError(f"{path}: {c}: its reference, {c[3:]} tok/s = {reference}, is not a positive rate")
         for i, r in enumerate(rows):
-            if _number(r.get(c)) and _number(r.get("tok/s")) and not _ratio_holds(r[c], r["tok/s"], reference):
+            if _number(r.get(c)) and _number(r.get("tok/s")) and not ratio_holds(r[c], r["tok/s"], reference):
                 raise ValueError(
                     f"{path}: row {i}: {c} = {r[c]}, but its tok/s {r['tok/s']} over {reference} is {r['tok/s'] / reference:.2f}"
                 )

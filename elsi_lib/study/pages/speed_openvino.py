@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...common.checks import half_unit
+from ...common.checks import half_unit, ratio_holds
 from .cost_records import TOLERANCE, _positive, check_machine, read_json
 from .speed import BENCH, MIN_QUESTIONS
 
@@ -406,10 +406,7 @@ def _check_needs(where: str, r: dict, plain_ms: float) -> None:
     """ "tau for Nx" is N x the row's round ms over the plain step, each as rounded where written."""
     for field in [f for f in r if NEEDS.fullmatch(f) and _positive(r[f])]:
         n = float(NEEDS.fullmatch(field)["n"])
-        hr, hp, ht = half_unit(r["round ms"]), half_unit(plain_ms), half_unit(r[field])
-        low = n * (r["round ms"] - hr) / (plain_ms + hp) - ht
-        high = n * (r["round ms"] + hr) / max(plain_ms - hp, 1e-300) + ht
-        if not low - 1e-9 <= r[field] <= high + 1e-9:
+        if not ratio_holds(r[field], r["round ms"], plain_ms, scale=n):
             raise ValueError(
                 f"{where}: {field} = {r[field]}, but {n:g} x its round ms {r['round ms']} over the plain step "
                 f"{plain_ms} ms is {n * r['round ms'] / plain_ms:.3f}"
